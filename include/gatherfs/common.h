@@ -1,0 +1,102 @@
+/*
+ * gatherfs — common definitions: the one error type, error messages,
+ * checked arithmetic and small allocation helpers.
+ *
+ * Every fallible function in gatherfs returns a gfs_err.  GFS_OK is 0.  On
+ * failure the function also records a one-line, human readable message in a
+ * thread-local buffer (gfs_errmsg()), naming the file and the problem.
+ * errno values appear only at the FUSE edge.
+ */
+#ifndef GATHERFS_COMMON_H
+#define GATHERFS_COMMON_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum gfs_err {
+	GFS_OK = 0,
+	GFS_ERR_NOMEM,       /* allocation failed or a hard limit on size was hit */
+	GFS_ERR_IO,          /* a system call on a file failed */
+	GFS_ERR_FORMAT,      /* malformed or inconsistent input */
+	GFS_ERR_UNSUPPORTED, /* well-formed input we do not handle */
+	GFS_ERR_LIMIT,       /* input exceeds a safety limit (depth, count, size) */
+	GFS_ERR_NOTFOUND,    /* a named file, record or tensor does not exist */
+	GFS_ERR_INVAL,       /* bad argument from the user */
+} gfs_err;
+
+/* gfs_strerror(): short static name of an error code ("format error"...). */
+const char *gfs_strerror(gfs_err err);
+
+/*
+ * gfs_fail(): record a formatted message as the current thread's last error
+ * and return err, so callers can write `return gfs_fail(GFS_ERR_FORMAT, ...)`.
+ * The message should name the file and the problem.  @return err.
+ */
+gfs_err gfs_fail(gfs_err err, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/*
+ * gfs_failv(): as gfs_fail() with a va_list.
+ */
+gfs_err gfs_failv(gfs_err err, const char *fmt, va_list ap)
+	__attribute__((format(printf, 2, 0)));
+
+/*
+ * gfs_fail_prefix(): prepend "prefix: " to the current thread's last error
+ * message (used to add context such as a file name).  @return err.
+ */
+gfs_err gfs_fail_prefix(gfs_err err, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* gfs_errmsg(): the current thread's last error message ("" if none). */
+const char *gfs_errmsg(void);
+
+/* Checked arithmetic: return false on overflow, leaving *out unspecified. */
+static inline bool gfs_add_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+	return !__builtin_add_overflow(a, b, out);
+}
+
+static inline bool gfs_mul_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+	return !__builtin_mul_overflow(a, b, out);
+}
+
+/*
+ * gfs_malloc()/gfs_calloc()/gfs_realloc()/gfs_strdup(): thin wrappers that
+ * return NULL on failure (and for calloc/reallocarray on overflow of n*size).
+ * They never abort; callers turn NULL into GFS_ERR_NOMEM.
+ */
+void *gfs_calloc(size_t n, size_t size);
+void *gfs_reallocarray(void *p, size_t n, size_t size);
+char *gfs_strdup(const char *s);
+char *gfs_strndup(const char *s, size_t n);
+
+/*
+ * gfs_pread_full(): read exactly len bytes at off from fd.  label names the
+ * file in error messages.  A short read (end of file) is GFS_ERR_FORMAT
+ * ("truncated"), a failing system call GFS_ERR_IO.
+ */
+gfs_err gfs_pread_full(int fd, void *buf, size_t len, uint64_t off,
+		       const char *label);
+
+/* Little-endian loads from a byte buffer (no alignment needed). */
+static inline uint16_t gfs_le16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static inline uint32_t gfs_le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+	       ((uint32_t)p[3] << 24);
+}
+
+static inline uint64_t gfs_le64(const uint8_t *p)
+{
+	return (uint64_t)gfs_le32(p) | ((uint64_t)gfs_le32(p + 4) << 32);
+}
+
+#endif

@@ -1,0 +1,360 @@
+/*
+ * gatherfs — layout index <-> JSON (schema: docs/layout-json.md).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gatherfs/json.h"
+#include "gatherfs/layout.h"
+
+#define LAYOUT_MAGIC "gatherfs_layout"
+#define LAYOUT_JSON_MAX ((uint64_t)1 << 31)
+
+static cJSON *shape_json(const gfs_tensor *t)
+{
+	cJSON *arr = cJSON_CreateArray();
+
+	for (uint32_t d = 0; arr && d < t->ndim; d++) {
+		cJSON *v = gfs_json_u64_item(t->shape[d]);
+
+		if (!v || !cJSON_AddItemToArray(arr, v)) {
+			cJSON_Delete(v);
+			cJSON_Delete(arr);
+			return NULL;
+		}
+	}
+	return arr;
+}
+
+static cJSON *piece_json(const gfs_piece *p)
+{
+	cJSON *o = cJSON_CreateObject();
+	bool ok = o != NULL;
+
+	if (ok && p->kind == GFS_PIECE_ZERO) {
+		ok = gfs_json_add_u64(o, "zero", p->len);
+	} else if (ok) {
+		ok = gfs_json_add_u64(o, "source", p->src) &&
+		     gfs_json_add_u64(o, "offset", p->src_off) &&
+		     gfs_json_add_u64(o, "length", p->len);
+	}
+	if (!ok) {
+		cJSON_Delete(o);
+		return NULL;
+	}
+	return o;
+}
+
+static cJSON *tensor_json(const gfs_layout *l, const gfs_tensor *t)
+{
+	cJSON *o = cJSON_CreateObject();
+	cJSON *shape = NULL;
+	cJSON *pieces = NULL;
+
+	if (!o || !cJSON_AddStringToObject(o, "name", t->name))
+		goto fail;
+	if (t->alias_of >= 0) {
+		if (!cJSON_AddStringToObject(o, "alias_of", l->tensors[t->alias_of].name))
+			goto fail;
+		return o;
+	}
+	if (!cJSON_AddStringToObject(o, "dtype", gfs_dtype_name(t->dtype)))
+		goto fail;
+	shape = shape_json(t);
+	if (!shape || !cJSON_AddItemToObject(o, "shape", shape))
+		goto fail;
+	shape = NULL;
+	pieces = cJSON_CreateArray();
+	if (!pieces || !cJSON_AddItemToObject(o, "pieces", pieces)) {
+		cJSON_Delete(pieces);
+		goto fail;
+	}
+	for (size_t p = 0; p < t->npieces; p++) {
+		cJSON *pj = piece_json(&t->pieces[p]);
+
+		if (!pj || !cJSON_AddItemToArray(pieces, pj)) {
+			cJSON_Delete(pj);
+			goto fail;
+		}
+	}
+	return o;
+fail:
+	cJSON_Delete(shape);
+	cJSON_Delete(o);
+	return NULL;
+}
+
+gfs_err gfs_layout_to_json(const gfs_layout *l, char **text)
+{
+	cJSON *root = cJSON_CreateObject();
+	cJSON *sources, *tensors;
+	char *out;
+
+	if (!root)
+		goto nomem;
+	if (!gfs_json_add_u64(root, LAYOUT_MAGIC, GFS_LAYOUT_VERSION) ||
+	    !cJSON_AddStringToObject(root, "format", l->format) ||
+	    (l->info && !cJSON_AddStringToObject(root, "info", l->info)) ||
+	    !cJSON_AddStringToObject(root, "base_dir", l->base_dir) ||
+	    (l->root_dir && !cJSON_AddStringToObject(root, "root_dir", l->root_dir)))
+		goto nomem;
+	sources = cJSON_AddArrayToObject(root, "sources");
+	tensors = cJSON_AddArrayToObject(root, "tensors");
+	if (!sources || !tensors)
+		goto nomem;
+	for (size_t i = 0; i < l->nsources; i++) {
+		cJSON *s = cJSON_CreateObject();
+
+		if (!s || !cJSON_AddItemToArray(sources, s)) {
+			cJSON_Delete(s);
+			goto nomem;
+		}
+		if (!cJSON_AddStringToObject(s, "path", l->sources[i].path) ||
+		    !gfs_json_add_u64(s, "size", l->sources[i].size))
+			goto nomem;
+	}
+	for (size_t i = 0; i < l->ntensors; i++) {
+		cJSON *t = tensor_json(l, &l->tensors[i]);
+
+		if (!t || !cJSON_AddItemToArray(tensors, t)) {
+			cJSON_Delete(t);
+			goto nomem;
+		}
+	}
+	out = cJSON_Print(root);
+	if (!out)
+		goto nomem;
+	cJSON_Delete(root);
+	*text = out;
+	return GFS_OK;
+nomem:
+	cJSON_Delete(root);
+	return gfs_fail(GFS_ERR_NOMEM, "out of memory while writing the layout JSON");
+}
+
+static gfs_err parse_shape(const cJSON *shape, const char *label, const char *name,
+			   uint32_t *ndim, uint64_t *dims)
+{
+	const cJSON *d;
+	uint32_t n = 0;
+
+	if (!cJSON_IsArray(shape))
+		return gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s: shape must be an array",
+				label, name);
+	cJSON_ArrayForEach(d, shape) {
+		gfs_err err;
+
+		if (n >= GFS_MAX_DIMS)
+			return gfs_fail(GFS_ERR_LIMIT, "%s: tensor %s: more than %d dimensions",
+					label, name, GFS_MAX_DIMS);
+		err = gfs_json_u64(d, label, "a shape dimension", &dims[n]);
+		if (err)
+			return gfs_fail_prefix(err, "tensor %s", name);
+		n++;
+	}
+	*ndim = n;
+	return GFS_OK;
+}
+
+static gfs_err parse_pieces(gfs_layout *l, size_t ti, const cJSON *pieces,
+			    const char *label, const char *name)
+{
+	const cJSON *p;
+
+	if (!cJSON_IsArray(pieces))
+		return gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s: pieces must be an array",
+				label, name);
+	cJSON_ArrayForEach(p, pieces) {
+		const cJSON *zero = gfs_json_get(p, "zero");
+		uint64_t src, off, len;
+		gfs_err err;
+
+		if (!cJSON_IsObject(p))
+			return gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s: a piece must be an object",
+					label, name);
+		if (zero) {
+			err = gfs_json_u64(zero, label, "zero", &len);
+			if (!err)
+				err = gfs_layout_add_zero(l, ti, len);
+		} else {
+			err = gfs_json_u64(gfs_json_get(p, "source"), label, "piece source", &src);
+			if (!err)
+				err = gfs_json_u64(gfs_json_get(p, "offset"), label, "piece offset", &off);
+			if (!err)
+				err = gfs_json_u64(gfs_json_get(p, "length"), label, "piece length", &len);
+			if (!err && src >= l->nsources)
+				err = gfs_fail(GFS_ERR_FORMAT, "%s: piece source %llu out of range (%zu sources)",
+					       label, (unsigned long long)src, l->nsources);
+			if (!err)
+				err = gfs_layout_add_piece(l, ti, (uint32_t)src, off, len);
+		}
+		if (err)
+			return gfs_fail_prefix(err, "%s: tensor %s", label, name);
+	}
+	return GFS_OK;
+}
+
+static gfs_err parse_tensor(gfs_layout *l, const cJSON *t, const char *label)
+{
+	const char *name, *alias, *dtname;
+	uint64_t dims[GFS_MAX_DIMS];
+	uint32_t ndim = 0;
+	gfs_dtype dt;
+	size_t ti;
+	gfs_err err;
+
+	if (!cJSON_IsObject(t))
+		return gfs_fail(GFS_ERR_FORMAT, "%s: each tensor must be an object", label);
+	err = gfs_json_str(gfs_json_get(t, "name"), label, "tensor name", &name);
+	if (err)
+		return err;
+	if (gfs_json_get(t, "alias_of")) {
+		err = gfs_json_str(gfs_json_get(t, "alias_of"), label, "alias_of", &alias);
+		return err ? err : gfs_layout_add_alias(l, name, alias);
+	}
+	err = gfs_json_str(gfs_json_get(t, "dtype"), label, "dtype", &dtname);
+	if (err)
+		return gfs_fail_prefix(err, "tensor %s", name);
+	dt = gfs_dtype_parse(dtname);
+	if (dt == GFS_DT_INVALID)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s: unknown dtype '%s'",
+				label, name, dtname);
+	err = parse_shape(gfs_json_get(t, "shape"), label, name, &ndim, dims);
+	if (!err)
+		err = gfs_layout_add_tensor(l, name, dt, ndim, dims, &ti);
+	if (!err)
+		err = parse_pieces(l, ti, gfs_json_get(t, "pieces"), label, name);
+	return err;
+}
+
+static gfs_err parse_root(const cJSON *root, const char *label, const char *json_dir,
+			  gfs_layout **out)
+{
+	const cJSON *v, *s, *t;
+	const char *format = "json", *base_dir = json_dir, *str;
+	uint64_t version;
+	gfs_layout *l = NULL;
+	gfs_err err;
+
+	if (!cJSON_IsObject(root))
+		return gfs_fail(GFS_ERR_FORMAT, "%s: not a gatherfs layout (not a JSON object)", label);
+	v = gfs_json_get(root, LAYOUT_MAGIC);
+	if (!v)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: not a gatherfs layout (no \"%s\" member)",
+				label, LAYOUT_MAGIC);
+	err = gfs_json_u64(v, label, LAYOUT_MAGIC, &version);
+	if (err)
+		return err;
+	if (version != GFS_LAYOUT_VERSION)
+		return gfs_fail(GFS_ERR_UNSUPPORTED, "%s: layout version %llu (this gatherfs reads %d)",
+				label, (unsigned long long)version, GFS_LAYOUT_VERSION);
+	if (gfs_json_get(root, "format") &&
+	    (err = gfs_json_str(gfs_json_get(root, "format"), label, "format", &format)))
+		return err;
+	if (gfs_json_get(root, "base_dir") &&
+	    (err = gfs_json_str(gfs_json_get(root, "base_dir"), label, "base_dir", &base_dir)))
+		return err;
+	err = gfs_layout_new(format, base_dir, &l);
+	if (err)
+		return err;
+	if (gfs_json_get(root, "info")) {
+		err = gfs_json_str(gfs_json_get(root, "info"), label, "info", &str);
+		if (!err)
+			err = gfs_layout_set_info(l, str);
+	}
+	if (!err && gfs_json_get(root, "root_dir")) {
+		err = gfs_json_str(gfs_json_get(root, "root_dir"), label, "root_dir", &str);
+		if (!err)
+			err = gfs_layout_set_root(l, str);
+	}
+	v = gfs_json_get(root, "sources");
+	if (!err && !cJSON_IsArray(v))
+		err = gfs_fail(GFS_ERR_FORMAT, "%s: \"sources\" must be an array", label);
+	if (!err) {
+		cJSON_ArrayForEach(s, v) {
+			const char *path;
+			uint64_t size;
+			uint32_t idx;
+
+			err = gfs_json_str(gfs_json_get(s, "path"), label, "source path", &path);
+			if (!err)
+				err = gfs_json_u64(gfs_json_get(s, "size"), label, "source size", &size);
+			if (!err)
+				err = gfs_layout_add_source(l, path, size, &idx);
+			if (err)
+				break;
+		}
+	}
+	v = gfs_json_get(root, "tensors");
+	if (!err && !cJSON_IsArray(v))
+		err = gfs_fail(GFS_ERR_FORMAT, "%s: \"tensors\" must be an array", label);
+	if (!err) {
+		cJSON_ArrayForEach(t, v) {
+			err = parse_tensor(l, t, label);
+			if (err)
+				break;
+		}
+	}
+	if (!err)
+		err = gfs_layout_finish(l, label);
+	if (err) {
+		gfs_layout_free(l);
+		return err;
+	}
+	*out = l;
+	return GFS_OK;
+}
+
+gfs_err gfs_layout_from_json(const char *text, size_t len, const char *label,
+			     const char *json_dir, gfs_layout **out)
+{
+	cJSON *root;
+	gfs_err err = gfs_json_parse(text, len, label, &root);
+
+	if (err)
+		return err;
+	err = parse_root(root, label, json_dir, out);
+	cJSON_Delete(root);
+	return err;
+}
+
+gfs_err gfs_layout_load_file(const char *path, gfs_layout **out)
+{
+	struct stat st;
+	char *text = NULL, *dir = NULL;
+	gfs_err err;
+	const int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return gfs_fail(errno == ENOENT ? GFS_ERR_NOTFOUND : GFS_ERR_IO,
+				"%s: cannot open: %s", path, strerror(errno));
+	if (fstat(fd, &st) != 0) {
+		err = gfs_fail(GFS_ERR_IO, "%s: stat failed: %s", path, strerror(errno));
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > LAYOUT_JSON_MAX) {
+		err = gfs_fail(GFS_ERR_FORMAT, "%s: not a regular file of at most 2 GiB", path);
+		goto out;
+	}
+	text = malloc((size_t)st.st_size + 1);
+	dir = gfs_strdup(path);
+	if (!text || !dir) {
+		err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		goto out;
+	}
+	err = gfs_pread_full(fd, text, (size_t)st.st_size, 0, path);
+	if (!err)
+		err = gfs_layout_from_json(text, (size_t)st.st_size, path, dirname(dir), out);
+out:
+	free(text);
+	free(dir);
+	close(fd);
+	return err;
+}

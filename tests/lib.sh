@@ -1,0 +1,26 @@
+# Shared helpers for the shell tests.  Sourced; expects top_srcdir and
+# top_builddir from the test environment (make check sets them).
+: "${top_srcdir:=$(cd "$(dirname "$0")/.." && pwd)}"
+: "${top_builddir:=$top_srcdir}"
+: "${PYTHON3:=/usr/bin/python3}"
+INSPECT="$top_builddir/gatherfs-inspect"
+CKPTS="$top_srcdir/tests/data/ckpt"
+export top_srcdir top_builddir PYTHON3 INSPECT CKPTS
+
+# skip MESSAGE: exit with the automake "skipped" status.
+skip() {
+	echo "SKIP: $*"
+	exit 77
+}
+
+# fail MESSAGE: report and exit with failure.
+fail() {
+	echo "FAIL: $*" >&2
+	exit 1
+}
+
+# mktempdir: a scratch directory removed at exit.
+mktempdir() {
+	TESTTMP=$(mktemp -d "${TMPDIR:-/tmp}/gatherfs-test.XXXXXX")
+	trap 'rm -rf "$TESTTMP"' EXIT
+}

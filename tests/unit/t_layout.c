@@ -1,0 +1,219 @@
+/*
+ * Unit tests for the layout index, its JSON form and the tensor byte server:
+ * piece merging, validation errors, alias resolution, JSON round trip, reads
+ * at every offset with and without dtype conversion.
+ */
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gatherfs/json.h"
+#include "gatherfs/layout.h"
+#include "gatherfs/server.h"
+#include "tap.h"
+
+static char tmpdir[] = "/tmp/gfs-t-layout-XXXXXX";
+static char srcpath[512];
+
+/* A source file of 256 bytes: byte i holds i. */
+static void make_source(void)
+{
+	uint8_t buf[256];
+	FILE *f;
+
+	for (int i = 0; i < 256; i++)
+		buf[i] = (uint8_t)i;
+	if (!mkdtemp(tmpdir))
+		abort();
+	snprintf(srcpath, sizeof(srcpath), "%s/src.bin", tmpdir);
+	f = fopen(srcpath, "wb");
+	if (!f || fwrite(buf, 1, sizeof(buf), f) != sizeof(buf) || fclose(f) != 0)
+		abort();
+}
+
+/* build(): a layout with a float32 [2,3] from two pieces and a zero piece,
+ * an int64 [2], a forward alias, and a bf16 [4]. */
+static gfs_err build(gfs_layout **out)
+{
+	const uint64_t s23[2] = { 2, 3 }, s2[1] = { 2 }, s4[1] = { 4 };
+	gfs_layout *l;
+	uint32_t src;
+	size_t a, b, c;
+	gfs_err err = gfs_layout_new("test", tmpdir, &l);
+
+	if (err)
+		return err;
+	if ((err = gfs_layout_add_source(l, "src.bin", 256, &src)) ||
+	    (err = gfs_layout_add_alias(l, "tied", "w")) ||
+	    (err = gfs_layout_add_tensor(l, "w", GFS_DT_F32, 2, s23, &a)) ||
+	    (err = gfs_layout_add_piece(l, a, src, 0, 8)) ||
+	    (err = gfs_layout_add_piece(l, a, src, 8, 4)) ||
+	    (err = gfs_layout_add_zero(l, a, 4)) ||
+	    (err = gfs_layout_add_piece(l, a, src, 100, 8)) ||
+	    (err = gfs_layout_add_tensor(l, "i", GFS_DT_I64, 1, s2, &b)) ||
+	    (err = gfs_layout_add_piece(l, b, src, 200, 16)) ||
+	    (err = gfs_layout_add_tensor(l, "h", GFS_DT_BF16, 1, s4, &c)) ||
+	    (err = gfs_layout_add_piece(l, c, src, 64, 8)) ||
+	    (err = gfs_layout_finish(l, "test"))) {
+		gfs_layout_free(l);
+		return err;
+	}
+	*out = l;
+	return GFS_OK;
+}
+
+static void test_build_and_read(void)
+{
+	gfs_layout *l = NULL;
+	gfs_srcset *s = NULL;
+	uint8_t buf[64];
+	bool every = true;
+
+	if (!tap_ok(build(&l) == GFS_OK, "build a layout: %s", gfs_errmsg()))
+		return;
+	tap_ok(l->ntensors == 4 && l->tensors[0].alias_of == 1, "forward alias resolved");
+	tap_ok(l->tensors[1].npieces == 3, "adjacent pieces merged (3 pieces, not 4)");
+	tap_ok(gfs_layout_find(l, "h") == 3 && gfs_layout_find(l, "x") == -1, "lookup by name");
+	tap_ok(gfs_srcset_open(l, &s) == GFS_OK, "open the sources");
+	/* every sub-range of w equals the expected bytes */
+	{
+		uint8_t want[24];
+
+		for (int i = 0; i < 12; i++)
+			want[i] = (uint8_t)i;
+		memset(want + 12, 0, 4);
+		for (int i = 0; i < 8; i++)
+			want[16 + i] = (uint8_t)(100 + i);
+		for (uint64_t off = 0; off < 24; off++)
+			for (uint64_t n = 0; off + n <= 24; n++) {
+				memset(buf, 0xee, sizeof(buf));
+				if (gfs_tensor_read(l, s, 0, GFS_DT_INVALID, off, buf, n) ||
+				    memcmp(buf, want + off, n) != 0)
+					every = false;
+			}
+	}
+	tap_ok(every, "alias reads its target; every (offset, length) of a 3-piece tensor");
+	/* int64 never converts; bf16 -> f32 and f32 -> bf16 at odd offsets */
+	tap_ok(gfs_tensor_out_nbytes(l, 2, GFS_DT_BF16) == 16, "int64 keeps its size under dtype=bf16");
+	tap_ok(gfs_tensor_out_nbytes(l, 1, GFS_DT_BF16) == 12, "float32 [2,3] is 12 bytes as bf16");
+	{
+		uint8_t all[12], part[12];
+		bool ok = gfs_tensor_read(l, s, 1, GFS_DT_BF16, 0, all, 12) == GFS_OK;
+
+		for (uint64_t off = 0; ok && off < 12; off++)
+			for (uint64_t n = 1; ok && off + n <= 12; n++)
+				ok = gfs_tensor_read(l, s, 1, GFS_DT_BF16, off, part, n) == GFS_OK &&
+				     memcmp(part, all + off, n) == 0;
+		tap_ok(ok, "converted reads agree at every (offset, length)");
+	}
+	{
+		uint8_t f[16];
+		float v;
+		const uint8_t h0[2] = { 64, 65 };
+
+		gfs_dtype_convert(GFS_DT_BF16, GFS_DT_F32, h0, &v, 1);
+		tap_ok(gfs_tensor_read(l, s, 3, GFS_DT_F32, 0, f, 16) == GFS_OK &&
+		       memcmp(f, &v, 4) == 0, "bf16 tensor widened to float32");
+	}
+	gfs_srcset_close(s);
+	gfs_layout_free(l);
+}
+
+static void test_json_roundtrip(void)
+{
+	gfs_layout *l = NULL, *l2 = NULL;
+	char *a = NULL, *b = NULL;
+
+	if (build(&l))
+		return;
+	tap_ok(gfs_layout_to_json(l, &a) == GFS_OK, "layout to JSON");
+	tap_ok(gfs_layout_from_json(a, strlen(a), "mem", "/nonexistent", &l2) == GFS_OK,
+	       "JSON back to a layout: %s", gfs_errmsg());
+	if (l2)
+		tap_ok(gfs_layout_to_json(l2, &b) == GFS_OK && strcmp(a, b) == 0,
+		       "round trip is exact");
+	free(a);
+	free(b);
+	gfs_layout_free(l);
+	gfs_layout_free(l2);
+}
+
+static void expect_finish_error(const char *what, int variant, const char *word)
+{
+	const uint64_t s2[1] = { 2 };
+	gfs_layout *l;
+	uint32_t src;
+	size_t t;
+	gfs_err err = gfs_layout_new("test", tmpdir, &l);
+
+	if (!err)
+		err = gfs_layout_add_source(l, "src.bin", 256, &src);
+	if (!err)
+		err = gfs_layout_add_tensor(l, "t", GFS_DT_F32, 1, s2, &t);
+	switch (variant) {
+	case 0: /* gap: pieces cover 4 of 8 bytes */
+		if (!err)
+			err = gfs_layout_add_piece(l, t, src, 0, 4);
+		break;
+	case 1: /* too many bytes */
+		if (!err)
+			err = gfs_layout_add_piece(l, t, src, 0, 12);
+		break;
+	case 2: /* past the end of the source */
+		if (!err)
+			err = gfs_layout_add_piece(l, t, src, 252, 8);
+		break;
+	case 3: /* duplicate name */
+		if (!err)
+			err = gfs_layout_add_piece(l, t, src, 0, 8);
+		if (!err)
+			err = gfs_layout_add_tensor(l, "t", GFS_DT_F32, 1, s2, &t);
+		if (!err)
+			err = gfs_layout_add_piece(l, t, src, 0, 8);
+		break;
+	case 4: /* alias of an alias */
+		if (!err)
+			err = gfs_layout_add_piece(l, t, src, 0, 8);
+		if (!err)
+			err = gfs_layout_add_alias(l, "a", "t");
+		if (!err)
+			err = gfs_layout_add_alias(l, "b", "a");
+		break;
+	case 5: /* alias of nothing */
+		if (!err)
+			err = gfs_layout_add_piece(l, t, src, 0, 8);
+		if (!err)
+			err = gfs_layout_add_alias(l, "a", "zz");
+		break;
+	}
+	if (!err)
+		err = gfs_layout_finish(l, "test");
+	tap_ok(err != GFS_OK && strstr(gfs_errmsg(), word) != NULL, "%s is refused: %s", what,
+	       gfs_errmsg());
+	gfs_layout_free(l);
+}
+
+int main(void)
+{
+	make_source();
+	test_build_and_read();
+	test_json_roundtrip();
+	expect_finish_error("a gap in the pieces", 0, "cover 4 of its 8");
+	expect_finish_error("pieces beyond the tensor", 1, "exceed");
+	expect_finish_error("a piece past the end of its source", 2, "past its end");
+	expect_finish_error("a duplicate name", 3, "twice");
+	expect_finish_error("an alias of an alias", 4, "itself an alias");
+	expect_finish_error("an alias of nothing", 5, "does not exist");
+	{
+		gfs_layout *l = NULL;
+		const char *j = "{\"gatherfs_layout\": 2, \"sources\": [], \"tensors\": []}";
+
+		tap_ok(gfs_layout_from_json(j, strlen(j), "v2.json", "/", &l) == GFS_ERR_UNSUPPORTED,
+		       "a newer layout version is refused: %s", gfs_errmsg());
+	}
+	unlink(srcpath);
+	rmdir(tmpdir);
+	return tap_done();
+}
