@@ -14,9 +14,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gatherfs/export.h"
 #include "gatherfs/import.h"
 #include "gatherfs/json.h"
 #include "gatherfs/server.h"
+#include "gatherfs/shards.h"
 
 #define IO_CHUNK ((size_t)1 << 20)
 
@@ -25,6 +27,8 @@ typedef struct inspect_opts {
 	const char *layout;
 	gfs_dtype dtype;
 	bool json;
+	gfs_format format;
+	uint64_t shard_size;
 } inspect_opts;
 
 static void usage(FILE *out)
@@ -41,7 +45,9 @@ static void usage(FILE *out)
 	      "                     to standard output\n"
 	      "  layout DIR         print the layout index as JSON\n"
 	      "  verify DIR         read every piece once, check every range, report\n"
-
+	      "  export DIR OUT     write a view to regular files: OUT.bin (torch zip) or\n"
+	      "                     OUT.safetensors; with --shard-size, OUT is a directory\n"
+	      "                     that receives Hugging Face shards and their index\n"
 	      "\n"
 	      "Options:\n"
 	      "  --tag TAG          DeepSpeed tag to use instead of the one in `latest`\n"
@@ -50,7 +56,9 @@ static void usage(FILE *out)
 	      "  --dtype DTYPE      present floating-point tensors as bf16, fp16 or fp32\n"
 	      "                     (round to nearest even; integers never change)\n"
 	      "  --json             (ls) print a JSON array instead of a table\n"
-
+	      "  --format FMT       (export) bin or safetensors, instead of OUT's extension\n"
+	      "                     (default with --shard-size: safetensors)\n"
+	      "  --shard-size SIZE  (export) shards of at most SIZE, e.g. 5G, 500MB, 2GiB\n"
 	      "  -h, --help         show this help\n"
 	      "  -V, --version      show the version\n"
 	      "\n"
@@ -249,6 +257,29 @@ static uint64_t count_nonfinite(gfs_dtype dt, const uint8_t *p, size_t n)
 	return bad;
 }
 
+static int cmd_export(const inspect_opts *o, const gfs_layout *l, const char *out)
+{
+	gfs_export_opts eo = {
+		.format = o->format, .want = o->dtype, .shard_size = o->shard_size,
+		.progress = isatty(STDERR_FILENO),
+	};
+	gfs_srcset *s = NULL;
+	gfs_err err;
+
+	if (eo.format == GFS_FORMAT_NONE)
+		eo.format = o->shard_size ? GFS_FORMAT_SAFETENSORS : gfs_format_from_name(out);
+	if (eo.format == GFS_FORMAT_NONE) {
+		fprintf(stderr, "gatherfs-inspect: %s: name it .bin or .safetensors, or give --format\n",
+			out);
+		return 2;
+	}
+	err = gfs_srcset_open(l, &s);
+	if (!err)
+		err = gfs_export(l, s, out, &eo);
+	gfs_srcset_close(s);
+	return err ? fail() : 0;
+}
+
 static int cmd_verify(const gfs_layout *l)
 {
 	gfs_srcset *s = NULL;
@@ -305,6 +336,8 @@ int main(int argc, char **argv)
 		{ "layout", required_argument, NULL, 'l' },
 		{ "dtype", required_argument, NULL, 'd' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "format", required_argument, NULL, 'f' },
+		{ "shard-size", required_argument, NULL, 's' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -333,6 +366,20 @@ int main(int argc, char **argv)
 		case 'j':
 			o.json = true;
 			break;
+		case 'f':
+			o.format = gfs_format_from_name(optarg);
+			if (o.format == GFS_FORMAT_NONE) {
+				fprintf(stderr, "gatherfs-inspect: --format must be bin or safetensors, not '%s'\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case 's':
+			if (gfs_parse_size(optarg, &o.shard_size) != GFS_OK) {
+				fprintf(stderr, "gatherfs-inspect: --shard-size: %s\n", gfs_errmsg());
+				return 2;
+			}
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -350,9 +397,10 @@ int main(int argc, char **argv)
 	}
 	cmd = argv[optind++];
 	npos = argc - optind;
-	if (strcmp(cmd, "cat") == 0) {
+	if (strcmp(cmd, "cat") == 0 || strcmp(cmd, "export") == 0) {
 		if (npos != (o.layout ? 1 : 2)) {
-			fputs("gatherfs-inspect: usage: cat (DIR | --layout FILE) NAME\n", stderr);
+			fprintf(stderr, "gatherfs-inspect: usage: %s (DIR | --layout FILE) %s\n", cmd,
+				strcmp(cmd, "cat") == 0 ? "NAME" : "OUT");
 			return 2;
 		}
 		dir = o.layout ? NULL : argv[optind];
@@ -376,6 +424,8 @@ int main(int argc, char **argv)
 		rc = cmd_cat(&o, l, name);
 	else if (strcmp(cmd, "layout") == 0)
 		rc = cmd_layout(l);
+	else if (strcmp(cmd, "export") == 0)
+		rc = cmd_export(&o, l, name);
 	else
 		rc = cmd_verify(l);
 	gfs_layout_free(l);

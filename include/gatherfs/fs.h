@@ -1,0 +1,147 @@
+/*
+ * gatherfs — the mounted namespace, independent of FUSE.
+ *
+ *   /                   directory
+ *   /pytorch_model.bin  the state dict as a torch zip (view_torchzip.h)
+ *   /model.safetensors  the state dict as safetensors (view_safetensors.h)
+ *   /layout.json        the layout index as JSON (gfs_layout_to_json())
+ *   /tensors/           one regular file per tensor holding its raw bytes
+ *                       in the output dtype; a tied alias is a symlink to
+ *                       its target's file
+ *   /tensors/INDEX      tab-separated text: a header line, then per tensor
+ *                       name, dtype, shape, bytes, alias target ("-" if none)
+ *   /<name>             each regular file of the checkpoint root directory
+ *                       (layout->root_dir), passed through unchanged
+ *
+ * With a shard size, pytorch_model.bin and model.safetensors are replaced by
+ * Hugging Face shards and their index files (shards.h):
+ * pytorch_model-0000i-of-0000N.bin + pytorch_model.bin.index.json and
+ * model-0000i-of-0000N.safetensors + model.safetensors.index.json.  The
+ * views option chooses which of bin, safetensors, tensors and layout appear.
+ *
+ * Tensor file names are the state-dict keys with '%', '/' and control bytes
+ * written as %XX (upper-case hex); the names ".", ".." and "INDEX" are
+ * written "%2E", "%2E%2E" and "%49NDEX".  Decoding every %XX gives the key
+ * back.  Tensor files carry the extended attributes user.gatherfs.dtype,
+ * user.gatherfs.shape ("[1000, 64]") and user.gatherfs.name (the key).
+ *
+ * Checkpoint files named like a virtual entry are hidden by it.  Inode
+ * numbers are static; the namespace never changes after gfs_fs_new(), and
+ * every function here is thread-safe.
+ */
+#ifndef GATHERFS_FS_H
+#define GATHERFS_FS_H
+
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+
+#include "gatherfs/vfile.h"
+
+#define GFS_FS_ROOT_INO 1
+
+typedef enum gfs_node_type {
+	GFS_NODE_DIR,
+	GFS_NODE_REG,
+	GFS_NODE_LNK,
+} gfs_node_type;
+
+typedef struct gfs_node {
+	uint64_t ino;
+	uint64_t parent;      /* ino of the parent directory (the root's is its own) */
+	const char *name;     /* name in the parent ("" for the root) */
+	gfs_node_type type;
+	const gfs_vfile *vf;  /* REG: the contents */
+	const char *link;     /* LNK: the target, relative to the parent */
+	int64_t entry;        /* a tensors/ file or link: its layout entry; else -1 */
+	mode_t perm;          /* permission bits */
+	struct timespec mtime;
+} gfs_node;
+
+typedef struct gfs_fs gfs_fs;
+
+/* The views a mount shows (gfs_fs_opts.views). */
+enum {
+	GFS_VIEW_BIN = 1,         /* pytorch_model.bin (or its shards) */
+	GFS_VIEW_SAFETENSORS = 2, /* model.safetensors (or its shards) */
+	GFS_VIEW_TENSORS = 4,     /* tensors/ */
+	GFS_VIEW_LAYOUT = 8,      /* layout.json */
+	GFS_VIEW_ALL = 15,
+};
+
+typedef struct gfs_fs_opts {
+	gfs_dtype want;      /* GFS_DT_INVALID: tensors as stored */
+	unsigned views;      /* GFS_VIEW_* bits */
+	uint64_t shard_size; /* 0: single files; else HF shards of at most this many bytes */
+} gfs_fs_opts;
+
+/*
+ * gfs_views_parse(): a list of view names (bin, safetensors, tensors,
+ * layout, all) separated by ':' or '+' into GFS_VIEW_* bits.
+ */
+gfs_err gfs_views_parse(const char *s, unsigned *views);
+
+/*
+ * gfs_fs_new(): build the namespace of a finished layout whose sources are
+ * open in src, with options o.  Composes every view and opens every
+ * passed-through file now, so that all errors surface here; reads no tensor
+ * data.  l and src must outlive the gfs_fs.  @return GFS_OK and *out, freed
+ * with gfs_fs_free(), or an error naming the file.
+ */
+gfs_err gfs_fs_new(const gfs_layout *l, const gfs_srcset *src, const gfs_fs_opts *o,
+		   gfs_fs **out);
+
+/* gfs_fs_free(): close passed-through files and free everything; NULL allowed. */
+void gfs_fs_free(gfs_fs *fs);
+
+/* gfs_fs_node(): the node with inode number ino, or NULL. */
+const gfs_node *gfs_fs_node(const gfs_fs *fs, uint64_t ino);
+
+/* gfs_fs_lookup(): the entry `name` of directory dir, or NULL.  O(log n). */
+const gfs_node *gfs_fs_lookup(const gfs_fs *fs, const gfs_node *dir,
+			      const char *name);
+
+/*
+ * gfs_fs_dir_count()/gfs_fs_dir_entry(): the entries of directory dir
+ * (without "." and ".."), in a fixed order: the root's virtual files first,
+ * tensors/INDEX first then the tensors in model order.
+ */
+size_t gfs_fs_dir_count(const gfs_fs *fs, const gfs_node *dir);
+const gfs_node *gfs_fs_dir_entry(const gfs_fs *fs, const gfs_node *dir, size_t i);
+
+/* gfs_fs_stat(): the attributes of node n. */
+void gfs_fs_stat(const gfs_fs *fs, const gfs_node *n, struct stat *st);
+
+/* gfs_fs_statfs(): file system totals (read-only, nothing free). */
+void gfs_fs_statfs(const gfs_fs *fs, struct statvfs *sv);
+
+/*
+ * gfs_fs_read(): read bytes [off, off + len) of regular file n into buf,
+ * clipped to its size; *got receives the count.  See gfs_vfile_read().
+ */
+gfs_err gfs_fs_read(const gfs_fs *fs, const gfs_node *n, uint64_t off,
+		    void *buf, size_t len, size_t *got);
+
+/*
+ * gfs_fs_getxattr(): the value of extended attribute `name` of n, without a
+ * terminating NUL.  *len receives its length.  size 0: only the length is
+ * returned.  @return GFS_ERR_NOTFOUND if n has no such attribute,
+ * GFS_ERR_LIMIT if it is longer than size.
+ */
+gfs_err gfs_fs_getxattr(const gfs_fs *fs, const gfs_node *n, const char *name,
+			char *buf, size_t size, size_t *len);
+
+/*
+ * gfs_fs_listxattr(): the NUL-terminated names of n's extended attributes,
+ * concatenated; size and *len as for gfs_fs_getxattr().
+ */
+gfs_err gfs_fs_listxattr(const gfs_fs *fs, const gfs_node *n, char *buf,
+			 size_t size, size_t *len);
+
+/*
+ * gfs_fs_escape_name(): the tensors/ file name of state-dict key `name`
+ * (see above).  The caller frees *out.
+ */
+gfs_err gfs_fs_escape_name(const char *name, char **out);
+
+#endif

@@ -1,0 +1,295 @@
+/*
+ * gatherfs — mount a sharded checkpoint as whole files (FUSE front end).
+ *
+ *   gatherfs [-o options] CHECKPOINT MOUNTPOINT
+ *
+ * Everything that can fail because of the checkpoint (import, opening the
+ * sources, composing the views) happens before the mount and before
+ * daemonizing, so errors reach the terminal and leave no mount behind.
+ * Also runs as the fstab type fuse.gatherfs through mount.fuse3.
+ */
+#include "config.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include "fuse_ll.h"
+#include "gatherfs/import.h"
+#include "gatherfs/shards.h"
+
+/* Options of our own, and fstab words to drop. */
+typedef struct gfs_cli {
+	char *source;
+	char *dtype;
+	char *tag;
+	char *views;
+	char *shard_size;
+	unsigned max_read;
+	bool max_threads_given;
+} gfs_cli;
+
+enum { KEY_MAX_THREADS, KEY_MAX_READ };
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define DEFAULT_MOUNT_OPTS \
+	"ro,default_permissions,subtype=gatherfs,max_read=" STR(GFS_LL_MAX_READ)
+
+static const struct fuse_opt cli_opts[] = {
+	{ "dtype=%s", offsetof(gfs_cli, dtype), 0 },
+	{ "tag=%s", offsetof(gfs_cli, tag), 0 },
+	{ "views=%s", offsetof(gfs_cli, views), 0 },
+	{ "shard_size=%s", offsetof(gfs_cli, shard_size), 0 },
+	FUSE_OPT_KEY("max_threads=", KEY_MAX_THREADS),
+	FUSE_OPT_KEY("max_read=", KEY_MAX_READ),
+	/* Words mount(8) and fstab pass along: the mount is always read-only. */
+	FUSE_OPT_KEY("rw", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("ro", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("defaults", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("auto", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("noauto", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("user", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("nouser", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("users", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("_netdev", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_KEY("nofail", FUSE_OPT_KEY_DISCARD),
+	FUSE_OPT_END
+};
+
+static int cli_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
+{
+	gfs_cli *cli = data;
+
+	(void)outargs;
+	switch (key) {
+	case FUSE_OPT_KEY_NONOPT:
+		if (cli->source)
+			return 1; /* the mountpoint: for fuse_parse_cmdline() */
+		cli->source = strdup(arg);
+		return cli->source ? 0 : -1;
+	case FUSE_OPT_KEY_OPT:
+		return strncmp(arg, "x-", 2) == 0 ? 0 : 1; /* x-*: fstab comments */
+	case KEY_MAX_THREADS:
+		cli->max_threads_given = true;
+		return 1;
+	case KEY_MAX_READ:
+		/* init() must repeat the mount's value; libfuse checks they agree */
+		cli->max_read = (unsigned)strtoul(arg + strlen("max_read="), NULL, 10);
+		return 1;
+	default:
+		return 1;
+	}
+}
+
+static void usage(const char *prog)
+{
+	printf("usage: %s [options] CHECKPOINT MOUNTPOINT\n\n"
+	       "Mounts a DeepSpeed ZeRO checkpoint directory (or a gatherfs layout JSON\n"
+	       "file) read-only: pytorch_model.bin, model.safetensors, tensors/,\n"
+	       "layout.json and the checkpoint's own files.  See gatherfs(1).\n\n"
+	       "gatherfs options:\n"
+	       "    -o dtype=bf16|fp16|fp32  present floating-point tensors in this dtype\n"
+	       "                             (default: as stored)\n"
+	       "    -o tag=TAG               DeepSpeed tag to mount (default: from `latest`)\n"
+	       "    -o views=V1+V2...        views to show, from bin, safetensors, tensors,\n"
+	       "                             layout (default: all)\n"
+	       "    -o shard_size=SIZE       show Hugging Face shards of at most SIZE (e.g. 5G,\n"
+	       "                             500MB, 2GiB) with their index files instead of\n"
+	       "                             single pytorch_model.bin / model.safetensors\n"
+	       "    -o max_threads=N         worker threads (default: 2 per CPU, 10 to 64)\n\n",
+	       prog);
+}
+
+/* want_dtype(): parse -o dtype=; GFS_DT_INVALID (with *ok) if not given. */
+static gfs_dtype want_dtype(const char *s, bool *ok)
+{
+	const gfs_dtype dt = s ? gfs_dtype_parse(s) : GFS_DT_INVALID;
+
+	*ok = !s || dt == GFS_DT_BF16 || dt == GFS_DT_F16 || dt == GFS_DT_F32;
+	return dt;
+}
+
+/* default_threads(): two workers per CPU, within [10, 64]. */
+static unsigned default_threads(void)
+{
+	const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	const long n = ncpu > 0 ? 2 * ncpu : 10;
+
+	return n < 10 ? 10 : n > 64 ? 64 : (unsigned)n;
+}
+
+/*
+ * add_mount_opts(): our defaults, placed first so that the user's -o fsname=
+ * etc. override them (ro cannot be overridden: rw is dropped).  The fsname
+ * is the checkpoint's absolute path (if it does not resolve, the import
+ * reports why).
+ */
+static int add_mount_opts(struct fuse_args *args, const char *source)
+{
+	char *real = realpath(source, NULL);
+	const char *name = real ? real : source;
+	char *opts = NULL;
+	char *fsname = malloc(strlen(name) + sizeof("fsname="));
+	int res = -1;
+
+	if (fsname) {
+		sprintf(fsname, "fsname=%s", name);
+		if (fuse_opt_add_opt(&opts, DEFAULT_MOUNT_OPTS) == 0 &&
+		    fuse_opt_add_opt_escaped(&opts, fsname) == 0 &&
+		    fuse_opt_insert_arg(args, 1, "-o") == 0 &&
+		    fuse_opt_insert_arg(args, 2, opts) == 0)
+			res = 0;
+	}
+	free(fsname);
+	free(opts);
+	free(real);
+	return res;
+}
+
+/* keep_stdio(): make fds 0-2 exist, so fuse_daemonize() clobbers no source fd. */
+static void keep_stdio(void)
+{
+	int fd;
+
+	do {
+		fd = open("/dev/null", O_RDWR);
+	} while (fd >= 0 && fd <= 2);
+	if (fd > 2)
+		close(fd);
+}
+
+__attribute__((format(printf, 2, 0)))
+static void log_syslog(enum fuse_log_level level, const char *fmt, va_list ap)
+{
+	vsyslog((int)level, fmt, ap);
+}
+
+int main(int argc, char *argv[])
+{
+	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	struct fuse_cmdline_opts opts = { 0 };
+	gfs_cli cli = { .max_read = GFS_LL_MAX_READ };
+	gfs_mount m = { 0 };
+	gfs_import_opts iopts = { 0 };
+	gfs_layout *layout = NULL;
+	gfs_srcset *src = NULL;
+	gfs_fs *fs = NULL;
+	struct fuse_session *se;
+	struct fuse_loop_config *cfg;
+	gfs_fs_opts fso = { .views = GFS_VIEW_ALL };
+	bool dtype_ok;
+	int ret = 1;
+
+	keep_stdio();
+	if (fuse_opt_parse(&args, &cli, cli_opts, cli_proc) != 0)
+		goto out_args;
+	if (cli.source && add_mount_opts(&args, cli.source) != 0) {
+		fprintf(stderr, "gatherfs: out of memory\n");
+		goto out_args;
+	}
+	if (fuse_parse_cmdline(&args, &opts) != 0)
+		goto out_args;
+	if (opts.show_help) {
+		usage(argv[0]);
+		printf("FUSE options:\n");
+		fuse_cmdline_help();
+		fuse_lowlevel_help();
+		ret = 0;
+		goto out_args;
+	}
+	if (opts.show_version) {
+		printf("gatherfs %s\n", PACKAGE_VERSION);
+		printf("FUSE library version %s\n", fuse_pkgversion());
+		fuse_lowlevel_version();
+		ret = 0;
+		goto out_args;
+	}
+	if (!cli.source || !opts.mountpoint) {
+		fprintf(stderr, "usage: %s [options] CHECKPOINT MOUNTPOINT (see --help)\n",
+			argv[0]);
+		goto out_args;
+	}
+	fso.want = want_dtype(cli.dtype, &dtype_ok);
+	if (!dtype_ok) {
+		fprintf(stderr, "gatherfs: -o dtype=%s: expected bf16, fp16 or fp32\n", cli.dtype);
+		goto out_args;
+	}
+	if ((cli.views && gfs_views_parse(cli.views, &fso.views) != GFS_OK) ||
+	    (cli.shard_size && gfs_parse_size(cli.shard_size, &fso.shard_size) != GFS_OK)) {
+		fprintf(stderr, "gatherfs: %s\n", gfs_errmsg());
+		goto out_args;
+	}
+	if (!cli.max_threads_given)
+		opts.max_threads = default_threads();
+
+	iopts.tag = cli.tag;
+	if (gfs_import(cli.source, &iopts, &layout) != GFS_OK ||
+	    gfs_srcset_open(layout, &src) != GFS_OK ||
+	    gfs_fs_new(layout, src, &fso, &fs) != GFS_OK) {
+		fprintf(stderr, "gatherfs: %s\n", gfs_errmsg());
+		goto out_fs;
+	}
+	m.fs = fs;
+	m.max_read = cli.max_read;
+	m.conn_opts = fuse_parse_conn_info_opts(&args);
+	if (!m.conn_opts)
+		goto out_fs;
+
+	se = fuse_session_new(&args, &gfs_ll_ops, sizeof(gfs_ll_ops), &m);
+	if (!se)
+		goto out_fs;
+	if (fuse_set_signal_handlers(se) != 0)
+		goto out_session;
+	if (fuse_session_mount(se, opts.mountpoint) != 0)
+		goto out_signals;
+	if (fuse_daemonize(opts.foreground) != 0)
+		goto out_unmount;
+	if (!opts.foreground) {
+		openlog("gatherfs", LOG_PID, LOG_DAEMON);
+		fuse_set_log_func(log_syslog);
+	}
+	if (opts.singlethread) {
+		ret = fuse_session_loop(se);
+	} else {
+		cfg = fuse_loop_cfg_create();
+		if (!cfg) {
+			fuse_log(FUSE_LOG_ERR, "gatherfs: out of memory\n");
+			goto out_unmount;
+		}
+		fuse_loop_cfg_set_clone_fd(cfg, (unsigned)opts.clone_fd);
+		fuse_loop_cfg_set_max_threads(cfg, opts.max_threads);
+		if (opts.max_idle_threads != UINT_MAX) /* given: discouraged, honoured */
+			fuse_loop_cfg_set_idle_threads(cfg, opts.max_idle_threads);
+		ret = fuse_session_loop_mt(se, cfg);
+		fuse_loop_cfg_destroy(cfg);
+	}
+	/* The loop returns the signal that ended it: that is a clean stop. */
+	ret = ret != 0 && ret != SIGTERM && ret != SIGINT && ret != SIGHUP;
+out_unmount:
+	fuse_session_unmount(se);
+out_signals:
+	fuse_remove_signal_handlers(se);
+out_session:
+	fuse_session_destroy(se);
+out_fs:
+	free(m.conn_opts);
+	gfs_fs_free(fs);
+	gfs_srcset_close(src);
+	gfs_layout_free(layout);
+out_args:
+	free(opts.mountpoint);
+	free(cli.source);
+	free(cli.dtype);
+	free(cli.tag);
+	free(cli.views);
+	free(cli.shard_size);
+	fuse_opt_free_args(&args);
+	return ret;
+}

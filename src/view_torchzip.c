@@ -1,0 +1,921 @@
+/*
+ * gatherfs — the torch zip view: compose pytorch_model.bin from a layout.
+ *
+ * Composition writes the pickle, every zip header and the central directory
+ * into the vfile's memory segments and references tensor bytes with TENSOR
+ * segments; the only data-dependent fields, the CRC-32s of tensor records,
+ * are GEN segments filled on first read (see view_torchzip.h).
+ */
+#include "config.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "gatherfs/view_torchzip.h"
+
+enum {
+	ZIP_ALIGN = 64,        /* data start alignment, as torch writes */
+	ZIP_LFH = 30,          /* local file header, fixed part */
+	ZIP_CDH = 46,          /* central directory header, fixed part */
+	ZIP_FB = 4,            /* "FB" padding extra field header */
+	ZIP_Z64_LOCAL = 20,    /* ZIP64 extra in a local header: id, len, 2 sizes */
+	ZIP_EOCD64 = 56,
+	ZIP_LOC64 = 20,
+	ZIP_EOCD = 22,
+	ZIP_FLAGS = 0x0808,    /* bit 3: data descriptor, bit 11: UTF-8 names */
+	ZIP_DOS_DATE = 0x0021, /* 1980-01-01 */
+	ZIP_MADE_BY = 0x0300 | 45, /* Unix, spec 4.5 */
+	ZIP_NEED_Z64 = 45,
+	ZIP_NEED = 20,
+	ZIP_EXT_ATTR = 0100444,
+	CRC_READ_BUF = 1 << 20,      /* bytes read per gfs_tensor_read() */
+	CRC_CHUNK = 16 << 20,        /* unit of work of the parallel pass */
+	CRC_MAX_THREADS = 8,
+	PICKLE_BATCH = 1000,         /* SETITEMS batch, as pickle writes */
+	PREFIX_MAX = 200,
+	NAME_BUF = PREFIX_MAX + 32,  /* "<prefix>/data/<20 digits>" */
+};
+
+#define ZIP_MAX32 UINT64_C(0xFFFFFFFF)
+#define GEN_BATCH (UINT64_C(1) << 63) /* GEN arg flag: central directory field */
+#define NO_ENTRY SIZE_MAX
+
+enum { CRC_NONE, CRC_BUSY, CRC_DONE }; /* tz_record.state */
+
+typedef struct tz_record {
+	uint64_t hdr_off; /* offset of the local header */
+	uint64_t size;   /* data bytes */
+	size_t entry;    /* layout entry of a storage record, NO_ENTRY for the others */
+	uint32_t crc;    /* valid once state is CRC_DONE */
+	_Atomic int state;
+} tz_record;
+
+struct gfs_tzview {
+	const gfs_vctx *ctx;
+	gfs_vfile *vf;
+	gfs_vgen gen;      /* CRC fields */
+	char *prefix;
+	tz_record *recs;   /* data.pkl, byteorder, data/0..n-1, version */
+	size_t nrecs;
+	pthread_mutex_t lock; /* with cond: waiting for a CRC another thread computes */
+	pthread_cond_t cond;
+};
+
+static const char REC_BYTEORDER[] = "little";
+static const char REC_VERSION[] = "3\n";
+
+/* ------------------------------------------------------------------ bytes */
+
+static uint8_t *put16(uint8_t *p, uint64_t v)
+{
+	assert(v <= 0xFFFF);
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+	return p + 2;
+}
+
+static uint8_t *put32(uint8_t *p, uint64_t v)
+{
+	assert(v <= ZIP_MAX32);
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+	return p + 4;
+}
+
+static uint8_t *put64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+	return p + 8;
+}
+
+static uint64_t min_u64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
+/* ----------------------------------------------------------------- pickle */
+
+/* A growing byte buffer whose writers only record failure (checked once). */
+typedef struct pkbuf {
+	uint8_t *p;
+	size_t len;
+	size_t cap;
+	bool oom;
+	uint32_t memo; /* next memo index */
+} pkbuf;
+
+static void pk_put(pkbuf *b, const void *data, size_t n)
+{
+	if (b->oom)
+		return;
+	if (b->cap - b->len < n) {
+		size_t cap = b->cap ? b->cap : 4096;
+		uint8_t *p;
+
+		while (cap - b->len < n) {
+			if (cap > SIZE_MAX / 2) {
+				b->oom = true;
+				return;
+			}
+			cap *= 2;
+		}
+		p = realloc(b->p, cap);
+		if (!p) {
+			b->oom = true;
+			return;
+		}
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, data, n);
+	b->len += n;
+}
+
+static void pk_op(pkbuf *b, uint8_t op)
+{
+	pk_put(b, &op, 1);
+}
+
+/* pk_int(): a non-negative int64, in the shortest weights_only opcode. */
+static void pk_int(pkbuf *b, uint64_t v)
+{
+	uint8_t tmp[2 + 8];
+
+	assert(v <= INT64_MAX); /* so LONG1 needs at most 8 bytes */
+	if (v <= 0xFF) {
+		tmp[0] = 'K'; /* BININT1 */
+		tmp[1] = (uint8_t)v;
+		pk_put(b, tmp, 2);
+	} else if (v <= 0xFFFF) {
+		tmp[0] = 'M'; /* BININT2 */
+		put16(tmp + 1, v);
+		pk_put(b, tmp, 3);
+	} else if (v <= INT32_MAX) {
+		tmp[0] = 'J'; /* BININT */
+		put32(tmp + 1, v);
+		pk_put(b, tmp, 5);
+	} else {
+		/* LONG1: little-endian two's complement, sign bit clear */
+		uint8_t n = 0;
+
+		tmp[0] = 0x8a;
+		do {
+			tmp[2 + n++] = (uint8_t)v;
+			v >>= 8;
+		} while (v);
+		if (tmp[1 + n] & 0x80)
+			tmp[2 + n++] = 0;
+		tmp[1] = n;
+		pk_put(b, tmp, 2 + (size_t)n);
+	}
+}
+
+/* pk_str(): BINUNICODE (SHORT_BINUNICODE is not accepted by weights_only). */
+static void pk_str(pkbuf *b, const char *s)
+{
+	const size_t n = strlen(s);
+	uint8_t hdr[5] = { 'X' };
+
+	if (n > ZIP_MAX32) {
+		b->oom = true;
+		return;
+	}
+	put32(hdr + 1, n);
+	pk_put(b, hdr, sizeof(hdr));
+	pk_put(b, s, n);
+}
+
+static void pk_global(pkbuf *b, const char *module, const char *name)
+{
+	pk_op(b, 'c'); /* GLOBAL */
+	pk_put(b, module, strlen(module));
+	pk_op(b, '\n');
+	pk_put(b, name, strlen(name));
+	pk_op(b, '\n');
+}
+
+/* pk_memo_put(): BINPUT the top of the stack; @return its memo index. */
+static uint32_t pk_memo_put(pkbuf *b)
+{
+	const uint32_t idx = b->memo++;
+	uint8_t tmp[5];
+
+	if (idx <= 0xFF) {
+		tmp[0] = 'q'; /* BINPUT */
+		tmp[1] = (uint8_t)idx;
+		pk_put(b, tmp, 2);
+	} else {
+		tmp[0] = 'r'; /* LONG_BINPUT */
+		put32(tmp + 1, idx);
+		pk_put(b, tmp, 5);
+	}
+	return idx;
+}
+
+static void pk_memo_get(pkbuf *b, uint32_t idx)
+{
+	uint8_t tmp[5];
+
+	if (idx <= 0xFF) {
+		tmp[0] = 'h'; /* BINGET */
+		tmp[1] = (uint8_t)idx;
+		pk_put(b, tmp, 2);
+	} else {
+		tmp[0] = 'j'; /* LONG_BINGET */
+		put32(tmp + 1, idx);
+		pk_put(b, tmp, 5);
+	}
+}
+
+/* pk_int_tuple(): a tuple of n non-negative integers. */
+static void pk_int_tuple(pkbuf *b, const uint64_t *v, uint32_t n)
+{
+	static const uint8_t small_tuple[4] = { ')', 0x85, 0x86, 0x87 };
+
+	if (n > 3)
+		pk_op(b, '('); /* MARK */
+	for (uint32_t i = 0; i < n; i++)
+		pk_int(b, v[i]);
+	pk_op(b, n > 3 ? 't' : small_tuple[n]);
+}
+
+/* Memo indices of what is already written; UINT32_MAX: not yet. */
+typedef struct pk_memos {
+	uint32_t odict;                   /* collections.OrderedDict */
+	uint32_t rebuild;                 /* torch._utils._rebuild_tensor_v2 */
+	uint32_t storage[GFS_DT_COUNT_];  /* torch.<X>Storage */
+	uint32_t *persid;                 /* per layout entry: its storage's persistent id */
+} pk_memos;
+
+/*
+ * pk_tensor(): the REDUCE of _rebuild_tensor_v2 for entry i.  The storage of
+ * a target seen for the first time gets key *nkeys (recorded in keys[]);
+ * later references BINGET its memoised persistent id tuple.
+ */
+static gfs_err pk_tensor(pkbuf *b, const gfs_vctx *ctx, pk_memos *m, size_t i,
+			 size_t *keys, size_t *nkeys)
+{
+	const gfs_layout *l = ctx->layout;
+	const size_t ti = l->tensors[i].alias_of >= 0 ? (size_t)l->tensors[i].alias_of : i;
+	const gfs_tensor *t = &l->tensors[ti];
+	uint64_t stride[GFS_MAX_DIMS];
+	uint64_t step = 1;
+
+	for (uint32_t d = t->ndim; d-- > 0;) {
+		if (t->shape[d] > INT64_MAX || step > INT64_MAX)
+			return gfs_fail(GFS_ERR_UNSUPPORTED,
+					"tensor %s: shape does not fit torch's int64", t->name);
+		stride[d] = step;
+		if (!gfs_mul_u64(step, t->shape[d] ? t->shape[d] : 1, &step))
+			return gfs_fail(GFS_ERR_UNSUPPORTED,
+					"tensor %s: strides overflow", t->name);
+	}
+	if (m->rebuild != UINT32_MAX) {
+		pk_memo_get(b, m->rebuild);
+	} else {
+		pk_global(b, "torch._utils", "_rebuild_tensor_v2");
+		m->rebuild = pk_memo_put(b);
+	}
+	pk_op(b, '('); /* MARK: arguments of _rebuild_tensor_v2 */
+	if (m->persid[ti] != UINT32_MAX) {
+		pk_memo_get(b, m->persid[ti]);
+	} else {
+		const gfs_dtype out = gfs_dtype_out(t->dtype, ctx->want);
+		char key[24];
+
+		snprintf(key, sizeof(key), "%zu", *nkeys);
+		keys[(*nkeys)++] = ti;
+		pk_op(b, '(');
+		pk_str(b, "storage");
+		if (m->storage[out] != UINT32_MAX) {
+			pk_memo_get(b, m->storage[out]);
+		} else {
+			pk_global(b, "torch", gfs_dtype_storage_class(out));
+			m->storage[out] = pk_memo_put(b);
+		}
+		pk_str(b, key);
+		pk_str(b, "cpu");
+		pk_int(b, t->numel);
+		pk_op(b, 't');
+		m->persid[ti] = pk_memo_put(b);
+	}
+	pk_op(b, 'Q');  /* BINPERSID */
+	pk_int(b, 0);   /* storage_offset */
+	pk_int_tuple(b, t->shape, t->ndim);
+	pk_int_tuple(b, stride, t->ndim);
+	pk_op(b, 0x89); /* NEWFALSE: requires_grad */
+	pk_memo_get(b, m->odict);
+	pk_op(b, ')');
+	pk_op(b, 'R');  /* backward_hooks = OrderedDict() */
+	pk_op(b, 't');
+	pk_op(b, 'R');
+	return GFS_OK;
+}
+
+/*
+ * build_pickle(): data.pkl for entries[0..n) of ctx's layout.  keys[k]
+ * receives the layout entry whose bytes storage k holds (keys has room for
+ * n entries).
+ */
+static gfs_err build_pickle(const gfs_vctx *ctx, const size_t *entries, size_t n,
+			    pkbuf *b, size_t *keys, size_t *nkeys)
+{
+	const gfs_layout *l = ctx->layout;
+	pk_memos m;
+	gfs_err err = GFS_OK;
+
+	m.persid = malloc((l->ntensors ? l->ntensors : 1) * sizeof(*m.persid));
+	if (!m.persid)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	memset(m.persid, 0xff, l->ntensors * sizeof(*m.persid));
+	memset(m.storage, 0xff, sizeof(m.storage));
+	*nkeys = 0;
+	pk_put(b, "\x80\x02", 2); /* PROTO 2 */
+	pk_global(b, "collections", "OrderedDict");
+	m.odict = pk_memo_put(b);
+	m.rebuild = UINT32_MAX;
+	pk_op(b, ')');
+	pk_op(b, 'R'); /* the root: OrderedDict() */
+	for (size_t k = 0; k < n && !err; k++) {
+		const size_t i = entries[k];
+
+		assert(i < l->ntensors);
+		if (k % PICKLE_BATCH == 0)
+			pk_op(b, '(');
+		pk_str(b, l->tensors[i].name);
+		err = pk_tensor(b, ctx, &m, i, keys, nkeys);
+		if (k % PICKLE_BATCH == PICKLE_BATCH - 1 || k + 1 == n)
+			pk_op(b, 'u'); /* SETITEMS */
+	}
+	pk_op(b, '.'); /* STOP */
+	free(m.persid);
+	if (!err && b->oom)
+		err = gfs_fail(GFS_ERR_NOMEM, "out of memory writing data.pkl");
+	return err;
+}
+
+/* -------------------------------------------------------------------- CRC */
+
+/* crc_range(): CRC-32 of bytes [off, off + len) of entry, through buf. */
+static gfs_err crc_range(const gfs_vctx *ctx, size_t entry, uint64_t off,
+			 uint64_t len, uint8_t *buf, uint32_t *out)
+{
+	uLong crc = crc32(0, Z_NULL, 0);
+
+	while (len > 0) {
+		const size_t n = (size_t)min_u64(len, CRC_READ_BUF);
+		const gfs_err err = gfs_tensor_read(ctx->layout, ctx->src, entry,
+						    ctx->want, off, buf, n);
+
+		if (err)
+			return err;
+		crc = crc32(crc, buf, (uInt)n);
+		off += n;
+		len -= n;
+	}
+	*out = (uint32_t)crc;
+	return GFS_OK;
+}
+
+/* publish(): end a computation of record r: success stores crc. */
+static void publish(gfs_tzview *z, size_t r, gfs_err err, uint32_t crc)
+{
+	tz_record *rec = &z->recs[r];
+
+	assert(atomic_load(&rec->state) == CRC_BUSY);
+	if (!err)
+		rec->crc = crc;
+	atomic_store(&rec->state, err ? CRC_NONE : CRC_DONE);
+	pthread_mutex_lock(&z->lock);
+	pthread_cond_broadcast(&z->cond);
+	pthread_mutex_unlock(&z->lock);
+}
+
+/* crc_one(): make record r's CRC known, computing it in this thread. */
+static gfs_err crc_one(gfs_tzview *z, size_t r)
+{
+	tz_record *rec = &z->recs[r];
+
+	for (;;) {
+		int state = CRC_NONE;
+		uint8_t *buf;
+		uint32_t crc = 0;
+		gfs_err err;
+
+		if (atomic_compare_exchange_strong(&rec->state, &state, CRC_BUSY)) {
+			assert(rec->entry != NO_ENTRY);
+			buf = malloc(CRC_READ_BUF);
+			err = buf ? crc_range(z->ctx, rec->entry, 0, rec->size, buf, &crc)
+				  : gfs_fail(GFS_ERR_NOMEM, "out of memory");
+			free(buf);
+			publish(z, r, err, crc);
+			return err;
+		}
+		if (state == CRC_DONE)
+			return GFS_OK;
+		pthread_mutex_lock(&z->lock);
+		while (atomic_load(&rec->state) == CRC_BUSY)
+			pthread_cond_wait(&z->cond, &z->lock);
+		pthread_mutex_unlock(&z->lock);
+	}
+}
+
+/* One unit of the parallel pass: a chunk of a record. */
+typedef struct crc_item {
+	size_t rec;
+	uint64_t off;
+	uint64_t len;
+	uint32_t crc;
+} crc_item;
+
+typedef struct crc_job {
+	const gfs_tzview *z;
+	crc_item *items;
+	size_t nitems;
+	atomic_size_t next;
+	_Atomic int err;   /* first error, GFS_OK if none */
+	char msg[512];     /* its message, written by the thread that set err */
+} crc_job;
+
+static void job_fail(crc_job *job, gfs_err err)
+{
+	int none = GFS_OK;
+
+	if (atomic_compare_exchange_strong(&job->err, &none, (int)err))
+		snprintf(job->msg, sizeof(job->msg), "%s", gfs_errmsg());
+}
+
+static void *crc_worker(void *arg)
+{
+	crc_job *job = arg;
+	uint8_t *buf = malloc(CRC_READ_BUF);
+
+	if (!buf) {
+		job_fail(job, gfs_fail(GFS_ERR_NOMEM, "out of memory"));
+		return NULL;
+	}
+	while (atomic_load(&job->err) == GFS_OK) {
+		const size_t i = atomic_fetch_add(&job->next, 1);
+		crc_item *it;
+		gfs_err err;
+
+		if (i >= job->nitems)
+			break;
+		it = &job->items[i];
+		err = crc_range(job->z->ctx, job->z->recs[it->rec].entry, it->off,
+				it->len, buf, &it->crc);
+		if (err)
+			job_fail(job, err);
+	}
+	free(buf);
+	return NULL;
+}
+
+/* run_job(): run job on nthreads threads, this one included. */
+static void run_job(crc_job *job, unsigned nthreads)
+{
+	pthread_t tids[CRC_MAX_THREADS];
+	unsigned started = 0;
+
+	if (nthreads > job->nitems)
+		nthreads = (unsigned)job->nitems;
+	while (started + 1 < nthreads &&
+	       pthread_create(&tids[started], NULL, crc_worker, job) == 0)
+		started++;
+	crc_worker(job);
+	while (started > 0)
+		pthread_join(tids[--started], NULL);
+}
+
+/* chunks(): number of work items a record of size bytes is cut into. */
+static uint64_t chunks(uint64_t size)
+{
+	return size ? (size - 1) / CRC_CHUNK + 1 : 1;
+}
+
+/*
+ * claim_items(): mark every record whose CRC is unknown as ours (BUSY) and
+ * cut them into chunks.  @return GFS_OK and *items / *nitems (possibly 0).
+ */
+static gfs_err claim_items(gfs_tzview *z, crc_item **items, size_t *nitems)
+{
+	uint64_t cap = 0;
+	size_t n = 0;
+	crc_item *v;
+
+	for (size_t r = 0; r < z->nrecs; r++)
+		if (atomic_load(&z->recs[r].state) == CRC_NONE)
+			cap += chunks(z->recs[r].size);
+	*items = NULL;
+	*nitems = 0;
+	if (cap == 0)
+		return GFS_OK;
+	v = cap <= SIZE_MAX ? gfs_reallocarray(NULL, (size_t)cap, sizeof(*v)) : NULL;
+	if (!v)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t r = 0; r < z->nrecs; r++) {
+		tz_record *rec = &z->recs[r];
+		int state = CRC_NONE;
+		uint64_t off = 0;
+
+		/* A record that failed in another thread since the count
+		 * may not fit; the caller's crc_one() pass handles it. */
+		if (chunks(rec->size) > cap - n ||
+		    !atomic_compare_exchange_strong(&rec->state, &state, CRC_BUSY))
+			continue;
+		do {
+			const uint64_t len = min_u64(rec->size - off, CRC_CHUNK);
+
+			assert(n < cap);
+			v[n++] = (crc_item){ .rec = r, .off = off, .len = len };
+			off += len;
+		} while (off < rec->size);
+	}
+	*items = v;
+	*nitems = n;
+	return GFS_OK;
+}
+
+gfs_err gfs_tzview_compute_crcs(gfs_tzview *z, unsigned nthreads)
+{
+	crc_job job = { .z = z };
+	gfs_err err;
+
+	if (nthreads == 0) {
+		const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+
+		nthreads = ncpu < 1 ? 1 : (unsigned)min_u64((uint64_t)ncpu, CRC_MAX_THREADS);
+	}
+	nthreads = (unsigned)min_u64(nthreads, CRC_MAX_THREADS);
+	err = claim_items(z, &job.items, &job.nitems);
+	if (err)
+		return err;
+	atomic_init(&job.next, 0);
+	atomic_init(&job.err, GFS_OK);
+	if (job.nitems)
+		run_job(&job, nthreads);
+	err = (gfs_err)atomic_load(&job.err);
+	for (size_t i = 0; i < job.nitems;) {
+		const size_t r = job.items[i].rec;
+		uLong crc = job.items[i].crc;
+
+		for (i++; i < job.nitems && job.items[i].rec == r; i++)
+			crc = crc32_combine(crc, job.items[i].crc, (z_off_t)job.items[i].len);
+		publish(z, r, err, (uint32_t)crc);
+	}
+	free(job.items);
+	if (err)
+		return gfs_fail(err, "%s", job.msg);
+	/* Records other threads were computing meanwhile. */
+	for (size_t r = 0; r < z->nrecs; r++) {
+		if (atomic_load(&z->recs[r].state) == CRC_DONE)
+			continue;
+		err = crc_one(z, r);
+		if (err)
+			return err;
+	}
+	return GFS_OK;
+}
+
+/* crc_gen(): the GEN callback of CRC fields: arg = record | GEN_BATCH. */
+static gfs_err crc_gen(void *ctx, uint64_t arg, uint64_t off, uint8_t *buf,
+		       size_t len)
+{
+	gfs_tzview *z = ctx;
+	const size_t r = (size_t)(arg & ~GEN_BATCH);
+	uint8_t le[4];
+
+	assert(r < z->nrecs && off + len <= sizeof(le));
+	if (atomic_load(&z->recs[r].state) != CRC_DONE) {
+		const gfs_err err = (arg & GEN_BATCH) ? gfs_tzview_compute_crcs(z, 0)
+						      : crc_one(z, r);
+		if (err)
+			return err;
+	}
+	put32(le, z->recs[r].crc);
+	memcpy(buf, le + off, len);
+	return GFS_OK;
+}
+
+/* ---------------------------------------------------------------- the zip */
+
+/* record_name(): the full name of record r. */
+static size_t record_name(const gfs_tzview *z, size_t r, char *buf)
+{
+	int n;
+
+	if (r == 0)
+		n = snprintf(buf, NAME_BUF, "%s/data.pkl", z->prefix);
+	else if (r == 1)
+		n = snprintf(buf, NAME_BUF, "%s/byteorder", z->prefix);
+	else if (r + 1 == z->nrecs)
+		n = snprintf(buf, NAME_BUF, "%s/version", z->prefix);
+	else
+		n = snprintf(buf, NAME_BUF, "%s/data/%zu", z->prefix, r - 2);
+	assert(n > 0 && n < NAME_BUF);
+	return (size_t)n;
+}
+
+/* add_crc(): the CRC field of record r: literal if known, else generated. */
+static gfs_err add_crc(gfs_tzview *z, size_t r, uint64_t flag)
+{
+	const tz_record *rec = &z->recs[r];
+	uint8_t le[4];
+
+	if (atomic_load(&rec->state) == CRC_DONE) {
+		put32(le, rec->crc);
+		return gfs_vfile_add_mem(z->vf, le, sizeof(le));
+	}
+	return gfs_vfile_add_gen(z->vf, &z->gen, r | flag, sizeof(le));
+}
+
+/*
+ * add_record(): local header (with FB padding so the data starts 64-byte
+ * aligned), data (mem, or the storage's tensor bytes), data descriptor.
+ */
+static gfs_err add_record(gfs_tzview *z, size_t r, const void *mem)
+{
+	tz_record *rec = &z->recs[r];
+	const bool z64 = rec->size >= ZIP_MAX32;
+	const size_t xz64 = z64 ? ZIP_Z64_LOCAL : 0;
+	uint8_t h[ZIP_LFH + NAME_BUF + ZIP_Z64_LOCAL + ZIP_FB + ZIP_ALIGN];
+	char name[NAME_BUF];
+	const size_t nlen = record_name(z, r, name);
+	uint64_t pad;
+	uint8_t *p = h;
+	gfs_err err;
+
+	rec->hdr_off = gfs_vfile_size(z->vf);
+	pad = (ZIP_ALIGN - (rec->hdr_off + ZIP_LFH + nlen + xz64 + ZIP_FB) % ZIP_ALIGN) %
+	      ZIP_ALIGN;
+	p = put32(p, 0x04034b50);
+	p = put16(p, z64 ? ZIP_NEED_Z64 : ZIP_NEED);
+	p = put16(p, ZIP_FLAGS);
+	p = put16(p, 0); /* STORED */
+	p = put16(p, 0); /* time */
+	p = put16(p, ZIP_DOS_DATE);
+	p = put32(p, 0); /* CRC and sizes: in the data descriptor (flag bit 3) */
+	p = put32(p, 0);
+	p = put32(p, 0);
+	p = put16(p, nlen);
+	p = put16(p, xz64 + ZIP_FB + pad);
+	memcpy(p, name, nlen);
+	p += nlen;
+	if (z64) {
+		p = put16(p, 0x0001);
+		p = put16(p, 16);
+		p = put64(p, 0);
+		p = put64(p, 0);
+	}
+	*p++ = 'F';
+	*p++ = 'B';
+	p = put16(p, pad);
+	memset(p, 'Z', (size_t)pad);
+	p += pad;
+	assert((size_t)(p - h) <= sizeof(h));
+	assert((rec->hdr_off + (uint64_t)(p - h)) % ZIP_ALIGN == 0);
+	err = gfs_vfile_add_mem(z->vf, h, (size_t)(p - h));
+	if (!err)
+		err = mem ? gfs_vfile_add_mem(z->vf, mem, (size_t)rec->size)
+			  : gfs_vfile_add_tensor(z->vf, rec->entry, 0, rec->size);
+	if (!err)
+		err = gfs_vfile_add_mem(z->vf, "PK\x07\x08", 4);
+	if (!err)
+		err = add_crc(z, r, 0);
+	if (err)
+		return err;
+	p = h;
+	if (z64) {
+		p = put64(p, rec->size);
+		p = put64(p, rec->size);
+	} else {
+		p = put32(p, rec->size);
+		p = put32(p, rec->size);
+	}
+	return gfs_vfile_add_mem(z->vf, h, (size_t)(p - h));
+}
+
+/* add_central(): the central directory header of record r. */
+static gfs_err add_central(gfs_tzview *z, size_t r)
+{
+	const tz_record *rec = &z->recs[r];
+	const bool zsize = rec->size >= ZIP_MAX32;
+	const bool zoff = rec->hdr_off >= ZIP_MAX32;
+	const size_t xlen = zsize || zoff ? 4 + (zsize ? 16 : 0) + (zoff ? 8 : 0) : 0;
+	uint8_t h[ZIP_CDH + NAME_BUF + 28];
+	char name[NAME_BUF];
+	const size_t nlen = record_name(z, r, name);
+	uint8_t *p = h;
+	gfs_err err;
+
+	p = put32(p, 0x02014b50);
+	p = put16(p, ZIP_MADE_BY);
+	p = put16(p, xlen ? ZIP_NEED_Z64 : ZIP_NEED);
+	p = put16(p, ZIP_FLAGS);
+	p = put16(p, 0); /* STORED */
+	p = put16(p, 0);
+	p = put16(p, ZIP_DOS_DATE);
+	err = gfs_vfile_add_mem(z->vf, h, (size_t)(p - h));
+	if (!err)
+		err = add_crc(z, r, GEN_BATCH);
+	if (err)
+		return err;
+	p = h;
+	p = put32(p, zsize ? ZIP_MAX32 : rec->size);
+	p = put32(p, zsize ? ZIP_MAX32 : rec->size);
+	p = put16(p, nlen);
+	p = put16(p, xlen);
+	p = put16(p, 0); /* comment */
+	p = put16(p, 0); /* disk */
+	p = put16(p, 0); /* internal attributes */
+	p = put32(p, (uint64_t)ZIP_EXT_ATTR << 16);
+	p = put32(p, zoff ? ZIP_MAX32 : rec->hdr_off);
+	memcpy(p, name, nlen);
+	p += nlen;
+	if (xlen) {
+		p = put16(p, 0x0001);
+		p = put16(p, xlen - 4);
+		if (zsize) {
+			p = put64(p, rec->size);
+			p = put64(p, rec->size);
+		}
+		if (zoff)
+			p = put64(p, rec->hdr_off);
+	}
+	assert((size_t)(p - h) <= sizeof(h));
+	return gfs_vfile_add_mem(z->vf, h, (size_t)(p - h));
+}
+
+/* add_end(): ZIP64 end of central directory, its locator, and the EOCD. */
+static gfs_err add_end(gfs_tzview *z, uint64_t cd_off)
+{
+	const uint64_t eocd64 = gfs_vfile_size(z->vf);
+	const uint64_t cd_size = eocd64 - cd_off;
+	const uint64_t n = z->nrecs;
+	uint8_t h[ZIP_EOCD64 + ZIP_LOC64 + ZIP_EOCD];
+	uint8_t *p = h;
+
+	p = put32(p, 0x06064b50);
+	p = put64(p, ZIP_EOCD64 - 12);
+	p = put16(p, ZIP_MADE_BY);
+	p = put16(p, ZIP_NEED_Z64);
+	p = put32(p, 0);
+	p = put32(p, 0);
+	p = put64(p, n);
+	p = put64(p, n);
+	p = put64(p, cd_size);
+	p = put64(p, cd_off);
+	p = put32(p, 0x07064b50);
+	p = put32(p, 0);
+	p = put64(p, eocd64);
+	p = put32(p, 1);
+	p = put32(p, 0x06054b50);
+	p = put16(p, 0);
+	p = put16(p, 0);
+	p = put16(p, min_u64(n, 0xFFFF));
+	p = put16(p, min_u64(n, 0xFFFF));
+	p = put32(p, min_u64(cd_size, ZIP_MAX32));
+	p = put32(p, min_u64(cd_off, ZIP_MAX32));
+	p = put16(p, 0);
+	assert(p == h + sizeof(h));
+	return gfs_vfile_add_mem(z->vf, h, sizeof(h));
+}
+
+/* record_mem(): the bytes of a metadata record; NULL for a storage. */
+static const void *record_mem(const gfs_tzview *z, const pkbuf *pk, size_t r)
+{
+	if (r == 0)
+		return pk->p;
+	if (r == 1)
+		return REC_BYTEORDER;
+	if (r + 1 == z->nrecs)
+		return REC_VERSION;
+	return NULL;
+}
+
+/* init_records(): sizes, entries and known CRCs of every record. */
+static gfs_err init_records(gfs_tzview *z, const pkbuf *pk, const size_t *keys,
+			    size_t nkeys)
+{
+	z->nrecs = nkeys + 3;
+	z->recs = gfs_calloc(z->nrecs, sizeof(*z->recs));
+	if (!z->recs)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t r = 0; r < z->nrecs; r++) {
+		tz_record *rec = &z->recs[r];
+		const void *mem = record_mem(z, pk, r);
+
+		rec->entry = NO_ENTRY;
+		if (r == 0) {
+			rec->size = pk->len;
+		} else if (mem) {
+			rec->size = strlen(mem);
+		} else {
+			rec->entry = keys[r - 2];
+			rec->size = gfs_tensor_out_nbytes(z->ctx->layout, rec->entry,
+							  z->ctx->want);
+		}
+		if (mem || rec->size == 0) {
+			rec->crc = (uint32_t)crc32_z(0, mem, (z_size_t)rec->size);
+			atomic_init(&rec->state, CRC_DONE);
+		} else {
+			atomic_init(&rec->state, CRC_NONE);
+		}
+	}
+	return GFS_OK;
+}
+
+/* compose(): every record, then the central directory and the end records. */
+static gfs_err compose(gfs_tzview *z, const pkbuf *pk)
+{
+	uint64_t cd_off;
+	gfs_err err = gfs_vfile_new(z->ctx, &z->vf);
+
+	for (size_t r = 0; r < z->nrecs && !err; r++)
+		err = add_record(z, r, record_mem(z, pk, r));
+	if (err)
+		return err;
+	cd_off = gfs_vfile_size(z->vf);
+	for (size_t r = 0; r < z->nrecs && !err; r++)
+		err = add_central(z, r);
+	return err ? err : add_end(z, cd_off);
+}
+
+gfs_err gfs_tzview_new(const gfs_vctx *ctx, const char *prefix, const size_t *entries,
+		       size_t n, gfs_tzview **out)
+{
+	pkbuf pk = { 0 };
+	size_t *all = NULL;
+	size_t *keys;
+	size_t nkeys = 0;
+	gfs_tzview *z;
+	gfs_err err;
+
+	assert(ctx->layout->finished);
+	if (!*prefix || strlen(prefix) > PREFIX_MAX || strchr(prefix, '/'))
+		return gfs_fail(GFS_ERR_INVAL, "invalid archive prefix \"%s\"", prefix);
+	z = calloc(1, sizeof(*z));
+	if (!z)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	if (pthread_mutex_init(&z->lock, NULL) != 0) {
+		free(z);
+		return gfs_fail(GFS_ERR_NOMEM, "cannot create a mutex");
+	}
+	if (pthread_cond_init(&z->cond, NULL) != 0) {
+		pthread_mutex_destroy(&z->lock);
+		free(z);
+		return gfs_fail(GFS_ERR_NOMEM, "cannot create a condition variable");
+	}
+	z->ctx = ctx;
+	z->gen = (gfs_vgen){ .fn = crc_gen, .ctx = z };
+	z->prefix = gfs_strdup(prefix);
+	if (!entries) {
+		n = ctx->layout->ntensors;
+		all = gfs_calloc(n, sizeof(*all));
+		for (size_t i = 0; all && i < n; i++)
+			all[i] = i;
+		entries = all;
+	}
+	keys = gfs_calloc(n, sizeof(*keys));
+	if (!z->prefix || !keys || !entries)
+		err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	else
+		err = build_pickle(ctx, entries, n, &pk, keys, &nkeys);
+	if (!err)
+		err = init_records(z, &pk, keys, nkeys);
+	if (!err)
+		err = compose(z, &pk);
+	free(keys);
+	free(all);
+	free(pk.p);
+	if (err) {
+		gfs_tzview_free(z);
+		return err;
+	}
+	*out = z;
+	return GFS_OK;
+}
+
+void gfs_tzview_free(gfs_tzview *z)
+{
+	if (!z)
+		return;
+	gfs_vfile_free(z->vf);
+	free(z->recs);
+	free(z->prefix);
+	pthread_cond_destroy(&z->cond);
+	pthread_mutex_destroy(&z->lock);
+	free(z);
+}
+
+const gfs_vfile *gfs_tzview_vfile(const gfs_tzview *z)
+{
+	return z->vf;
+}

@@ -1,0 +1,50 @@
+#!/bin/sh
+# Mount every real DeepSpeed fixture, without a dtype option and with
+# -o dtype=bf16, and check pytorch_model.bin (torch.load, zipfile, unzip -t),
+# model.safetensors (header rules, bytes through mmap and numpy.memmap),
+# tensors/ (cat | sha256sum against the expected list, symlinks, sizes,
+# xattrs, INDEX), layout.json and the passed-through files.
+. "${top_srcdir:-.}/tests/lib.sh"
+. "$top_srcdir/tests/mount-lib.sh"
+mount_setup
+have_unzip=false
+command -v unzip >/dev/null 2>&1 && have_unzip=true || echo "note: unzip not installed, unzip -t skipped"
+TAB=$(printf '\t')
+
+# check_cat MNT TSV: cat every tensors/ file through sha256sum.
+check_cat() {
+	n=0
+	while IFS="$TAB" read -r name dtype shape sha; do
+		file=$(printf '%s' "$name" | sed 's/%/%25/g; s|/|%2F|g')
+		got=$(cat "$1/tensors/$file" | sha256sum | cut -d' ' -f1)
+		[ "$got" = "$sha" ] || fail "cat tensors/$file: sha256 $got, want $sha"
+		n=$((n + 1))
+	done < "$2"
+	echo "  cat | sha256sum: $n tensors OK"
+}
+
+ncases=0
+for case in "$CKPTS"/*/; do
+	case=${case%/}
+	[ -d "$case/checkpoint" ] && [ -f "$case/.expected-default.tsv" ] || continue
+	for mode in default bf16; do
+		mnt="$T/mnt-$(basename "$case")-$mode"
+		opt=
+		[ $mode = bf16 ] && opt="-o dtype=bf16"
+		echo "== $(basename "$case") ($mode)"
+		# shellcheck disable=SC2086
+		gfs_mount "$case/checkpoint" "$mnt" $opt || fail "mount $case ($mode)"
+		timeout 300 "$PYTHON3" "$MOUNT_TOOLS/check_mount.py" "$mnt" \
+			"$case/.expected-$mode.tsv" "$case/checkpoint" || fail "$(basename "$case") ($mode)"
+		if $have_unzip; then
+			unzip -tq "$mnt/pytorch_model.bin" || fail "unzip -t $(basename "$case") ($mode)"
+		fi
+		check_cat "$mnt" "$case/.expected-$mode.tsv"
+		"$PYTHON3" "$top_srcdir/tests/tools/check_safetensors.py" "$mnt/model.safetensors" \
+			"$case/.expected-$mode.tsv" || fail "model.safetensors $(basename "$case") ($mode)"
+		gfs_umount "$mnt" || fail "unmount $mnt"
+	done
+	ncases=$((ncases + 1))
+done
+[ $ncases -gt 0 ] || skip "no fixtures in $CKPTS"
+echo "PASS: $ncases fixtures, default and bf16"
