@@ -14,11 +14,34 @@
 
 #include "gatherfs/server.h"
 
+/* What a source looked like when opened: any change makes reads fail. */
+typedef struct src_id {
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	struct timespec mtime;
+	struct timespec ctime;
+} src_id;
+
 struct gfs_srcset {
 	const gfs_layout *layout;
 	size_t n;
+	src_id *ids;
 	int fds[];
 };
+
+static src_id id_of(const struct stat *st)
+{
+	return (src_id){ .dev = st->st_dev, .ino = st->st_ino, .size = st->st_size,
+			 .mtime = st->st_mtim, .ctime = st->st_ctim };
+}
+
+static bool same_id(const src_id *a, const src_id *b)
+{
+	return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+	       a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec &&
+	       a->ctime.tv_sec == b->ctime.tv_sec && a->ctime.tv_nsec == b->ctime.tv_nsec;
+}
 
 /* Raise the soft RLIMIT_NOFILE so that need descriptors (plus slack) fit. */
 static void raise_nofile(size_t need)
@@ -44,6 +67,11 @@ gfs_err gfs_srcset_open(const gfs_layout *l, gfs_srcset **out)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	s->layout = l;
 	s->n = 0;
+	s->ids = gfs_calloc(l->nsources, sizeof(*s->ids));
+	if (!s->ids) {
+		free(s);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
 	raise_nofile(l->nsources);
 	for (size_t i = 0; i < l->nsources; i++) {
 		const gfs_source *src = &l->sources[i];
@@ -73,6 +101,7 @@ gfs_err gfs_srcset_open(const gfs_layout *l, gfs_srcset **out)
 				       (unsigned long long)src->size);
 			break;
 		}
+		s->ids[i] = id_of(&st);
 	}
 	if (err) {
 		gfs_srcset_close(s);
@@ -88,6 +117,7 @@ void gfs_srcset_close(gfs_srcset *s)
 		return;
 	for (size_t i = 0; i < s->n; i++)
 		close(s->fds[i]);
+	free(s->ids);
 	free(s);
 }
 
@@ -102,6 +132,28 @@ uint64_t gfs_tensor_out_nbytes(const gfs_layout *l, size_t i, gfs_dtype want)
 	const gfs_tensor *t = gfs_layout_target(l, i);
 
 	return t->numel * gfs_dtype_size(gfs_dtype_out(t->dtype, want));
+}
+
+/*
+ * check_unchanged(): fail if source i was modified, truncated or replaced
+ * in place since it was opened (a file replaced by rename keeps serving the
+ * old inode through our descriptor, which is consistent).
+ */
+static gfs_err check_unchanged(const gfs_layout *l, const gfs_srcset *s, uint32_t i)
+{
+	struct stat st;
+	src_id now;
+
+	if (fstat(s->fds[i], &st) != 0)
+		return gfs_fail(GFS_ERR_IO, "%s: stat failed: %s", l->sources[i].abspath,
+				strerror(errno));
+	now = id_of(&st);
+	if (!same_id(&now, &s->ids[i]))
+		return gfs_fail(GFS_ERR_IO,
+				"%s: the file changed since it was opened (size %lld, was %lld): refusing to serve its bytes",
+				l->sources[i].abspath, (long long)st.st_size,
+				(long long)s->ids[i].size);
+	return GFS_OK;
 }
 
 /* find_piece(): index of the piece containing byte off (off < nbytes). */
@@ -140,9 +192,12 @@ static gfs_err read_native(const gfs_layout *l, const gfs_srcset *s,
 		if (pc->kind == GFS_PIECE_ZERO) {
 			memset(buf, 0, n);
 		} else {
-			const gfs_err err = gfs_pread_full(s->fds[pc->src], buf, n,
-							   pc->src_off + in,
-							   l->sources[pc->src].abspath);
+			gfs_err err = gfs_pread_full(s->fds[pc->src], buf, n, pc->src_off + in,
+						     l->sources[pc->src].abspath);
+
+			/* After the read: a change during it is caught too. */
+			if (!err)
+				err = check_unchanged(l, s, pc->src);
 			if (err)
 				return gfs_fail_prefix(err, "tensor %s", t->name);
 		}

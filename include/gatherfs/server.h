@@ -36,8 +36,10 @@ uint64_t gfs_tensor_out_nbytes(const gfs_layout *l, size_t i, gfs_dtype want);
  * gfs_tensor_read(): copy bytes [off, off + len) of entry i (an alias reads
  * its target), presented in gfs_dtype_out(dtype, want), into buf.
  * off + len must not exceed gfs_tensor_out_nbytes().  Reading a piece whose
- * source changed size since open fails with GFS_ERR_IO or GFS_ERR_FORMAT:
- * wrong bytes are never returned silently.
+ * source was modified, truncated or rewritten since gfs_srcset_open() (its
+ * size, mtime or ctime differ) fails with GFS_ERR_IO naming the file: wrong
+ * bytes are never returned silently.  A source replaced by rename keeps
+ * being served from the open descriptor (the old, consistent content).
  */
 gfs_err gfs_tensor_read(const gfs_layout *l, const gfs_srcset *s, size_t i,
 			gfs_dtype want, uint64_t off, void *buf, size_t len);
