@@ -2,8 +2,10 @@
  * gatherfs — libFuzzer target for the layout JSON loader.
  *
  * Parses the input as a layout; when it loads, checks the invariants the
- * byte server relies on (pieces tile each tensor, FILE pieces inside their
- * source, aliases point at tensors), serialises it and loads it again: the
+ * byte server relies on (pieces sorted by offset, with their reach, tile
+ * each tensor exactly, also when strided; FILE pieces inside their source,
+ * ZSTD pieces inside their frame and the frame inside its source; objects
+ * inside their source; aliases point at tensors), serialises it and loads it again: the
  * round trip must be exact.
  */
 #include "config.h"
@@ -15,11 +17,42 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/*
+ * check_tiling(): every byte of t is in exactly one run (brute force over a
+ * byte map; tensors above 1 MiB are only checked by their pieces' bounds).
+ */
+static void check_tiling(const gfs_tensor *t)
+{
+	uint8_t *seen;
+
+	if (t->nbytes > (1u << 20))
+		return;
+	seen = calloc(t->nbytes + 1, 1);
+	if (!seen)
+		abort();
+	for (size_t p = 0; p < t->npieces; p++) {
+		const gfs_piece *pc = &t->pieces[p];
+
+		for (uint64_t k = 0; k < pc->count; k++)
+			for (uint64_t b = 0; b < pc->len; b++) {
+				const uint64_t at = pc->toff + k * pc->dst_stride + b;
+
+				if (at >= t->nbytes || seen[at])
+					abort();
+				seen[at] = 1;
+			}
+	}
+	for (uint64_t b = 0; b < t->nbytes; b++)
+		if (!seen[b])
+			abort();
+	free(seen);
+}
+
 static void check_invariants(const gfs_layout *l)
 {
 	for (size_t i = 0; i < l->ntensors; i++) {
 		const gfs_tensor *t = &l->tensors[i];
-		uint64_t covered = 0;
+		uint64_t reach = 0;
 
 		if (t->alias_of >= 0) {
 			if ((size_t)t->alias_of >= l->ntensors || l->tensors[t->alias_of].alias_of >= 0)
@@ -29,18 +62,33 @@ static void check_invariants(const gfs_layout *l)
 		for (size_t p = 0; p < t->npieces; p++) {
 			const gfs_piece *pc = &t->pieces[p];
 
-			if (pc->toff != covered || pc->len == 0)
+			if (pc->len == 0 || pc->count == 0 || gfs_piece_end(pc) > t->nbytes ||
+			    (p > 0 && pc->toff < t->pieces[p - 1].toff))
 				abort();
-			covered += pc->len;
+			if (pc->count > 1 && (pc->dst_stride <= pc->len || pc->src_stride < pc->len))
+				abort();
+			if (gfs_piece_end(pc) > reach)
+				reach = gfs_piece_end(pc);
+			if (pc->reach != reach)
+				abort();
 			if (pc->kind == GFS_PIECE_FILE &&
-			    (pc->src >= l->nsources || pc->src_off + pc->len > l->sources[pc->src].size))
+			    (pc->src >= l->nsources || gfs_piece_src_end(pc) > l->sources[pc->src].size))
+				abort();
+			if (pc->kind == GFS_PIECE_ZSTD &&
+			    (pc->src >= l->nsources || gfs_piece_src_end(pc) > pc->frame_size ||
+			     pc->frame_off + pc->frame_len > l->sources[pc->src].size))
 				abort();
 		}
-		if (covered != t->nbytes || t->nbytes != t->numel * gfs_dtype_size(t->dtype))
+		check_tiling(t);
+		if (t->nbytes != t->numel * gfs_dtype_size(t->dtype))
 			abort();
 		if (gfs_layout_find(l, t->name) != (int64_t)i)
 			abort();
 	}
+	for (size_t i = 0; i < l->nobjects; i++)
+		if (l->objects[i].src >= l->nsources ||
+		    l->objects[i].src_off + l->objects[i].len > l->sources[l->objects[i].src].size)
+			abort();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

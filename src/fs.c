@@ -357,6 +357,25 @@ static bool is_virtual_name(const gfs_fs *fs, const char *name)
 	return false;
 }
 
+/*
+ * is_source(): dir/name is one of the layout's source files (the shards of a
+ * DCP checkpoint live in its root): the views show their contents, so the
+ * raw shards are not passed through.
+ */
+static bool is_source(const gfs_fs *fs, const char *dir, const char *name)
+{
+	const gfs_layout *l = fs->ctx.layout;
+	const size_t dlen = strlen(dir);
+
+	for (size_t i = 0; i < l->nsources; i++) {
+		const char *p = l->sources[i].abspath;
+
+		if (strncmp(p, dir, dlen) == 0 && p[dlen] == '/' && strcmp(p + dlen + 1, name) == 0)
+			return true;
+	}
+	return false;
+}
+
 static int cmp_pass(const void *a, const void *b)
 {
 	return strcmp(((const fs_pass *)a)->name, ((const fs_pass *)b)->name);
@@ -423,7 +442,7 @@ static gfs_err scan_root(gfs_fs *fs, const char *dir)
 			break;
 		}
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
-		    is_virtual_name(fs, de->d_name))
+		    is_virtual_name(fs, de->d_name) || is_source(fs, dir, de->d_name))
 			continue;
 		if (fs->npass == cap) {
 			fs_pass *pass;
@@ -656,7 +675,7 @@ gfs_err gfs_fs_new(const gfs_layout *l, const gfs_srcset *src, const gfs_fs_opts
 	assert(l->finished);
 	if (!fs)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	fs->ctx = (gfs_vctx){ .layout = l, .src = src, .want = o->want };
+	fs->ctx = (gfs_vctx){ .layout = l, .src = src, .want = o->want, .crc_cache = o->crc_cache };
 	fs->opts = *o;
 	err = build(fs);
 	if (err) {

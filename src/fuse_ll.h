@@ -8,17 +8,43 @@
 #define FUSE_USE_VERSION 312
 
 #include <fuse_lowlevel.h>
+#include <stdbool.h>
 
 #include "gatherfs/fs.h"
 
 /* Largest read request (and -o max_read) we ask the kernel for. */
 #define GFS_LL_MAX_READ 1048576 /* 1 MiB */
 
+/*
+ * Default read-ahead window of a mount (-o readahead_kb): the kernel
+ * sends buffered reads in requests of at most this size, and splices
+ * replies of up to about 768 KiB (see fuse_ll.c), so 512 KiB.
+ */
+#define GFS_LL_READAHEAD_KB 512
+
+/*
+ * gfs_ll_set_readahead(): set the read-ahead window of the FUSE mount at
+ * mountpoint (absolute) to kb KiB through /sys/class/bdi (needs root);
+ * silently keeps the kernel's default (128 KiB) if not permitted, kb is 0,
+ * or the mount is not found in /proc/self/mountinfo.  Call after mounting;
+ * it sends no request to the file system.
+ */
+void gfs_ll_set_readahead(const char *mountpoint, unsigned kb);
+
+/*
+ * gfs_ll_crc_cache_dir(): the default directory of the persistent CRC
+ * cache: $XDG_CACHE_HOME/gatherfs, else $HOME/.cache/gatherfs, else
+ * /var/cache/gatherfs.  Freed by the caller; NULL if out of memory.
+ */
+char *gfs_ll_crc_cache_dir(void);
+
 /* The session's userdata. */
 typedef struct gfs_mount {
 	const gfs_fs *fs;
 	unsigned max_read;                     /* -o max_read, repeated in init() */
 	struct fuse_conn_info_opts *conn_opts; /* -o overrides for init() */
+	bool nosplice;                         /* -o nosplice: always copy reads */
+	bool splice;                           /* set by init(): splice reads */
 } gfs_mount;
 
 /*

@@ -10,6 +10,8 @@
  */
 #include "config.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -17,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <syslog.h>
 #include <unistd.h>
 
@@ -29,9 +32,15 @@ typedef struct gfs_cli {
 	char *source;
 	char *dtype;
 	char *tag;
+	char *format;
+	char *prefix;
 	char *views;
 	char *shard_size;
 	unsigned max_read;
+	int nosplice;
+	int nocrccache;
+	char *crc_cache;
+	unsigned readahead_kb;
 	bool max_threads_given;
 } gfs_cli;
 
@@ -45,6 +54,12 @@ enum { KEY_MAX_THREADS, KEY_MAX_READ };
 static const struct fuse_opt cli_opts[] = {
 	{ "dtype=%s", offsetof(gfs_cli, dtype), 0 },
 	{ "tag=%s", offsetof(gfs_cli, tag), 0 },
+	{ "nosplice", offsetof(gfs_cli, nosplice), 1 },
+	{ "nocrccache", offsetof(gfs_cli, nocrccache), 1 },
+	{ "crc_cache=%s", offsetof(gfs_cli, crc_cache), 0 },
+	{ "readahead_kb=%u", offsetof(gfs_cli, readahead_kb), 0 },
+	{ "format=%s", offsetof(gfs_cli, format), 0 },
+	{ "prefix=%s", offsetof(gfs_cli, prefix), 0 },
 	{ "views=%s", offsetof(gfs_cli, views), 0 },
 	{ "shard_size=%s", offsetof(gfs_cli, shard_size), 0 },
 	FUSE_OPT_KEY("max_threads=", KEY_MAX_THREADS),
@@ -91,19 +106,30 @@ static int cli_proc(void *data, const char *arg, int key, struct fuse_args *outa
 static void usage(const char *prog)
 {
 	printf("usage: %s [options] CHECKPOINT MOUNTPOINT\n\n"
-	       "Mounts a DeepSpeed ZeRO checkpoint directory (or a gatherfs layout JSON\n"
-	       "file) read-only: pytorch_model.bin, model.safetensors, tensors/,\n"
+	       "Mounts a DeepSpeed ZeRO or PyTorch DCP checkpoint directory (or a gatherfs\n"
+	       "layout JSON file) read-only: pytorch_model.bin, model.safetensors, tensors/,\n"
 	       "layout.json and the checkpoint's own files.  See gatherfs(1).\n\n"
 	       "gatherfs options:\n"
 	       "    -o dtype=bf16|fp16|fp32  present floating-point tensors in this dtype\n"
 	       "                             (default: as stored)\n"
 	       "    -o tag=TAG               DeepSpeed tag to mount (default: from `latest`)\n"
+	       "    -o format=FMT            input format: dcp, deepspeed, layout or auto\n"
+	       "                             (default: auto; `.metadata` means dcp)\n"
+	       "    -o prefix=P              DCP: keep the keys starting with P, without P\n"
+	       "                             (e.g. prefix=model. for accelerate checkpoints)\n"
 	       "    -o views=V1+V2...        views to show, from bin, safetensors, tensors,\n"
 	       "                             layout (default: all)\n"
 	       "    -o shard_size=SIZE       show Hugging Face shards of at most SIZE (e.g. 5G,\n"
 	       "                             500MB, 2GiB) with their index files instead of\n"
 	       "                             single pytorch_model.bin / model.safetensors\n"
-	       "    -o max_threads=N         worker threads (default: 2 per CPU, 10 to 64)\n\n",
+	       "    -o max_threads=N         worker threads (default: 2 per CPU, 10 to 64)\n"
+	       "    -o nosplice              copy read data through the daemon instead of\n"
+	       "                             splicing it from the sources\n"
+	       "    -o readahead_kb=N        kernel read-ahead window of the mount when\n"
+	       "                             permitted (root; default 512, 0: leave as is)\n"
+	       "    -o crc_cache=DIR         keep pytorch_model.bin CRC-32s in DIR (default:\n"
+	       "                             $XDG_CACHE_HOME/gatherfs or ~/.cache/gatherfs)\n"
+	       "    -o nocrccache            no persistent CRC cache\n\n",
 	       prog);
 }
 
@@ -165,6 +191,60 @@ static void keep_stdio(void)
 		close(fd);
 }
 
+/*
+ * Descriptors the daemon opens after the checkpoint's: /dev/fuse, the
+ * daemonize pipe, the syslog socket, and slack.
+ */
+enum { GFS_FD_RESERVE = 8 };
+
+/* raise_nofile(): lift the soft RLIMIT_NOFILE to the hard limit. */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		(void)setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+/* open_fds(): descriptors open now (from /proc/self/fd), or -1 if unknown. */
+static long open_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	const struct dirent *de;
+	long n = -1; /* the directory's own descriptor */
+
+	if (!d)
+		return -1;
+	while ((de = readdir(d)))
+		if (de->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+/*
+ * nofile_ok(): true if RLIMIT_NOFILE leaves room for the descriptors the
+ * daemon still needs (reserve) next to the ones open now (the checkpoint's
+ * files, kept open for the life of the mount); else print one line saying
+ * so.  Checked before mounting: running out later would fail the mount
+ * half-way, or every open of a file of the mount.
+ */
+static bool nofile_ok(unsigned reserve)
+{
+	struct rlimit rl;
+	const long used = open_fds();
+
+	if (used < 0 || getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
+	    (rlim_t)used + reserve <= rl.rlim_cur)
+		return true;
+	fprintf(stderr,
+		"gatherfs: the open file limit is %llu, the checkpoint's files and the mount need %llu: raise it (ulimit -n)\n",
+		(unsigned long long)rl.rlim_cur, (unsigned long long)used + reserve);
+	return false;
+}
+
 __attribute__((format(printf, 2, 0)))
 static void log_syslog(enum fuse_log_level level, const char *fmt, va_list ap)
 {
@@ -175,7 +255,7 @@ int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_cmdline_opts opts = { 0 };
-	gfs_cli cli = { .max_read = GFS_LL_MAX_READ };
+	gfs_cli cli = { .max_read = GFS_LL_MAX_READ, .readahead_kb = GFS_LL_READAHEAD_KB };
 	gfs_mount m = { 0 };
 	gfs_import_opts iopts = { 0 };
 	gfs_layout *layout = NULL;
@@ -217,6 +297,9 @@ int main(int argc, char *argv[])
 		goto out_args;
 	}
 	fso.want = want_dtype(cli.dtype, &dtype_ok);
+	if (!cli.nocrccache && !cli.crc_cache)
+		cli.crc_cache = gfs_ll_crc_cache_dir();
+	fso.crc_cache = cli.nocrccache ? NULL : cli.crc_cache;
 	if (!dtype_ok) {
 		fprintf(stderr, "gatherfs: -o dtype=%s: expected bf16, fp16 or fp32\n", cli.dtype);
 		goto out_args;
@@ -230,14 +313,24 @@ int main(int argc, char *argv[])
 		opts.max_threads = default_threads();
 
 	iopts.tag = cli.tag;
+	iopts.format = cli.format;
+	iopts.prefix = cli.prefix;
+	raise_nofile();
 	if (gfs_import(cli.source, &iopts, &layout) != GFS_OK ||
 	    gfs_srcset_open(layout, &src) != GFS_OK ||
 	    gfs_fs_new(layout, src, &fso, &fs) != GFS_OK) {
-		fprintf(stderr, "gatherfs: %s\n", gfs_errmsg());
+		const bool emfile = strstr(gfs_errmsg(), strerror(EMFILE)) &&
+				    !strstr(gfs_errmsg(), "ulimit");
+
+		fprintf(stderr, "gatherfs: %s%s\n", gfs_errmsg(),
+			emfile ? " (raise the open file limit: ulimit -n)" : "");
 		goto out_fs;
 	}
+	if (!nofile_ok(GFS_FD_RESERVE + (opts.clone_fd ? opts.max_threads : 0)))
+		goto out_fs;
 	m.fs = fs;
 	m.max_read = cli.max_read;
+	m.nosplice = cli.nosplice != 0;
 	m.conn_opts = fuse_parse_conn_info_opts(&args);
 	if (!m.conn_opts)
 		goto out_fs;
@@ -249,6 +342,7 @@ int main(int argc, char *argv[])
 		goto out_session;
 	if (fuse_session_mount(se, opts.mountpoint) != 0)
 		goto out_signals;
+	gfs_ll_set_readahead(opts.mountpoint, cli.readahead_kb);
 	if (fuse_daemonize(opts.foreground) != 0)
 		goto out_unmount;
 	if (!opts.foreground) {
@@ -288,8 +382,11 @@ out_args:
 	free(cli.source);
 	free(cli.dtype);
 	free(cli.tag);
+	free(cli.format);
+	free(cli.prefix);
 	free(cli.views);
 	free(cli.shard_size);
+	free(cli.crc_cache);
 	fuse_opt_free_args(&args);
 	return ret;
 }

@@ -24,6 +24,8 @@
 
 typedef struct inspect_opts {
 	const char *tag;
+	const char *input_format;
+	const char *prefix;
 	const char *layout;
 	gfs_dtype dtype;
 	bool json;
@@ -36,7 +38,7 @@ static void usage(FILE *out)
 	fputs("Usage: gatherfs-inspect COMMAND [OPTIONS] [DIR] [NAME]\n"
 	      "\n"
 	      "Look at a sharded checkpoint (a DeepSpeed ZeRO 1/2/3 save or tag directory,\n"
-	      "or a layout JSON file) without mounting it.\n"
+	      "a PyTorch DCP directory, or a layout JSON file) without mounting it.\n"
 	      "\n"
 	      "Commands:\n"
 	      "  ls DIR             list tensors in output order: name, dtype, shape, bytes,\n"
@@ -51,6 +53,9 @@ static void usage(FILE *out)
 	      "\n"
 	      "Options:\n"
 	      "  --tag TAG          DeepSpeed tag to use instead of the one in `latest`\n"
+	      "  --input-format F   read DIR as dcp, deepspeed or layout (default: auto;\n"
+	      "                     a directory with `.metadata` is dcp)\n"
+	      "  --prefix P         (dcp) keep the keys starting with P, named without it\n"
 	      "  --layout FILE      read the layout from FILE (as written by `layout`)\n"
 	      "                     instead of importing DIR\n"
 	      "  --dtype DTYPE      present floating-point tensors as bf16, fp16 or fp32\n"
@@ -75,7 +80,9 @@ static int fail(void)
 
 static gfs_err load(const inspect_opts *o, const char *dir, gfs_layout **l)
 {
-	const gfs_import_opts io = { .tag = o->tag };
+	const gfs_import_opts io = {
+		.tag = o->tag, .format = o->input_format, .prefix = o->prefix,
+	};
 
 	if (o->layout)
 		return gfs_layout_load_file(o->layout, l);
@@ -133,6 +140,20 @@ static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 								l->tensors[t->alias_of].name) != NULL
 				      : cJSON_AddNullToObject(e, "alias_of") != NULL);
 		}
+		for (size_t i = 0; ok && i < l->nobjects; i++) {
+			cJSON *e = cJSON_CreateObject();
+
+			ok = e && cJSON_AddItemToArray(arr, e);
+			if (!ok) {
+				cJSON_Delete(e);
+				break;
+			}
+			ok = cJSON_AddStringToObject(e, "name", l->objects[i].name) &&
+			     cJSON_AddStringToObject(e, "dtype", "object") &&
+			     cJSON_AddNullToObject(e, "shape") &&
+			     gfs_json_add_u64(e, "nbytes", l->objects[i].len) &&
+			     cJSON_AddNullToObject(e, "alias_of");
+		}
 		text = ok ? cJSON_Print(arr) : NULL;
 		cJSON_Delete(arr);
 		if (!text) {
@@ -154,6 +175,10 @@ static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 		       t->numel * gfs_dtype_size(dt),
 		       t->alias_of >= 0 ? l->tensors[t->alias_of].name : "-");
 	}
+	/* non-tensor entries (DCP bytes): listed, never served as tensors */
+	for (size_t i = 0; i < l->nobjects; i++)
+		printf("%-48s %-9s %-20s %14" PRIu64 "  %s\n", l->objects[i].name, "object", "-",
+		       l->objects[i].len, "-");
 	return 0;
 }
 
@@ -333,6 +358,8 @@ int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "tag", required_argument, NULL, 't' },
+		{ "input-format", required_argument, NULL, 'i' },
+		{ "prefix", required_argument, NULL, 'p' },
 		{ "layout", required_argument, NULL, 'l' },
 		{ "dtype", required_argument, NULL, 'd' },
 		{ "json", no_argument, NULL, 'j' },
@@ -351,6 +378,12 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 't':
 			o.tag = optarg;
+			break;
+		case 'i':
+			o.input_format = optarg;
+			break;
+		case 'p':
+			o.prefix = optarg;
 			break;
 		case 'l':
 			o.layout = optarg;

@@ -61,6 +61,9 @@ void gfs_layout_free(gfs_layout *l)
 		free(l->tensors[i].alias_target);
 		free(l->tensors[i].pieces);
 	}
+	for (size_t i = 0; i < l->nobjects; i++)
+		free(l->objects[i].name);
+	free(l->objects);
 	free(l->sources);
 	free(l->tensors);
 	free(l->hash);
@@ -296,6 +299,10 @@ static gfs_err push_piece(gfs_layout *l, size_t ti, gfs_piece_kind kind,
 				t->name, src, l->nsources);
 	if (t->npieces) {
 		last = &t->pieces[t->npieces - 1];
+		if (last->count != 1 || last->kind == GFS_PIECE_ZSTD)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"tensor %s: a piece appended in order after a strided or zstd piece",
+					t->name);
 		toff = last->toff + last->len;
 	}
 	if (!gfs_add_u64(toff, len, &toff) || toff > t->nbytes)
@@ -311,7 +318,7 @@ static gfs_err push_piece(gfs_layout *l, size_t ti, gfs_piece_kind kind,
 	if (!grow((void **)&t->pieces, &t->cap_pieces, t->npieces, sizeof(*t->pieces)))
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	t->pieces[t->npieces++] = (gfs_piece){
-		.toff = toff, .len = len, .src_off = src_off, .src = src, .kind = kind,
+		.toff = toff, .len = len, .src_off = src_off, .count = 1, .src = src, .kind = kind,
 	};
 	return GFS_OK;
 }
@@ -325,6 +332,90 @@ gfs_err gfs_layout_add_piece(gfs_layout *l, size_t ti, uint32_t src,
 gfs_err gfs_layout_add_zero(gfs_layout *l, size_t ti, uint64_t len)
 {
 	return push_piece(l, ti, GFS_PIECE_ZERO, 0, 0, len);
+}
+
+gfs_err gfs_layout_add_general(gfs_layout *l, size_t ti, const gfs_piece *p)
+{
+	gfs_tensor *t;
+	uint64_t span, end, src_span, src_end;
+
+	assert(!l->finished);
+	assert(ti < l->ntensors);
+	t = &l->tensors[ti];
+	if (t->alias_of >= 0)
+		return gfs_fail(GFS_ERR_FORMAT, "alias %s cannot have pieces", t->name);
+	if (p->kind != GFS_PIECE_FILE && p->kind != GFS_PIECE_ZERO && p->kind != GFS_PIECE_ZSTD)
+		return gfs_fail(GFS_ERR_FORMAT, "tensor %s: unknown piece kind", t->name);
+	if (p->kind != GFS_PIECE_ZERO && p->src >= l->nsources)
+		return gfs_fail(GFS_ERR_FORMAT, "tensor %s: piece names source %u of %zu",
+				t->name, p->src, l->nsources);
+	if (p->len == 0 || p->count == 0)
+		return gfs_fail(GFS_ERR_FORMAT, "tensor %s: empty piece (length or count 0)",
+				t->name);
+	if (p->count > 1 && (p->dst_stride <= p->len || p->src_stride < p->len))
+		return gfs_fail(GFS_ERR_FORMAT,
+				"tensor %s: strided piece with strides %llu/%llu not past its %llu-byte runs",
+				t->name, (unsigned long long)p->dst_stride,
+				(unsigned long long)p->src_stride, (unsigned long long)p->len);
+	if (!gfs_mul_u64(p->count - 1, p->dst_stride, &span) || !gfs_add_u64(span, p->len, &span) ||
+	    !gfs_add_u64(p->toff, span, &end) || end > t->nbytes)
+		return gfs_fail(GFS_ERR_FORMAT, "tensor %s: pieces exceed its %llu bytes",
+				t->name, (unsigned long long)t->nbytes);
+	if (!gfs_mul_u64(p->count - 1, p->src_stride, &src_span) ||
+	    !gfs_add_u64(src_span, p->len, &src_span) ||
+	    !gfs_add_u64(p->src_off, src_span, &src_end))
+		return gfs_fail(GFS_ERR_FORMAT, "tensor %s: piece source range overflows", t->name);
+	if (p->kind == GFS_PIECE_ZSTD &&
+	    (src_end > p->frame_size || !gfs_add_u64(p->frame_off, p->frame_len, &end)))
+		return gfs_fail(GFS_ERR_FORMAT,
+				"tensor %s: piece reads bytes up to %llu of a zstd frame of %llu bytes",
+				t->name, (unsigned long long)src_end,
+				(unsigned long long)p->frame_size);
+	if (!grow((void **)&t->pieces, &t->cap_pieces, t->npieces, sizeof(*t->pieces)))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	t->pieces[t->npieces] = *p;
+	if (p->count == 1) {
+		t->pieces[t->npieces].dst_stride = 0;
+		t->pieces[t->npieces].src_stride = 0;
+	}
+	if (p->kind != GFS_PIECE_ZSTD) {
+		t->pieces[t->npieces].frame_off = 0;
+		t->pieces[t->npieces].frame_len = 0;
+		t->pieces[t->npieces].frame_size = 0;
+	}
+	if (p->kind == GFS_PIECE_ZERO) {
+		t->pieces[t->npieces].src = 0;
+		t->pieces[t->npieces].src_off = 0;
+	}
+	t->pieces[t->npieces].reach = 0;
+	t->npieces++;
+	return GFS_OK;
+}
+
+gfs_err gfs_layout_add_object(gfs_layout *l, const char *name, uint32_t src,
+			      uint64_t src_off, uint64_t len)
+{
+	gfs_object *o;
+	gfs_err err;
+
+	assert(!l->finished);
+	err = check_name(name);
+	if (err)
+		return err;
+	if (src >= l->nsources)
+		return gfs_fail(GFS_ERR_FORMAT, "object %s: names source %u of %zu", name, src,
+				l->nsources);
+	if (!grow((void **)&l->objects, &l->cap_objects, l->nobjects, sizeof(*o)))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	o = &l->objects[l->nobjects];
+	o->name = gfs_strdup(name);
+	if (!o->name)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	o->src = src;
+	o->src_off = src_off;
+	o->len = len;
+	l->nobjects++;
+	return GFS_OK;
 }
 
 /* FNV-1a */
@@ -364,8 +455,114 @@ static gfs_err build_hash(gfs_layout *l, const char *label)
 	return GFS_OK;
 }
 
+static int piece_cmp(const void *a, const void *b)
+{
+	const gfs_piece *x = a, *y = b;
+
+	return x->toff < y->toff ? -1 : x->toff > y->toff;
+}
+
+/* check_source(): piece pc reads inside its source (FILE) or frame (ZSTD). */
+static gfs_err check_source(const gfs_layout *l, const char *label, const gfs_tensor *t,
+			    const gfs_piece *pc)
+{
+	uint64_t off = pc->src_off, end = gfs_piece_src_end(pc);
+
+	if (pc->kind == GFS_PIECE_ZERO)
+		return GFS_OK;
+	if (pc->kind == GFS_PIECE_ZSTD) {
+		off = pc->frame_off;
+		end = pc->frame_off + pc->frame_len;
+	}
+	if (end > l->sources[pc->src].size)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: tensor %s: bytes %llu..%llu of %s lie past its end (%llu bytes)",
+				label, t->name, (unsigned long long)off, (unsigned long long)end,
+				l->sources[pc->src].path,
+				(unsigned long long)l->sources[pc->src].size);
+	return GFS_OK;
+}
+
+/*
+ * check_contiguous(): pieces all of count 1, sorted by toff: they must follow
+ * each other from 0 to nbytes.
+ */
+static gfs_err check_contiguous(const char *label, const gfs_tensor *t)
+{
+	uint64_t covered = 0;
+
+	for (size_t p = 0; p < t->npieces; p++) {
+		const gfs_piece *pc = &t->pieces[p];
+
+		if (pc->toff > covered)
+			break;
+		if (pc->toff < covered)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: tensor %s: pieces overlap at byte %llu",
+					label, t->name, (unsigned long long)pc->toff);
+		covered += pc->len;
+	}
+	if (covered != t->nbytes)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: tensor %s: pieces cover %llu of its %llu bytes",
+				label, t->name, (unsigned long long)covered,
+				(unsigned long long)t->nbytes);
+	return GFS_OK;
+}
+
+/*
+ * check_strided(): walk the runs of a tensor with strided pieces in tensor
+ * order: at every position exactly one run starts or continues, and no other
+ * run starts before it ends.  *budget counts down the runs walked.
+ */
+static gfs_err check_strided(const char *label, const gfs_tensor *t, uint64_t *budget)
+{
+	uint64_t pos = 0;
+
+	while (pos < t->nbytes) {
+		gfs_piece_span sp = gfs_piece_candidates(t, pos, pos + 1);
+		uint64_t run_end = 0;
+		size_t owner = SIZE_MAX;
+
+		if (*budget == 0)
+			return gfs_fail(GFS_ERR_LIMIT, "%s: more than %llu strided runs to check",
+					label, (unsigned long long)GFS_MAX_RUNS);
+		(*budget)--;
+		for (size_t i = sp.first; i < sp.last; i++) {
+			uint64_t start, end;
+
+			if (!gfs_piece_run_at(&t->pieces[i], pos, &start, &end))
+				continue;
+			if (start != pos || owner != SIZE_MAX)
+				return gfs_fail(GFS_ERR_FORMAT,
+						"%s: tensor %s: pieces overlap at byte %llu",
+						label, t->name, (unsigned long long)pos);
+			owner = i;
+			run_end = end;
+		}
+		if (owner == SIZE_MAX)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: tensor %s: pieces leave a gap at byte %llu of its %llu bytes",
+					label, t->name, (unsigned long long)pos,
+					(unsigned long long)t->nbytes);
+		sp = gfs_piece_candidates(t, pos, run_end);
+		for (size_t i = sp.first; i < sp.last; i++) {
+			uint64_t start, end;
+
+			if (i != owner && gfs_piece_next_run(&t->pieces[i], pos, &start, &end) &&
+			    start < run_end)
+				return gfs_fail(GFS_ERR_FORMAT,
+						"%s: tensor %s: pieces overlap at byte %llu",
+						label, t->name, (unsigned long long)start);
+		}
+		pos = run_end;
+	}
+	return GFS_OK;
+}
+
 gfs_err gfs_layout_finish(gfs_layout *l, const char *label)
 {
+	uint64_t budget = GFS_MAX_RUNS;
 	gfs_err err;
 
 	assert(!l->finished);
@@ -377,36 +574,109 @@ gfs_err gfs_layout_finish(gfs_layout *l, const char *label)
 	err = resolve_aliases(l, label);
 	if (err)
 		return err;
+	for (size_t i = 0; i < l->nobjects; i++) {
+		const gfs_object *o = &l->objects[i];
+		uint64_t end;
+
+		if (!gfs_add_u64(o->src_off, o->len, &end) || end > l->sources[o->src].size)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: object %s lies past the end of %s",
+					label, o->name, l->sources[o->src].path);
+		if (gfs_layout_find(l, o->name) >= 0)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: %s is both a tensor and an object",
+					label, o->name);
+	}
 	for (size_t i = 0; i < l->ntensors; i++) {
-		const gfs_tensor *t = &l->tensors[i];
-		uint64_t covered = 0;
+		gfs_tensor *t = &l->tensors[i];
+		uint64_t reach = 0;
 
 		if (t->alias_of >= 0)
 			continue;
+		if (t->npieces > 1) /* qsort(NULL, 0) is undefined */
+			qsort(t->pieces, t->npieces, sizeof(*t->pieces), piece_cmp);
+		t->strided = false;
 		for (size_t p = 0; p < t->npieces; p++) {
-			const gfs_piece *pc = &t->pieces[p];
-			uint64_t end;
+			gfs_piece *pc = &t->pieces[p];
+			const uint64_t end = gfs_piece_end(pc);
 
-			assert(pc->toff == covered);
-			covered += pc->len;
-			if (pc->kind != GFS_PIECE_FILE)
-				continue;
-			if (!gfs_add_u64(pc->src_off, pc->len, &end) ||
-			    end > l->sources[pc->src].size)
-				return gfs_fail(GFS_ERR_FORMAT,
-						"%s: tensor %s: bytes %llu..%llu of %s lie past its end (%llu bytes)",
-						label, t->name, (unsigned long long)pc->src_off,
-						(unsigned long long)end, l->sources[pc->src].path,
-						(unsigned long long)l->sources[pc->src].size);
+			if (end > reach)
+				reach = end;
+			pc->reach = reach;
+			if (pc->count > 1)
+				t->strided = true;
+			err = check_source(l, label, t, pc);
+			if (err)
+				return err;
 		}
-		if (covered != t->nbytes)
-			return gfs_fail(GFS_ERR_FORMAT,
-					"%s: tensor %s: pieces cover %llu of its %llu bytes",
-					label, t->name, (unsigned long long)covered,
-					(unsigned long long)t->nbytes);
+		err = t->strided ? check_strided(label, t, &budget) : check_contiguous(label, t);
+		if (err)
+			return err;
 	}
 	l->finished = true;
 	return GFS_OK;
+}
+
+gfs_piece_span gfs_piece_candidates(const gfs_tensor *t, uint64_t off, uint64_t end)
+{
+	size_t lo = 0, hi = t->npieces;
+	gfs_piece_span sp;
+
+	/* first piece whose reach passes off (reach is non-decreasing) */
+	while (lo < hi) {
+		const size_t mid = lo + (hi - lo) / 2;
+
+		if (t->pieces[mid].reach > off)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	sp.first = lo;
+	/* one past the last piece starting before end (toff is non-decreasing) */
+	hi = t->npieces;
+	while (lo < hi) {
+		const size_t mid = lo + (hi - lo) / 2;
+
+		if (t->pieces[mid].toff < end)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	sp.last = lo;
+	return sp;
+}
+
+bool gfs_piece_run_at(const gfs_piece *p, uint64_t pos, uint64_t *start, uint64_t *end)
+{
+	uint64_t k, s;
+
+	if (pos < p->toff)
+		return false;
+	k = p->count > 1 ? (pos - p->toff) / p->dst_stride : 0;
+	if (k >= p->count)
+		return false;
+	s = p->toff + k * p->dst_stride;
+	if (pos >= s + p->len)
+		return false;
+	*start = s;
+	*end = s + p->len;
+	return true;
+}
+
+bool gfs_piece_next_run(const gfs_piece *p, uint64_t pos, uint64_t *start, uint64_t *end)
+{
+	uint64_t k;
+
+	if (pos <= p->toff) {
+		k = 0;
+	} else if (p->count == 1) {
+		return false;
+	} else {
+		k = (pos - p->toff + p->dst_stride - 1) / p->dst_stride;
+		if (k >= p->count)
+			return false;
+	}
+	*start = p->toff + k * p->dst_stride;
+	*end = *start + p->len;
+	return true;
 }
 
 int64_t gfs_layout_find(const gfs_layout *l, const char *name)

@@ -33,17 +33,39 @@ static cJSON *shape_json(const gfs_tensor *t)
 	return arr;
 }
 
-static cJSON *piece_json(const gfs_piece *p)
+/* tensor_is_general(): does t need version-2 pieces (explicit "at")? */
+static bool tensor_is_general(const gfs_tensor *t)
+{
+	for (size_t p = 0; p < t->npieces; p++)
+		if (t->pieces[p].count > 1 || t->pieces[p].kind == GFS_PIECE_ZSTD)
+			return true;
+	return false;
+}
+
+static cJSON *piece_json(const gfs_piece *p, bool general)
 {
 	cJSON *o = cJSON_CreateObject();
 	bool ok = o != NULL;
 
+	if (ok && general)
+		ok = gfs_json_add_u64(o, "at", p->toff);
 	if (ok && p->kind == GFS_PIECE_ZERO) {
 		ok = gfs_json_add_u64(o, "zero", p->len);
 	} else if (ok) {
 		ok = gfs_json_add_u64(o, "source", p->src) &&
 		     gfs_json_add_u64(o, "offset", p->src_off) &&
 		     gfs_json_add_u64(o, "length", p->len);
+	}
+	if (ok && p->count > 1)
+		ok = gfs_json_add_u64(o, "count", p->count) &&
+		     gfs_json_add_u64(o, "dst_stride", p->dst_stride) &&
+		     gfs_json_add_u64(o, "src_stride", p->src_stride);
+	if (ok && p->kind == GFS_PIECE_ZSTD) {
+		cJSON *z = cJSON_AddObjectToObject(o, "zstd");
+
+		ok = z && gfs_json_add_u64(z, "offset", p->frame_off) &&
+		     gfs_json_add_u64(z, "length", p->frame_len) &&
+		     gfs_json_add_u64(z, "size", p->frame_size);
 	}
 	if (!ok) {
 		cJSON_Delete(o);
@@ -77,7 +99,7 @@ static cJSON *tensor_json(const gfs_layout *l, const gfs_tensor *t)
 		goto fail;
 	}
 	for (size_t p = 0; p < t->npieces; p++) {
-		cJSON *pj = piece_json(&t->pieces[p]);
+		cJSON *pj = piece_json(&t->pieces[p], tensor_is_general(t));
 
 		if (!pj || !cJSON_AddItemToArray(pieces, pj)) {
 			cJSON_Delete(pj);
@@ -97,9 +119,13 @@ gfs_err gfs_layout_to_json(const gfs_layout *l, char **text)
 	cJSON *sources, *tensors;
 	char *out;
 
+	bool v2 = l->nobjects > 0;
+
+	for (size_t i = 0; i < l->ntensors && !v2; i++)
+		v2 = tensor_is_general(&l->tensors[i]);
 	if (!root)
 		goto nomem;
-	if (!gfs_json_add_u64(root, LAYOUT_MAGIC, GFS_LAYOUT_VERSION) ||
+	if (!gfs_json_add_u64(root, LAYOUT_MAGIC, v2 ? GFS_LAYOUT_VERSION_MAX : GFS_LAYOUT_VERSION) ||
 	    !cJSON_AddStringToObject(root, "format", l->format) ||
 	    (l->info && !cJSON_AddStringToObject(root, "info", l->info)) ||
 	    !cJSON_AddStringToObject(root, "base_dir", l->base_dir) ||
@@ -126,6 +152,26 @@ gfs_err gfs_layout_to_json(const gfs_layout *l, char **text)
 		if (!t || !cJSON_AddItemToArray(tensors, t)) {
 			cJSON_Delete(t);
 			goto nomem;
+		}
+	}
+	if (l->nobjects) {
+		cJSON *objects = cJSON_AddArrayToObject(root, "objects");
+
+		if (!objects)
+			goto nomem;
+		for (size_t i = 0; i < l->nobjects; i++) {
+			const gfs_object *ob = &l->objects[i];
+			cJSON *o = cJSON_CreateObject();
+
+			if (!o || !cJSON_AddItemToArray(objects, o)) {
+				cJSON_Delete(o);
+				goto nomem;
+			}
+			if (!cJSON_AddStringToObject(o, "name", ob->name) ||
+			    !gfs_json_add_u64(o, "source", ob->src) ||
+			    !gfs_json_add_u64(o, "offset", ob->src_off) ||
+			    !gfs_json_add_u64(o, "length", ob->len))
+				goto nomem;
 		}
 	}
 	out = cJSON_Print(root);
@@ -163,23 +209,79 @@ static gfs_err parse_shape(const cJSON *shape, const char *label, const char *na
 	return GFS_OK;
 }
 
+/* parse_general(): a piece with "at" (version 2: any order, strides, zstd). */
+static gfs_err parse_general(gfs_layout *l, size_t ti, const cJSON *p, const char *label)
+{
+	const cJSON *zero = gfs_json_get(p, "zero");
+	const cJSON *z = gfs_json_get(p, "zstd");
+	gfs_piece pc = { .count = 1, .kind = zero ? GFS_PIECE_ZERO : GFS_PIECE_FILE };
+	uint64_t src = 0;
+	gfs_err err = gfs_json_u64(gfs_json_get(p, "at"), label, "piece at", &pc.toff);
+
+	if (!err && zero) {
+		err = gfs_json_u64(zero, label, "zero", &pc.len);
+	} else if (!err) {
+		err = gfs_json_u64(gfs_json_get(p, "source"), label, "piece source", &src);
+		if (!err)
+			err = gfs_json_u64(gfs_json_get(p, "offset"), label, "piece offset", &pc.src_off);
+		if (!err)
+			err = gfs_json_u64(gfs_json_get(p, "length"), label, "piece length", &pc.len);
+		if (!err && src >= l->nsources)
+			err = gfs_fail(GFS_ERR_FORMAT, "%s: piece source %llu out of range (%zu sources)",
+				       label, (unsigned long long)src, l->nsources);
+		pc.src = (uint32_t)src;
+	}
+	if (!err && gfs_json_get(p, "count")) {
+		err = gfs_json_u64(gfs_json_get(p, "count"), label, "piece count", &pc.count);
+		if (!err)
+			err = gfs_json_u64(gfs_json_get(p, "dst_stride"), label, "piece dst_stride",
+					   &pc.dst_stride);
+		if (!err)
+			err = gfs_json_u64(gfs_json_get(p, "src_stride"), label, "piece src_stride",
+					   &pc.src_stride);
+	}
+	if (!err && z) {
+		if (zero)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: a zero piece cannot be zstd", label);
+		pc.kind = GFS_PIECE_ZSTD;
+		err = gfs_json_u64(gfs_json_get(z, "offset"), label, "zstd offset", &pc.frame_off);
+		if (!err)
+			err = gfs_json_u64(gfs_json_get(z, "length"), label, "zstd length", &pc.frame_len);
+		if (!err)
+			err = gfs_json_u64(gfs_json_get(z, "size"), label, "zstd size", &pc.frame_size);
+	}
+	return err ? err : gfs_layout_add_general(l, ti, &pc);
+}
+
 static gfs_err parse_pieces(gfs_layout *l, size_t ti, const cJSON *pieces,
 			    const char *label, const char *name)
 {
 	const cJSON *p;
+	int general = -1; /* unknown, 0: all in order, 1: all with "at" */
 
 	if (!cJSON_IsArray(pieces))
 		return gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s: pieces must be an array",
 				label, name);
 	cJSON_ArrayForEach(p, pieces) {
 		const cJSON *zero = gfs_json_get(p, "zero");
+		const int g = gfs_json_get(p, "at") != NULL;
 		uint64_t src, off, len;
 		gfs_err err;
 
 		if (!cJSON_IsObject(p))
 			return gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s: a piece must be an object",
 					label, name);
-		if (zero) {
+		if (general >= 0 && g != general)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: tensor %s: either every piece has \"at\" or none does",
+					label, name);
+		general = g;
+		if (!g && (gfs_json_get(p, "count") || gfs_json_get(p, "zstd")))
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: tensor %s: a strided or zstd piece needs \"at\"", label, name);
+		if (g) {
+			err = parse_general(l, ti, p, label);
+		} else if (zero) {
 			err = gfs_json_u64(zero, label, "zero", &len);
 			if (!err)
 				err = gfs_layout_add_zero(l, ti, len);
@@ -197,6 +299,34 @@ static gfs_err parse_pieces(gfs_layout *l, size_t ti, const cJSON *pieces,
 		}
 		if (err)
 			return gfs_fail_prefix(err, "%s: tensor %s", label, name);
+	}
+	return GFS_OK;
+}
+
+static gfs_err parse_objects(gfs_layout *l, const cJSON *v, const char *label)
+{
+	const cJSON *o;
+
+	if (!cJSON_IsArray(v))
+		return gfs_fail(GFS_ERR_FORMAT, "%s: \"objects\" must be an array", label);
+	cJSON_ArrayForEach(o, v) {
+		const char *name;
+		uint64_t src, off, len;
+		gfs_err err = gfs_json_str(gfs_json_get(o, "name"), label, "object name", &name);
+
+		if (!err)
+			err = gfs_json_u64(gfs_json_get(o, "source"), label, "object source", &src);
+		if (!err)
+			err = gfs_json_u64(gfs_json_get(o, "offset"), label, "object offset", &off);
+		if (!err)
+			err = gfs_json_u64(gfs_json_get(o, "length"), label, "object length", &len);
+		if (!err && src >= l->nsources)
+			err = gfs_fail(GFS_ERR_FORMAT, "%s: object source %llu out of range (%zu sources)",
+				       label, (unsigned long long)src, l->nsources);
+		if (!err)
+			err = gfs_layout_add_object(l, name, (uint32_t)src, off, len);
+		if (err)
+			return err;
 	}
 	return GFS_OK;
 }
@@ -252,9 +382,10 @@ static gfs_err parse_root(const cJSON *root, const char *label, const char *json
 	err = gfs_json_u64(v, label, LAYOUT_MAGIC, &version);
 	if (err)
 		return err;
-	if (version != GFS_LAYOUT_VERSION)
-		return gfs_fail(GFS_ERR_UNSUPPORTED, "%s: layout version %llu (this gatherfs reads %d)",
-				label, (unsigned long long)version, GFS_LAYOUT_VERSION);
+	if (version < GFS_LAYOUT_VERSION || version > GFS_LAYOUT_VERSION_MAX)
+		return gfs_fail(GFS_ERR_UNSUPPORTED, "%s: layout version %llu (this gatherfs reads %d to %d)",
+				label, (unsigned long long)version, GFS_LAYOUT_VERSION,
+				GFS_LAYOUT_VERSION_MAX);
 	if (gfs_json_get(root, "format") &&
 	    (err = gfs_json_str(gfs_json_get(root, "format"), label, "format", &format)))
 		return err;
@@ -302,6 +433,8 @@ static gfs_err parse_root(const cJSON *root, const char *label, const char *json
 				break;
 		}
 	}
+	if (!err && gfs_json_get(root, "objects"))
+		err = parse_objects(l, gfs_json_get(root, "objects"), label);
 	if (!err)
 		err = gfs_layout_finish(l, label);
 	if (err) {

@@ -257,3 +257,118 @@ gfs_err gfs_vfile_read(const gfs_vfile *vf, uint64_t off, void *buf, size_t len,
 	*got = len;
 	return GFS_OK;
 }
+
+/* Zero bytes for ZERO pieces of mapped reads. */
+static const uint8_t zeros[65536];
+
+/* push_ext(): append an extent, or GFS_ERR_LIMIT when *n reached max. */
+static gfs_err push_ext(gfs_vext *ext, size_t max, size_t *n, const void *mem,
+			int fd, uint64_t off, size_t len)
+{
+	assert(len > 0);
+	if (*n == max)
+		return GFS_ERR_LIMIT; /* not an error to report: fall back to copying */
+	ext[*n] = (gfs_vext){ .mem = mem, .fd = fd, .off = off, .len = len };
+	(*n)++;
+	return GFS_OK;
+}
+
+/* map_tensor(): extents of bytes [off, off + len) of a TENSOR segment. */
+static gfs_err map_tensor(const gfs_vfile *vf, const gfs_seg *seg, uint64_t off,
+			  size_t len, gfs_vext *ext, size_t max, size_t *n)
+{
+	const gfs_layout *l = vf->ctx->layout;
+	const gfs_tensor *t = gfs_layout_target(l, seg->u.tensor.entry);
+	uint64_t pos = seg->u.tensor.off + off;
+	const uint64_t end = pos + len;
+
+	if (t->strided || gfs_dtype_out(t->dtype, vf->ctx->want) != t->dtype)
+		return GFS_ERR_LIMIT;
+	while (pos < end) {
+		const gfs_piece_span sp = gfs_piece_candidates(t, pos, end);
+		const gfs_piece *pc = NULL;
+		uint64_t rs = 0, re = 0;
+		size_t take;
+		gfs_err err;
+
+		for (size_t i = sp.first; i <= sp.last && i < t->npieces; i++) {
+			if (gfs_piece_run_at(&t->pieces[i], pos, &rs, &re)) {
+				pc = &t->pieces[i];
+				break;
+			}
+		}
+		if (!pc || pc->count != 1)
+			return GFS_ERR_LIMIT; /* gfs_vfile_read() reports holes */
+		take = (size_t)((re < end ? re : end) - pos);
+		if (pc->kind == GFS_PIECE_ZERO) {
+			if (take > sizeof(zeros))
+				take = sizeof(zeros);
+			err = push_ext(ext, max, n, zeros, -1, 0, take);
+		} else if (pc->kind == GFS_PIECE_FILE) {
+			/* A changed source: the copy path reports it (EIO, logged). */
+			if (gfs_srcset_check(l, vf->ctx->src, pc->src) != GFS_OK)
+				return GFS_ERR_LIMIT;
+			err = push_ext(ext, max, n, NULL, gfs_srcset_fd(vf->ctx->src, pc->src),
+				       pc->src_off + (pos - rs), take);
+		} else {
+			err = GFS_ERR_LIMIT;
+		}
+		if (err)
+			return err;
+		pos += take;
+	}
+	return GFS_OK;
+}
+
+gfs_err gfs_vfile_map(const gfs_vfile *vf, uint64_t off, size_t len, gfs_vext *ext,
+		      size_t max, uint8_t *scratch, size_t scratch_len, size_t *n,
+		      size_t *got)
+{
+	size_t left;
+	size_t used = 0; /* of scratch */
+
+	*n = 0;
+	*got = 0;
+	if (off >= vf->size || len == 0)
+		return GFS_OK;
+	if (len > vf->size - off)
+		len = (size_t)(vf->size - off);
+	left = len;
+	for (size_t i = gfs_vfile_find(vf, off); left > 0; i++) {
+		const gfs_seg *seg = &vf->segs[i];
+		const uint64_t in = off - seg->voff;
+		const size_t k = seg->len - in < left ? (size_t)(seg->len - in) : left;
+		gfs_err err;
+
+		assert(i < vf->nsegs && in < seg->len);
+		switch (seg->kind) {
+		case GFS_SEG_MEM:
+			err = push_ext(ext, max, n, vf->bytes + seg->u.mem.boff + in, -1, 0, k);
+			break;
+		case GFS_SEG_TENSOR:
+			err = map_tensor(vf, seg, in, k, ext, max, n);
+			break;
+		case GFS_SEG_FD:
+			err = push_ext(ext, max, n, NULL, seg->u.fd.fd, seg->u.fd.off + in, k);
+			break;
+		case GFS_SEG_GEN:
+			if (scratch_len - used < k)
+				return GFS_ERR_LIMIT;
+			err = seg->u.gen.gen->fn(seg->u.gen.gen->ctx, seg->u.gen.arg, in,
+						 scratch + used, k);
+			if (!err)
+				err = push_ext(ext, max, n, scratch + used, -1, 0, k);
+			used += k;
+			break;
+		default:
+			assert(!"unknown segment kind");
+			err = GFS_ERR_LIMIT;
+		}
+		if (err)
+			return err;
+		off += k;
+		left -= k;
+	}
+	*got = len;
+	return GFS_OK;
+}

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -65,7 +66,15 @@ struct gfs_tzview {
 	size_t nrecs;
 	pthread_mutex_t lock; /* with cond: waiting for a CRC another thread computes */
 	pthread_cond_t cond;
+	atomic_size_t ndone;  /* records in state CRC_DONE */
+	_Atomic int cache_state; /* CACHE_*: the persistent CRC cache (ctx->crc_cache) */
+	char *cache_path;     /* its file, set with the key by cache_load() */
+	uint64_t key_fnv;     /* key of the layout, sources and records */
+	uint32_t key_crc;
+	uint64_t key_len;
 };
+
+enum { CACHE_UNTRIED, CACHE_LOADING, CACHE_LOADED, CACHE_SAVED };
 
 static const char REC_BYTEORDER[] = "little";
 static const char REC_VERSION[] = "3\n";
@@ -390,8 +399,10 @@ static void publish(gfs_tzview *z, size_t r, gfs_err err, uint32_t crc)
 	tz_record *rec = &z->recs[r];
 
 	assert(atomic_load(&rec->state) == CRC_BUSY);
-	if (!err)
+	if (!err) {
 		rec->crc = crc;
+		atomic_fetch_add(&z->ndone, 1);
+	}
 	atomic_store(&rec->state, err ? CRC_NONE : CRC_DONE);
 	pthread_mutex_lock(&z->lock);
 	pthread_cond_broadcast(&z->cond);
@@ -584,6 +595,246 @@ gfs_err gfs_tzview_compute_crcs(gfs_tzview *z, unsigned nthreads)
 	return GFS_OK;
 }
 
+/* ------------------------------------------------------ persistent cache */
+
+/*
+ * A remount should not read every tensor again to compute CRCs, so the
+ * CRCs of a view are kept in a sidecar file under ctx->crc_cache:
+ *
+ *   "GFSCRC01", key FNV-1a 64, key CRC-32, key length, nrecs   (u64/u32 LE)
+ *   nrecs x (record size u64, CRC u32)
+ *   CRC-32 of all the above
+ *
+ * The key covers the output dtype, the archive prefix, every record's size
+ * and layout entry, every piece of those entries, and every source's path,
+ * size, mtime (ns), inode and device.  A file is used only if all of it
+ * matches; anything else (missing, short, foreign, stale) is ignored and
+ * the CRCs are computed as without a cache.  It is written once every CRC
+ * is known, to a temporary file renamed into place.
+ */
+typedef struct keyhash {
+	uint64_t fnv;
+	uLong crc;
+	uint64_t len;
+} keyhash;
+
+static void kh_put(keyhash *h, const void *data, size_t n)
+{
+	const uint8_t *p = data;
+
+	for (size_t i = 0; i < n; i++)
+		h->fnv = (h->fnv ^ p[i]) * UINT64_C(0x100000001b3);
+	h->crc = crc32(h->crc, p, (uInt)n);
+	h->len += n;
+}
+
+static void kh_u64(keyhash *h, uint64_t v)
+{
+	uint8_t le[8];
+
+	put64(le, v);
+	kh_put(h, le, sizeof(le));
+}
+
+static void kh_str(keyhash *h, const char *s)
+{
+	kh_put(h, s, strlen(s) + 1);
+}
+
+/* cache_key(): hash the key of z into z->key_*; false if a source is gone. */
+static bool cache_key(gfs_tzview *z)
+{
+	const gfs_layout *l = z->ctx->layout;
+	keyhash h = { .fnv = UINT64_C(0xcbf29ce484222325), .crc = crc32(0, Z_NULL, 0) };
+
+	kh_str(&h, "gatherfs torch zip CRCs 1");
+	kh_u64(&h, (uint64_t)z->ctx->want);
+	kh_str(&h, z->prefix);
+	kh_u64(&h, l->nsources);
+	for (size_t i = 0; i < l->nsources; i++) {
+		struct stat st;
+
+		if (stat(l->sources[i].abspath, &st) != 0)
+			return false;
+		kh_str(&h, l->sources[i].abspath);
+		kh_u64(&h, (uint64_t)st.st_size);
+		kh_u64(&h, (uint64_t)st.st_mtim.tv_sec);
+		kh_u64(&h, (uint64_t)st.st_mtim.tv_nsec);
+		kh_u64(&h, (uint64_t)st.st_ino);
+		kh_u64(&h, (uint64_t)st.st_dev);
+	}
+	kh_u64(&h, z->nrecs);
+	for (size_t r = 0; r < z->nrecs; r++) {
+		const tz_record *rec = &z->recs[r];
+		const gfs_tensor *t;
+
+		kh_u64(&h, rec->size);
+		kh_u64(&h, rec->entry);
+		if (rec->entry == NO_ENTRY)
+			continue;
+		t = gfs_layout_target(l, rec->entry);
+		kh_str(&h, t->name);
+		kh_u64(&h, (uint64_t)t->dtype);
+		kh_u64(&h, t->nbytes);
+		kh_u64(&h, t->npieces);
+		for (size_t p = 0; p < t->npieces; p++) {
+			const gfs_piece *pc = &t->pieces[p];
+			const uint64_t f[] = { (uint64_t)pc->kind, pc->src, pc->toff, pc->len,
+					       pc->src_off, pc->count, pc->dst_stride,
+					       pc->src_stride, pc->frame_off, pc->frame_len,
+					       pc->frame_size };
+
+			for (size_t k = 0; k < sizeof(f) / sizeof(f[0]); k++)
+				kh_u64(&h, f[k]);
+		}
+	}
+	z->key_fnv = h.fnv;
+	z->key_crc = (uint32_t)h.crc;
+	z->key_len = h.len;
+	return true;
+}
+
+enum { CACHE_HDR = 8 + 8 + 4 + 8 + 8, CACHE_REC = 8 + 4 };
+static const char CACHE_MAGIC[8] = "GFSCRC01";
+
+static uint64_t get64(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+	       (uint32_t)p[3] << 24;
+}
+
+/* cache_image(): the file contents for z's current CRCs (all known). */
+static uint8_t *cache_image(const gfs_tzview *z, size_t *len)
+{
+	const size_t n = CACHE_HDR + z->nrecs * CACHE_REC + 4;
+	uint8_t *img = malloc(n);
+	uint8_t *p = img;
+
+	if (!img)
+		return NULL;
+	memcpy(p, CACHE_MAGIC, sizeof(CACHE_MAGIC));
+	p = put64(p + sizeof(CACHE_MAGIC), z->key_fnv);
+	p = put32(p, z->key_crc);
+	p = put64(p, z->key_len);
+	p = put64(p, z->nrecs);
+	for (size_t r = 0; r < z->nrecs; r++) {
+		p = put64(p, z->recs[r].size);
+		p = put32(p, z->recs[r].crc);
+	}
+	p = put32(p, crc32(crc32(0, Z_NULL, 0), img, (uInt)(p - img)));
+	assert((size_t)(p - img) == n);
+	*len = n;
+	return img;
+}
+
+/*
+ * cache_load(): once per view, compute the key and adopt the cached CRCs
+ * of records nobody is computing.  Best effort: never fails.
+ */
+static void cache_load(gfs_tzview *z)
+{
+	const char *dir = z->ctx->crc_cache;
+	int state = CACHE_UNTRIED;
+	uint8_t *img = NULL;
+	size_t len = 0, n;
+	char name[64];
+	FILE *f;
+
+	if (!dir || !*dir ||
+	    !atomic_compare_exchange_strong(&z->cache_state, &state, CACHE_LOADING))
+		return;
+	if (!cache_key(z))
+		goto out;
+	(void)snprintf(name, sizeof(name), "/%016llx-%08lx.crc",
+		       (unsigned long long)z->key_fnv, (unsigned long)z->key_crc);
+	z->cache_path = malloc(strlen(dir) + strlen(name) + 1);
+	if (!z->cache_path)
+		goto out;
+	strcpy(z->cache_path, dir);
+	strcat(z->cache_path, name);
+	n = CACHE_HDR + z->nrecs * CACHE_REC + 4;
+	img = malloc(n + 1);
+	f = fopen(z->cache_path, "rbe");
+	if (!img || !f) {
+		if (f)
+			fclose(f);
+		goto out;
+	}
+	len = fread(img, 1, n + 1, f);
+	fclose(f);
+	if (len != n || memcmp(img, CACHE_MAGIC, sizeof(CACHE_MAGIC)) != 0 ||
+	    get64(img + 8) != z->key_fnv || get32(img + 16) != z->key_crc ||
+	    get64(img + 20) != z->key_len || get64(img + 28) != z->nrecs ||
+	    get32(img + n - 4) != (uint32_t)crc32(crc32(0, Z_NULL, 0), img, (uInt)(n - 4)))
+		goto out;
+	for (size_t r = 0; r < z->nrecs; r++)
+		if (get64(img + CACHE_HDR + r * CACHE_REC) != z->recs[r].size)
+			goto out;
+	for (size_t r = 0; r < z->nrecs; r++) {
+		int none = CRC_NONE;
+
+		if (atomic_compare_exchange_strong(&z->recs[r].state, &none, CRC_BUSY))
+			publish(z, r, GFS_OK, get32(img + CACHE_HDR + r * CACHE_REC + 8));
+	}
+out:
+	free(img);
+	atomic_store(&z->cache_state, CACHE_LOADED);
+}
+
+/* mkdirs(): create dir and its missing parents (mode 0700); best effort. */
+static void mkdirs(const char *dir)
+{
+	char *p = gfs_strdup(dir);
+
+	if (!p)
+		return;
+	for (char *s = strchr(p + 1, '/'); s; s = strchr(s + 1, '/')) {
+		*s = '\0';
+		(void)mkdir(p, 0700);
+		*s = '/';
+	}
+	(void)mkdir(p, 0700);
+	free(p);
+}
+
+/* cache_save(): once every CRC is known, write the cache file (best effort). */
+static void cache_save(gfs_tzview *z)
+{
+	int state = CACHE_LOADED;
+	uint8_t *img;
+	size_t len;
+	char *tmp;
+	FILE *f;
+
+	if (atomic_load(&z->ndone) != z->nrecs || !z->cache_path ||
+	    !atomic_compare_exchange_strong(&z->cache_state, &state, CACHE_SAVED))
+		return;
+	img = cache_image(z, &len);
+	tmp = malloc(strlen(z->cache_path) + 32);
+	if (img && tmp) {
+		mkdirs(z->ctx->crc_cache);
+		(void)sprintf(tmp, "%s.%ld.tmp", z->cache_path, (long)getpid());
+		f = fopen(tmp, "wbe");
+		if (f) {
+			const bool ok = fwrite(img, 1, len, f) == len;
+
+			if (fclose(f) != 0 || !ok || rename(tmp, z->cache_path) != 0)
+				(void)unlink(tmp);
+		}
+	}
+	free(tmp);
+	free(img);
+}
+
 /* crc_gen(): the GEN callback of CRC fields: arg = record | GEN_BATCH. */
 static gfs_err crc_gen(void *ctx, uint64_t arg, uint64_t off, uint8_t *buf,
 		       size_t len)
@@ -594,10 +845,13 @@ static gfs_err crc_gen(void *ctx, uint64_t arg, uint64_t off, uint8_t *buf,
 
 	assert(r < z->nrecs && off + len <= sizeof(le));
 	if (atomic_load(&z->recs[r].state) != CRC_DONE) {
-		const gfs_err err = (arg & GEN_BATCH) ? gfs_tzview_compute_crcs(z, 0)
-						      : crc_one(z, r);
+		gfs_err err;
+
+		cache_load(z);
+		err = (arg & GEN_BATCH) ? gfs_tzview_compute_crcs(z, 0) : crc_one(z, r);
 		if (err)
 			return err;
+		cache_save(z);
 	}
 	put32(le, z->recs[r].crc);
 	memcpy(buf, le + off, len);
@@ -825,6 +1079,7 @@ static gfs_err init_records(gfs_tzview *z, const pkbuf *pk, const size_t *keys,
 		if (mem || rec->size == 0) {
 			rec->crc = (uint32_t)crc32_z(0, mem, (z_size_t)rec->size);
 			atomic_init(&rec->state, CRC_DONE);
+			atomic_fetch_add(&z->ndone, 1);
 		} else {
 			atomic_init(&rec->state, CRC_NONE);
 		}
@@ -910,6 +1165,7 @@ void gfs_tzview_free(gfs_tzview *z)
 	gfs_vfile_free(z->vf);
 	free(z->recs);
 	free(z->prefix);
+	free(z->cache_path);
 	pthread_cond_destroy(&z->cond);
 	pthread_mutex_destroy(&z->lock);
 	free(z);

@@ -44,5 +44,21 @@ for case in "$CKPTS"/*/; do
 	fi
 	n=$((n + 1))
 done
+# PyTorch DCP fixtures: the mount of the DCP directory (config.json copied
+# in, passed through) loads and reproduces the reference logits.  DCP stores
+# the tied lm_head.weight separately, so no alias is expected.
+GFS_EXPECT_UNTIED=1
+export GFS_EXPECT_UNTIED
+for case in "$top_srcdir"/tests/data/dcp/*/; do
+	case=${case%/}
+	name=dcp-$(basename "$case")
+	[ -d "$case/checkpoint" ] || continue
+	echo "== $name"
+	mnt="$T/mnt-$name"
+	gfs_mount "$case/checkpoint" "$mnt" || fail "mount $name"
+	run_check "$mnt" "$case/.expected-default.tsv" "$case" || fail "$name: loaders"
+	gfs_umount "$mnt" || fail "unmount $name"
+	n=$((n + 1))
+done
 [ $n -gt 0 ] || fail "no fixtures found"
 echo "compat: $n fixtures checked"

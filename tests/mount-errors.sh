@@ -7,7 +7,8 @@ mount_setup
 case="$CKPTS/z3_ws2_fp32"
 [ -d "$case/checkpoint" ] || skip "fixture $case missing"
 mkdir -p "$T/mnt" "$T/empty"
-before=$(grep -c . /proc/mounts)
+# Mounts of this test (others run in parallel: the whole table may change).
+before=$(our_mounts)
 
 # expect_fail PATTERN ARG...: gatherfs ARG... fails with one line matching PATTERN.
 expect_fail() {
@@ -19,7 +20,7 @@ expect_fail() {
 	[ "$(wc -l < "$T/err")" -eq 1 ] || fail "gatherfs $*: not one line: $(cat "$T/err")"
 	grep -q -- "$pattern" "$T/err" || fail "gatherfs $*: '$(cat "$T/err")' lacks '$pattern'"
 	is_mounted "$T/mnt" && fail "gatherfs $*: left a mount"
-	[ "$(grep -c . /proc/mounts)" -eq "$before" ] || fail "gatherfs $*: mount table changed"
+	[ "$(our_mounts)" -eq "$before" ] || fail "gatherfs $*: mount table changed"
 	echo "ok: $(cat "$T/err")"
 }
 

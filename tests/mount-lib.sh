@@ -11,6 +11,12 @@
 #   gfs_umount MNT           fusermount3 -u and wait until it is gone
 #   is_mounted MNT           true if MNT is a gatherfs mount
 #   wait_unmounted MNT       wait (10 s at most) until MNT is not mounted
+#
+# GATHERFS_WRAPPER (e.g. "valgrind --error-exitcode=99 ..."): when set, the
+# daemon command is prefixed by it and gfs_mount runs it in the foreground
+# (-f) as a child; gfs_umount then waits for that child (GFS_WRAP_WAIT
+# seconds at most, default 120) and fails unless it exited with status 0.
+# Waits for a mount are 10 s, or 120 s under a wrapper.
 GATHERFS="$top_builddir/gatherfs"
 MOUNT_TOOLS="$top_srcdir/tests/mount"
 export GATHERFS MOUNT_TOOLS
@@ -48,14 +54,24 @@ is_mounted() {
 	awk -v m="$1" '$2 == m && $3 ~ /^fuse/ { found = 1 } END { exit !found }' /proc/mounts
 }
 
-# wait_for CONDITION...: poll every 0.1 s, 10 s at most.
+GFS_WRAPPED="" # "PID:MNT ..." of the daemons run under $GATHERFS_WRAPPER
+GFS_WAIT_TICKS=100
+[ -n "${GATHERFS_WRAPPER:-}" ] && GFS_WAIT_TICKS=1200
+
+# wait_for CONDITION...: poll every 0.1 s, 10 s at most (120 s under a wrapper).
 wait_for() {
 	i=0
 	while ! "$@"; do
 		i=$((i + 1))
-		[ $i -lt 100 ] || return 1
+		[ $i -lt $GFS_WAIT_TICKS ] || return 1
 		sleep 0.1
 	done
+}
+
+# our_mounts: how many mounts lie under this test's scratch dir $T (other
+# tests mount in parallel, so the whole table is no measure).
+our_mounts() {
+	awk -v t="$T/" 'index($2, t) == 1' /proc/mounts | wc -l
 }
 
 not_mounted() {
@@ -70,21 +86,62 @@ gfs_mount() {
 	src=$1 mnt=$2
 	shift 2
 	mkdir -p "$mnt"
+	if [ -n "${GATHERFS_WRAPPER:-}" ]; then
+		# shellcheck disable=SC2086
+		$GATHERFS_WRAPPER "$GATHERFS" "$src" "$mnt" -f "$@" &
+		GFS_WRAPPED="$GFS_WRAPPED $!:$mnt"
+		GFS_MOUNTS="$GFS_MOUNTS $mnt"
+		wait_for mounted_or_gone $! "$mnt" && is_mounted "$mnt"
+		return
+	fi
 	"$GATHERFS" "$src" "$mnt" "$@" || return 1
 	GFS_MOUNTS="$GFS_MOUNTS $mnt"
 	wait_for is_mounted "$mnt"
+}
+
+# mounted_or_gone PID MNT: MNT is mounted, or process PID has exited.
+mounted_or_gone() {
+	is_mounted "$2" || ! kill -0 "$1" 2>/dev/null
+}
+
+# wrapped_wait MNT: wait for the wrapped daemon of MNT (if any) to exit;
+# fail unless it exited with status 0.
+wrapped_wait() {
+	rest=""
+	for pm in $GFS_WRAPPED; do
+		if [ "${pm#*:}" != "$1" ]; then
+			rest="$rest $pm"
+			continue
+		fi
+		pid=${pm%%:*}
+		i=0
+		while kill -0 "$pid" 2>/dev/null; do
+			i=$((i + 1))
+			if [ $i -gt $((${GFS_WRAP_WAIT:-120} * 10)) ]; then
+				echo "wrapped daemon of $1 (pid $pid) did not exit" >&2
+				return 1
+			fi
+			sleep 0.1
+		done
+		rc=0
+		wait "$pid" || rc=$?
+		[ $rc -eq 0 ] || { echo "wrapped daemon of $1 exited with status $rc" >&2; return 1; }
+	done
+	GFS_WRAPPED=$rest
+	return 0
 }
 
 gfs_mount_fg() {
 	src=$1 mnt=$2
 	shift 2
 	mkdir -p "$mnt"
-	$GFS_ENV "$GATHERFS" "$src" "$mnt" -f "$@" &
+	# shellcheck disable=SC2086
+	$GFS_ENV ${GATHERFS_WRAPPER:-} "$GATHERFS" "$src" "$mnt" -f "$@" &
 	GFS_PID=$!
 	GFS_MOUNTS="$GFS_MOUNTS $mnt"
 	wait_for is_mounted "$mnt"
 }
 
 gfs_umount() {
-	fusermount3 -u "$1" && wait_unmounted "$1"
+	fusermount3 -u "$1" && wait_unmounted "$1" && wrapped_wait "$1"
 }

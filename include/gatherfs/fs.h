@@ -73,6 +73,7 @@ typedef struct gfs_fs_opts {
 	gfs_dtype want;      /* GFS_DT_INVALID: tensors as stored */
 	unsigned views;      /* GFS_VIEW_* bits */
 	uint64_t shard_size; /* 0: single files; else HF shards of at most this many bytes */
+	const char *crc_cache; /* directory of the persistent CRC cache, NULL: none */
 } gfs_fs_opts;
 
 /*

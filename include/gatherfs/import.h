@@ -9,16 +9,24 @@
 
 #include "gatherfs/layout.h"
 
+typedef struct gfs_pickle gfs_pickle;
+
 typedef struct gfs_import_opts {
-	const char *tag; /* DeepSpeed tag (e.g. "global_step3"); NULL: read `latest` */
+	const char *tag;    /* DeepSpeed tag (e.g. "global_step3"); NULL: read `latest` */
+	const char *format; /* "dcp", "deepspeed", "layout"; NULL or "auto": detect */
+	const char *prefix; /* DCP: keep only keys starting with it, without it; NULL: all */
 } gfs_import_opts;
 
 /*
  * gfs_import(): detect the format of path and import it.  path may be
  *   - a layout JSON file (docs/layout-json.md);
+ *   - a PyTorch DCP directory (one holding `.metadata`);
  *   - a DeepSpeed save directory (holding `latest` and tag directories), a
  *     tag directory, or a save directory with opts->tag set.
- * opts may be NULL.  @return GFS_OK and a finished layout in *out.
+ * opts->format forces one of them ("layout", "dcp", "deepspeed"); an
+ * unknown name is GFS_ERR_INVAL.  opts->tag applies to DeepSpeed only,
+ * opts->prefix to DCP only (GFS_ERR_INVAL otherwise).  opts may be NULL.
+ * @return GFS_OK and a finished layout in *out.
  */
 gfs_err gfs_import(const char *path, const gfs_import_opts *opts, gfs_layout **out);
 
@@ -29,5 +37,30 @@ gfs_err gfs_import(const char *path, const gfs_import_opts *opts, gfs_layout **o
  * buffers in their stored dtype, tied aliases, no padding.
  */
 gfs_err gfs_import_deepspeed(const char *dir, const char *tag, gfs_layout **out);
+
+/*
+ * gfs_import_dcp(): import the PyTorch Distributed Checkpoint in dir (its
+ * `.metadata` and the .distcp files it names).  Tensors come in
+ * state_dict_metadata order with their stored dtypes; chunks split on an
+ * inner dimension become strided pieces, zstd-transformed items ZSTD
+ * pieces; BytesStorageMetadata entries become layout objects.  With prefix
+ * (may be NULL), only keys starting with it are kept, named without it; no
+ * such key is GFS_ERR_NOTFOUND.  Validates that the chunks of each tensor
+ * tile it exactly and that every item lies inside its file.
+ */
+gfs_err gfs_import_dcp(const char *dir, const char *prefix, gfs_layout **out);
+
+/*
+ * gfs_dcp_parse_metadata(): parse a DCP `.metadata` pickle held in
+ * buf[0..len) and check its shape: a Metadata object whose
+ * state_dict_metadata has string keys and whose storage_data maps
+ * MetadataIndex objects (fqn string, offset tuple or None) to _StorageInfo
+ * objects (relative_path string, non-negative offset and length).  Key,
+ * fqn and relative_path strings must hold no NUL or control character.  label
+ * names the file in messages.  @return GFS_OK and the pickle in *out (the
+ * caller frees it with gfs_pickle_free()).
+ */
+gfs_err gfs_dcp_parse_metadata(const uint8_t *buf, size_t len, const char *label,
+			       gfs_pickle **out);
 
 #endif

@@ -3,8 +3,14 @@
  *
  * For each output tensor, in output order: its name, dtype, shape, and the
  * pieces that make up its contiguous row-major little-endian bytes.  A piece
- * says "these len bytes come from source file src at offset src_off" or
- * "len zero bytes".  Pieces are sorted and tile [0, nbytes) exactly.  An alias
+ * says "these len bytes come from source file src at offset src_off", "len
+ * zero bytes" or "these len bytes come from offset src_off of the
+ * decompressed zstd frame stored at frame_off in source src".  A piece may
+ * be strided: count runs of len bytes, run k at toff + k * dst_stride in the
+ * tensor and src_off + k * src_stride in the source (an N-D box of a
+ * tensor split on an inner dimension).  Strided pieces interleave, so
+ * pieces are sorted by toff and tile [0, nbytes) exactly as a set: every
+ * byte is covered by exactly one run.  An alias
  * (a tied weight) names its target instead of having pieces; it has the
  * target's dtype and shape.
  *
@@ -20,20 +26,49 @@
 #include "gatherfs/dtype.h"
 
 #define GFS_MAX_DIMS 16
-#define GFS_LAYOUT_VERSION 1
+#define GFS_LAYOUT_VERSION 1     /* written when a layout needs nothing newer */
+#define GFS_LAYOUT_VERSION_MAX 2 /* strided and zstd pieces, objects */
 
 typedef enum gfs_piece_kind {
 	GFS_PIECE_FILE = 0, /* bytes from a source file */
 	GFS_PIECE_ZERO = 1, /* zero bytes */
+	GFS_PIECE_ZSTD = 2, /* bytes of a zstd frame's decompressed content */
 } gfs_piece_kind;
 
+/* Upper bound on the runs a layout's validation walks (GFS_ERR_LIMIT past it). */
+#define GFS_MAX_RUNS ((uint64_t)1 << 28)
+
 typedef struct gfs_piece {
-	uint64_t toff;    /* offset of the piece inside the tensor's bytes */
-	uint64_t len;     /* bytes, > 0 */
-	uint64_t src_off; /* FILE: offset in the source file */
-	uint32_t src;     /* FILE: index into gfs_layout.sources */
+	uint64_t toff;       /* offset of the (first) run inside the tensor's bytes */
+	uint64_t len;        /* bytes per run, > 0 */
+	uint64_t src_off;    /* FILE: offset in the source file; ZSTD: in the decompressed frame */
+	uint64_t count;      /* runs, >= 1; 1 is a contiguous piece */
+	uint64_t dst_stride; /* count > 1: distance between runs in the tensor, > len */
+	uint64_t src_stride; /* count > 1: distance between runs in the source, >= len */
+	uint64_t frame_off;  /* ZSTD: offset of the frame in the source file */
+	uint64_t frame_len;  /* ZSTD: compressed size of the frame */
+	uint64_t frame_size; /* ZSTD: decompressed size of the frame */
+	uint64_t reach;      /* set by gfs_layout_finish(): max end of pieces [0, this] */
+	uint32_t src;        /* FILE, ZSTD: index into gfs_layout.sources */
 	gfs_piece_kind kind;
 } gfs_piece;
+
+/*
+ * gfs_piece_end(): one past the last tensor byte of piece p's last run.
+ */
+static inline uint64_t gfs_piece_end(const gfs_piece *p)
+{
+	return p->toff + (p->count - 1) * p->dst_stride + p->len;
+}
+
+/*
+ * gfs_piece_src_end(): one past the last source byte p reads (in the file for
+ * FILE, in the decompressed frame for ZSTD).
+ */
+static inline uint64_t gfs_piece_src_end(const gfs_piece *p)
+{
+	return p->src_off + (p->count - 1) * p->src_stride + p->len;
+}
 
 typedef struct gfs_source {
 	char *path;    /* as written in the layout (relative to base_dir, or absolute) */
@@ -48,6 +83,7 @@ typedef struct gfs_tensor {
 	uint64_t shape[GFS_MAX_DIMS];
 	uint64_t numel;
 	uint64_t nbytes;  /* numel * dtype size */
+	bool strided;     /* set by gfs_layout_finish(): some piece has count > 1 */
 	int64_t alias_of; /* index of the target tensor, or -1 */
 	char *alias_target; /* while building: name of the alias target, else NULL */
 	gfs_piece *pieces;
@@ -55,11 +91,26 @@ typedef struct gfs_tensor {
 	size_t cap_pieces;
 } gfs_tensor;
 
+/*
+ * A non-tensor entry of the checkpoint (a DCP BytesStorageMetadata value:
+ * torch.save bytes of a Python object).  Listed by `gatherfs-inspect ls`,
+ * never part of a tensor view.
+ */
+typedef struct gfs_object {
+	char *name;
+	uint32_t src;     /* index into gfs_layout.sources */
+	uint64_t src_off; /* bytes as stored (possibly transformed) */
+	uint64_t len;
+} gfs_object;
+
 typedef struct gfs_layout {
 	char *format;   /* source format: "deepspeed", "json", ... */
 	char *info;     /* one line describing the checkpoint, may be NULL */
 	char *base_dir; /* absolute directory relative source paths resolve against */
 	char *root_dir; /* absolute checkpoint directory whose other files are passed through, may be NULL */
+	gfs_object *objects; /* non-tensor entries, listed but not served as tensors */
+	size_t nobjects;
+	size_t cap_objects;
 	gfs_source *sources;
 	size_t nsources;
 	size_t cap_sources;
@@ -100,6 +151,13 @@ gfs_err gfs_layout_add_tensor(gfs_layout *l, const char *name, gfs_dtype dtype,
 			      uint32_t ndim, const uint64_t *shape, size_t *idx);
 
 /*
+ * gfs_layout_add_object(): record a non-tensor entry: len bytes at src_off
+ * of source src (checked against the source size by gfs_layout_finish()).
+ */
+gfs_err gfs_layout_add_object(gfs_layout *l, const char *name, uint32_t src,
+			      uint64_t src_off, uint64_t len);
+
+/*
  * gfs_layout_add_alias(): append an alias entry named name for target.  The
  * target may be added later; gfs_layout_finish() resolves it (it must be a
  * tensor, not an alias) and gives the alias the target's dtype and shape.
@@ -117,11 +175,54 @@ gfs_err gfs_layout_add_piece(gfs_layout *l, size_t ti, uint32_t src,
 gfs_err gfs_layout_add_zero(gfs_layout *l, size_t ti, uint64_t len);
 
 /*
+ * gfs_layout_add_general(): add any piece to tensor ti at p->toff (pieces
+ * may come in any order; gfs_layout_finish() sorts them by toff).  Checks
+ * the piece's own fields (kind, source index, count >= 1, len > 0, strides
+ * larger than a run, extents without overflow, inside the tensor); whether
+ * the pieces tile the tensor is checked by gfs_layout_finish().  p->reach is
+ * ignored.  Contiguous FILE and ZERO pieces may also come from
+ * gfs_layout_add_piece() / gfs_layout_add_zero(), which append at the end
+ * of the pieces added in order so far.
+ */
+gfs_err gfs_layout_add_general(gfs_layout *l, size_t ti, const gfs_piece *p);
+
+/*
  * gfs_layout_finish(): validate and seal: unique names, pieces tile each
- * tensor exactly, every FILE piece lies inside its source's recorded size,
- * alias targets are tensors.  label names the layout's origin in messages.
+ * tensor exactly (every byte in exactly one run: no gap, no overlap), every
+ * FILE piece lies inside its source's recorded size, every ZSTD piece's
+ * frame lies inside its source and its bytes inside the frame's
+ * decompressed size, alias targets are tensors.  Sorts pieces by toff and
+ * sets each piece's reach.  The tiling check of a tensor with strided
+ * pieces walks its runs (O(runs x interleaved pieces), at most GFS_MAX_RUNS
+ * runs per layout).  label names the layout's origin in messages.
  */
 gfs_err gfs_layout_finish(gfs_layout *l, const char *label);
+
+/* A range [first, last) of a tensor's pieces. */
+typedef struct gfs_piece_span {
+	size_t first;
+	size_t last;
+} gfs_piece_span;
+
+/*
+ * gfs_piece_candidates(): of a finished tensor's pieces, the range that may
+ * hold bytes of [off, end): pieces starting before end whose reach passes
+ * off.  Every piece with a run intersecting [off, end) is in the range (some
+ * in it may have none).  O(log npieces).
+ */
+gfs_piece_span gfs_piece_candidates(const gfs_tensor *t, uint64_t off, uint64_t end);
+
+/*
+ * gfs_piece_run_at(): if a run of p holds tensor byte pos, true and its
+ * [*start, *end).
+ */
+bool gfs_piece_run_at(const gfs_piece *p, uint64_t pos, uint64_t *start, uint64_t *end);
+
+/*
+ * gfs_piece_next_run(): the first run of p starting at or after pos:
+ * true and its [*start, *end), or false if none.
+ */
+bool gfs_piece_next_run(const gfs_piece *p, uint64_t pos, uint64_t *start, uint64_t *end);
 
 /* gfs_layout_find(): index of the tensor named name, or -1.  O(1). */
 int64_t gfs_layout_find(const gfs_layout *l, const char *name);

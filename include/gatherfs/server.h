@@ -27,6 +27,14 @@ void gfs_srcset_close(gfs_srcset *s);
 int gfs_srcset_fd(const gfs_srcset *s, uint32_t i);
 
 /*
+ * gfs_srcset_check(): GFS_OK if source i is as gfs_srcset_open() found it,
+ * else GFS_ERR_IO naming the file (the check gfs_tensor_read() makes).  A
+ * reader that bypasses gfs_tensor_read() (splicing gfs_srcset_fd()) must
+ * call it first.
+ */
+gfs_err gfs_srcset_check(const gfs_layout *l, const gfs_srcset *s, uint32_t i);
+
+/*
  * gfs_tensor_out_nbytes(): size of entry i when presented in dtype
  * gfs_dtype_out(tensor dtype, want).
  */

@@ -28,6 +28,7 @@ typedef struct gfs_vctx {
 	const gfs_layout *layout;
 	const gfs_srcset *src;
 	gfs_dtype want;
+	const char *crc_cache; /* directory of the persistent CRC cache, or NULL */
 } gfs_vctx;
 
 /*
@@ -135,5 +136,27 @@ size_t gfs_vfile_find(const gfs_vfile *vf, uint64_t off);
  */
 gfs_err gfs_vfile_read(const gfs_vfile *vf, uint64_t off, void *buf, size_t len,
 		       size_t *got);
+
+/* One extent of a mapped read: bytes in memory, or a range of a descriptor. */
+typedef struct gfs_vext {
+	const void *mem; /* non-NULL: the bytes (valid while the vfile lives) */
+	int fd;          /* mem NULL: read len bytes of fd at off */
+	uint64_t off;
+	size_t len;      /* > 0 */
+} gfs_vext;
+
+/*
+ * gfs_vfile_map(): describe bytes [off, off + len), clipped to the end of
+ * the file, as at most max extents without copying tensor bytes, so that a
+ * caller can splice them.  GEN bytes are produced into scratch (scratch_len
+ * bytes, which must outlive the use of the extents).  *got receives the
+ * byte count (0 at or past the end) and *n the number of extents.
+ * @return GFS_OK; GFS_ERR_LIMIT if the range needs gfs_vfile_read() instead
+ * (more than max extents, converted dtypes, strided or compressed pieces,
+ * GEN bytes beyond scratch); or a generator's error.
+ */
+gfs_err gfs_vfile_map(const gfs_vfile *vf, uint64_t off, size_t len, gfs_vext *ext,
+		      size_t max, uint8_t *scratch, size_t scratch_len, size_t *n,
+		      size_t *got);
 
 #endif

@@ -173,8 +173,12 @@ def main():
         bad("layout.json tensor names differ")
 
     # passed-through files: every regular file of the checkpoint root
+    # (except the layout's own source files: their contents are the views)
+    sources = {os.path.realpath(os.path.join(layout["base_dir"], s["path"]))
+               for s in layout["sources"]}
     passed = sorted(n for n in os.listdir(ckpt) if n not in VIRTUAL
-                    and os.path.isfile(os.path.join(ckpt, n)))
+                    and os.path.isfile(os.path.join(ckpt, n))
+                    and os.path.realpath(os.path.join(ckpt, n)) not in sources)
     if sorted(os.listdir(mnt)) != sorted(passed + list(VIRTUAL)):
         bad(f"root lists {sorted(os.listdir(mnt))}, want {sorted(passed + list(VIRTUAL))}")
     for n in passed:

@@ -140,6 +140,81 @@ static void test_json_roundtrip(void)
 	gfs_layout_free(l2);
 }
 
+/*
+ * strided(): a float32 [4, 4] from two column pieces (columns 0-1 at source
+ * byte 0, columns 2-3 at source byte 32, 8-byte runs, rows 16 bytes apart);
+ * second_at/second_len vary the second piece.  @return finish's result.
+ */
+static gfs_err strided(uint64_t second_at, uint64_t second_len, gfs_layout **out)
+{
+	const uint64_t s44[2] = { 4, 4 };
+	gfs_layout *l;
+	uint32_t src;
+	size_t t;
+	gfs_piece a = { .toff = 0, .len = 8, .count = 4, .dst_stride = 16, .src_stride = 8 };
+	gfs_piece b = { .toff = second_at, .len = second_len, .src_off = 32, .count = 4,
+			.dst_stride = 16, .src_stride = 8 };
+	gfs_err err = gfs_layout_new("test", tmpdir, &l);
+
+	if (!err)
+		err = gfs_layout_add_source(l, "src.bin", 256, &src);
+	if (!err)
+		err = gfs_layout_add_tensor(l, "m", GFS_DT_F32, 2, s44, &t);
+	a.src = b.src = src;
+	if (!err) /* added out of order on purpose */
+		err = gfs_layout_add_general(l, t, &b);
+	if (!err)
+		err = gfs_layout_add_general(l, t, &a);
+	if (!err)
+		err = gfs_layout_finish(l, "test");
+	if (err || !out)
+		gfs_layout_free(l);
+	else
+		*out = l;
+	return err;
+}
+
+static void test_strided(void)
+{
+	gfs_layout *l = NULL, *l2 = NULL;
+	gfs_srcset *s = NULL;
+	uint8_t buf[65], want[64];
+	char *json = NULL;
+	bool same = true;
+
+	tap_ok(strided(8, 8, &l) == GFS_OK, "column pieces tile a [4, 4]: %s", gfs_errmsg());
+	if (!l)
+		return;
+	tap_ok(l->tensors[0].pieces[0].toff == 0 && l->tensors[0].strided, "pieces sorted, strided");
+	for (int r = 0; r < 4; r++)
+		for (int c = 0; c < 16; c++)
+			want[r * 16 + c] = (uint8_t)(c < 8 ? r * 8 + c : 32 + r * 8 + c - 8);
+	tap_ok(gfs_srcset_open(l, &s) == GFS_OK, "strided: open sources");
+	for (size_t off = 0; s && off < 64; off++)
+		for (size_t len = 1; off + len <= 64; len++) {
+			memset(buf, 0xee, sizeof(buf));
+			if (gfs_tensor_read(l, s, 0, GFS_DT_INVALID, off, buf, len) != GFS_OK ||
+			    memcmp(buf, want + off, len) != 0 || buf[len] != 0xee)
+				same = false;
+		}
+	tap_ok(same, "strided: every (offset, length) read is exact");
+	gfs_srcset_close(s);
+	tap_ok(gfs_layout_to_json(l, &json) == GFS_OK && strstr(json, "\"gatherfs_layout\":\t2") &&
+	       strstr(json, "\"dst_stride\":\t16"), "strided: JSON version 2 with strides");
+	tap_ok(json && gfs_layout_from_json(json, strlen(json), "s.json", tmpdir, &l2) == GFS_OK &&
+	       l2->tensors[0].npieces == 2 && l2->tensors[0].pieces[1].count == 4,
+	       "strided: JSON round trip: %s", gfs_errmsg());
+	free(json);
+	gfs_layout_free(l2);
+	gfs_layout_free(l);
+	tap_ok(strided(4, 8, NULL) == GFS_ERR_FORMAT && strstr(gfs_errmsg(), "overlap"),
+	       "overlapping strided pieces are refused: %s", gfs_errmsg());
+	tap_ok(strided(8, 4, NULL) == GFS_ERR_FORMAT && strstr(gfs_errmsg(), "gap"),
+	       "strided pieces with a gap are refused: %s", gfs_errmsg());
+	tap_ok(strided(8, 16, NULL) == GFS_ERR_FORMAT && strstr(gfs_errmsg(), "strides"),
+	       "a stride not past its run is refused: %s", gfs_errmsg());
+}
+
 static void expect_finish_error(const char *what, int variant, const char *word)
 {
 	const uint64_t s2[1] = { 2 };
@@ -200,6 +275,7 @@ int main(void)
 	make_source();
 	test_build_and_read();
 	test_json_roundtrip();
+	test_strided();
 	expect_finish_error("a gap in the pieces", 0, "cover 4 of its 8");
 	expect_finish_error("pieces beyond the tensor", 1, "exceed");
 	expect_finish_error("a piece past the end of its source", 2, "past its end");
@@ -208,9 +284,9 @@ int main(void)
 	expect_finish_error("an alias of nothing", 5, "does not exist");
 	{
 		gfs_layout *l = NULL;
-		const char *j = "{\"gatherfs_layout\": 2, \"sources\": [], \"tensors\": []}";
+		const char *j = "{\"gatherfs_layout\": 3, \"sources\": [], \"tensors\": []}";
 
-		tap_ok(gfs_layout_from_json(j, strlen(j), "v2.json", "/", &l) == GFS_ERR_UNSUPPORTED,
+		tap_ok(gfs_layout_from_json(j, strlen(j), "v3.json", "/", &l) == GFS_ERR_UNSUPPORTED,
 		       "a newer layout version is refused: %s", gfs_errmsg());
 	}
 	unlink(srcpath);

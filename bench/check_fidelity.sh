@@ -1,0 +1,50 @@
+#!/bin/sh
+# bench/check_fidelity.sh [BUILDDIR]: prove that bench/gen_deepspeed.py writes
+# what DeepSpeed 0.14.5 writes.  For real fixtures in tests/data/ckpt it
+# generates the same configuration (tiny_model.TinyLM, same stage, world size
+# and dtype) and requires
+#   1. `gatherfs-inspect layout` to agree in tensor names, order, dtypes,
+#      shapes, aliases and per-rank pieces (source file name, length);
+#   2. the pickle structure dump (bench/inspect_pickles.py: zip records,
+#      GLOBALs, persistent ids, key order, shapes, storages) of every file to
+#      be identical, except the byte size of data.pkl.
+# What differs and why: tensor values (random) and thus source offsets of the
+# zip records; data.pkl sizes differ by a few bytes where DeepSpeed's objects
+# share memo entries differently (e.g. the module's _metadata built in
+# another order).  Needs torch in /usr/bin/python3 (skips with 77 if absent).
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+B=$(cd "${1:-${top_builddir:-$here/..}}" && pwd)
+D=$here/../tests/data/ckpt
+TOOL=${INSPECT_PICKLES:-$here/inspect_pickles.py}
+/usr/bin/python3 -c 'import torch' 2>/dev/null || { echo "no torch: skip"; exit 77; }
+W=$(mktemp -d "${TMPDIR:-/tmp}/gfs-fidelity.XXXXXX")
+trap 'rm -rf "$W"' EXIT
+fail=0
+# case: fixture stage ws dtype
+for c in z3_ws2_fp32:3:2:fp32 z3_ws3_bf16:3:3:bf16 z2_ws2_fp32_twotags:2:2:fp32 z2_ws3_bf16:2:3:bf16; do
+	IFS=: read -r fx st ws dt <<-E
+	$c
+	E
+	/usr/bin/python3 "$here/gen_deepspeed.py" "$W/$fx" --tiny --tiny-dir "$D" \
+		--stage "$st" --ws "$ws" --dtype "$dt"
+	"$B/gatherfs-inspect" layout "$D/$fx/checkpoint" > "$W/real.json"
+	"$B/gatherfs-inspect" layout "$W/$fx" > "$W/gen.json"
+	if /usr/bin/python3 "$here/fidelity.py" layout "$W/real.json" "$W/gen.json"; then
+		echo "ok   $fx layout: names, order, dtypes, shapes, pieces"
+	else
+		echo "FAIL $fx layout"; fail=1
+	fi
+	tag=$(cat "$D/$fx/checkpoint/latest")
+	if [ -f "$TOOL" ]; then
+		for f in "$D/$fx/checkpoint/$tag"/*.pt; do
+			n=$(basename "$f")
+			if /usr/bin/python3 "$here/fidelity.py" pickles "$f" "$W/$fx/global_step3/$n" "$TOOL"; then
+				echo "ok   $fx $n pickle structure"
+			else
+				echo "FAIL $fx $n pickle structure"; fail=1
+			fi
+		done
+	fi
+done
+exit $fail

@@ -1,0 +1,139 @@
+/*
+ * gatherfs — libFuzzer target for the PyTorch DCP importer's `.metadata`
+ * parser, on a real checkpoint.
+ *
+ * At startup, the .distcp files of the fixture GFS_FUZZ_DCP (environment
+ * variable, or the path compiled in with -DGFS_FUZZ_DCP_DEFAULT: a DCP
+ * directory) are linked into a temporary directory.  Per input, the input
+ * becomes that directory's `.metadata`: gfs_dcp_parse_metadata() runs on it,
+ * then gfs_import_dcp() on the directory and, when it succeeds, every
+ * tensor is read through gfs_tensor_read() (as stored and as bf16), which
+ * exercises strided and zstd pieces.  Must never crash, leak or hang; a
+ * refusal must come with a one-line message.
+ */
+#include "config.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gatherfs/import.h"
+#include "gatherfs/pickle.h"
+#include "gatherfs/server.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+#ifndef GFS_FUZZ_DCP_DEFAULT
+#define GFS_FUZZ_DCP_DEFAULT "tests/data/dcp/shard1_ws3/checkpoint"
+#endif
+
+static char g_dir[] = "/tmp/gfs-fuzz-dcp.XXXXXX";
+static char g_meta[600];
+static char g_links[16][600];
+static int g_nlinks;
+
+static void die(const char *what, const char *path)
+{
+	fprintf(stderr, "fuzz_dcp_metadata: %s %s (set GFS_FUZZ_DCP)\n", what, path);
+	abort();
+}
+
+static void cleanup(void)
+{
+	for (int i = 0; i < g_nlinks; i++)
+		unlink(g_links[i]);
+	unlink(g_meta);
+	rmdir(g_dir);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	const char *ckpt = getenv("GFS_FUZZ_DCP");
+	char abs[512];
+	struct dirent *e;
+	DIR *d;
+
+	(void)argc;
+	(void)argv;
+	if (!ckpt)
+		ckpt = GFS_FUZZ_DCP_DEFAULT;
+	if (!realpath(ckpt, abs))
+		die("cannot resolve", ckpt);
+	if (!mkdtemp(g_dir))
+		die("cannot create", g_dir);
+	atexit(cleanup);
+	snprintf(g_meta, sizeof(g_meta), "%s/.metadata", g_dir);
+	d = opendir(abs);
+	if (!d)
+		die("cannot list", abs);
+	while ((e = readdir(d)) != NULL && g_nlinks < 16) {
+		char from[1100];
+		const size_t n = strlen(e->d_name);
+
+		if (n < 7 || strcmp(e->d_name + n - 7, ".distcp") != 0)
+			continue;
+		snprintf(from, sizeof(from), "%s/%s", abs, e->d_name);
+		snprintf(g_links[g_nlinks], sizeof(g_links[0]), "%s/%s", g_dir, e->d_name);
+		if (symlink(from, g_links[g_nlinks]) != 0)
+			die("cannot link", g_links[g_nlinks]);
+		g_nlinks++;
+	}
+	closedir(d);
+	if (g_nlinks == 0)
+		die("no .distcp files in", abs);
+	return 0;
+}
+
+static void read_all(const gfs_layout *l, const gfs_srcset *s)
+{
+	static uint8_t buf[1 << 16];
+	static const gfs_dtype wants[] = { GFS_DT_INVALID, GFS_DT_BF16 };
+
+	for (size_t w = 0; w < 2; w++)
+		for (size_t i = 0; i < l->ntensors; i++) {
+			const uint64_t n = gfs_tensor_out_nbytes(l, i, wants[w]);
+
+			for (uint64_t off = 0; off < n; off += sizeof(buf)) {
+				const size_t len = n - off < sizeof(buf) ? (size_t)(n - off) : sizeof(buf);
+
+				if (gfs_tensor_read(l, s, i, wants[w], off, buf, len) != GFS_OK) {
+					fprintf(stderr, "read failed: %s\n", gfs_errmsg());
+					abort();
+				}
+			}
+		}
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	gfs_pickle *pk = NULL;
+	gfs_layout *l = NULL;
+	gfs_srcset *s = NULL;
+	FILE *f;
+	const gfs_err perr = gfs_dcp_parse_metadata(data, size, "fuzz.metadata", &pk);
+
+	if (perr != GFS_OK && (pk || !gfs_errmsg()[0] || strchr(gfs_errmsg(), '\n')))
+		abort();
+	gfs_pickle_free(pk);
+	f = fopen(g_meta, "wb");
+	if (!f || (size && fwrite(data, 1, size, f) != size) || fclose(f) != 0)
+		die("cannot write", g_meta);
+	if (gfs_import_dcp(g_dir, NULL, &l) != GFS_OK) {
+		const char *msg = gfs_errmsg();
+
+		if (l || !msg[0] || strchr(msg, '\n'))
+			abort();
+		return 0;
+	}
+	if (perr != GFS_OK) /* the importer accepted what the parser refused */
+		abort();
+	if (gfs_srcset_open(l, &s) == GFS_OK) {
+		read_all(l, s);
+		gfs_srcset_close(s);
+	}
+	gfs_layout_free(l);
+	return 0;
+}

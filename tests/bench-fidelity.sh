@@ -1,0 +1,4 @@
+#!/bin/sh
+# The checkpoint generator of the benchmarks writes what DeepSpeed writes.
+set -eu
+exec sh "${top_srcdir:-.}/bench/check_fidelity.sh" "${top_builddir:-.}"

@@ -1,0 +1,95 @@
+#!/bin/sh
+# Mount every PyTorch DCP fixture (tests/data/dcp), without a dtype option
+# and with -o dtype=bf16, and check pytorch_model.bin (torch.load),
+# model.safetensors and every tensors/ file against the expected tables;
+# concurrent random reads (across zstd frames and strided runs) against a
+# sequential read, also with the shared zstd frame cache off; -o format= and -o prefix=; broken copies fail at mount
+# time with one line and leave no mount.
+. "${top_srcdir:-.}/tests/lib.sh"
+. "$top_srcdir/tests/mount-lib.sh"
+mount_setup
+DCP="$top_srcdir/tests/data/dcp"
+TAB=$(printf '\t')
+
+check_cat() {
+	n=0
+	while IFS="$TAB" read -r name dtype shape sha; do
+		got=$(cat "$1/tensors/$name" | sha256sum | cut -d' ' -f1)
+		[ "$got" = "$sha" ] || fail "cat tensors/$name: sha256 $got, want $sha"
+		n=$((n + 1))
+	done < "$2"
+	echo "  cat | sha256sum: $n tensors OK"
+}
+
+ncases=0
+for case in "$DCP"/*/; do
+	case=${case%/}
+	[ -d "$case/checkpoint" ] || continue
+	for mode in default bf16; do
+		mnt="$T/mnt-$(basename "$case")-$mode"
+		opt=
+		[ $mode = bf16 ] && opt="-o dtype=bf16"
+		echo "== $(basename "$case") ($mode)"
+		# shellcheck disable=SC2086
+		gfs_mount "$case/checkpoint" "$mnt" $opt || fail "mount $case ($mode)"
+		timeout 300 "$PYTHON3" "$MOUNT_TOOLS/check_mount.py" "$mnt" \
+			"$case/.expected-$mode.tsv" "$case/checkpoint" || fail "$(basename "$case") ($mode)"
+		check_cat "$mnt" "$case/.expected-$mode.tsv"
+		"$PYTHON3" "$top_srcdir/tests/tools/check_safetensors.py" "$mnt/model.safetensors" \
+			"$case/.expected-$mode.tsv" || fail "model.safetensors $(basename "$case") ($mode)"
+		if [ $mode = default ]; then
+			timeout 300 "$PYTHON3" "$MOUNT_TOOLS/concurrent_reads.py" "$mnt/pytorch_model.bin" \
+				"$mnt/model.safetensors" "$mnt/tensors/model.embed_tokens.weight" \
+				"$mnt/tensors/model.layers.0.mlp.down_proj.weight" ||
+				fail "concurrent reads $(basename "$case")"
+		fi
+		gfs_umount "$mnt" || fail "unmount $mnt"
+	done
+	ncases=$((ncases + 1))
+done
+[ $ncases -eq 3 ] || fail "expected 3 DCP fixtures in $DCP, found $ncases"
+
+# The zstd case with the shared frame cache off: per-thread streams only.
+mnt="$T/mnt-zstd-stream"
+GATHERFS_ZSTD_CACHE_MB=0 gfs_mount "$DCP/fsdp2_ws2_zstd/checkpoint" "$mnt" || fail "mount zstd, no cache"
+timeout 300 "$PYTHON3" "$MOUNT_TOOLS/concurrent_reads.py" "$mnt/pytorch_model.bin" \
+	"$mnt/tensors/model.embed_tokens.weight" "$mnt/tensors/lm_head.weight" ||
+	fail "concurrent reads, zstd streamed"
+check_cat "$mnt" "$DCP/fsdp2_ws2_zstd/.expected-default.tsv"
+gfs_umount "$mnt" || fail "unmount $mnt"
+echo "ok: zstd streamed (GATHERFS_ZSTD_CACHE_MB=0)"
+
+# -o format=dcp -o prefix=model.: names without the prefix, lm_head dropped.
+mnt="$T/mnt-prefix"
+gfs_mount "$DCP/shard1_ws3/checkpoint" "$mnt" -o format=dcp -o prefix=model. || fail "mount -o prefix"
+[ -f "$mnt/tensors/norm.weight" ] || fail "-o prefix: tensors/norm.weight missing"
+[ -e "$mnt/tensors/lm_head.weight" ] && fail "-o prefix: lm_head.weight present"
+want=$(grep "^model.norm.weight$TAB" "$DCP/shard1_ws3/.expected-default.tsv" | cut -f4)
+got=$(sha256sum < "$mnt/tensors/norm.weight" | cut -d' ' -f1)
+[ "$got" = "$want" ] || fail "-o prefix: norm.weight sha256 $got, want $want"
+gfs_umount "$mnt" || fail "unmount $mnt"
+echo "ok: -o format=dcp -o prefix=model."
+
+# Broken copies fail at mount time: one line, no mount left.
+mkdir -p "$T/mnt"
+before=$(our_mounts)
+for spec in missing:fsdp2_ws2:cannot.open truncated:shard1_ws3:lies.past.its.end \
+	zstd-corrupt:fsdp2_ws2_zstd:zstd.frame gap:fsdp2_ws2:do.not.tile \
+	overlap:fsdp2_ws2:overlap; do
+	m=${spec%%:*} rest=${spec#*:}
+	c=${rest%%:*} pat=${rest#*:}
+	"$PYTHON3" "$top_srcdir/tests/tools/make_bad_dcp.py" "$DCP/$c/checkpoint" "$T/bad-$m" "$m" ||
+		fail "make_bad_dcp.py $m"
+	if timeout 60 "$GATHERFS" "$T/bad-$m" "$T/mnt" >"$T/out" 2>"$T/err"; then
+		fail "mount of $m succeeded"
+	fi
+	[ "$(wc -l < "$T/err")" -eq 1 ] || fail "$m: not one line: $(cat "$T/err")"
+	grep -q -- "$pat" "$T/err" || fail "$m: '$(cat "$T/err")' lacks '$pat'"
+	is_mounted "$T/mnt" && fail "$m: left a mount"
+	[ "$(our_mounts)" -eq "$before" ] || fail "$m: mount table changed"
+	echo "ok: $m: $(cat "$T/err")"
+done
+timeout 60 "$GATHERFS" -o format=deepspeed "$DCP/fsdp2_ws2/checkpoint" "$T/mnt" 2>"$T/err" &&
+	fail "-o format=deepspeed on a DCP directory succeeded"
+echo "ok: -o format=deepspeed: $(cat "$T/err")"
+echo "PASS: $ncases DCP fixtures, default and bf16"
