@@ -149,7 +149,7 @@ static gfs_err strided(uint64_t second_at, uint64_t second_len, gfs_layout **out
 {
 	const uint64_t s44[2] = { 4, 4 };
 	gfs_layout *l;
-	uint32_t src;
+	uint32_t src = 0;
 	size_t t;
 	gfs_piece a = { .toff = 0, .len = 8, .count = 4, .dst_stride = 16, .src_stride = 8 };
 	gfs_piece b = { .toff = second_at, .len = second_len, .src_off = 32, .count = 4,
