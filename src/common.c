@@ -100,6 +100,34 @@ char *gfs_strdup(const char *s)
 	return gfs_strndup(s, strlen(s));
 }
 
+void gfs_buf_put(gfs_buf *b, const void *data, size_t n)
+{
+	if (b->oom)
+		return;
+	if (b->cap - b->len <= n) {
+		size_t cap = b->cap ? b->cap : 4096;
+		uint8_t *p;
+
+		while (cap - b->len <= n) {
+			if (cap > SIZE_MAX / 2) {
+				b->oom = true;
+				return;
+			}
+			cap *= 2;
+		}
+		p = realloc(b->p, cap);
+		if (!p) {
+			b->oom = true;
+			return;
+		}
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, data, n);
+	b->len += n;
+	b->p[b->len] = '\0';
+}
+
 gfs_err gfs_pread_full(int fd, void *buf, size_t len, uint64_t off,
 		       const char *label)
 {

@@ -12,34 +12,12 @@
 
 #include "gatherfs/view_safetensors.h"
 
-/* A growing text buffer. */
-typedef struct sbuf {
-	char *p;
-	size_t len, cap;
-	bool oom;
-} sbuf;
+/* The header is text built in a gfs_buf. */
+typedef gfs_buf sbuf;
 
 static void sb_put(sbuf *b, const char *s, size_t n)
 {
-	if (b->oom)
-		return;
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 4096;
-		char *p;
-
-		while (cap < b->len + n + 1)
-			cap *= 2;
-		p = realloc(b->p, cap);
-		if (!p) {
-			b->oom = true;
-			return;
-		}
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-	b->p[b->len] = '\0';
+	gfs_buf_put(b, s, n);
 }
 
 static void sb_str(sbuf *b, const char *s)
@@ -124,7 +102,7 @@ static void aliases_json(const gfs_layout *l, const size_t *entries, size_t n, s
 		out->oom = true;
 	else if (!first) {
 		sb_str(out, ", \"gatherfs.aliases\": ");
-		sb_json_str(out, obj.p);
+		sb_json_str(out, (const char *)obj.p);
 	}
 	free(obj.p);
 }

@@ -111,40 +111,15 @@ static uint64_t min_u64(uint64_t a, uint64_t b)
 
 /* ----------------------------------------------------------------- pickle */
 
-/* A growing byte buffer whose writers only record failure (checked once). */
+/* The pickle being written, and its memo counter. */
 typedef struct pkbuf {
-	uint8_t *p;
-	size_t len;
-	size_t cap;
-	bool oom;
+	gfs_buf buf;
 	uint32_t memo; /* next memo index */
 } pkbuf;
 
 static void pk_put(pkbuf *b, const void *data, size_t n)
 {
-	if (b->oom)
-		return;
-	if (b->cap - b->len < n) {
-		size_t cap = b->cap ? b->cap : 4096;
-		uint8_t *p;
-
-		while (cap - b->len < n) {
-			if (cap > SIZE_MAX / 2) {
-				b->oom = true;
-				return;
-			}
-			cap *= 2;
-		}
-		p = realloc(b->p, cap);
-		if (!p) {
-			b->oom = true;
-			return;
-		}
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, data, n);
-	b->len += n;
+	gfs_buf_put(&b->buf, data, n);
 }
 
 static void pk_op(pkbuf *b, uint8_t op)
@@ -193,7 +168,7 @@ static void pk_str(pkbuf *b, const char *s)
 	uint8_t hdr[5] = { 'X' };
 
 	if (n > ZIP_MAX32) {
-		b->oom = true;
+		b->buf.oom = true;
 		return;
 	}
 	put32(hdr + 1, n);
@@ -365,7 +340,7 @@ static gfs_err build_pickle(const gfs_vctx *ctx, const size_t *entries, size_t n
 	}
 	pk_op(b, '.'); /* STOP */
 	free(m.persid);
-	if (!err && b->oom)
+	if (!err && b->buf.oom)
 		err = gfs_fail(GFS_ERR_NOMEM, "out of memory writing data.pkl");
 	return err;
 }
@@ -1046,7 +1021,7 @@ static gfs_err add_end(gfs_tzview *z, uint64_t cd_off)
 static const void *record_mem(const gfs_tzview *z, const pkbuf *pk, size_t r)
 {
 	if (r == 0)
-		return pk->p;
+		return pk->buf.p;
 	if (r == 1)
 		return REC_BYTEORDER;
 	if (r + 1 == z->nrecs)
@@ -1068,7 +1043,7 @@ static gfs_err init_records(gfs_tzview *z, const pkbuf *pk, const size_t *keys,
 
 		rec->entry = NO_ENTRY;
 		if (r == 0) {
-			rec->size = pk->len;
+			rec->size = pk->buf.len;
 		} else if (mem) {
 			rec->size = strlen(mem);
 		} else {
@@ -1149,7 +1124,7 @@ gfs_err gfs_tzview_new(const gfs_vctx *ctx, const char *prefix, const size_t *en
 		err = compose(z, &pk);
 	free(keys);
 	free(all);
-	free(pk.p);
+	free(pk.buf.p);
 	if (err) {
 		gfs_tzview_free(z);
 		return err;

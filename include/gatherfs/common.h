@@ -82,6 +82,26 @@ char *gfs_strndup(const char *s, size_t n);
 gfs_err gfs_pread_full(int fd, void *buf, size_t len, uint64_t off,
 		       const char *label);
 
+/*
+ * gfs_buf: a growing byte buffer whose writers only record failure, so a
+ * composer can append many pieces and check `oom` once at the end.  Zero
+ * initialise; free p with free().
+ */
+typedef struct gfs_buf {
+	uint8_t *p;
+	size_t len;
+	size_t cap;
+	bool oom;
+} gfs_buf;
+
+/*
+ * gfs_buf_put(): append n bytes of data.  The bytes stay NUL-terminated
+ * (p[len] == 0), so text can be used as a C string.  On allocation failure,
+ * or a size that would overflow, sets oom and ignores this and every later
+ * append.
+ */
+void gfs_buf_put(gfs_buf *b, const void *data, size_t n);
+
 /* Little-endian loads from a byte buffer (no alignment needed). */
 static inline uint16_t gfs_le16(const uint8_t *p)
 {
