@@ -25,6 +25,8 @@
 #include "gatherfs/import.h"
 #include "gatherfs/server.h"
 
+#include "fuzz_common.h"
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 
@@ -119,27 +121,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	return 0;
 }
 
-/* read_all(): read every entry, in chunks, as stored and converted. */
-static void read_all(const gfs_layout *l, const gfs_srcset *s)
-{
-	static uint8_t buf[1 << 16];
-	static const gfs_dtype wants[] = { GFS_DT_INVALID, GFS_DT_BF16 };
-
-	for (size_t w = 0; w < 2; w++)
-		for (size_t i = 0; i < l->ntensors; i++) {
-			const uint64_t n = gfs_tensor_out_nbytes(l, i, wants[w]);
-
-			for (uint64_t off = 0; off < n; off += sizeof(buf)) {
-				const size_t len = n - off < sizeof(buf) ? (size_t)(n - off) : sizeof(buf);
-
-				if (gfs_tensor_read(l, s, i, wants[w], off, buf, len) != GFS_OK) {
-					fprintf(stderr, "read failed: %s\n", gfs_errmsg());
-					abort();
-				}
-			}
-		}
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	gfs_layout *l = NULL;
@@ -163,7 +144,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	/* The import read metadata only; the sources are as it saw them. */
 	if (gfs_srcset_open(l, &s) == GFS_OK) {
-		read_all(l, s);
+		fuzz_read_all(l, s);
 		gfs_srcset_close(s);
 	}
 	gfs_layout_free(l);
