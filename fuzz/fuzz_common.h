@@ -1,0 +1,37 @@
+/*
+ * gatherfs — helpers shared by the fuzz targets.
+ */
+#ifndef GATHERFS_FUZZ_COMMON_H
+#define GATHERFS_FUZZ_COMMON_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "gatherfs/server.h"
+
+/*
+ * fuzz_read_all(): read every entry of an imported layout, in chunks, as
+ * stored and converted to bf16; any read failure is a finding (abort), since
+ * a layout that imported and opened must serve every byte.
+ */
+static inline void fuzz_read_all(const gfs_layout *l, const gfs_srcset *s)
+{
+	static uint8_t buf[1 << 16];
+	static const gfs_dtype wants[] = { GFS_DT_INVALID, GFS_DT_BF16 };
+
+	for (size_t w = 0; w < 2; w++)
+		for (size_t i = 0; i < l->ntensors; i++) {
+			const uint64_t n = gfs_tensor_out_nbytes(l, i, wants[w]);
+
+			for (uint64_t off = 0; off < n; off += sizeof(buf)) {
+				const size_t len = n - off < sizeof(buf) ? (size_t)(n - off) : sizeof(buf);
+
+				if (gfs_tensor_read(l, s, i, wants[w], off, buf, len) != GFS_OK) {
+					fprintf(stderr, "read failed: %s\n", gfs_errmsg());
+					abort();
+				}
+			}
+		}
+}
+
+#endif
