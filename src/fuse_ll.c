@@ -137,8 +137,13 @@ static void gfs_ll_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_SPLICE_WRITE;
 
 	conn->max_read = m->max_read;
-	conn->max_readahead = GFS_LL_MAX_READ; /* the kernel lowers it to its own */
-	conn->max_background = 64;             /* parallel readahead and page faults */
+	/*
+	 * The kernel keeps the lower of this and the window set through sysfs
+	 * before this reply (gfs_ll_set_readahead()); 1 MiB here silently
+	 * capped -o readahead_kb at 1024.
+	 */
+	conn->max_readahead = 64u << 20;
+	conn->max_background = 64; /* parallel readahead and page faults */
 	conn->congestion_threshold = 48;
 	if (conn->capable & FUSE_CAP_CACHE_SYMLINKS)
 		conn->want |= FUSE_CAP_CACHE_SYMLINKS;

@@ -2,7 +2,8 @@
 # The persistent CRC-32 cache (-o crc_cache=DIR): a remount takes the CRCs
 # from DIR, a damaged or stale cache file is ignored, -o nocrccache writes
 # none, and the archive passes `unzip -t` in every case.  Also: splice and
-# copy (-o nosplice) reads give the same bytes.
+# copy (-o nosplice) reads give the same bytes, and -o readahead_kb sets the
+# mount's read-ahead window (as root), above 1 MiB too.
 . "${top_srcdir:-.}/tests/lib.sh"
 . "$top_srcdir/tests/mount-lib.sh"
 mount_setup
@@ -62,4 +63,21 @@ for f in pytorch_model.bin model.safetensors; do
 done
 gfs_umount "$T/mnt2" || fail "unmount"
 gfs_umount "$T/mnt" || fail "unmount"
+
+# ra_kb: the read-ahead window of the mount at $T/mnt.
+ra_kb() { cat "/sys/class/bdi/$(mountpoint -d "$T/mnt")/read_ahead_kb"; }
+if [ "$(id -u)" = 0 ] && command -v mountpoint >/dev/null; then
+	for kb in default 4096 16384; do
+		if [ $kb = default ]; then
+			gfs_mount "$T/ck" "$T/mnt" -o nocrccache || fail "mount"
+			want=512
+		else
+			gfs_mount "$T/ck" "$T/mnt" -o nocrccache -o readahead_kb=$kb || fail "mount"
+			want=$kb
+		fi
+		got=$(ra_kb) || fail "no bdi read_ahead_kb for the mount"
+		[ "$got" = "$want" ] || fail "readahead_kb=$kb: the mount's window is $got KiB, not $want"
+		gfs_umount "$T/mnt" || fail "unmount"
+	done
+fi
 echo "PASS: crc cache"
