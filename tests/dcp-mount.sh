@@ -11,16 +11,6 @@ mount_setup
 DCP="$top_srcdir/tests/data/dcp"
 TAB=$(printf '\t')
 
-check_cat() {
-	n=0
-	while IFS="$TAB" read -r name dtype shape sha; do
-		got=$(cat "$1/tensors/$name" | sha256sum | cut -d' ' -f1)
-		[ "$got" = "$sha" ] || fail "cat tensors/$name: sha256 $got, want $sha"
-		n=$((n + 1))
-	done < "$2"
-	echo "  cat | sha256sum: $n tensors OK"
-}
-
 ncases=0
 for case in "$DCP"/*/; do
 	case=${case%/}

@@ -9,20 +9,6 @@
 mount_setup
 have_unzip=false
 command -v unzip >/dev/null 2>&1 && have_unzip=true || echo "note: unzip not installed, unzip -t skipped"
-TAB=$(printf '\t')
-
-# check_cat MNT TSV: cat every tensors/ file through sha256sum.
-check_cat() {
-	n=0
-	while IFS="$TAB" read -r name dtype shape sha; do
-		file=$(printf '%s' "$name" | sed 's/%/%25/g; s|/|%2F|g')
-		got=$(cat "$1/tensors/$file" | sha256sum | cut -d' ' -f1)
-		[ "$got" = "$sha" ] || fail "cat tensors/$file: sha256 $got, want $sha"
-		n=$((n + 1))
-	done < "$2"
-	echo "  cat | sha256sum: $n tensors OK"
-}
-
 ncases=0
 for case in "$CKPTS"/*/; do
 	case=${case%/}

@@ -145,3 +145,17 @@ gfs_mount_fg() {
 gfs_umount() {
 	fusermount3 -u "$1" && wait_unmounted "$1" && wrapped_wait "$1"
 }
+
+# check_cat MNT TSV: cat every tensors/ file of the mount at MNT through
+# sha256sum against an .expected-*.tsv table (name, dtype, shape, sha256);
+# names are escaped as tensors/ shows them (% and / as %25 and %2F).
+check_cat() {
+	n=0
+	while IFS="$(printf '\t')" read -r name dtype shape sha; do
+		file=$(printf '%s' "$name" | sed 's/%/%25/g; s|/|%2F|g')
+		got=$(cat "$1/tensors/$file" | sha256sum | cut -d' ' -f1)
+		[ "$got" = "$sha" ] || fail "cat tensors/$file: sha256 $got, want $sha"
+		n=$((n + 1))
+	done < "$2"
+	echo "  cat | sha256sum: $n tensors OK"
+}
