@@ -464,10 +464,26 @@ static void gfs_ll_statfs(fuse_req_t req, fuse_ino_t ino)
 	fuse_reply_statfs(req, &sv);
 }
 
-/* reply_xattr(): the getxattr/listxattr size protocol, errno at the edge. */
-static void reply_xattr(fuse_req_t req, gfs_err err, const char *buf, size_t size,
-			size_t len)
+/*
+ * do_xattr(): getxattr of `name`, or listxattr if name is NULL, with the
+ * size protocol (size 0: only the length); errno at the edge.
+ */
+static void do_xattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
+	const gfs_node *n = node_of(req, ino);
+	char *buf;
+	size_t len = 0;
+	gfs_err err;
+
+	if (!n)
+		return;
+	buf = malloc(size ? size : 1);
+	if (!buf)
+		err = GFS_ERR_NOMEM;
+	else if (name)
+		err = gfs_fs_getxattr(fs_of(req), n, name, buf, size, &len);
+	else
+		err = gfs_fs_listxattr(fs_of(req), n, buf, size, &len);
 	if (err == GFS_ERR_NOTFOUND)
 		fuse_reply_err(req, ENODATA);
 	else if (err == GFS_ERR_LIMIT)
@@ -478,37 +494,18 @@ static void reply_xattr(fuse_req_t req, gfs_err err, const char *buf, size_t siz
 		fuse_reply_xattr(req, len);
 	else
 		fuse_reply_buf(req, buf, len);
+	free(buf);
 }
 
 static void gfs_ll_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			    size_t size)
 {
-	const gfs_node *n = node_of(req, ino);
-	char *buf;
-	size_t len = 0;
-	gfs_err err;
-
-	if (!n)
-		return;
-	buf = malloc(size ? size : 1);
-	err = buf ? gfs_fs_getxattr(fs_of(req), n, name, buf, size, &len) : GFS_ERR_NOMEM;
-	reply_xattr(req, err, buf, size, len);
-	free(buf);
+	do_xattr(req, ino, name, size);
 }
 
 static void gfs_ll_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
-	const gfs_node *n = node_of(req, ino);
-	char *buf;
-	size_t len = 0;
-	gfs_err err;
-
-	if (!n)
-		return;
-	buf = malloc(size ? size : 1);
-	err = buf ? gfs_fs_listxattr(fs_of(req), n, buf, size, &len) : GFS_ERR_NOMEM;
-	reply_xattr(req, err, buf, size, len);
-	free(buf);
+	do_xattr(req, ino, NULL, size);
 }
 
 /* ---------------------------------------------- modifications: read-only */
