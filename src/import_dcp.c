@@ -218,22 +218,6 @@ static gfs_err read_metadata(dcp_ckpt *c, const gfs_pv **sdm)
 	return GFS_OK;
 }
 
-/*
- * plain_str(): a STR without NUL or control characters (names end up in
- * file names and one-line messages), or NULL.
- */
-static const char *plain_str(const gfs_pv *v)
-{
-	const char *str = gfs_pv_str(v);
-
-	if (!str || strlen(str) != v->u.s.len)
-		return NULL;
-	for (const unsigned char *p = (const unsigned char *)str; *p; p++)
-		if (*p < 0x20 || *p == 0x7f)
-			return NULL;
-	return str;
-}
-
 gfs_err gfs_dcp_parse_metadata(const uint8_t *buf, size_t len, const char *label,
 			       gfs_pickle **out)
 {
@@ -260,12 +244,12 @@ gfs_err gfs_dcp_parse_metadata(const uint8_t *buf, size_t len, const char *label
 		const gfs_pv *off = gfs_pv_dict_get(k, "offset");
 		int64_t x;
 
-		if (!plain_str(gfs_pv_dict_get(k, "fqn")) ||
+		if (!gfs_pv_name(gfs_pv_dict_get(k, "fqn")) ||
 		    (off && off->kind != GFS_PV_TUPLE && off->kind != GFS_PV_NONE))
 			err = gfs_fail(GFS_ERR_FORMAT,
 				       "%s: storage data entry %zu: key is not a MetadataIndex with a plain name",
 				       label, i);
-		else if (!plain_str(gfs_pv_dict_get(v, "relative_path")) ||
+		else if (!gfs_pv_name(gfs_pv_dict_get(v, "relative_path")) ||
 			 !gfs_pv_int(gfs_pv_dict_get(v, "offset"), &x) || x < 0 ||
 			 !gfs_pv_int(gfs_pv_dict_get(v, "length"), &x) || x < 0)
 			err = gfs_fail(GFS_ERR_FORMAT,
@@ -273,7 +257,7 @@ gfs_err gfs_dcp_parse_metadata(const uint8_t *buf, size_t len, const char *label
 				       label, i);
 	}
 	for (size_t i = 0; !err && i < sdm->u.dict.len; i++)
-		if (!plain_str(sdm->u.dict.items[i].key))
+		if (!gfs_pv_name(sdm->u.dict.items[i].key))
 			err = gfs_fail(GFS_ERR_FORMAT,
 				       "%s: state_dict_metadata key %zu is not a string without control characters",
 				       label, i);

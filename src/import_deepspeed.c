@@ -707,12 +707,13 @@ static gfs_err plan_stage12(ds_ckpt *c)
 
 		for (size_t i = 0; i < shapes->u.dict.len; i++) {
 			const gfs_pv_item *it = &shapes->u.dict.items[i];
-			const char *name = gfs_pv_str(it->key);
+			const char *name = gfs_pv_name(it->key);
 			uint64_t n;
 
 			if (!name)
-				return gfs_fail(GFS_ERR_FORMAT, "%s: a param_shapes key is not a string",
-						m0->path);
+				return gfs_fail(GFS_ERR_FORMAT,
+						"%s: param_shapes key %zu is not a string without control characters",
+						m0->path, i);
 			err = param_numel(m0, name, it->value, &n);
 			if (!err)
 				err = train_push(c, name, it->value, g, off, &cap);
@@ -772,12 +773,13 @@ static gfs_err plan_stage3(ds_ckpt *c)
 
 		for (size_t i = 0; i < shapes->u.dict.len; i++) {
 			const gfs_pv_item *it = &shapes->u.dict.items[i];
-			const char *name = gfs_pv_str(it->key);
+			const char *name = gfs_pv_name(it->key);
 			uint64_t n, part;
 
 			if (!name)
-				return gfs_fail(GFS_ERR_FORMAT, "%s: a param_shapes key is not a string",
-						m0->path);
+				return gfs_fail(GFS_ERR_FORMAT,
+						"%s: param_shapes key %zu is not a string without control characters",
+						m0->path, i);
 			err = param_numel(m0, name, it->value, &n);
 			if (!err)
 				err = train_push(c, name, it->value, g, off, &cap);
@@ -952,13 +954,15 @@ static gfs_err build_entries(ds_ckpt *c)
 		shared = NULL;
 	for (size_t i = 0; i < module->u.dict.len; i++) {
 		const gfs_pv_item *it = &module->u.dict.items[i];
-		const char *name = gfs_pv_str(it->key);
-		const char *target = gfs_pv_str(gfs_pv_dict_get(shared, name ? name : ""));
+		const char *name = gfs_pv_name(it->key);
+		const char *target = gfs_pv_name(gfs_pv_dict_get(shared, name ? name : ""));
 		const train_param *tp;
 		const gfs_pv *fs;
 
 		if (!name)
-			return gfs_fail(GFS_ERR_FORMAT, "%s: a module key is not a string", m0->path);
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: module key %zu is not a string without control characters",
+					m0->path, i);
 		if (target && gfs_pv_dict_get(module, target)) {
 			err = gfs_layout_add_alias(c->l, name, target);
 		} else if ((tp = tmap_find(c, name)) != NULL) {
@@ -981,8 +985,8 @@ static gfs_err build_entries(ds_ckpt *c)
 	}
 	/* Aliases whose name is not in `module` come last, as zero_to_fp32 does. */
 	for (size_t i = 0; shared && i < shared->u.dict.len; i++) {
-		const char *alias = gfs_pv_str(shared->u.dict.items[i].key);
-		const char *target = gfs_pv_str(shared->u.dict.items[i].value);
+		const char *alias = gfs_pv_name(shared->u.dict.items[i].key);
+		const char *target = gfs_pv_name(shared->u.dict.items[i].value);
 
 		if (alias && target && !gfs_pv_dict_get(module, alias) &&
 		    gfs_pv_dict_get(module, target)) {

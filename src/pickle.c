@@ -2462,6 +2462,18 @@ const char *gfs_pv_str(const gfs_pv *v)
 	return v && v->kind == GFS_PV_STR ? v->u.s.ptr : NULL;
 }
 
+const char *gfs_pv_name(const gfs_pv *v)
+{
+	const char *str = gfs_pv_str(v);
+
+	if (!str || strlen(str) != v->u.s.len)
+		return NULL;
+	for (const unsigned char *p = (const unsigned char *)str; *p; p++)
+		if (*p < 0x20 || *p == 0x7f)
+			return NULL;
+	return str;
+}
+
 bool gfs_pv_int(const gfs_pv *v, int64_t *out)
 {
 	int64_t i;

@@ -186,6 +186,13 @@ const gfs_pv *gfs_pv_seq_at(const gfs_pv *v, size_t i);
 /* gfs_pv_str(): the NUL-terminated string of a STR node, or NULL. */
 const char *gfs_pv_str(const gfs_pv *v);
 
+/*
+ * gfs_pv_name(): the string of a STR node that holds no NUL and no control
+ * character (0x00-0x1f, 0x7f), or NULL.  For names read from a file that
+ * end up in file names and one-line messages.
+ */
+const char *gfs_pv_name(const gfs_pv *v);
+
 /* gfs_pv_int(): true and *out for an INT (or BOOL) node. */
 bool gfs_pv_int(const gfs_pv *v, int64_t *out);
 

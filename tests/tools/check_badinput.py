@@ -108,6 +108,18 @@ with tempfile.TemporaryDirectory() as tmp:
         fh.write(b"\xff" * 16)
     expect_error("corrupt pickle", ["ls", d], "mp_rank_00_model_states.pt", "data.pkl")
 
+    # a module key with a newline (found by fuzz_import_deepspeed): one line, no key
+    d = copy_case(tmp, "z3_ws2_fp32")
+    f = os.path.join(d, "global_step3", "zero_pp_rank_0_mp_rank_00_model_states.pt")
+    off, size = pickle_offset(f)
+    with open(f, "r+b") as fh:
+        fh.seek(off)
+        pkl = fh.read(size)
+        fh.seek(off + pkl.index(b"embed.weight"))
+        fh.write(b"embed\nweight")
+    expect_error("a module key with a newline", ["ls", d], "zero_pp_rank_0_mp_rank_00_model_states.pt",
+                 "control characters")
+
     # a pickle that tries to call os.system: must not run, must be refused
     marker = os.path.join(tmp, "pwned")
     d = copy_case(tmp, "z1_ws2_fp32")
