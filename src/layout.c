@@ -175,14 +175,6 @@ static gfs_err check_name(const char *name)
 		return gfs_fail(GFS_ERR_FORMAT, "empty tensor name");
 	if (n > GFS_NAME_MAX)
 		return gfs_fail(GFS_ERR_LIMIT, "tensor name longer than %d bytes", GFS_NAME_MAX);
-	/* Names become file names and parts of one-line messages. */
-	for (size_t i = 0; i < n; i++) {
-		const unsigned char c = (unsigned char)name[i];
-
-		if (c < 0x20 || c == 0x7f)
-			return gfs_fail(GFS_ERR_FORMAT,
-					"tensor name with a control character (0x%02x at byte %zu)", c, i);
-	}
 	return GFS_OK;
 }
 
