@@ -60,6 +60,7 @@ typedef struct fs_pass {
 typedef struct fs_virt {
 	char *name;
 	const gfs_vfile *vf;
+	bool zip; /* a torch zip view */
 } fs_virt;
 
 struct gfs_fs {
@@ -194,8 +195,8 @@ static gfs_err index_line(gfs_fs *fs, gfs_vfile *vf, size_t i)
 	return err;
 }
 
-/* add_virt(): a root file named name (copied) with contents vf. */
-static gfs_err add_virt(gfs_fs *fs, const char *name, const gfs_vfile *vf)
+/* add_virt(): a root file named name (copied) with contents vf; zip: a torch zip view. */
+static gfs_err add_virt(gfs_fs *fs, const char *name, const gfs_vfile *vf, bool zip)
 {
 	fs_virt *v = gfs_reallocarray(fs->virt, fs->nvirt + 1, sizeof(*v));
 
@@ -205,6 +206,7 @@ static gfs_err add_virt(gfs_fs *fs, const char *name, const gfs_vfile *vf)
 	v[fs->nvirt].name = gfs_strdup(name);
 	if (!v[fs->nvirt].name)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	v[fs->nvirt].zip = zip;
 	v[fs->nvirt++].vf = vf;
 	return GFS_OK;
 }
@@ -220,7 +222,7 @@ static gfs_err add_text(gfs_fs *fs, const char *name, const char *text)
 	if (!err)
 		err = gfs_vfile_add_mem(vf, "\n", 1);
 	if (!err)
-		err = add_virt(fs, name, vf);
+		err = add_virt(fs, name, vf, false);
 	return err ? gfs_fail_prefix(err, "%s", name) : GFS_OK;
 }
 
@@ -240,7 +242,7 @@ static gfs_err add_zip(gfs_fs *fs, const char *name, const size_t *entries, size
 	if (err)
 		return gfs_fail_prefix(err, "%s", name);
 	fs->nzips++;
-	return add_virt(fs, name, gfs_tzview_vfile(z[fs->nzips - 1]));
+	return add_virt(fs, name, gfs_tzview_vfile(z[fs->nzips - 1]), true);
 }
 
 /* add_st(): a safetensors file of entries[0..n) (all if NULL) named name. */
@@ -252,7 +254,7 @@ static gfs_err add_st(gfs_fs *fs, const char *name, const size_t *entries, size_
 	if (!err)
 		err = own(fs, vf);
 	if (!err)
-		err = add_virt(fs, name, vf);
+		err = add_virt(fs, name, vf, false);
 	return err ? gfs_fail_prefix(err, "%s", name) : GFS_OK;
 }
 
@@ -337,7 +339,8 @@ static gfs_err build_fixed(gfs_fs *fs)
 					 .vf = index_vf, .perm = 0444 };
 	for (size_t i = 0; i < fs->nvirt; i++)
 		fs->nodes[N_FIXED + i] = (gfs_node){ .name = fs->virt[i].name, .type = GFS_NODE_REG,
-						     .vf = fs->virt[i].vf, .perm = 0444 };
+						     .vf = fs->virt[i].vf, .zip_view = fs->virt[i].zip,
+						     .perm = 0444 };
 	for (size_t i = N_ROOT; i < N_FIXED + fs->nvirt; i++) {
 		fs->nodes[i].parent = i == N_INDEX ? N_TENSORS + 1 : GFS_FS_ROOT_INO;
 		fs->nodes[i].entry = -1;

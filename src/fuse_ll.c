@@ -3,7 +3,8 @@
  *
  * The only file where gfs_err becomes an errno.  The namespace is static,
  * so entries and attributes are cached by the kernel forever, files are
- * opened with keep_cache and directories with cache_readdir.
+ * opened with keep_cache (torch zip views with direct_io, see
+ * gfs_ll_open()) and directories with cache_readdir.
  */
 #include "config.h"
 
@@ -200,6 +201,7 @@ static void gfs_ll_readlink(fuse_req_t req, fuse_ino_t ino)
 
 static void gfs_ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	const gfs_mount *m = fuse_req_userdata(req);
 	const gfs_node *n = node_of(req, ino);
 
 	if (!n)
@@ -212,7 +214,20 @@ static void gfs_ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		fuse_reply_err(req, EROFS);
 		return;
 	}
-	fi->keep_cache = 1;
+	/*
+	 * torch.load reads a zip view once, front to back, in read(2)s of
+	 * whole records.  Through the page cache the reader allocates and
+	 * charges every 4 KiB page the read-ahead fills (this kernel's FUSE has
+	 * no large folios), which costs it more than the copy; with direct_io
+	 * each read is a request whose reply is spliced from the shards
+	 * straight into the reader's buffer.  Private mappings (torch.load
+	 * mmap=True) still go through the page cache; shared ones are refused
+	 * by the kernel (ENODEV), hence -o bin_cache.
+	 */
+	if (n->zip_view && !m->bin_cache)
+		fi->direct_io = 1;
+	else
+		fi->keep_cache = 1;
 	fuse_reply_open(req, fi);
 }
 

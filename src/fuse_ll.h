@@ -12,13 +12,16 @@
 
 #include "gatherfs/fs.h"
 
-/* Largest read request (and -o max_read) we ask the kernel for. */
-#define GFS_LL_MAX_READ 1048576 /* 1 MiB */
+/*
+ * Largest read request (and -o max_read) we ask the kernel for: replies
+ * of up to 768 KiB are spliced (see fuse_ll.c), larger ones copied.
+ * Direct-I/O reads (the zip views) come in requests of this size.
+ */
+#define GFS_LL_MAX_READ 786432 /* 768 KiB */
 
 /*
  * Default read-ahead window of a mount (-o readahead_kb): the kernel
- * sends buffered reads in requests of at most this size, and splices
- * replies of up to about 768 KiB (see fuse_ll.c), so 512 KiB.
+ * sends buffered reads in requests of at most this size, so 512 KiB.
  */
 #define GFS_LL_READAHEAD_KB 512
 
@@ -44,6 +47,7 @@ typedef struct gfs_mount {
 	unsigned max_read;                     /* -o max_read, repeated in init() */
 	struct fuse_conn_info_opts *conn_opts; /* -o overrides for init() */
 	bool nosplice;                         /* -o nosplice: always copy reads */
+	bool bin_cache;                        /* -o bin_cache: no direct_io for zip views */
 	bool splice;                           /* set by init(): splice reads */
 } gfs_mount;
 

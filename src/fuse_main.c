@@ -38,6 +38,7 @@ typedef struct gfs_cli {
 	char *shard_size;
 	unsigned max_read;
 	int nosplice;
+	int bin_cache;
 	int nocrccache;
 	char *crc_cache;
 	unsigned readahead_kb;
@@ -55,6 +56,7 @@ static const struct fuse_opt cli_opts[] = {
 	{ "dtype=%s", offsetof(gfs_cli, dtype), 0 },
 	{ "tag=%s", offsetof(gfs_cli, tag), 0 },
 	{ "nosplice", offsetof(gfs_cli, nosplice), 1 },
+	{ "bin_cache", offsetof(gfs_cli, bin_cache), 1 },
 	{ "nocrccache", offsetof(gfs_cli, nocrccache), 1 },
 	{ "crc_cache=%s", offsetof(gfs_cli, crc_cache), 0 },
 	{ "readahead_kb=%u", offsetof(gfs_cli, readahead_kb), 0 },
@@ -125,6 +127,8 @@ static void usage(const char *prog)
 	       "    -o max_threads=N         worker threads (default: 2 per CPU, 10 to 64)\n"
 	       "    -o nosplice              copy read data through the daemon instead of\n"
 	       "                             splicing it from the sources\n"
+	       "    -o bin_cache             read pytorch_model.bin through the page cache\n"
+	       "                             (default: direct I/O; needed to map it shared)\n"
 	       "    -o readahead_kb=N        kernel read-ahead window of the mount when\n"
 	       "                             permitted (root; default 512, 0: leave as is)\n"
 	       "    -o crc_cache=DIR         keep pytorch_model.bin CRC-32s in DIR (default:\n"
@@ -331,6 +335,7 @@ int main(int argc, char *argv[])
 	m.fs = fs;
 	m.max_read = cli.max_read;
 	m.nosplice = cli.nosplice != 0;
+	m.bin_cache = cli.bin_cache != 0;
 	m.conn_opts = fuse_parse_conn_info_opts(&args);
 	if (!m.conn_opts)
 		goto out_fs;

@@ -54,6 +54,7 @@ typedef struct gfs_node {
 	const gfs_vfile *vf;  /* REG: the contents */
 	const char *link;     /* LNK: the target, relative to the parent */
 	int64_t entry;        /* a tensors/ file or link: its layout entry; else -1 */
+	bool zip_view;        /* REG: a torch zip view (pytorch_model.bin or a shard) */
 	mode_t perm;          /* permission bits */
 	struct timespec mtime;
 } gfs_node;
