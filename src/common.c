@@ -3,6 +3,7 @@
  */
 #include "config.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +83,25 @@ void *gfs_reallocarray(void *p, size_t n, size_t size)
 	if (__builtin_mul_overflow(n, size, &total))
 		return NULL;
 	return realloc(p, total ? total : 1);
+}
+
+bool gfs_grow(void **arr, size_t *cap, size_t len, size_t elem, size_t first)
+{
+	size_t ncap;
+	void *n;
+
+	assert(len <= *cap && first > 0);
+	if (len < *cap)
+		return true;
+	ncap = *cap ? *cap * 2 : first;
+	if (ncap < *cap)
+		return false;
+	n = gfs_reallocarray(*arr, ncap, elem);
+	if (!n)
+		return false;
+	*arr = n;
+	*cap = ncap;
+	return true;
 }
 
 char *gfs_strndup(const char *s, size_t n)

@@ -138,16 +138,9 @@ static void format_shape(const gfs_tensor *t, char *buf)
 /* own(): make fs responsible for freeing vf. */
 static gfs_err own(gfs_fs *fs, gfs_vfile *vf)
 {
-	if (fs->nowned == fs->cap_owned) {
-		const size_t cap = fs->cap_owned ? 2 * fs->cap_owned : 64;
-		gfs_vfile **o = gfs_reallocarray(fs->owned, cap, sizeof(*o));
-
-		if (!o) {
-			gfs_vfile_free(vf);
-			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-		}
-		fs->owned = o;
-		fs->cap_owned = cap;
+	if (!gfs_grow((void **)&fs->owned, &fs->cap_owned, fs->nowned, sizeof(*fs->owned), 64)) {
+		gfs_vfile_free(vf);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	}
 	fs->owned[fs->nowned++] = vf;
 	return GFS_OK;
@@ -447,16 +440,9 @@ static gfs_err scan_root(gfs_fs *fs, const char *dir)
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
 		    is_virtual_name(fs, de->d_name) || is_source(fs, dir, de->d_name))
 			continue;
-		if (fs->npass == cap) {
-			fs_pass *pass;
-
-			cap = cap ? 2 * cap : 16;
-			pass = gfs_reallocarray(fs->pass, cap, sizeof(*pass));
-			if (!pass) {
-				err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
-				break;
-			}
-			fs->pass = pass;
+		if (!gfs_grow((void **)&fs->pass, &cap, fs->npass, sizeof(*fs->pass), 16)) {
+			err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+			break;
 		}
 		err = open_pass(dirfd(d), dir, de->d_name, &fs->pass[fs->npass], &skip);
 		if (err)

@@ -286,15 +286,8 @@ static gfs_err file_get(dcp_ckpt *c, const char *rel, dcp_file **out)
 	if (rel[0] == '\0' || rel[0] == '/' || strstr(rel, "..") || strchr(rel, '/'))
 		return gfs_fail(GFS_ERR_FORMAT, "%s: storage file name '%s' is not a file of the checkpoint directory",
 				c->meta_path, rel);
-	if (c->nfiles == c->cap_files) {
-		const size_t ncap = c->cap_files ? c->cap_files * 2 : 8;
-		dcp_file *nf = gfs_reallocarray(c->files, ncap, sizeof(*nf));
-
-		if (!nf)
-			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-		c->files = nf;
-		c->cap_files = ncap;
-	}
+	if (!gfs_grow((void **)&c->files, &c->cap_files, c->nfiles, sizeof(*c->files), 8))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	f = &c->files[c->nfiles];
 	memset(f, 0, sizeof(*f));
 	f->fd = -1;

@@ -286,15 +286,8 @@ static gfs_err flat_append(flat *fl, const tview *tv, uint64_t nelem, const char
 				gfs_dtype_name(tv->dtype), gfs_dtype_name(fl->dtype));
 	if (nelem == 0)
 		return GFS_OK;
-	if (fl->n == fl->cap) {
-		const size_t ncap = fl->cap ? fl->cap * 2 : 8;
-		flat_seg *s = gfs_reallocarray(fl->segs, ncap, sizeof(*s));
-
-		if (!s)
-			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-		fl->segs = s;
-		fl->cap = ncap;
-	}
+	if (!gfs_grow((void **)&fl->segs, &fl->cap, fl->n, sizeof(*fl->segs), 8))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	fl->segs[fl->n++] = (flat_seg){
 		.src = tv->src, .off = tv->off, .start = fl->total, .nelem = nelem,
 	};
@@ -396,15 +389,8 @@ static const train_param *tmap_find(const ds_ckpt *c, const char *name)
 static gfs_err train_push(ds_ckpt *c, const char *name, const gfs_pv *shape, size_t group,
 			  uint64_t offset, size_t *cap)
 {
-	if (c->ntrain == *cap) {
-		const size_t ncap = *cap ? *cap * 2 : 64;
-		train_param *t = gfs_reallocarray(c->train, ncap, sizeof(*t));
-
-		if (!t)
-			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-		c->train = t;
-		*cap = ncap;
-	}
+	if (!gfs_grow((void **)&c->train, cap, c->ntrain, sizeof(*c->train), 64))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	c->train[c->ntrain++] = (train_param){
 		.name = name, .shape = shape, .group = group, .offset = offset,
 	};
@@ -669,6 +655,28 @@ static gfs_err shapes_of(const ds_file *m0, const gfs_pv **ps)
 	return GFS_OK;
 }
 
+/*
+ * push_param(): entry i of param group g's param_shapes dict (shapes): its
+ * name must be a string without control characters; *n is its element
+ * count, and it becomes a trainable entry at element off of the group.
+ */
+static gfs_err push_param(ds_ckpt *c, const gfs_pv *shapes, size_t i, size_t g, uint64_t off,
+			  size_t *cap, uint64_t *n)
+{
+	const ds_file *m0 = &c->model[0];
+	const gfs_pv_item *it = &shapes->u.dict.items[i];
+	const char *name = gfs_pv_name(it->key);
+	gfs_err err;
+
+	assert(i < shapes->u.dict.len);
+	if (!name)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: param_shapes key %zu is not a string without control characters",
+				m0->path, i);
+	err = param_numel(m0, name, it->value, n);
+	return err ? err : train_push(c, name, it->value, g, off, cap);
+}
+
 static gfs_err plan_stage12(ds_ckpt *c)
 {
 	const ds_file *m0 = &c->model[0];
@@ -706,17 +714,9 @@ static gfs_err plan_stage12(ds_ckpt *c)
 		uint64_t off = 0, pad = 0;
 
 		for (size_t i = 0; i < shapes->u.dict.len; i++) {
-			const gfs_pv_item *it = &shapes->u.dict.items[i];
-			const char *name = gfs_pv_name(it->key);
 			uint64_t n;
 
-			if (!name)
-				return gfs_fail(GFS_ERR_FORMAT,
-						"%s: param_shapes key %zu is not a string without control characters",
-						m0->path, i);
-			err = param_numel(m0, name, it->value, &n);
-			if (!err)
-				err = train_push(c, name, it->value, g, off, &cap);
+			err = push_param(c, shapes, i, g, off, &cap, &n);
 			if (err)
 				return err;
 			if (!gfs_add_u64(off, n, &off) || off > fl->total)
@@ -772,17 +772,9 @@ static gfs_err plan_stage3(ds_ckpt *c)
 		const gfs_pv *shapes = gfs_pv_seq_at(ps, g);
 
 		for (size_t i = 0; i < shapes->u.dict.len; i++) {
-			const gfs_pv_item *it = &shapes->u.dict.items[i];
-			const char *name = gfs_pv_name(it->key);
 			uint64_t n, part;
 
-			if (!name)
-				return gfs_fail(GFS_ERR_FORMAT,
-						"%s: param_shapes key %zu is not a string without control characters",
-						m0->path, i);
-			err = param_numel(m0, name, it->value, &n);
-			if (!err)
-				err = train_push(c, name, it->value, g, off, &cap);
+			err = push_param(c, shapes, i, g, off, &cap, &n);
 			if (err)
 				return err;
 			part = n / c->ws + (n % c->ws != 0);

@@ -109,23 +109,6 @@ gfs_err gfs_layout_set_root(gfs_layout *l, const char *root_dir)
 	return GFS_OK;
 }
 
-/* grow(): make room for one more element in an array of *cap elements. */
-static bool grow(void **arr, size_t *cap, size_t len, size_t elem)
-{
-	size_t ncap;
-	void *n;
-
-	if (len < *cap)
-		return true;
-	ncap = *cap ? *cap * 2 : 8;
-	n = gfs_reallocarray(*arr, ncap, elem);
-	if (!n)
-		return false;
-	*arr = n;
-	*cap = ncap;
-	return true;
-}
-
 gfs_err gfs_layout_add_source(gfs_layout *l, const char *path, uint64_t size,
 			      uint32_t *idx)
 {
@@ -143,7 +126,7 @@ gfs_err gfs_layout_add_source(gfs_layout *l, const char *path, uint64_t size,
 	}
 	if (l->nsources >= UINT32_MAX)
 		return gfs_fail(GFS_ERR_LIMIT, "too many source files");
-	if (!grow((void **)&l->sources, &l->cap_sources, l->nsources, sizeof(*s)))
+	if (!gfs_grow((void **)&l->sources, &l->cap_sources, l->nsources, sizeof(*s), 8))
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	s = &l->sources[l->nsources];
 	memset(s, 0, sizeof(*s));
@@ -182,7 +165,7 @@ static gfs_tensor *push_tensor(gfs_layout *l, const char *name)
 {
 	gfs_tensor *t;
 
-	if (!grow((void **)&l->tensors, &l->cap_tensors, l->ntensors, sizeof(*t)))
+	if (!gfs_grow((void **)&l->tensors, &l->cap_tensors, l->ntensors, sizeof(*t), 8))
 		return NULL;
 	t = &l->tensors[l->ntensors];
 	memset(t, 0, sizeof(*t));
@@ -315,7 +298,7 @@ static gfs_err push_piece(gfs_layout *l, size_t ti, gfs_piece_kind kind,
 		last->len += len;
 		return GFS_OK;
 	}
-	if (!grow((void **)&t->pieces, &t->cap_pieces, t->npieces, sizeof(*t->pieces)))
+	if (!gfs_grow((void **)&t->pieces, &t->cap_pieces, t->npieces, sizeof(*t->pieces), 8))
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	t->pieces[t->npieces++] = (gfs_piece){
 		.toff = toff, .len = len, .src_off = src_off, .count = 1, .src = src, .kind = kind,
@@ -371,7 +354,7 @@ gfs_err gfs_layout_add_general(gfs_layout *l, size_t ti, const gfs_piece *p)
 				"tensor %s: piece reads bytes up to %llu of a zstd frame of %llu bytes",
 				t->name, (unsigned long long)src_end,
 				(unsigned long long)p->frame_size);
-	if (!grow((void **)&t->pieces, &t->cap_pieces, t->npieces, sizeof(*t->pieces)))
+	if (!gfs_grow((void **)&t->pieces, &t->cap_pieces, t->npieces, sizeof(*t->pieces), 8))
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	t->pieces[t->npieces] = *p;
 	if (p->count == 1) {
@@ -405,7 +388,7 @@ gfs_err gfs_layout_add_object(gfs_layout *l, const char *name, uint32_t src,
 	if (src >= l->nsources)
 		return gfs_fail(GFS_ERR_FORMAT, "object %s: names source %u of %zu", name, src,
 				l->nsources);
-	if (!grow((void **)&l->objects, &l->cap_objects, l->nobjects, sizeof(*o)))
+	if (!gfs_grow((void **)&l->objects, &l->cap_objects, l->nobjects, sizeof(*o), 8))
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	o = &l->objects[l->nobjects];
 	o->name = gfs_strdup(name);

@@ -59,15 +59,9 @@ static gfs_err push_seg(gfs_vfile *vf, gfs_seg_kind kind, uint64_t len,
 	gfs_err err;
 
 	assert(len > 0);
-	if (vf->nsegs == vf->cap_segs) {
-		const size_t cap = vf->cap_segs ? 2 * vf->cap_segs : 1; /* most vfiles have one */
-		gfs_seg *segs = gfs_reallocarray(vf->segs, cap, sizeof(*segs));
-
-		if (!segs)
-			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-		vf->segs = segs;
-		vf->cap_segs = cap;
-	}
+	/* first room for one segment: most vfiles have one */
+	if (!gfs_grow((void **)&vf->segs, &vf->cap_segs, vf->nsegs, sizeof(*vf->segs), 1))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	err = extend(vf, len);
 	if (err)
 		return err;

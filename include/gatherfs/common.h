@@ -75,6 +75,14 @@ char *gfs_strdup(const char *s);
 char *gfs_strndup(const char *s, size_t n);
 
 /*
+ * gfs_grow(): make room for element len of the array *arr of *cap elements
+ * of elem bytes (len <= *cap): when full, reallocate it to twice its
+ * capacity, or first elements if it has none, and update *arr and *cap.
+ * False (and *arr, *cap unchanged) if out of memory.
+ */
+bool gfs_grow(void **arr, size_t *cap, size_t len, size_t elem, size_t first);
+
+/*
  * gfs_pread_full(): read exactly len bytes at off from fd.  label names the
  * file in error messages.  A short read (end of file) is GFS_ERR_FORMAT
  * ("truncated"), a failing system call GFS_ERR_IO.
