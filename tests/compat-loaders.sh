@@ -16,31 +16,36 @@ run_check() {
 		"$COMPAT_ROOT" python3 "$top_srcdir/tests/compat/check_loaders.py" "$@"
 }
 
+# mount_check LABEL CKPT TSV CASE [OPT...]: mount CKPT (with OPTs) on $mnt,
+# check a sharded view has its index, run the loaders against TSV (and
+# CASE's reference logits, if CASE is not empty), unmount.
+mount_check() {
+	label=$1 ck=$2 tsv=$3 ref=$4
+	shift 4
+	echo "== $label"
+	gfs_mount "$ck" "$mnt" "$@" || fail "mount $label"
+	case " $* " in
+	*shard_size=*) [ -f "$mnt/model.safetensors.index.json" ] || fail "$label: no safetensors index" ;;
+	esac
+	run_check "$mnt" "$tsv" ${ref:+"$ref"} || fail "$label: loaders"
+	gfs_umount "$mnt" || fail "unmount $label"
+}
+
 n=0
 for case in "$CKPTS"/*/; do
 	case=${case%/}
 	name=$(basename "$case")
 	[ -d "$case/checkpoint" ] || continue
-	echo "== $name"
 	mnt="$T/mnt-$name"
-	gfs_mount "$case/checkpoint" "$mnt" || fail "mount $name"
-	run_check "$mnt" "$case/.expected-default.tsv" "$case" || fail "$name: loaders"
-	gfs_umount "$mnt" || fail "unmount $name"
+	mount_check "$name" "$case/checkpoint" "$case/.expected-default.tsv" "$case"
 	case $name in
 	*bf16*)
-		echo "== $name (-o dtype=bf16)"
-		gfs_mount "$case/checkpoint" "$mnt" -o dtype=bf16 || fail "mount $name bf16"
-		run_check "$mnt" "$case/.expected-bf16.tsv" || fail "$name (bf16): loaders"
-		gfs_umount "$mnt" || fail "unmount $name"
-		;;
+		mount_check "$name (-o dtype=bf16)" "$case/checkpoint" "$case/.expected-bf16.tsv" "" \
+			-o dtype=bf16 ;;
 	esac
 	if [ -f "$case/reference_logits.pt" ]; then
-		echo "== $name (-o shard_size=100K)"
-		gfs_mount "$case/checkpoint" "$mnt" -o shard_size=100K || fail "mount $name sharded"
-		ls "$mnt"
-		[ -f "$mnt/model.safetensors.index.json" ] || fail "$name: no safetensors index"
-		run_check "$mnt" "$case/.expected-default.tsv" "$case" || fail "$name (sharded): loaders"
-		gfs_umount "$mnt" || fail "unmount $name"
+		mount_check "$name (-o shard_size=100K)" "$case/checkpoint" \
+			"$case/.expected-default.tsv" "$case" -o shard_size=100K
 	fi
 	n=$((n + 1))
 done
@@ -53,11 +58,8 @@ for case in "$top_srcdir"/tests/data/dcp/*/; do
 	case=${case%/}
 	name=dcp-$(basename "$case")
 	[ -d "$case/checkpoint" ] || continue
-	echo "== $name"
 	mnt="$T/mnt-$name"
-	gfs_mount "$case/checkpoint" "$mnt" || fail "mount $name"
-	run_check "$mnt" "$case/.expected-default.tsv" "$case" || fail "$name: loaders"
-	gfs_umount "$mnt" || fail "unmount $name"
+	mount_check "$name" "$case/checkpoint" "$case/.expected-default.tsv" "$case"
 	n=$((n + 1))
 done
 [ $n -gt 0 ] || fail "no fixtures found"

@@ -25,15 +25,9 @@ readers() {
 
 # exits_ok WHAT: the daemon $PID exits with status 0 within 30 s and $MNT is gone.
 exits_ok() {
-	i=0
-	while kill -0 "$PID" 2>/dev/null; do
-		i=$((i + 1))
-		[ $i -lt 300 ] || fail "$1: daemon still running after 30 s: $(cat "$T/log")"
-		sleep 0.1
-	done
-	rc=0
-	wait "$PID" || rc=$?
-	[ $rc -eq 0 ] || fail "$1: daemon exit status $rc: $(cat "$T/log")"
+	wait_child "$PID" 30
+	[ "$CHILD_RC" = running ] && fail "$1: daemon still running after 30 s: $(cat "$T/log")"
+	[ "$CHILD_RC" = 0 ] || fail "$1: daemon exit status $CHILD_RC: $(cat "$T/log")"
 	wait_unmounted "$MNT" || fail "$1: still mounted"
 }
 

@@ -72,15 +72,9 @@ start() {
 # stop NAME: unmount; the daemon must exit with status 0 within 30 s.
 stop() {
 	gfs_umount "$T/$1.mnt" || fail "unmount $1"
-	i=0
-	while kill -0 "$PID" 2>/dev/null; do
-		i=$((i + 1))
-		[ $i -lt 300 ] || fail "$1: daemon still running 30 s after unmount"
-		sleep 0.1
-	done
-	rc=0
-	wait "$PID" || rc=$?
-	[ $rc -eq 0 ] || fail "$1: daemon exit status $rc: $(cat "$T/$1.log")"
+	wait_child "$PID" 30
+	[ "$CHILD_RC" = running ] && fail "$1: daemon still running 30 s after unmount"
+	[ "$CHILD_RC" = 0 ] || fail "$1: daemon exit status $CHILD_RC: $(cat "$T/$1.log")"
 }
 
 # expect_eio NAME SHARD: after SHARD of copy NAME changed in place.

@@ -7,48 +7,32 @@ mount_setup
 case="$CKPTS/z3_ws2_fp32"
 [ -d "$case/checkpoint" ] || skip "fixture $case missing"
 mkdir -p "$T/mnt" "$T/empty"
-# Mounts of this test (others run in parallel: the whole table may change).
-before=$(our_mounts)
-
-# expect_fail PATTERN ARG...: gatherfs ARG... fails with one line matching PATTERN.
-expect_fail() {
-	pattern=$1
-	shift
-	if timeout 60 "$GATHERFS" "$@" >"$T/out" 2>"$T/err"; then
-		fail "gatherfs $* succeeded"
-	fi
-	[ "$(wc -l < "$T/err")" -eq 1 ] || fail "gatherfs $*: not one line: $(cat "$T/err")"
-	grep -q -- "$pattern" "$T/err" || fail "gatherfs $*: '$(cat "$T/err")' lacks '$pattern'"
-	is_mounted "$T/mnt" && fail "gatherfs $*: left a mount"
-	[ "$(our_mounts)" -eq "$before" ] || fail "gatherfs $*: mount table changed"
-	echo "ok: $(cat "$T/err")"
-}
 
 # A copy with a truncated shard.
 cp -r "$case/checkpoint" "$T/broken"
 chmod -R u+w "$T/broken"
 shard=$(ls "$T/broken"/global_step3/*optim_states.pt | head -n 1)
 truncate -s 100000 "$shard"
-expect_fail "$shard" "$T/broken" "$T/mnt"
+expect_mount_fail "$shard" "$T/broken" "$T/mnt"
 
 # A copy whose model states file is gone.
 cp -r "$case/checkpoint" "$T/nomodel"
 chmod -R u+w "$T/nomodel"
 rm "$T/nomodel"/global_step3/*model_states.pt
-expect_fail "$T/nomodel" "$T/nomodel" "$T/mnt"
+expect_mount_fail "$T/nomodel" "$T/nomodel" "$T/mnt"
 
-expect_fail "$T/empty" "$T/empty" "$T/mnt"
-expect_fail "$T/missing" "$T/missing" "$T/mnt"
-expect_fail "global_step9" "$case/checkpoint" "$T/mnt" -o tag=global_step9
-expect_fail "dtype=int8" "$case/checkpoint" "$T/mnt" -o dtype=int8
-expect_fail "usage:" "$case/checkpoint"
-expect_fail "$T/nomnt" "$case/checkpoint" "$T/nomnt"
-expect_fail "bogus" "$case/checkpoint" "$T/mnt" -o bogus
+expect_mount_fail "$T/empty" "$T/empty" "$T/mnt"
+expect_mount_fail "$T/missing" "$T/missing" "$T/mnt"
+expect_mount_fail "global_step9" "$case/checkpoint" "$T/mnt" -o tag=global_step9
+expect_mount_fail "dtype=int8" "$case/checkpoint" "$T/mnt" -o dtype=int8
+expect_mount_fail "usage:" "$case/checkpoint"
+expect_mount_fail "$T/nomnt" "$case/checkpoint" "$T/nomnt"
+expect_mount_fail "bogus" "$case/checkpoint" "$T/mnt" -o bogus
 
 # A layout whose source changed size since the layout was written.
 "$PYTHON3" "$MOUNT_TOOLS/make_layouts.py" "$T/lay" || fail "make_layouts.py"
 truncate -s 1000 "$T/lay/src/a.bin"
-expect_fail "a.bin" "$T/lay/special.json" "$T/mnt"
+expect_mount_fail "a.bin" "$T/lay/special.json" "$T/mnt"
 
 "$GATHERFS" --help >"$T/out" 2>&1 || fail "--help"
 grep -q "dtype=bf16|fp16|fp32" "$T/out" && grep -q "tag=TAG" "$T/out" &&

@@ -11,6 +11,11 @@
 #   gfs_umount MNT           fusermount3 -u and wait until it is gone
 #   is_mounted MNT           true if MNT is a gatherfs mount
 #   wait_unmounted MNT       wait (10 s at most) until MNT is not mounted
+#   wait_child PID SECONDS   wait for a child to exit; its status in $CHILD_RC
+#   check_cat MNT TSV        every tensors/ file against an expected table
+#   check_views MNT TSV CKPT every view of a mount against an expected table
+#   expect_mount_fail PATTERN ARG...  gatherfs ARG... fails with one line
+#                            matching PATTERN and leaves no mount
 #
 # GATHERFS_WRAPPER (e.g. "valgrind --error-exitcode=99 ..."): when set, the
 # daemon command is prefixed by it and gfs_mount runs it in the foreground
@@ -104,6 +109,20 @@ mounted_or_gone() {
 	is_mounted "$2" || ! kill -0 "$1" 2>/dev/null
 }
 
+# wait_child PID SECONDS: wait, SECONDS at most, for the child PID to exit:
+# its exit status is then in $CHILD_RC, else CHILD_RC is "running".
+wait_child() {
+	CHILD_RC=running
+	i=0
+	while kill -0 "$1" 2>/dev/null; do
+		i=$((i + 1))
+		[ $i -lt $(($2 * 10)) ] || return 0
+		sleep 0.1
+	done
+	CHILD_RC=0
+	wait "$1" || CHILD_RC=$?
+}
+
 # wrapped_wait MNT: wait for the wrapped daemon of MNT (if any) to exit;
 # fail unless it exited with status 0.
 wrapped_wait() {
@@ -113,19 +132,12 @@ wrapped_wait() {
 			rest="$rest $pm"
 			continue
 		fi
-		pid=${pm%%:*}
-		i=0
-		while kill -0 "$pid" 2>/dev/null; do
-			i=$((i + 1))
-			if [ $i -gt $((${GFS_WRAP_WAIT:-120} * 10)) ]; then
-				echo "wrapped daemon of $1 (pid $pid) did not exit" >&2
-				return 1
-			fi
-			sleep 0.1
-		done
-		rc=0
-		wait "$pid" || rc=$?
-		[ $rc -eq 0 ] || { echo "wrapped daemon of $1 exited with status $rc" >&2; return 1; }
+		wait_child "${pm%%:*}" "${GFS_WRAP_WAIT:-120}"
+		case $CHILD_RC in
+		0) ;;
+		running) echo "wrapped daemon of $1 (pid ${pm%%:*}) did not exit" >&2; return 1 ;;
+		*) echo "wrapped daemon of $1 exited with status $CHILD_RC" >&2; return 1 ;;
+		esac
 	done
 	GFS_WRAPPED=$rest
 	return 0
@@ -158,4 +170,36 @@ check_cat() {
 		n=$((n + 1))
 	done < "$2"
 	echo "  cat | sha256sum: $n tensors OK"
+}
+
+# check_views MNT TSV CKPT: the mount at MNT of checkpoint dir CKPT against an
+# .expected-*.tsv table: pytorch_model.bin through torch.load and zipfile,
+# tensors/ metadata, layout.json and the passed-through files
+# (check_mount.py), `unzip -t` when installed, every tensors/ file's bytes,
+# and model.safetensors (check_safetensors.py).
+check_views() {
+	timeout 300 "$PYTHON3" "$MOUNT_TOOLS/check_mount.py" "$1" "$2" "$3" || fail "check_mount.py $1"
+	if command -v unzip >/dev/null 2>&1; then
+		unzip -tq "$1/pytorch_model.bin" || fail "unzip -t $1/pytorch_model.bin"
+	fi
+	check_cat "$1" "$2"
+	"$PYTHON3" "$top_srcdir/tests/tools/check_safetensors.py" "$1/model.safetensors" "$2" ||
+		fail "check_safetensors.py $1/model.safetensors"
+}
+
+# expect_mount_fail PATTERN ARG...: gatherfs ARG..., which names $T/mnt as the
+# mountpoint, fails with one line on stderr matching PATTERN (grep) and leaves
+# no mount: neither $T/mnt nor any other under $T.
+expect_mount_fail() {
+	pattern=$1
+	shift
+	before=$(our_mounts)
+	if timeout 60 "$GATHERFS" "$@" >"$T/out" 2>"$T/err"; then
+		fail "gatherfs $* succeeded"
+	fi
+	[ "$(wc -l < "$T/err")" -eq 1 ] || fail "gatherfs $*: not one line: $(cat "$T/err")"
+	grep -q -- "$pattern" "$T/err" || fail "gatherfs $*: '$(cat "$T/err")' lacks '$pattern'"
+	is_mounted "$T/mnt" && fail "gatherfs $*: left a mount"
+	[ "$(our_mounts)" -eq "$before" ] || fail "gatherfs $*: mount table changed"
+	echo "ok: $(cat "$T/err")"
 }

@@ -66,15 +66,9 @@ echo "== SIGTERM"
 gfs_mount_fg "$z3/checkpoint" "$T/m3" || vg_fail "mount under valgrind"
 cat "$T/m3/pytorch_model.bin" >/dev/null || vg_fail "read"
 kill -TERM "$GFS_PID"
-i=0
-while kill -0 "$GFS_PID" 2>/dev/null; do
-	i=$((i + 1))
-	[ $i -lt 1200 ] || vg_fail "daemon still running 120 s after SIGTERM"
-	sleep 0.1
-done
-rc=0
-wait "$GFS_PID" || rc=$?
-[ $rc -eq 0 ] || vg_fail "SIGTERM: exit status $rc"
+wait_child "$GFS_PID" 120
+[ "$CHILD_RC" = running ] && vg_fail "daemon still running 120 s after SIGTERM"
+[ "$CHILD_RC" = 0 ] || vg_fail "SIGTERM: exit status $CHILD_RC"
 wait_unmounted "$T/m3" || fail "still mounted after SIGTERM"
 [ "$(ls "$T"/vg.* 2>/dev/null | wc -l)" -ge 3 ] || fail "valgrind did not run 3 daemons"
 [ -z "$(cat "$T"/vg.* 2>/dev/null)" ] || vg_fail "valgrind printed something"
