@@ -217,12 +217,13 @@ static void gfs_ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	/*
 	 * torch.load reads a zip view once, front to back, in read(2)s of
 	 * whole records.  Through the page cache the reader allocates and
-	 * charges every 4 KiB page the read-ahead fills (this kernel's FUSE has
-	 * no large folios), which costs it more than the copy; with direct_io
-	 * each read is a request whose reply is spliced from the shards
-	 * straight into the reader's buffer.  Private mappings (torch.load
-	 * mmap=True) still go through the page cache; shared ones are refused
-	 * by the kernel (ENODEV), hence -o bin_cache.
+	 * charges every 4 KiB page the read-ahead fills (FUSE's page cache has
+	 * no large folios, up to Linux 6.18 at least), which costs it more
+	 * than the copy (bench/RESULTS.md); with direct_io each read is a
+	 * request whose reply is spliced from the shards straight into the
+	 * reader's buffer.  Private mappings (torch.load mmap=True) still go
+	 * through the page cache; shared ones are refused by the kernel
+	 * (ENODEV), hence -o bin_cache.
 	 */
 	if (n->zip_view && !m->bin_cache)
 		fi->direct_io = 1;
