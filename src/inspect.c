@@ -286,7 +286,7 @@ static int cmd_export(const inspect_opts *o, const gfs_layout *l, const char *ou
 {
 	gfs_export_opts eo = {
 		.format = o->format, .want = o->dtype, .shard_size = o->shard_size,
-		.progress = isatty(STDERR_FILENO),
+		.progress = isatty(STDERR_FILENO), .signals = true,
 	};
 	gfs_srcset *s = NULL;
 	gfs_err err;

@@ -19,6 +19,8 @@ typedef struct gfs_export_opts {
 	gfs_dtype want;      /* GFS_DT_INVALID: tensors in their own dtype */
 	uint64_t shard_size; /* 0: one file; else HF shards + index in a directory */
 	bool progress;       /* draw a progress bar on stderr */
+	bool signals;        /* on SIGINT/SIGTERM/SIGHUP remove every temporary file,
+				then die of the signal (see export.c) */
 } gfs_export_opts;
 
 /*
@@ -31,8 +33,15 @@ gfs_format gfs_format_from_name(const char *s);
 /*
  * gfs_export(): write the view.  Without shard_size, out is the file to
  * write; with it, out is a directory (created if missing) that receives the
- * shard files and the index, named as transformers names them.  Output
- * files appear only when complete: on any error nothing is left behind.
+ * shard files and the index, named as transformers names them.  Every file
+ * is written under a temporary name (.NAME.XXXXXX), all are flushed with
+ * fsync(), then renamed into place, the index last; a previous index in the
+ * directory is removed before the first rename.  On any error, or with
+ * o->signals on SIGINT/SIGTERM/SIGHUP, every temporary file (and the
+ * directory, if this call created it) is removed: nothing new is left.
+ * Only a crash (SIGKILL, power loss) can leave a .NAME.XXXXXX file, or,
+ * during the renames, shards without an index; an index is only ever
+ * visible together with every shard it names.
  */
 gfs_err gfs_export(const gfs_layout *l, const gfs_srcset *s, const char *out,
 		   const gfs_export_opts *o);

@@ -1,0 +1,82 @@
+#!/bin/sh
+# `gatherfs-inspect export` interrupted by SIGINT, SIGTERM or SIGHUP at
+# several points (at once, inside the first file, between files, near the
+# end), single file and sharded: the process dies of the signal, no
+# temporary file is left, and the output directory holds nothing new — or,
+# over a previous export, exactly that previous complete set.  Also: a failed
+# export into a directory it created removes the directory.
+. "${top_srcdir:-.}/tests/lib.sh"
+[ -x "$PYTHON3" ] || skip "python3 not found"
+mktempdir
+T=$TESTTMP
+SIGNAL="$PYTHON3 $top_srcdir/tests/tools/signal_export.py"
+
+# A layout over a 256 MiB sparse source: four 64 MiB float32 tensors, big
+# enough that an export takes a moment.
+truncate -s 256M "$T/src.bin"
+"$PYTHON3" - "$T/l.json" <<'PY' || fail "layout"
+import json, sys
+sz = 64 << 20
+t = [{"name": "layer%d.weight" % i, "dtype": "float32", "shape": [sz // 4096, 1024],
+      "pieces": [{"source": 0, "offset": i * sz, "length": sz}]} for i in range(4)]
+json.dump({"gatherfs_layout": 1, "sources": [{"path": "src.bin", "size": 4 * sz}],
+           "tensors": t}, open(sys.argv[1], "w"))
+PY
+MB=1048576
+
+# listing DIR: everything under DIR (dot files too): directories by name,
+# files with size and mtime.
+listing() {
+	(cd "$1" && find . -mindepth 1 \( -type d -printf '%p/\n' \) -o -printf '%p %s %T@\n' | sort)
+}
+
+# interrupt DIR BYTES SIG ARGS...: run `export ARGS` under signal_export.py
+# watching DIR; DIR must afterwards list exactly as before.
+interrupt() {
+	dir=$1 bytes=$2 sig=$3
+	shift 3
+	listing "$dir" > "$T/before"
+	$SIGNAL "$dir" "$bytes" "$sig" "$INSPECT" export --layout "$T/l.json" "$@" \
+		>"$T/sig.out" 2>"$T/sig.err" ||
+		fail "export $* ($sig at $bytes): $(cat "$T/sig.out" "$T/sig.err")"
+	listing "$dir" > "$T/after"
+	cmp -s "$T/before" "$T/after" ||
+		fail "export $* left files after $sig at $bytes bytes: $(diff "$T/before" "$T/after")"
+	[ "$bytes" -eq 0 ] || grep -q "export interrupted by SIG$sig" "$T/sig.err" ||
+		fail "no interruption message: $(cat "$T/sig.err")"
+	echo "ok: export $* $sig at $bytes bytes: $(cat "$T/sig.out")"
+}
+
+mkdir "$T/out"
+# One file: the torch zip and safetensors.
+interrupt "$T/out" 0 INT "$T/out/pytorch_model.bin"
+interrupt "$T/out" $((10 * MB)) INT "$T/out/pytorch_model.bin"
+interrupt "$T/out" $((200 * MB)) TERM "$T/out/pytorch_model.bin"
+interrupt "$T/out" $((100 * MB)) HUP "$T/out/model.safetensors"
+# Sharded into a new directory: it goes too.
+interrupt "$T/out" 0 TERM --shard-size 70MB "$T/out/new"
+interrupt "$T/out" $((30 * MB)) INT --shard-size 70MB "$T/out/new"
+interrupt "$T/out" $((64 * MB + 200)) TERM --shard-size 70MB "$T/out/new"
+interrupt "$T/out" $((150 * MB)) INT --shard-size 70MB --format bin "$T/out/new"
+interrupt "$T/out" $((210 * MB)) TERM --shard-size 70MB "$T/out/new"
+
+# Sharded over a previous complete export (two shards): it stays as it was.
+"$INSPECT" export --layout "$T/l.json" --shard-size 140MB "$T/out/old" || fail "export old"
+[ -f "$T/out/old/model-00002-of-00002.safetensors" ] || fail "old export: $(ls "$T/out/old")"
+interrupt "$T/out" $((5 * MB)) INT --shard-size 70MB "$T/out/old"
+interrupt "$T/out" $((130 * MB)) TERM --shard-size 70MB "$T/out/old"
+interrupt "$T/out" $((200 * MB)) HUP --shard-size 70MB "$T/out/old"
+
+# Uninterrupted, it replaces the index and adds the new shards.
+"$INSPECT" export --layout "$T/l.json" --shard-size 70MB "$T/out/old" || fail "export over old"
+grep -q model-00004-of-00004 "$T/out/old/model.safetensors.index.json" || fail "new index"
+ls -A "$T/out/old" | grep -q '^\.' && fail "temporary files left: $(ls -A "$T/out/old")"
+
+# A failed sharded export (a source that is too short) removes the directory it made.
+truncate -s 200M "$T/src.bin"
+if "$INSPECT" export --layout "$T/l.json" --shard-size 70MB "$T/out/failed" 2>"$T/err"; then
+	fail "export from a short source succeeded"
+fi
+[ -e "$T/out/failed" ] && fail "a failed export left its directory: $(ls -A "$T/out/failed")"
+echo "ok: failed export: $(cat "$T/err")"
+echo "PASS: export under signals"
