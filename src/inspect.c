@@ -67,7 +67,8 @@ static void usage(FILE *out)
 	      "  -h, --help         show this help\n"
 	      "  -V, --version      show the version\n"
 	      "\n"
-	      "Exit status: 0 on success, 1 if the checkpoint is unusable, 2 on bad usage.\n"
+	      "Exit status: 0 on success, 1 if the checkpoint is unusable or an output\n"
+	      "cannot be written, 2 on bad usage.\n"
 	      "See gatherfs-inspect(1).\n",
 	      out);
 }
@@ -75,6 +76,38 @@ static void usage(FILE *out)
 static int fail(void)
 {
 	fprintf(stderr, "gatherfs-inspect: %s\n", gfs_errmsg());
+	return 1;
+}
+
+/*
+ * Standard output goes through stdio (ls, layout, verify, --help) or
+ * write(2) (cat).  out_errno keeps the first stdio error; finish_stdout()
+ * flushes and closes stdout at the end, so that a full disk, /dev/full or a
+ * closed pipe is one line and exit status 1, never a silently cut output.
+ */
+static int out_errno;
+
+/* out_ok(): record a failed stdio call's errno; false once anything failed. */
+static bool out_ok(int rc)
+{
+	if ((rc < 0 || ferror(stdout)) && !out_errno)
+		out_errno = errno ? errno : EIO;
+	return out_errno == 0;
+}
+
+static int finish_stdout(int rc)
+{
+	errno = 0;
+	if (fflush(stdout) != 0 && !out_errno)
+		out_errno = errno ? errno : EIO;
+	if (ferror(stdout) && !out_errno)
+		out_errno = EIO;
+	errno = 0;
+	if (fclose(stdout) != 0 && !out_errno)
+		out_errno = errno ? errno : EIO;
+	if (!out_errno)
+		return rc;
+	fprintf(stderr, "gatherfs-inspect: writing to standard output: %s\n", strerror(out_errno));
 	return 1;
 }
 
@@ -160,25 +193,25 @@ static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 			fputs("gatherfs-inspect: out of memory\n", stderr);
 			return 1;
 		}
-		puts(text);
+		out_ok(puts(text));
 		free(text);
 		return 0;
 	}
-	printf("%-48s %-9s %-20s %14s  %s\n", "NAME", "DTYPE", "SHAPE", "BYTES", "ALIAS_OF");
-	for (size_t i = 0; i < l->ntensors; i++) {
+	out_ok(printf("%-48s %-9s %-20s %14s  %s\n", "NAME", "DTYPE", "SHAPE", "BYTES", "ALIAS_OF"));
+	for (size_t i = 0; i < l->ntensors && !out_errno; i++) {
 		const gfs_tensor *t = &l->tensors[i];
 		const gfs_dtype dt = gfs_dtype_out(t->dtype, o->dtype);
 		char shape[512];
 
 		format_shape(t, shape, sizeof(shape));
-		printf("%-48s %-9s %-20s %14" PRIu64 "  %s\n", t->name, gfs_dtype_name(dt), shape,
-		       t->numel * gfs_dtype_size(dt),
-		       t->alias_of >= 0 ? l->tensors[t->alias_of].name : "-");
+		out_ok(printf("%-48s %-9s %-20s %14" PRIu64 "  %s\n", t->name, gfs_dtype_name(dt),
+			      shape, t->numel * gfs_dtype_size(dt),
+			      t->alias_of >= 0 ? l->tensors[t->alias_of].name : "-"));
 	}
 	/* non-tensor entries (DCP bytes): listed, never served as tensors */
-	for (size_t i = 0; i < l->nobjects; i++)
-		printf("%-48s %-9s %-20s %14" PRIu64 "  %s\n", l->objects[i].name, "object", "-",
-		       l->objects[i].len, "-");
+	for (size_t i = 0; i < l->nobjects && !out_errno; i++)
+		out_ok(printf("%-48s %-9s %-20s %14" PRIu64 "  %s\n", l->objects[i].name, "object",
+			      "-", l->objects[i].len, "-"));
 	return 0;
 }
 
@@ -240,7 +273,7 @@ static int cmd_layout(const gfs_layout *l)
 
 	if (gfs_layout_to_json(l, &text))
 		return fail();
-	puts(text);
+	out_ok(puts(text));
 	free(text);
 	return 0;
 }
@@ -345,12 +378,12 @@ static int cmd_verify(const gfs_layout *l)
 	if (err)
 		return fail();
 	dt = now_s() - t0;
-	printf("OK: %zu entries (%" PRIu64 " aliases), %" PRIu64 " pieces, %" PRIu64
-	       " bytes read from %zu files in %.3f s (%.1f MB/s)\n",
-	       l->ntensors, aliases, pieces, bytes, l->nsources, dt,
-	       dt > 0 ? (double)bytes / dt / 1e6 : 0.0);
+	out_ok(printf("OK: %zu entries (%" PRIu64 " aliases), %" PRIu64 " pieces, %" PRIu64
+		      " bytes read from %zu files in %.3f s (%.1f MB/s)\n",
+		      l->ntensors, aliases, pieces, bytes, l->nsources, dt,
+		      dt > 0 ? (double)bytes / dt / 1e6 : 0.0));
 	if (nonfinite)
-		printf("note: %" PRIu64 " NaN or infinite floating-point values\n", nonfinite);
+		out_ok(printf("note: %" PRIu64 " NaN or infinite floating-point values\n", nonfinite));
 	return 0;
 }
 
@@ -415,10 +448,10 @@ int main(int argc, char **argv)
 			break;
 		case 'h':
 			usage(stdout);
-			return 0;
+			return finish_stdout(0);
 		case 'V':
-			puts(PACKAGE_STRING);
-			return 0;
+			out_ok(puts(PACKAGE_STRING));
+			return finish_stdout(0);
 		default:
 			usage(stderr);
 			return 2;
@@ -462,5 +495,5 @@ int main(int argc, char **argv)
 	else
 		rc = cmd_verify(l);
 	gfs_layout_free(l);
-	return rc;
+	return finish_stdout(rc);
 }
