@@ -992,14 +992,116 @@ static gfs_err build_entries(ds_ckpt *c)
 
 /* ------------------------------------------------------------ top level */
 
-static gfs_err resolve_tagdir(const char *dir, const char *tag, char **tagdir, char **root)
+/* holds_optim(): does directory path hold a *_optim_states.pt file? */
+static bool holds_optim(const char *path)
+{
+	DIR *d = opendir(path);
+	const struct dirent *de;
+	bool found = false;
+
+	if (!d)
+		return false;
+	while (!found && (de = readdir(d)) != NULL) {
+		uint64_t rank, mp;
+
+		found = classify(de->d_name, &rank, &mp) == 1;
+	}
+	closedir(d);
+	return found;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Tag names listed in a message: control bytes shown as '?', at most this many. */
+#define TAGS_LISTED 8
+
+/*
+ * only_tag(): dir has no `latest`.  If dir holds rank files itself it is a
+ * tag directory (*tag NULL).  Else its subdirectories holding
+ * *_optim_states.pt files are its tags: exactly one is used (*tag, to free);
+ * several are an error listing them; none leaves *tag NULL (dir is then
+ * reported as holding no rank files).
+ */
+static gfs_err only_tag(const char *dir, char **tag)
+{
+	char **tags = NULL;
+	size_t n = 0, cap = 0;
+	char msg[1024];
+	size_t used;
+	const struct dirent *de;
+	DIR *d;
+
+	*tag = NULL;
+	if (holds_optim(dir))
+		return GFS_OK;
+	d = opendir(dir);
+	if (!d)
+		return gfs_fail(GFS_ERR_IO, "%s: cannot open directory: %s", dir, strerror(errno));
+	while ((de = readdir(d)) != NULL) {
+		char path[4096];
+		struct stat st;
+
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
+		    (size_t)snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) >= sizeof(path) ||
+		    stat(path, &st) != 0 || !S_ISDIR(st.st_mode) || !holds_optim(path))
+			continue;
+		if (!gfs_grow((void **)&tags, &cap, n, sizeof(*tags), 8))
+			break;
+		tags[n] = gfs_strdup(de->d_name);
+		if (!tags[n])
+			break;
+		n++;
+	}
+	closedir(d);
+	if (de) {
+		for (size_t i = 0; i < n; i++)
+			free(tags[i]);
+		free(tags);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	if (n <= 1) {
+		*tag = n ? tags[0] : NULL;
+		free(tags);
+		return GFS_OK;
+	}
+	qsort(tags, n, sizeof(*tags), cmp_str);
+	used = 0;
+	for (size_t i = 0; i < n && i < TAGS_LISTED && used < sizeof(msg); i++) {
+		used += (size_t)snprintf(msg + used, sizeof(msg) - used, "%s%s", i ? ", " : "",
+					 tags[i]);
+	}
+	if (n > TAGS_LISTED && used < sizeof(msg))
+		snprintf(msg + used, sizeof(msg) - used, ", ... (%zu in all)", n);
+	for (char *c = msg; *c; c++)
+		if ((unsigned char)*c < 0x20 || *c == 0x7f)
+			*c = '?';
+	for (size_t i = 0; i < n; i++)
+		free(tags[i]);
+	free(tags);
+	return gfs_fail(GFS_ERR_INVAL,
+			"%s: no `latest` file and %zu tag directories (%s): choose one with --tag (mount: -o tag=)",
+			dir, n, msg);
+}
+
+/*
+ * resolve_tagdir(): the tag directory to read: dir/tag, dir/$(cat latest),
+ * the only tag directory of a save directory without `latest` (*note then
+ * says so; to free), or dir itself.
+ */
+static gfs_err resolve_tagdir(const char *dir, const char *tag, char **tagdir, char **root,
+			      char **note)
 {
 	char path[4096];
 	char buf[512];
+	char *only = NULL;
 	struct stat st;
 	ssize_t n;
 	int fd;
 
+	*note = NULL;
 	if (stat(dir, &st) != 0)
 		return gfs_fail(errno == ENOENT ? GFS_ERR_NOTFOUND : GFS_ERR_IO, "%s: %s", dir,
 				strerror(errno));
@@ -1011,16 +1113,34 @@ static gfs_err resolve_tagdir(const char *dir, const char *tag, char **tagdir, c
 	if (!tag) {
 		snprintf(path, sizeof(path), "%s/latest", dir);
 		fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0) {
-			/* No `latest`: DIR must be the tag directory itself. */
-			*tagdir = gfs_strdup(dir);
-			return *tagdir ? GFS_OK : gfs_fail(GFS_ERR_NOMEM, "out of memory");
-		}
-		n = read(fd, buf, sizeof(buf) - 1);
-		close(fd);
-		if (n < 0)
+		if (fd < 0 && errno != ENOENT)
 			return gfs_fail(GFS_ERR_IO, "%s: %s", path, strerror(errno));
-		buf[n] = '\0';
+		if (fd < 0) {
+			/* No `latest`: DIR is the tag directory, or holds only one. */
+			gfs_err err = only_tag(dir, &only);
+
+			if (err)
+				return err;
+			if (!only) {
+				*tagdir = gfs_strdup(dir);
+				return *tagdir ? GFS_OK : gfs_fail(GFS_ERR_NOMEM, "out of memory");
+			}
+			snprintf(buf, sizeof(buf), "%s", only);
+			free(only);
+			n = (ssize_t)strlen(buf);
+			if (snprintf(path, sizeof(path), "%s has no `latest` file: using its only tag directory, %s",
+				     dir, buf) >= (int)sizeof(path))
+				path[sizeof(path) - 1] = '\0';
+			*note = gfs_strdup(path);
+			if (!*note)
+				return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		} else {
+			n = read(fd, buf, sizeof(buf) - 1);
+			close(fd);
+			if (n < 0)
+				return gfs_fail(GFS_ERR_IO, "%s: %s", path, strerror(errno));
+			buf[n] = '\0';
+		}
 		while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' ||
 				 buf[n - 1] == '\t'))
 			buf[--n] = '\0';
@@ -1149,9 +1269,9 @@ gfs_err gfs_import_deepspeed(const char *dir, const char *tag, gfs_layout **out)
 {
 	ds_ckpt c = { .label = dir };
 	ds_listing ls = { 0 };
-	char *root = NULL;
+	char *root = NULL, *note = NULL;
 	char info[256];
-	gfs_err err = resolve_tagdir(dir, tag, &c.tagdir, &root);
+	gfs_err err = resolve_tagdir(dir, tag, &c.tagdir, &root, &note);
 
 	if (!err)
 		err = list_tagdir(c.tagdir, &ls);
@@ -1163,6 +1283,8 @@ gfs_err gfs_import_deepspeed(const char *dir, const char *tag, gfs_layout **out)
 		err = gfs_layout_new("deepspeed", c.tagdir, &c.l);
 	if (!err)
 		err = gfs_layout_set_root(c.l, root);
+	if (!err)
+		err = gfs_layout_set_note(c.l, note);
 	if (!err)
 		err = c.stage == 3 ? plan_stage3(&c) : plan_stage12(&c);
 	if (!err)
@@ -1186,5 +1308,6 @@ gfs_err gfs_import_deepspeed(const char *dir, const char *tag, gfs_layout **out)
 out:
 	ckpt_free(&c);
 	free(root);
+	free(note);
 	return err;
 }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -120,6 +121,28 @@ static gfs_err load(const inspect_opts *o, const char *dir, gfs_layout **l)
 	if (o->layout)
 		return gfs_layout_load_file(o->layout, l);
 	return gfs_import(dir, &io, l);
+}
+
+/*
+ * say_source(): on stderr, the note of the import (a tag chosen without
+ * `latest`) and, for ls and verify (tell = true), what was read: format and
+ * tag (the layout's info line).  Standard output stays machine-readable.
+ */
+static void say_source(const inspect_opts *o, const char *dir, const gfs_layout *l, bool tell)
+{
+	struct stat st;
+	const char *what = o->layout ? o->layout : dir;
+	const bool file = o->layout || (stat(dir, &st) == 0 && S_ISREG(st.st_mode));
+
+	if (l->note)
+		fprintf(stderr, "gatherfs-inspect: note: %s\n", l->note);
+	if (!tell)
+		return;
+	if (file)
+		fprintf(stderr, "gatherfs-inspect: %s: layout JSON%s%s\n", what, l->info ? ": " : "",
+			l->info ? l->info : "");
+	else
+		fprintf(stderr, "gatherfs-inspect: %s: %s\n", what, l->info ? l->info : l->format);
 }
 
 static void format_shape(const gfs_tensor *t, char *buf, size_t n)
@@ -484,6 +507,7 @@ int main(int argc, char **argv)
 	}
 	if (load(&o, dir, &l))
 		return fail();
+	say_source(&o, dir, l, strcmp(cmd, "ls") == 0 || strcmp(cmd, "verify") == 0);
 	if (strcmp(cmd, "ls") == 0)
 		rc = cmd_ls(&o, l);
 	else if (strcmp(cmd, "cat") == 0)

@@ -70,6 +70,7 @@ void gfs_layout_free(gfs_layout *l)
 	free(l->format);
 	free(l->info);
 	free(l->base_dir);
+	free(l->note);
 	free(l->root_dir);
 	free(l);
 }
@@ -92,6 +93,11 @@ gfs_err gfs_layout_set_info(gfs_layout *l, const char *info)
 {
 	assert(!l->finished);
 	return replace_str(&l->info, info);
+}
+
+gfs_err gfs_layout_set_note(gfs_layout *l, const char *note)
+{
+	return replace_str(&l->note, note);
 }
 
 gfs_err gfs_layout_set_root(gfs_layout *l, const char *root_dir)

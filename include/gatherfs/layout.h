@@ -106,6 +106,8 @@ typedef struct gfs_object {
 typedef struct gfs_layout {
 	char *format;   /* source format: "deepspeed", "json", ... */
 	char *info;     /* one line describing the checkpoint, may be NULL */
+	char *note;     /* how the importer chose what it read (e.g. a tag without
+			   `latest`), for the user; not in the JSON; may be NULL */
 	char *base_dir; /* absolute directory relative source paths resolve against */
 	char *root_dir; /* absolute checkpoint directory whose other files are passed through, may be NULL */
 	gfs_object *objects; /* non-tensor entries, listed but not served as tensors */
@@ -131,6 +133,9 @@ gfs_err gfs_layout_new(const char *format, const char *base_dir, gfs_layout **ou
 
 /* gfs_layout_free(): free everything; NULL allowed. */
 void gfs_layout_free(gfs_layout *l);
+
+/* gfs_layout_set_note(): set (or, with NULL, clear) the note; one line. */
+gfs_err gfs_layout_set_note(gfs_layout *l, const char *note);
 
 /* gfs_layout_set_info(), gfs_layout_set_root(): optional descriptive fields. */
 gfs_err gfs_layout_set_info(gfs_layout *l, const char *info);
