@@ -1,8 +1,8 @@
 # Helpers for the FUSE mount tests.  Sourced after tests/lib.sh.
 #
 #   mount_setup              skip (77) without /dev/fuse or fusermount3; make a
-#                            scratch dir $T; unmount everything and remove $T
-#                            at exit
+#                            scratch dir $T (XDG_CACHE_HOME is $T/xdg-cache);
+#                            unmount everything and remove $T at exit
 #   gfs_mount SRC MNT [ARG...]   run the daemon (it backgrounds itself) and
 #                            wait for the mount
 #   gfs_mount_fg SRC MNT [ARG...]  run it in the foreground as a child; its
@@ -51,6 +51,10 @@ mount_setup() {
 	[ -x "$GATHERFS" ] || fail "$GATHERFS not built"
 	[ -x "$PYTHON3" ] || skip "python3 not found"
 	T=$(mktemp -d "${TMPDIR:-/tmp}/gatherfs-mount.XXXXXX")
+	# The default CRC cache (-o crc_cache) goes to $XDG_CACHE_HOME/gatherfs:
+	# keep it in $T, never in the user's ~/.cache.
+	XDG_CACHE_HOME=$T/xdg-cache
+	export XDG_CACHE_HOME
 	trap mount_cleanup EXIT
 	trap 'exit 1' INT TERM
 }
