@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -185,154 +186,171 @@ nomem:
 	return gfs_fail(GFS_ERR_NOMEM, "out of memory while writing the layout JSON");
 }
 
-static gfs_err parse_shape(const cJSON *shape, const char *label, const char *name,
-			   uint32_t *ndim, uint64_t *dims)
+/*
+ * Parsing.  Messages below name what is wrong inside the document ("tensor
+ * X: piece source must be a number") and never the file: the file's label
+ * is put in front once, by gfs_layout_from_json().  ctx is "tensor NAME" or
+ * "object NAME" (a long name cut short) for the values inside one.
+ */
+#define CTX_MAX 160
+
+static void set_ctx(char *ctx, const char *kind, const char *name)
+{
+	if (snprintf(ctx, CTX_MAX, "%s %s", kind, name) >= CTX_MAX)
+		memcpy(ctx + CTX_MAX - 4, "...", 4);
+}
+
+static gfs_err parse_shape(const cJSON *shape, const char *ctx, uint32_t *ndim, uint64_t *dims)
 {
 	const cJSON *d;
 	uint32_t n = 0;
 
 	if (!cJSON_IsArray(shape))
-		return gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s: shape must be an array",
-				label, name);
+		return gfs_fail(GFS_ERR_FORMAT, "%s: shape must be an array", ctx);
 	cJSON_ArrayForEach(d, shape) {
 		gfs_err err;
 
 		if (n >= GFS_MAX_DIMS)
-			return gfs_fail(GFS_ERR_LIMIT, "%s: tensor %s: more than %d dimensions",
-					label, name, GFS_MAX_DIMS);
-		err = gfs_json_u64(d, label, "a shape dimension", &dims[n]);
+			return gfs_fail(GFS_ERR_LIMIT, "%s: more than %d dimensions", ctx,
+					GFS_MAX_DIMS);
+		err = gfs_json_u64(d, ctx, "a shape dimension", &dims[n]);
 		if (err)
-			return gfs_fail_prefix(err, "tensor %s", name);
+			return err;
 		n++;
 	}
 	*ndim = n;
 	return GFS_OK;
 }
 
+static gfs_err source_index(const gfs_layout *l, const cJSON *v, const char *ctx,
+			    const char *what, uint32_t *out)
+{
+	uint64_t src;
+	gfs_err err = gfs_json_u64(v, ctx, what, &src);
+
+	if (!err && src >= l->nsources)
+		err = gfs_fail(GFS_ERR_FORMAT, "%s: %s %llu out of range (%zu sources)", ctx, what,
+			       (unsigned long long)src, l->nsources);
+	if (!err)
+		*out = (uint32_t)src;
+	return err;
+}
+
 /* parse_general(): a piece with "at" (version 2: any order, strides, zstd). */
-static gfs_err parse_general(gfs_layout *l, size_t ti, const cJSON *p, const char *label)
+static gfs_err parse_general(gfs_layout *l, size_t ti, const cJSON *p, const char *ctx)
 {
 	const cJSON *zero = gfs_json_get(p, "zero");
 	const cJSON *z = gfs_json_get(p, "zstd");
 	gfs_piece pc = { .count = 1, .kind = zero ? GFS_PIECE_ZERO : GFS_PIECE_FILE };
-	uint64_t src = 0;
-	gfs_err err = gfs_json_u64(gfs_json_get(p, "at"), label, "piece at", &pc.toff);
+	gfs_err err = gfs_json_u64(gfs_json_get(p, "at"), ctx, "piece at", &pc.toff);
 
 	if (!err && zero) {
-		err = gfs_json_u64(zero, label, "zero", &pc.len);
+		err = gfs_json_u64(zero, ctx, "zero", &pc.len);
 	} else if (!err) {
-		err = gfs_json_u64(gfs_json_get(p, "source"), label, "piece source", &src);
+		err = source_index(l, gfs_json_get(p, "source"), ctx, "piece source", &pc.src);
 		if (!err)
-			err = gfs_json_u64(gfs_json_get(p, "offset"), label, "piece offset", &pc.src_off);
+			err = gfs_json_u64(gfs_json_get(p, "offset"), ctx, "piece offset", &pc.src_off);
 		if (!err)
-			err = gfs_json_u64(gfs_json_get(p, "length"), label, "piece length", &pc.len);
-		if (!err && src >= l->nsources)
-			err = gfs_fail(GFS_ERR_FORMAT, "%s: piece source %llu out of range (%zu sources)",
-				       label, (unsigned long long)src, l->nsources);
-		pc.src = (uint32_t)src;
+			err = gfs_json_u64(gfs_json_get(p, "length"), ctx, "piece length", &pc.len);
 	}
 	if (!err && gfs_json_get(p, "count")) {
-		err = gfs_json_u64(gfs_json_get(p, "count"), label, "piece count", &pc.count);
+		err = gfs_json_u64(gfs_json_get(p, "count"), ctx, "piece count", &pc.count);
 		if (!err)
-			err = gfs_json_u64(gfs_json_get(p, "dst_stride"), label, "piece dst_stride",
+			err = gfs_json_u64(gfs_json_get(p, "dst_stride"), ctx, "piece dst_stride",
 					   &pc.dst_stride);
 		if (!err)
-			err = gfs_json_u64(gfs_json_get(p, "src_stride"), label, "piece src_stride",
+			err = gfs_json_u64(gfs_json_get(p, "src_stride"), ctx, "piece src_stride",
 					   &pc.src_stride);
 	}
 	if (!err && z) {
 		if (zero)
-			return gfs_fail(GFS_ERR_FORMAT, "%s: a zero piece cannot be zstd", label);
+			return gfs_fail(GFS_ERR_FORMAT, "%s: a zero piece cannot be zstd", ctx);
 		pc.kind = GFS_PIECE_ZSTD;
-		err = gfs_json_u64(gfs_json_get(z, "offset"), label, "zstd offset", &pc.frame_off);
+		err = gfs_json_u64(gfs_json_get(z, "offset"), ctx, "zstd offset", &pc.frame_off);
 		if (!err)
-			err = gfs_json_u64(gfs_json_get(z, "length"), label, "zstd length", &pc.frame_len);
+			err = gfs_json_u64(gfs_json_get(z, "length"), ctx, "zstd length", &pc.frame_len);
 		if (!err)
-			err = gfs_json_u64(gfs_json_get(z, "size"), label, "zstd size", &pc.frame_size);
+			err = gfs_json_u64(gfs_json_get(z, "size"), ctx, "zstd size", &pc.frame_size);
 	}
 	return err ? err : gfs_layout_add_general(l, ti, &pc);
 }
 
-static gfs_err parse_pieces(gfs_layout *l, size_t ti, const cJSON *pieces,
-			    const char *label, const char *name)
+static gfs_err parse_pieces(gfs_layout *l, size_t ti, const cJSON *pieces, const char *ctx)
 {
 	const cJSON *p;
 	int general = -1; /* unknown, 0: all in order, 1: all with "at" */
 
 	if (!cJSON_IsArray(pieces))
-		return gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s: pieces must be an array",
-				label, name);
+		return gfs_fail(GFS_ERR_FORMAT, "%s: pieces must be an array", ctx);
 	cJSON_ArrayForEach(p, pieces) {
 		const cJSON *zero = gfs_json_get(p, "zero");
 		const int g = gfs_json_get(p, "at") != NULL;
-		uint64_t src, off, len;
+		uint64_t off, len;
+		uint32_t src;
 		gfs_err err;
 
 		if (!cJSON_IsObject(p))
-			return gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s: a piece must be an object",
-					label, name);
+			return gfs_fail(GFS_ERR_FORMAT, "%s: a piece must be an object", ctx);
 		if (general >= 0 && g != general)
 			return gfs_fail(GFS_ERR_FORMAT,
-					"%s: tensor %s: either every piece has \"at\" or none does",
-					label, name);
+					"%s: either every piece has \"at\" or none does", ctx);
 		general = g;
 		if (!g && (gfs_json_get(p, "count") || gfs_json_get(p, "zstd")))
-			return gfs_fail(GFS_ERR_FORMAT,
-					"%s: tensor %s: a strided or zstd piece needs \"at\"", label, name);
+			return gfs_fail(GFS_ERR_FORMAT, "%s: a strided or zstd piece needs \"at\"",
+					ctx);
 		if (g) {
-			err = parse_general(l, ti, p, label);
+			err = parse_general(l, ti, p, ctx);
 		} else if (zero) {
-			err = gfs_json_u64(zero, label, "zero", &len);
+			err = gfs_json_u64(zero, ctx, "zero", &len);
 			if (!err)
 				err = gfs_layout_add_zero(l, ti, len);
 		} else {
-			err = gfs_json_u64(gfs_json_get(p, "source"), label, "piece source", &src);
+			err = source_index(l, gfs_json_get(p, "source"), ctx, "piece source", &src);
 			if (!err)
-				err = gfs_json_u64(gfs_json_get(p, "offset"), label, "piece offset", &off);
+				err = gfs_json_u64(gfs_json_get(p, "offset"), ctx, "piece offset", &off);
 			if (!err)
-				err = gfs_json_u64(gfs_json_get(p, "length"), label, "piece length", &len);
-			if (!err && src >= l->nsources)
-				err = gfs_fail(GFS_ERR_FORMAT, "%s: piece source %llu out of range (%zu sources)",
-					       label, (unsigned long long)src, l->nsources);
+				err = gfs_json_u64(gfs_json_get(p, "length"), ctx, "piece length", &len);
 			if (!err)
-				err = gfs_layout_add_piece(l, ti, (uint32_t)src, off, len);
+				err = gfs_layout_add_piece(l, ti, src, off, len);
 		}
-		if (err)
-			return gfs_fail_prefix(err, "%s: tensor %s", label, name);
-	}
-	return GFS_OK;
-}
-
-static gfs_err parse_objects(gfs_layout *l, const cJSON *v, const char *label)
-{
-	const cJSON *o;
-
-	if (!cJSON_IsArray(v))
-		return gfs_fail(GFS_ERR_FORMAT, "%s: \"objects\" must be an array", label);
-	cJSON_ArrayForEach(o, v) {
-		const char *name;
-		uint64_t src, off, len;
-		gfs_err err = gfs_json_str(gfs_json_get(o, "name"), label, "object name", &name);
-
-		if (!err)
-			err = gfs_json_u64(gfs_json_get(o, "source"), label, "object source", &src);
-		if (!err)
-			err = gfs_json_u64(gfs_json_get(o, "offset"), label, "object offset", &off);
-		if (!err)
-			err = gfs_json_u64(gfs_json_get(o, "length"), label, "object length", &len);
-		if (!err && src >= l->nsources)
-			err = gfs_fail(GFS_ERR_FORMAT, "%s: object source %llu out of range (%zu sources)",
-				       label, (unsigned long long)src, l->nsources);
-		if (!err)
-			err = gfs_layout_add_object(l, name, (uint32_t)src, off, len);
 		if (err)
 			return err;
 	}
 	return GFS_OK;
 }
 
-static gfs_err parse_tensor(gfs_layout *l, const cJSON *t, const char *label)
+static gfs_err parse_objects(gfs_layout *l, const cJSON *v)
 {
+	const cJSON *o;
+
+	if (!cJSON_IsArray(v))
+		return gfs_fail(GFS_ERR_FORMAT, "\"objects\" must be an array");
+	cJSON_ArrayForEach(o, v) {
+		char ctx[CTX_MAX];
+		const char *name;
+		uint64_t off, len;
+		uint32_t src;
+		gfs_err err = gfs_json_str(gfs_json_get(o, "name"), NULL, "object name", &name);
+
+		if (err)
+			return err;
+		set_ctx(ctx, "object", name);
+		err = source_index(l, gfs_json_get(o, "source"), ctx, "source", &src);
+		if (!err)
+			err = gfs_json_u64(gfs_json_get(o, "offset"), ctx, "offset", &off);
+		if (!err)
+			err = gfs_json_u64(gfs_json_get(o, "length"), ctx, "length", &len);
+		if (!err)
+			err = gfs_layout_add_object(l, name, src, off, len);
+		if (err)
+			return err;
+	}
+	return GFS_OK;
+}
+
+static gfs_err parse_tensor(gfs_layout *l, const cJSON *t)
+{
+	char ctx[CTX_MAX];
 	const char *name, *alias, *dtname;
 	uint64_t dims[GFS_MAX_DIMS];
 	uint32_t ndim = 0;
@@ -341,82 +359,102 @@ static gfs_err parse_tensor(gfs_layout *l, const cJSON *t, const char *label)
 	gfs_err err;
 
 	if (!cJSON_IsObject(t))
-		return gfs_fail(GFS_ERR_FORMAT, "%s: each tensor must be an object", label);
-	err = gfs_json_str(gfs_json_get(t, "name"), label, "tensor name", &name);
+		return gfs_fail(GFS_ERR_FORMAT, "each tensor must be an object");
+	err = gfs_json_str(gfs_json_get(t, "name"), NULL, "tensor name", &name);
 	if (err)
 		return err;
+	set_ctx(ctx, "tensor", name);
 	if (gfs_json_get(t, "alias_of")) {
-		err = gfs_json_str(gfs_json_get(t, "alias_of"), label, "alias_of", &alias);
+		err = gfs_json_str(gfs_json_get(t, "alias_of"), ctx, "alias_of", &alias);
 		return err ? err : gfs_layout_add_alias(l, name, alias);
 	}
-	err = gfs_json_str(gfs_json_get(t, "dtype"), label, "dtype", &dtname);
+	err = gfs_json_str(gfs_json_get(t, "dtype"), ctx, "dtype", &dtname);
 	if (err)
-		return gfs_fail_prefix(err, "tensor %s", name);
+		return err;
 	dt = gfs_dtype_parse(dtname);
 	if (dt == GFS_DT_INVALID)
-		return gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s: unknown dtype '%s'",
-				label, name, dtname);
-	err = parse_shape(gfs_json_get(t, "shape"), label, name, &ndim, dims);
+		return gfs_fail(GFS_ERR_FORMAT, "%s: unknown dtype '%s'", ctx, dtname);
+	err = parse_shape(gfs_json_get(t, "shape"), ctx, &ndim, dims);
 	if (!err)
 		err = gfs_layout_add_tensor(l, name, dt, ndim, dims, &ti);
 	if (!err)
-		err = parse_pieces(l, ti, gfs_json_get(t, "pieces"), label, name);
+		err = parse_pieces(l, ti, gfs_json_get(t, "pieces"), ctx);
 	return err;
 }
 
-static gfs_err parse_root(const cJSON *root, const char *label, const char *json_dir,
-			  gfs_layout **out)
+/* join_dir(): dir/path, or path when it is absolute; NULL if out of memory. */
+static char *join_dir(const char *dir, const char *path)
+{
+	const size_t n = strlen(dir) + 1 + strlen(path) + 1;
+	char *out;
+
+	if (path[0] == '/')
+		return gfs_strdup(path);
+	out = malloc(n);
+	if (out)
+		snprintf(out, n, "%s/%s", dir, path);
+	return out;
+}
+
+/* parse_root(): the layout in root, not finished (messages without the file). */
+static gfs_err parse_root(const cJSON *root, const char *json_dir, gfs_layout **out)
 {
 	const cJSON *v, *s, *t;
-	const char *format = "json", *base_dir = json_dir, *str;
+	const char *format = "json", *base_dir = NULL, *str;
+	char *base = NULL;
 	uint64_t version;
 	gfs_layout *l = NULL;
 	gfs_err err;
 
 	if (!cJSON_IsObject(root))
-		return gfs_fail(GFS_ERR_FORMAT, "%s: not a gatherfs layout (not a JSON object)", label);
+		return gfs_fail(GFS_ERR_FORMAT, "not a gatherfs layout (not a JSON object)");
 	v = gfs_json_get(root, LAYOUT_MAGIC);
 	if (!v)
-		return gfs_fail(GFS_ERR_FORMAT, "%s: not a gatherfs layout (no \"%s\" member)",
-				label, LAYOUT_MAGIC);
-	err = gfs_json_u64(v, label, LAYOUT_MAGIC, &version);
+		return gfs_fail(GFS_ERR_FORMAT, "not a gatherfs layout (no \"%s\" member)",
+				LAYOUT_MAGIC);
+	err = gfs_json_u64(v, NULL, LAYOUT_MAGIC, &version);
 	if (err)
 		return err;
 	if (version < GFS_LAYOUT_VERSION || version > GFS_LAYOUT_VERSION_MAX)
-		return gfs_fail(GFS_ERR_UNSUPPORTED, "%s: layout version %llu (this gatherfs reads %d to %d)",
-				label, (unsigned long long)version, GFS_LAYOUT_VERSION,
+		return gfs_fail(GFS_ERR_UNSUPPORTED, "layout version %llu (this gatherfs reads %d to %d)",
+				(unsigned long long)version, GFS_LAYOUT_VERSION,
 				GFS_LAYOUT_VERSION_MAX);
 	if (gfs_json_get(root, "format") &&
-	    (err = gfs_json_str(gfs_json_get(root, "format"), label, "format", &format)))
+	    (err = gfs_json_str(gfs_json_get(root, "format"), NULL, "format", &format)))
 		return err;
 	if (gfs_json_get(root, "base_dir") &&
-	    (err = gfs_json_str(gfs_json_get(root, "base_dir"), label, "base_dir", &base_dir)))
+	    (err = gfs_json_str(gfs_json_get(root, "base_dir"), NULL, "base_dir", &base_dir)))
 		return err;
-	err = gfs_layout_new(format, base_dir, &l);
+	/* A relative base_dir is relative to the directory holding the JSON file. */
+	base = base_dir ? join_dir(json_dir, base_dir) : gfs_strdup(json_dir);
+	if (!base)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	err = gfs_layout_new(format, base, &l);
+	free(base);
 	if (err)
 		return err;
 	if (gfs_json_get(root, "info")) {
-		err = gfs_json_str(gfs_json_get(root, "info"), label, "info", &str);
+		err = gfs_json_str(gfs_json_get(root, "info"), NULL, "info", &str);
 		if (!err)
 			err = gfs_layout_set_info(l, str);
 	}
 	if (!err && gfs_json_get(root, "root_dir")) {
-		err = gfs_json_str(gfs_json_get(root, "root_dir"), label, "root_dir", &str);
+		err = gfs_json_str(gfs_json_get(root, "root_dir"), NULL, "root_dir", &str);
 		if (!err)
 			err = gfs_layout_set_root(l, str);
 	}
 	v = gfs_json_get(root, "sources");
 	if (!err && !cJSON_IsArray(v))
-		err = gfs_fail(GFS_ERR_FORMAT, "%s: \"sources\" must be an array", label);
+		err = gfs_fail(GFS_ERR_FORMAT, "\"sources\" must be an array");
 	if (!err) {
 		cJSON_ArrayForEach(s, v) {
 			const char *path;
 			uint64_t size;
 			uint32_t idx;
 
-			err = gfs_json_str(gfs_json_get(s, "path"), label, "source path", &path);
+			err = gfs_json_str(gfs_json_get(s, "path"), NULL, "source path", &path);
 			if (!err)
-				err = gfs_json_u64(gfs_json_get(s, "size"), label, "source size", &size);
+				err = gfs_json_u64(gfs_json_get(s, "size"), NULL, "source size", &size);
 			if (!err)
 				err = gfs_layout_add_source(l, path, size, &idx);
 			if (err)
@@ -425,18 +463,16 @@ static gfs_err parse_root(const cJSON *root, const char *label, const char *json
 	}
 	v = gfs_json_get(root, "tensors");
 	if (!err && !cJSON_IsArray(v))
-		err = gfs_fail(GFS_ERR_FORMAT, "%s: \"tensors\" must be an array", label);
+		err = gfs_fail(GFS_ERR_FORMAT, "\"tensors\" must be an array");
 	if (!err) {
 		cJSON_ArrayForEach(t, v) {
-			err = parse_tensor(l, t, label);
+			err = parse_tensor(l, t);
 			if (err)
 				break;
 		}
 	}
 	if (!err && gfs_json_get(root, "objects"))
-		err = parse_objects(l, gfs_json_get(root, "objects"), label);
-	if (!err)
-		err = gfs_layout_finish(l, label);
+		err = parse_objects(l, gfs_json_get(root, "objects"));
 	if (err) {
 		gfs_layout_free(l);
 		return err;
@@ -449,13 +485,22 @@ gfs_err gfs_layout_from_json(const char *text, size_t len, const char *label,
 			     const char *json_dir, gfs_layout **out)
 {
 	cJSON *root;
+	gfs_layout *l = NULL;
 	gfs_err err = gfs_json_parse(text, len, label, &root);
 
 	if (err)
 		return err;
-	err = parse_root(root, label, json_dir, out);
+	err = parse_root(root, json_dir, &l);
 	cJSON_Delete(root);
-	return err;
+	if (err)
+		return gfs_fail_prefix(err, "%s", label);
+	err = gfs_layout_finish(l, label);
+	if (err) {
+		gfs_layout_free(l);
+		return err;
+	}
+	*out = l;
+	return GFS_OK;
 }
 
 gfs_err gfs_layout_load_file(const char *path, gfs_layout **out)

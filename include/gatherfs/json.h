@@ -14,8 +14,11 @@
 #define GFS_JSON_MAX_INT ((uint64_t)1 << 53)
 
 /*
- * gfs_json_parse(): parse text[0..len) (need not be NUL-terminated).
- * label names the document in messages.  Free *out with cJSON_Delete().
+ * gfs_json_parse(): parse text[0..len) (need not be NUL-terminated) as one
+ * strict JSON value: anything but white space after it, and an object
+ * member name that appears twice in one object, are GFS_ERR_FORMAT (the
+ * message names label, the member and where it is).  label names the
+ * document in messages.  Free *out with cJSON_Delete().
  */
 gfs_err gfs_json_parse(const char *text, size_t len, const char *label, cJSON **out);
 
@@ -26,11 +29,11 @@ const cJSON *gfs_json_get(const cJSON *obj, const char *key);
 
 /*
  * gfs_json_u64(): read a non-negative integral number <= 2^53.  what names
- * the value in messages.
+ * the value in messages, after "label: " (nothing when label is NULL).
  */
 gfs_err gfs_json_u64(const cJSON *v, const char *label, const char *what, uint64_t *out);
 
-/* gfs_json_str(): read a string value (borrowed).  */
+/* gfs_json_str(): read a string value (borrowed); label as for gfs_json_u64(). */
 gfs_err gfs_json_str(const cJSON *v, const char *label, const char *what, const char **out);
 
 /*
