@@ -23,7 +23,68 @@
 
 #define IO_CHUNK ((size_t)1 << 20)
 
+/* The options, as bits: what was given, what a command takes. */
+enum {
+	OPT_TAG = 1 << 0,
+	OPT_INPUT_FORMAT = 1 << 1,
+	OPT_PREFIX = 1 << 2,
+	OPT_LAYOUT = 1 << 3,
+	OPT_DTYPE = 1 << 4,
+	OPT_JSON = 1 << 5,
+	OPT_FORMAT = 1 << 6,
+	OPT_SHARD_SIZE = 1 << 7,
+	OPT_IMPORT = OPT_TAG | OPT_INPUT_FORMAT | OPT_PREFIX | OPT_LAYOUT,
+};
+
+/* Each command and the options it takes; any other option is refused. */
+static const struct command {
+	const char *name;
+	unsigned opts;
+} commands[] = {
+	{ "ls", OPT_IMPORT | OPT_DTYPE | OPT_JSON },
+	{ "cat", OPT_IMPORT | OPT_DTYPE },
+	{ "layout", OPT_IMPORT },
+	{ "verify", OPT_IMPORT },
+	{ "export", OPT_IMPORT | OPT_DTYPE | OPT_FORMAT | OPT_SHARD_SIZE },
+};
+
+static const struct option_name {
+	unsigned bit;
+	const char *name;
+} option_names[] = {
+	{ OPT_TAG, "--tag" },       { OPT_INPUT_FORMAT, "--input-format" },
+	{ OPT_PREFIX, "--prefix" }, { OPT_LAYOUT, "--layout" },
+	{ OPT_DTYPE, "--dtype" },   { OPT_JSON, "--json" },
+	{ OPT_FORMAT, "--format" }, { OPT_SHARD_SIZE, "--shard-size" },
+};
+
+/*
+ * check_options(): refuse an option cmd does not take, naming the commands
+ * that take it.  @return 0, or 2 (usage error) after one line on stderr.
+ */
+static int check_options(const struct command *cmd, unsigned given)
+{
+	const unsigned extra = given & ~cmd->opts;
+
+	for (size_t i = 0; i < sizeof(option_names) / sizeof(option_names[0]); i++) {
+		char takers[64] = "";
+		size_t used = 0;
+
+		if (!(extra & option_names[i].bit))
+			continue;
+		for (size_t c = 0; c < sizeof(commands) / sizeof(commands[0]); c++)
+			if (commands[c].opts & option_names[i].bit)
+				used += (size_t)snprintf(takers + used, sizeof(takers) - used, "%s%s",
+							 used ? ", " : "", commands[c].name);
+		fprintf(stderr, "gatherfs-inspect: %s does not take %s (only %s do%s)\n", cmd->name,
+			option_names[i].name, takers, strchr(takers, ',') ? "" : "es");
+		return 2;
+	}
+	return 0;
+}
+
 typedef struct inspect_opts {
+	unsigned given; /* OPT_* */
 	const char *tag;
 	const char *input_format;
 	const char *prefix;
@@ -36,31 +97,37 @@ typedef struct inspect_opts {
 
 static void usage(FILE *out)
 {
-	fputs("Usage: gatherfs-inspect COMMAND [OPTIONS] [DIR] [NAME]\n"
+	fputs("Usage: gatherfs-inspect COMMAND [OPTIONS] (DIR | --layout FILE) [NAME | OUT]\n"
 	      "\n"
 	      "Look at a sharded checkpoint (a DeepSpeed ZeRO 1/2/3 save or tag directory,\n"
 	      "a PyTorch DCP directory, or a layout JSON file) without mounting it.\n"
 	      "\n"
-	      "Commands:\n"
+	      "Commands (and the options each takes besides --tag, --input-format,\n"
+	      "--prefix and --layout, which all take):\n"
 	      "  ls DIR             list tensors in output order: name, dtype, shape, bytes,\n"
-	      "                     alias target\n"
+	      "                     alias target  [--json] [--dtype]\n"
 	      "  cat DIR NAME       write tensor NAME's raw little-endian contiguous bytes\n"
-	      "                     to standard output\n"
+	      "                     to standard output  [--dtype]\n"
 	      "  layout DIR         print the layout index as JSON\n"
 	      "  verify DIR         read every piece once, check every range, report\n"
 	      "  export DIR OUT     write a view to regular files: OUT.bin (torch zip) or\n"
 	      "                     OUT.safetensors; with --shard-size, OUT is a directory\n"
 	      "                     that receives Hugging Face shards and their index\n"
+	      "                     [--dtype] [--format] [--shard-size]\n"
+	      "ls and verify say on stderr what they read (format, tag).  An option a\n"
+	      "command does not take is refused.\n"
 	      "\n"
 	      "Options:\n"
 	      "  --tag TAG          DeepSpeed tag to use instead of the one in `latest`\n"
+	      "                     (default without `latest`: the only tag directory)\n"
 	      "  --input-format F   read DIR as dcp, deepspeed or layout (default: auto;\n"
-	      "                     a directory with `.metadata` is dcp)\n"
+	      "                     a directory with `.metadata` is dcp, a file a layout)\n"
 	      "  --prefix P         (dcp) keep the keys starting with P, named without it\n"
 	      "  --layout FILE      read the layout from FILE (as written by `layout`)\n"
 	      "                     instead of importing DIR\n"
-	      "  --dtype DTYPE      present floating-point tensors as bf16, fp16 or fp32\n"
-	      "                     (round to nearest even; integers never change)\n"
+	      "  --dtype DTYPE      (ls, cat, export) present floating-point tensors as\n"
+	      "                     bf16, fp16 or fp32 (round to nearest even; integers\n"
+	      "                     never change)\n"
 	      "  --json             (ls) print a JSON array instead of a table\n"
 	      "  --format FMT       (export) bin or safetensors, instead of OUT's extension\n"
 	      "                     (default with --shard-size: safetensors)\n"
@@ -426,6 +493,7 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	inspect_opts o = { .dtype = GFS_DT_INVALID };
+	const struct command *command = NULL;
 	const char *cmd, *dir = NULL, *name = NULL;
 	gfs_layout *l = NULL;
 	int c, rc, npos;
@@ -433,18 +501,23 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "hV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 't':
+			o.given |= OPT_TAG;
 			o.tag = optarg;
 			break;
 		case 'i':
+			o.given |= OPT_INPUT_FORMAT;
 			o.input_format = optarg;
 			break;
 		case 'p':
+			o.given |= OPT_PREFIX;
 			o.prefix = optarg;
 			break;
 		case 'l':
+			o.given |= OPT_LAYOUT;
 			o.layout = optarg;
 			break;
 		case 'd':
+			o.given |= OPT_DTYPE;
 			o.dtype = gfs_dtype_parse(optarg);
 			if (!gfs_dtype_is_float(o.dtype) || o.dtype == GFS_DT_F64) {
 				fprintf(stderr, "gatherfs-inspect: --dtype must be bf16, fp16 or fp32, not '%s'\n",
@@ -453,9 +526,11 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'j':
+			o.given |= OPT_JSON;
 			o.json = true;
 			break;
 		case 'f':
+			o.given |= OPT_FORMAT;
 			o.format = gfs_format_from_name(optarg);
 			if (o.format == GFS_FORMAT_NONE) {
 				fprintf(stderr, "gatherfs-inspect: --format must be bin or safetensors, not '%s'\n",
@@ -464,6 +539,7 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 's':
+			o.given |= OPT_SHARD_SIZE;
 			if (gfs_parse_size(optarg, &o.shard_size) != GFS_OK) {
 				fprintf(stderr, "gatherfs-inspect: --shard-size: %s\n", gfs_errmsg());
 				return 2;
@@ -484,8 +560,25 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]) && !command; i++)
+		if (strcmp(argv[optind], commands[i].name) == 0)
+			command = &commands[i];
+	if (!command) {
+		fprintf(stderr, "gatherfs-inspect: unknown command '%s' (try --help)\n", argv[optind]);
+		return 2;
+	}
 	cmd = argv[optind++];
 	npos = argc - optind;
+	rc = check_options(command, o.given);
+	if (rc)
+		return rc;
+	if (o.layout && (o.tag || o.prefix ||
+			 (o.input_format && strcmp(o.input_format, "layout") != 0 &&
+			  strcmp(o.input_format, "auto") != 0))) {
+		fprintf(stderr, "gatherfs-inspect: %s applies to a checkpoint directory, not to --layout FILE\n",
+			o.tag ? "--tag" : o.prefix ? "--prefix" : "--input-format");
+		return 2;
+	}
 	if (strcmp(cmd, "cat") == 0 || strcmp(cmd, "export") == 0) {
 		if (npos != (o.layout ? 1 : 2)) {
 			fprintf(stderr, "gatherfs-inspect: usage: %s (DIR | --layout FILE) %s\n", cmd,
@@ -494,16 +587,12 @@ int main(int argc, char **argv)
 		}
 		dir = o.layout ? NULL : argv[optind];
 		name = argv[argc - 1];
-	} else if (strcmp(cmd, "ls") == 0 || strcmp(cmd, "layout") == 0 ||
-		   strcmp(cmd, "verify") == 0) {
+	} else {
 		if (npos != (o.layout ? 0 : 1)) {
 			fprintf(stderr, "gatherfs-inspect: usage: %s (DIR | --layout FILE)\n", cmd);
 			return 2;
 		}
 		dir = o.layout ? NULL : argv[optind];
-	} else {
-		fprintf(stderr, "gatherfs-inspect: unknown command '%s' (try --help)\n", cmd);
-		return 2;
 	}
 	if (load(&o, dir, &l))
 		return fail();

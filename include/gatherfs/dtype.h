@@ -58,9 +58,15 @@ gfs_dtype gfs_dtype_out(gfs_dtype dt, gfs_dtype want);
 /*
  * gfs_dtype_convert(): convert n elements from src (dtype from) to dst
  * (dtype to), both little-endian.  Supported: any pair of F64, F32, F16,
- * BF16.  Narrowing rounds to nearest, ties to even, exactly as torch's
- * .to(dtype) does on CPU (F64 goes through F32 first, as torch does); NaN
- * stays NaN.  src and dst must not overlap.
+ * BF16.  Narrowing rounds to nearest, ties to even, as torch's .to(dtype)
+ * does on CPU (F64 goes through F32 first, as torch does): every value but
+ * NaN gives torch's bits.  NaN stays NaN with its sign, but not with torch's
+ * bits: to BF16 it keeps the top 7 payload bits and sets the quiet bit
+ * (0x7fc12345 -> 0x7fc1), where torch writes 0x7fc0 (scalar path) or 0xffff
+ * (torch 1.13's AVX2 path for contiguous F32); to F16 it is sign | 0x7e00,
+ * as torch; F16 -> F32 shifts the payload into place without quieting a
+ * signalling NaN (0x7c01 -> 0x7f802000, torch 0x7fc02000).  src and dst
+ * must not overlap.
  */
 void gfs_dtype_convert(gfs_dtype from, gfs_dtype to, const void *src, void *dst,
 		       size_t n);
