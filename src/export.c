@@ -115,6 +115,7 @@ typedef struct guard {
 	size_t nfiles;
 	const char *made_dir; /* the directory this export created, or NULL */
 	bool committed;   /* everything is in place: nothing to remove */
+	bool progress;    /* a progress bar is on the terminal: end its line */
 	bool done;        /* the export is over: the guard thread exits */
 	sigset_t set;     /* the signals it waits for */
 	int wake;         /* the signal used to wake it */
@@ -156,8 +157,8 @@ static void *guard_main(void *arg)
 		}
 		if (!g->committed) {
 			guard_remove(g);
-			fprintf(stderr, "\n%s: export interrupted by %s: temporary files removed, nothing written\n",
-				program_invocation_short_name,
+			fprintf(stderr, "%s%s: export interrupted by %s: temporary files removed, nothing written\n",
+				g->progress ? "\n" : "", program_invocation_short_name,
 				sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "SIGHUP");
 		}
 		/* Die of the signal, the mutex held: nothing else is created. */
@@ -436,7 +437,7 @@ gfs_err gfs_export(const gfs_layout *l, const gfs_srcset *s, const char *out,
 	char *index = NULL, *index_path = NULL;
 	uint8_t *buf = NULL;
 	progress pg = { .on = o->progress, .t0 = now_s() };
-	guard g = { .mu = PTHREAD_MUTEX_INITIALIZER };
+	guard g = { .mu = PTHREAD_MUTEX_INITIALIZER, .progress = o->progress };
 	sigset_t oldmask;
 	gfs_err err = GFS_OK;
 
