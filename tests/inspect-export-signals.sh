@@ -67,6 +67,33 @@ interrupt "$T/out" $((5 * MB)) INT --shard-size 70MB "$T/out/old"
 interrupt "$T/out" $((130 * MB)) TERM --shard-size 70MB "$T/out/old"
 interrupt "$T/out" $((200 * MB)) HUP --shard-size 70MB "$T/out/old"
 
+# A signal during the renames (each rename slowed down by strace) takes
+# effect once they are done: the process dies of it, and the directory holds
+# the complete new set (the old shards, named otherwise, stay).
+if command -v strace >/dev/null 2>&1 &&
+	strace -f -o /dev/null -e trace=rename -e inject=rename:delay_enter=1000 true 2>/dev/null; then
+	for sig in INT TERM; do
+		$SIGNAL --child "$T/out" exists:old/model-00001-of-00004.safetensors $sig \
+			strace -f -o /dev/null -e trace=rename -e inject=rename:delay_enter=300000 \
+			"$INSPECT" export --layout "$T/l.json" --shard-size 70MB "$T/out/old" \
+			>"$T/sig.out" 2>"$T/sig.err" || fail "$sig during the renames: $(cat "$T/sig.out" "$T/sig.err")"
+		"$PYTHON3" - "$T/out/old" <<'PY' || fail "$sig during the renames: incomplete set: $(ls -A "$T/out/old")"
+import json, os, sys
+d = sys.argv[1]
+index = json.load(open(os.path.join(d, "model.safetensors.index.json")))
+names = sorted(set(index["weight_map"].values()))
+assert names == ["model-%05d-of-00004.safetensors" % i for i in range(1, 5)], names
+assert all(os.path.getsize(os.path.join(d, n)) > 64 << 20 for n in names)
+assert not [n for n in os.listdir(d) if n.startswith(".")], os.listdir(d)
+PY
+		grep -q "interrupted" "$T/sig.err" && fail "$sig after the renames reported an interruption"
+		echo "ok: $sig during the renames: complete set, then died of it"
+		rm -f "$T/out/old"/model-0000?-of-00004.safetensors
+	done
+else
+	echo "note: no strace with fault injection: signals during the renames not tested"
+fi
+
 # Uninterrupted, it replaces the index and adds the new shards.
 "$INSPECT" export --layout "$T/l.json" --shard-size 70MB "$T/out/old" || fail "export over old"
 grep -q model-00004-of-00004 "$T/out/old/model.safetensors.index.json" || fail "new index"

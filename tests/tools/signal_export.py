@@ -1,15 +1,18 @@
 #!/usr/bin/python3
 """Interrupt a command once it has written a given number of bytes.
 
-Usage: signal_export.py DIR BYTES SIGNAL COMMAND...
+Usage: signal_export.py [--child] DIR WHEN SIGNAL COMMAND...
 
 Runs COMMAND (SIGINT, SIGTERM and SIGHUP at their default disposition),
 watches the regular files in DIR and in its subdirectories (one level: a
 sharded export's output directory), and sends SIGNAL (INT, TERM or HUP) to
-COMMAND as soon as the sizes of the files that were not in DIR at the start
-add up to BYTES or more (BYTES 0: at once).  Prints "signalled at N bytes"
-and exits 0 if COMMAND then died of that signal; exits 1 if COMMAND ended
-before the threshold was reached or did not die of the signal.
+COMMAND as soon as WHEN holds: a number BYTES, the sizes of the files that
+were not in DIR at the start add up to BYTES or more (0: at once); or
+"exists:PATH", PATH (relative to DIR) exists.  With --child the signal goes
+to COMMAND's child process (COMMAND is a wrapper such as strace).  Prints
+"signalled at N bytes" and exits 0 if COMMAND then died of that signal (or,
+for a wrapper, exited with 128 + its number); exits 1 if COMMAND ended
+before WHEN held or did not die of the signal.
 """
 import os
 import signal
@@ -17,8 +20,10 @@ import subprocess
 import sys
 import time
 
-DIR, LIMIT, SIG = sys.argv[1], int(sys.argv[2]), getattr(signal, "SIG" + sys.argv[3])
-CMD = sys.argv[4:]
+CHILD = sys.argv[1] == "--child"
+ARGS = sys.argv[2:] if CHILD else sys.argv[1:]
+DIR, WHEN, SIG = ARGS[0], ARGS[1], getattr(signal, "SIG" + ARGS[2])
+CMD = ARGS[3:]
 
 
 def files():
@@ -40,22 +45,34 @@ def restore():
         signal.signal(s, signal.SIG_DFL)
 
 
+def children(pid):
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            return [int(c) for c in f.read().split()]
+    except FileNotFoundError:
+        return []
+
+
 before = set(files())
 proc = subprocess.Popen(CMD, preexec_fn=restore)
 written = 0
 while True:
     written = sum(n for p, n in files().items() if p not in before)
-    if written >= LIMIT:
+    if (os.path.exists(os.path.join(DIR, WHEN[7:])) if WHEN.startswith("exists:")
+            else written >= int(WHEN)):
         break
     if proc.poll() is not None:
         print("FAIL: %s ended (status %d) after %d bytes, before the signal at %d"
               % (CMD[0], proc.returncode, written, LIMIT))
         sys.exit(1)
     time.sleep(0.0005)
-proc.send_signal(SIG)
+if CHILD:
+    os.kill(children(proc.pid)[0], SIG)
+else:
+    proc.send_signal(SIG)
 rc = proc.wait()
-if rc != -SIG:
+if rc != -SIG and not (CHILD and rc == 128 + SIG):
     print("FAIL: %s exited with status %d after %s at %d bytes, not of the signal"
-          % (CMD[0], rc, sys.argv[3], written))
+          % (CMD[0], rc, ARGS[2], written))
     sys.exit(1)
 print("signalled at %d bytes" % written)
