@@ -1032,6 +1032,7 @@ static gfs_err only_tag(const char *dir, char **tag)
 	char msg[1024];
 	size_t used;
 	const struct dirent *de;
+	bool nomem = false;
 	DIR *d;
 
 	*tag = NULL;
@@ -1048,15 +1049,14 @@ static gfs_err only_tag(const char *dir, char **tag)
 		    (size_t)snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) >= sizeof(path) ||
 		    stat(path, &st) != 0 || !S_ISDIR(st.st_mode) || !holds_optim(path))
 			continue;
-		if (!gfs_grow((void **)&tags, &cap, n, sizeof(*tags), 8))
-			break;
-		tags[n] = gfs_strdup(de->d_name);
-		if (!tags[n])
+		nomem = !gfs_grow((void **)&tags, &cap, n, sizeof(*tags), 8) ||
+			!(tags[n] = gfs_strdup(de->d_name));
+		if (nomem)
 			break;
 		n++;
 	}
 	closedir(d);
-	if (de) {
+	if (nomem) {
 		for (size_t i = 0; i < n; i++)
 			free(tags[i]);
 		free(tags);
@@ -1131,6 +1131,9 @@ static gfs_err resolve_tagdir(const char *dir, const char *tag, char **tagdir, c
 			if (snprintf(path, sizeof(path), "%s has no `latest` file: using its only tag directory, %s",
 				     dir, buf) >= (int)sizeof(path))
 				path[sizeof(path) - 1] = '\0';
+			for (char *c = path; *c; c++)
+				if ((unsigned char)*c < 0x20 || *c == 0x7f)
+					*c = '?';
 			*note = gfs_strdup(path);
 			if (!*note)
 				return gfs_fail(GFS_ERR_NOMEM, "out of memory");
