@@ -11,8 +11,8 @@ were not in DIR at the start add up to BYTES or more (0: at once); or
 "exists:PATH", PATH (relative to DIR) exists.  With --child the signal goes
 to COMMAND's child process (COMMAND is a wrapper such as strace).  Prints
 "signalled at N bytes" and exits 0 if COMMAND then died of that signal (or,
-for a wrapper, exited with 128 + its number); exits 1 if COMMAND ended
-before WHEN held or did not die of the signal.
+for a wrapper, exited with 128 + its number); exits 3 if COMMAND ended
+before WHEN held, 1 if it did not die of the signal.
 """
 import os
 import signal
@@ -62,9 +62,9 @@ while True:
             else written >= int(WHEN)):
         break
     if proc.poll() is not None:
-        print("FAIL: %s ended (status %d) after %d bytes, before the signal at %d"
-              % (CMD[0], proc.returncode, written, LIMIT))
-        sys.exit(1)
+        print("%s ended (status %d) after %d bytes, before the signal at %s"
+              % (CMD[0], proc.returncode, written, WHEN))
+        sys.exit(3)
     time.sleep(0.0005)
 if CHILD:
     os.kill(children(proc.pid)[0], SIG)
