@@ -12,7 +12,9 @@
 # pass `gatherfs-inspect verify` (every record CRC-32 checked where the
 # build checks them) and hold holes; and bench/sparse_fidelity.py: the
 # sparse writer's archive is byte-identical to torch.save's for zero
-# payloads.
+# payloads.  Likewise bench/gen_dcp.py against the real FSDP2 DCP fixture
+# (tests/data/dcp/fsdp2_ws2, torch 2.14): same layout and the same .metadata
+# tree (fidelity.py dcpmeta).
 # What differs and why: tensor values (random) and thus source offsets of the
 # zip records; data.pkl sizes differ by a few bytes where DeepSpeed's objects
 # share memo entries differently (e.g. the module's _metadata built in
@@ -68,4 +70,15 @@ for c in z3_ws2_fp32:3:2:fp32 z3_ws3_bf16:3:3:bf16 z2_ws2_fp32_twotags:2:2:fp32 
 	fi
 	done
 done
+DC=$here/../tests/data/dcp/fsdp2_ws2/checkpoint
+/usr/bin/python3 "$here/gen_dcp.py" "$W/dcp" --ws 2 --like "$DC/config.json"
+"$B/gatherfs-inspect" layout "$DC" > "$W/real.json"
+"$B/gatherfs-inspect" layout "$W/dcp" > "$W/gen.json"
+if /usr/bin/python3 "$here/fidelity.py" layout "$W/real.json" "$W/gen.json" &&
+	/usr/bin/python3 "$here/fidelity.py" dcpmeta "$DC/.metadata" "$W/dcp/.metadata" &&
+	"$B/gatherfs-inspect" verify "$W/dcp" >/dev/null; then
+	echo "ok   fsdp2_ws2 gen_dcp: layout, .metadata tree, verify"
+else
+	echo "FAIL fsdp2_ws2 gen_dcp"; fail=1
+fi
 exit $fail

@@ -53,6 +53,7 @@ import argparse
 import collections
 import math
 import os
+import shutil
 import sys
 import types
 
@@ -374,9 +375,15 @@ def main():
                 lo, hi = min(r * ps, v.numel()), min((r + 1) * ps, v.numel())
                 c[:hi - lo] = v[lo:hi]
                 frags[n] = c
-            module = module_dict(lambda k: bufs[k] if k in bufs else torch.empty(0, dtype=cdt))
-            save(model_states(module, frags, shared if r == 0 else {}),
-                       os.path.join(tagdir, f"zero_pp_rank_{r}_mp_rank_00_model_states.pt"))
+            path = os.path.join(tagdir, f"zero_pp_rank_{r}_mp_rank_00_model_states.pt")
+            if r >= 2 and not frozen:
+                # ranks >= 1 hold the same model states (no fragments, no
+                # shared_params): rank 1's file, byte for byte
+                shutil.copyfile(os.path.join(tagdir, "zero_pp_rank_1_mp_rank_00_model_states.pt"),
+                                path)
+            else:
+                module = module_dict(lambda k: bufs[k] if k in bufs else torch.empty(0, dtype=cdt))
+                save(model_states(module, frags, shared if r == 0 else {}), path)
             osd = {"zero_stage": ZeroStageEnum(STAGE_NAME[3]), "loss_scaler": LossScaler(),
                    "dynamic_loss_scale": False, "overflow": False, "partition_count": ws,
                    "optimizer_state_dict": {"state": adam_state([p.storage().size() for p in parts],

@@ -90,11 +90,16 @@ def crc32_zeros(crc, n):
 
 
 class SparseZipWriter:
-    """The write_record() interface of torch._C.PyTorchFileWriter, with holes."""
+    """The write_record() interface of torch._C.PyTorchFileWriter, with holes.
 
-    def __init__(self, path):
-        self.f = open(path, "wb")
-        self.prefix = os.path.splitext(os.path.basename(path))[0]
+    Writes to file object f from its current position (offsets in the
+    archive are relative to it, as in an archive embedded in a larger file)
+    with the given archive prefix.
+    """
+
+    def __init__(self, f, prefix):
+        self.f = f
+        self.prefix = prefix
         self.pos = 0
         self.entries = []  # (name bytes, crc, size, offset)
 
@@ -166,18 +171,46 @@ class SparseZipWriter:
                           min(cd_len, _U32), min(cd_off, _U32), 0)
         self.f.write(cd)
         self.pos += len(cd)
-        self.f.truncate(self.pos)
-        self.f.close()
+
+
+class _Torch2Records:
+    """Adds the records torch 2.x writes around _save's (to embed DCP items)."""
+
+    def __init__(self, w, serialization_id):
+        self.w = w
+        self.sid = serialization_id
+
+    def write_record(self, name, data, size):
+        self.w.write_record(name, data, size)
+        if name == "data.pkl":
+            for n, v in ((".format_version", b"1"), (".storage_alignment", b"64"),
+                         ("byteorder", b"little")):
+                self.w.write_record(n, v, len(v))
 
 
 def sparse_save(obj, path):
     """torch.save(obj, path), with the bytes of hole() storages left as holes."""
-    w = SparseZipWriter(path)
-    try:
-        torch.serialization._save(obj, w, torch.serialization.pickle, 2)
-        w.write_record("version", b"3\n", 2)
-        w.write_end_of_file()
-    except BaseException:
-        w.f.close()
-        os.unlink(path)
-        raise
+    with open(path, "wb") as f:
+        try:
+            w = SparseZipWriter(f, os.path.splitext(os.path.basename(path))[0])
+            torch.serialization._save(obj, w, torch.serialization.pickle, 2)
+            w.write_record("version", b"3\n", 2)
+            w.write_end_of_file()
+            f.truncate(f.tell())
+        except BaseException:
+            os.unlink(path)
+            raise
+
+
+def sparse_save_torch2(obj, f, serialization_id):
+    """Append to open file f the archive torch 2.x's torch.save writes for obj
+    (prefix "archive", .format_version, .storage_alignment, byteorder,
+    .data/serialization_id records), hole() storages as holes.  Returns its
+    length in bytes."""
+    w = SparseZipWriter(f, "archive")
+    torch.serialization._save(obj, _Torch2Records(w, serialization_id),
+                              torch.serialization.pickle, 2)
+    w.write_record("version", b"3\n", 2)
+    w.write_record(".data/serialization_id", serialization_id, len(serialization_id))
+    w.write_end_of_file()
+    return w.pos
