@@ -3,8 +3,9 @@
 
 Usage:
   gen_deepspeed.py OUT [--stage 2|3] [--ws N] [--dtype fp32|bf16]
-                       [--layers L] [--hidden H] [--vocab V] [--tiny]
-                       [--tag TAG] [--seed S]
+                       [--arch gpt|llama|moe] [--layers L] [--hidden H]
+                       [--vocab V] [--ffn F] [--kv-heads K] [--experts E]
+                       [--tiny] [--sparse] [--tag TAG] [--seed S]
 
 OUT receives exactly what DeepSpeedEngine.save_checkpoint (0.14.5, torch
 1.13, CPU/gloo) writes: `latest` and TAG/ with
@@ -27,20 +28,40 @@ group, pads it to a multiple of 2 * ws and cuts it into ws equal partitions;
 the module holds views into the 16/32-bit flat group.
 
 The model is tiny_model.TinyLM (--tiny: the configuration of the real
-fixtures; needs tests/data/ckpt on sys.path) or a GPT-like stack: embed
-(V x H), learned positions (frozen), L blocks of ln1/qkv/proj/ln2/fc1/fc2,
-norm, lm_head tied to embed, an int64 and a float persistent buffer.
+fixtures; needs tests/data/ckpt on sys.path) or, with --arch:
+  gpt    embed (V x H), learned positions (frozen), L blocks of
+         ln1/qkv/proj/ln2/fc1/fc2, norm, lm_head tied to embed, an int64 and
+         a float persistent buffer (the default);
+  llama  embed, L blocks of input_layernorm, q/k/v/o (GQA: --kv-heads, head
+         dim 128), post_attention_layernorm, gate/up/down (--ffn), norm,
+         untied lm_head: 9 tensors a block (Llama-70B: --layers 80 --hidden
+         8192 --ffn 28672 --kv-heads 8 --vocab 128256);
+  moe    the llama block with the MLP replaced by a router (E x H) and E
+         experts of gate/up/down weights and biases: 6E + 6 tensors a block
+         (DeepSeek-V3-like: --layers 58 --experts 256 --hidden 7168
+         --ffn 2048, about 90k tensors).
 Values are random; padding is zero.  Writes OUT/.gen-done last.
+
+--sparse writes the same files with every tensor payload as a hole (a
+sparse file that reads as zeros; bench/sparse_zip.py): the pickles and zip
+structure are unchanged, the records' CRC-32s are those of the zeros, and
+no payload is ever held in memory, so a 70B-parameter checkpoint at 1,024
+ranks takes seconds and a little disk (the pickles).  Frozen params and
+buffers keep their small real values.
 """
 import argparse
 import collections
 import math
 import os
+import shutil
 import sys
 import types
 
 import torch
 import torch.nn as nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sparse_zip  # noqa: E402
 
 DS_VERSION = "0.14.5"
 
@@ -125,6 +146,54 @@ class GPT(nn.Module):
         self.register_buffer("rope_like", torch.empty(hidden // 2, device=dev))
 
 
+class LlamaBlock(nn.Module):
+
+    def __init__(self, h, ffn, kv_heads, experts, dev):
+        super().__init__()
+        hd = 128 if h % 128 == 0 else h // 4
+        kv = min(kv_heads, h // hd) * hd
+        self.input_layernorm = RMSNorm(h, dev)
+        self.q_proj = nn.Linear(h, h, bias=False, device=dev)
+        self.k_proj = nn.Linear(h, kv, bias=False, device=dev)
+        self.v_proj = nn.Linear(h, kv, bias=False, device=dev)
+        self.o_proj = nn.Linear(h, h, bias=False, device=dev)
+        self.post_attention_layernorm = RMSNorm(h, dev)
+        if experts:
+            self.router = nn.Linear(h, experts, bias=False, device=dev)
+            self.experts = nn.ModuleList([Expert(h, ffn, dev) for _ in range(experts)])
+        else:
+            self.gate_proj = nn.Linear(h, ffn, bias=False, device=dev)
+            self.up_proj = nn.Linear(h, ffn, bias=False, device=dev)
+            self.down_proj = nn.Linear(ffn, h, bias=False, device=dev)
+
+
+class RMSNorm(nn.Module):
+
+    def __init__(self, h, dev):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(h, device=dev))
+
+
+class Expert(nn.Module):
+
+    def __init__(self, h, ffn, dev):
+        super().__init__()
+        self.gate_proj = nn.Linear(h, ffn, device=dev)
+        self.up_proj = nn.Linear(h, ffn, device=dev)
+        self.down_proj = nn.Linear(ffn, h, device=dev)
+
+
+class Llama(nn.Module):
+
+    def __init__(self, vocab, hidden, layers, ffn, kv_heads, experts, dev="meta"):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(vocab, hidden, device=dev)
+        self.layers = nn.ModuleList([LlamaBlock(hidden, ffn, kv_heads, experts, dev)
+                                     for _ in range(layers)])
+        self.norm = RMSNorm(hidden, dev)
+        self.lm_head = nn.Linear(hidden, vocab, bias=False, device=dev)
+
+
 def param_groups(model):
     """tiny_model.param_groups: decay (dim >= 2) / no-decay, trainable only."""
     decay, no_decay = [], []
@@ -139,7 +208,11 @@ def build_model(a):
         sys.path.insert(0, a.tiny_dir)
         import tiny_model  # noqa: E402
         return tiny_model.TinyLM(), tiny_model.param_groups
-    return GPT(a.vocab, a.hidden, a.layers), param_groups
+    if a.arch == "gpt":
+        return GPT(a.vocab, a.hidden, a.layers), param_groups
+    experts = a.experts if a.arch == "moe" else 0
+    return Llama(a.vocab, a.hidden, a.layers, a.ffn or 4 * a.hidden, a.kv_heads, experts), \
+        param_groups
 
 
 # ---------------------------------------------------------------- writing
@@ -173,12 +246,16 @@ def adam_groups(groups, cfg):
     return out
 
 
-def adam_state(sizes):
-    """Adam moments of partitions of the given numels: small random values."""
+def adam_state(sizes, sparse):
+    """Adam moments of partitions of the given numels: small random values (holes if sparse)."""
     st = {}
     for i, n in enumerate(sizes):
-        st[i] = {"step": torch.tensor(3.0), "exp_avg": torch.randn(n) * 1e-3,
-                 "exp_avg_sq": torch.rand(n) * 1e-6}
+        if sparse:
+            st[i] = {"step": torch.tensor(3.0), "exp_avg": sparse_zip.empty_hole(n),
+                     "exp_avg_sq": sparse_zip.empty_hole(n)}
+        else:
+            st[i] = {"step": torch.tensor(3.0), "exp_avg": torch.randn(n) * 1e-3,
+                     "exp_avg_sq": torch.rand(n) * 1e-6}
     return st
 
 
@@ -192,9 +269,14 @@ def main():
     ap.add_argument("--stage", type=int, default=3, choices=(2, 3))
     ap.add_argument("--ws", type=int, default=4)
     ap.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"))
+    ap.add_argument("--arch", default="gpt", choices=("gpt", "llama", "moe"))
     ap.add_argument("--layers", type=int, default=24)
     ap.add_argument("--hidden", type=int, default=1024)
     ap.add_argument("--vocab", type=int, default=50304)
+    ap.add_argument("--ffn", type=int, default=0, help="llama/moe MLP width (default 4 x hidden)")
+    ap.add_argument("--kv-heads", type=int, default=8, help="llama/moe key/value heads")
+    ap.add_argument("--experts", type=int, default=8, help="moe experts a block")
+    ap.add_argument("--sparse", action="store_true", help="payloads as holes (sparse files)")
     ap.add_argument("--tiny", action="store_true", help="tests/data/ckpt/tiny_model.py's TinyLM")
     ap.add_argument("--tiny-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                        "..", "tests", "data", "ckpt"))
@@ -223,10 +305,11 @@ def main():
 
     # fp32 master values of every trainable param, frozen values, buffers.
     master = {}
-    for g in groups:
+    for g in groups if not a.sparse else ():
         for p in g["params"]:
             master[names[id(p)]] = torch.randn(p.numel()) * 0.02
     fvals = {n: (torch.randn(p.shape) * 0.02).to(cdt) for n, p in frozen}
+    save = sparse_zip.sparse_save if a.sparse else torch.save
     bufs = {}
     for n in buffer_names:
         b = sdv[n]
@@ -271,6 +354,10 @@ def main():
         for r in range(ws):
             parts = []
             for g in groups:
+                if a.sparse:
+                    n = sum(ceil_div(p.numel(), ws) for p in g["params"])
+                    parts.append(sparse_zip.empty_hole(n).requires_grad_(True))
+                    continue
                 chunks = []
                 for p in g["params"]:
                     v = master[names[id(p)]]
@@ -288,32 +375,42 @@ def main():
                 lo, hi = min(r * ps, v.numel()), min((r + 1) * ps, v.numel())
                 c[:hi - lo] = v[lo:hi]
                 frags[n] = c
-            module = module_dict(lambda k: bufs[k] if k in bufs else torch.empty(0, dtype=cdt))
-            torch.save(model_states(module, frags, shared if r == 0 else {}),
-                       os.path.join(tagdir, f"zero_pp_rank_{r}_mp_rank_00_model_states.pt"))
+            path = os.path.join(tagdir, f"zero_pp_rank_{r}_mp_rank_00_model_states.pt")
+            if r >= 2 and not frozen:
+                # ranks >= 1 hold the same model states (no fragments, no
+                # shared_params): rank 1's file, byte for byte
+                shutil.copyfile(os.path.join(tagdir, "zero_pp_rank_1_mp_rank_00_model_states.pt"),
+                                path)
+            else:
+                module = module_dict(lambda k: bufs[k] if k in bufs else torch.empty(0, dtype=cdt))
+                save(model_states(module, frags, shared if r == 0 else {}), path)
             osd = {"zero_stage": ZeroStageEnum(STAGE_NAME[3]), "loss_scaler": LossScaler(),
                    "dynamic_loss_scale": False, "overflow": False, "partition_count": ws,
-                   "optimizer_state_dict": {"state": adam_state([p.storage().size() for p in parts]),
+                   "optimizer_state_dict": {"state": adam_state([p.storage().size() for p in parts],
+                                                                a.sparse),
                                             "param_groups": adam_groups(groups, cfg)},
                    "fp32_flat_groups": parts}
-            torch.save({"optimizer_state_dict": osd, "ds_config": cfg, "ds_version": DS_VERSION},
-                       os.path.join(tagdir, f"{pre}zero_pp_rank_{r}_mp_rank_00_optim_states.pt"))
+            save({"optimizer_state_dict": osd, "ds_config": cfg, "ds_version": DS_VERSION},
+                 os.path.join(tagdir, f"{pre}zero_pp_rank_{r}_mp_rank_00_optim_states.pt"))
             del parts, osd
+            sparse_zip.forget_holes()
     else:
         flats, offs, pads = [], {}, []
         for g in groups:
             total = sum(p.numel() for p in g["params"])
             padded = ceil_div(total, 2 * ws) * 2 * ws
-            flat = torch.zeros(padded)
+            flat = sparse_zip.empty_hole(padded) if a.sparse else torch.zeros(padded)
             o = 0
             for p in g["params"]:
                 n = names[id(p)]
-                flat[o:o + p.numel()] = master[n]
+                if not a.sparse:
+                    flat[o:o + p.numel()] = master[n]
                 offs[n] = (len(flats), o)
                 o += p.numel()
             flats.append(flat)
             pads.append(padded - total)
-        lp = [f.to(cdt) for f in flats]
+        lp = [sparse_zip.empty_hole(f.numel(), cdt) if a.sparse and f.dtype != cdt else f.to(cdt)
+              for f in flats]
         frags = collections.OrderedDict((n, fvals[n]) for n, _ in frozen)
 
         def value(k):
@@ -325,13 +422,14 @@ def main():
             shape = sdv[k].shape
             return lp[gi][o:o + math.prod(shape)].view(shape)
 
-        torch.save(model_states(module_dict(value), frags, shared),
+        save(model_states(module_dict(value), frags, shared),
                    os.path.join(tagdir, "mp_rank_00_model_states.pt"))
         for r in range(ws):
             parts, maps = [], []
             for gi, g in enumerate(groups):
                 ps = flats[gi].numel() // ws
-                part = flats[gi][r * ps:(r + 1) * ps].clone().requires_grad_(True)
+                part = (sparse_zip.empty_hole(ps) if a.sparse else
+                        flats[gi][r * ps:(r + 1) * ps].clone()).requires_grad_(True)
                 # DeepSpeed saves the last rank's partition without its group padding: a view.
                 parts.append(part[:ps - pads[gi]] if r == ws - 1 else part)
                 m = collections.OrderedDict()
@@ -344,15 +442,18 @@ def main():
                 maps.append(m)
             osd = {"loss_scaler": LossScaler(), "dynamic_loss_scale": False, "overflow": False,
                    "clip_grad": 1.0,
-                   "base_optimizer_state": {"state": adam_state([p.storage().size() for p in parts]),
+                   "base_optimizer_state": {"state": adam_state([p.storage().size() for p in parts],
+                                                                a.sparse),
                                             "param_groups": adam_groups(groups, cfg)},
                    "single_partition_of_fp32_groups": parts,
                    "zero_stage": ZeroStageEnum(STAGE_NAME[2]),
                    "group_paddings": [pads[gi] if r == ws - 1 else 0 for gi in range(len(groups))],
                    "partition_count": [ws] * len(groups), "ds_version": DS_VERSION,
                    "param_slice_mappings": maps}
-            torch.save({"optimizer_state_dict": osd, "ds_config": cfg, "ds_version": DS_VERSION},
-                       os.path.join(tagdir, f"{pre}zero_pp_rank_{r}_mp_rank_00_optim_states.pt"))
+            save({"optimizer_state_dict": osd, "ds_config": cfg, "ds_version": DS_VERSION},
+                 os.path.join(tagdir, f"{pre}zero_pp_rank_{r}_mp_rank_00_optim_states.pt"))
+            del parts, osd
+            sparse_zip.forget_holes()
     with open(os.path.join(a.out, "latest"), "w") as f:
         f.write(a.tag)
     open(os.path.join(a.out, ".gen-done"), "w").close()
