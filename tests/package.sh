@@ -3,13 +3,14 @@
 # admin uses it, on this machine: lintian finds no error; apt-get installs
 # it; the installed layout (programs, man pages that render without
 # warnings, docs/*.md, the example systemd units, which systemd-analyze
-# verify accepts); --version prints the package's upstream version (and
-# gatherfs libfuse's); the README's demo against /usr/bin; `mount -t
-# fuse.gatherfs` with the example mount unit's Type= and Options= (read by
-# another user: allow_other) and an /etc/fstab line, each served by
-# /usr/bin/gatherfs and checked view by view (torch.load with
-# /usr/bin/python3 included); unmount; purge: nothing of `dpkg -L` is left
-# but directories other packages own, no daemon runs, /etc/fstab is as it was.
+# verify accepts, Python modules /usr/bin/python3 imports); --version
+# prints the package's upstream version (and gatherfs libfuse's); the
+# README's demo against /usr/bin; `mount -t fuse.gatherfs` with the example
+# mount unit's Type= and Options= (read by another user: allow_other) and
+# an /etc/fstab line, each served by /usr/bin/gatherfs and checked view by
+# view (torch.load with /usr/bin/python3 included); unmount; purge: nothing
+# of `dpkg -L` is left but directories other packages own, no daemon runs,
+# /etc/fstab is as it was.
 #
 # Needs root; changes the system (installs and purges gatherfs, adds and
 # removes an /etc/fstab line): meant for CI machines (.ci/run runs it).
@@ -75,6 +76,13 @@ for m in $(grep '^/usr/share/man/.*\.gz$' "$T/files"); do
 done
 systemd-analyze verify $DOC/examples/mnt-model.mount $DOC/examples/mnt-model.automount ||
 	fail "systemd-analyze verify rejects the example units"
+# Python modules (automake's python_PYTHON): where /usr/bin/python3 imports them.
+for py in $(grep '^/usr/lib/python3/dist-packages/[^/]*\.py$' "$T/files"); do
+	mod=$(basename "$py" .py)
+	(cd / && "$PYTHON3" -c "import $mod; assert $mod.__file__ == '$py', $mod.__file__") ||
+		fail "/usr/bin/python3 cannot import $mod from $py"
+	echo "ok: import $mod ($py)"
+done
 echo "ok: programs, man pages, docs, example units"
 
 # ---- versions
