@@ -23,7 +23,6 @@ top_srcdir=$(cd "$(dirname "$0")/.." && pwd)
 deb=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 PYTHON3=/usr/bin/python3
 SYSPATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-GATHERFS=/usr/bin/gatherfs
 DOC=/usr/share/doc/gatherfs
 case="$CKPTS/z3_ws2_fp32"
 ck="$case/checkpoint"
