@@ -1,7 +1,8 @@
 #!/bin/sh
 # Mount the bundled sample checkpoint (a Hugging Face Llama trained with
 # DeepSpeed ZeRO-3 on 2 ranks) and use it: ls, one tensor with cat,
-# torch.load of the virtual pytorch_model.bin.  Run from the build tree.
+# torch.load of the virtual pytorch_model.bin.  Run from the build tree, or
+# with GATHERFS_BUILD=/usr/bin to use the installed gatherfs.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=${GATHERFS_BUILD:-$top}

@@ -291,6 +291,9 @@ int main(int argc, char *argv[])
 	if (opts.show_version) {
 		printf("gatherfs %s\n", PACKAGE_VERSION);
 		printf("FUSE library version %s\n", fuse_pkgversion());
+		/* fuse_lowlevel_version() runs fusermount3, which writes to our
+		 * stdout: our lines first. */
+		fflush(stdout);
 		fuse_lowlevel_version();
 		ret = 0;
 		goto out_args;
