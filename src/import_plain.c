@@ -216,10 +216,12 @@ static gfs_err st_entry_parse(const char *path, const cJSON *it, uint64_t data_l
 	err = gfs_json_str(dt, path, "dtype", &dts);
 	if (err)
 		return gfs_fail_prefix(err, "%s", e->name);
+	/* C128 is no safetensors dtype (the safetensors library refuses it) */
 	e->dtype = gfs_dtype_parse(dts);
-	if (e->dtype == GFS_DT_INVALID || strcmp(gfs_dtype_st_name(e->dtype), dts) != 0)
+	if (e->dtype == GFS_DT_INVALID || e->dtype == GFS_DT_C128 ||
+	    strcmp(gfs_dtype_st_name(e->dtype), dts) != 0)
 		return gfs_fail(GFS_ERR_UNSUPPORTED,
-				"%s: %s: dtype \"%.32s\" is not supported (F64, F32, F16, BF16, C64, C128, I64, I32, I16, I8, U8, BOOL)",
+				"%s: %s: dtype \"%.32s\" is not supported (F64, F32, F16, BF16, C64, I64, I32, I16, I8, U8, BOOL)",
 				path, e->name, shown(dts));
 	if (!cJSON_IsArray(shape))
 		return gfs_fail(GFS_ERR_FORMAT, "%s: %s: shape is not an array", path, e->name);
@@ -1059,38 +1061,56 @@ static bool is_source(const gfs_layout *l, const char *root, const char *name)
 
 gfs_err gfs_plain_hidden_note(const gfs_layout *l, char **note)
 {
-	gfs_buf names = { 0 }, b = { 0 };
+	gfs_buf b = { 0 };
+	char **names = NULL;
+	size_t n = 0, cap = 0;
 	DIR *d;
-	size_t n = 0;
 	const struct dirent *de;
 	const bool plain = strcmp(l->format, "plain") == 0;
+	bool oom = false;
 
 	*note = NULL;
 	if (!l->root_dir || !(d = opendir(l->root_dir)))
 		return GFS_OK;
-	while ((de = readdir(d))) {
+	while (!oom && (de = readdir(d))) {
 		if (!gfs_plain_is_model_name(de->d_name) || !is_reg(l->root_dir, de->d_name) ||
 		    is_source(l, l->root_dir, de->d_name))
 			continue;
-		if (n++)
-			gfs_buf_put(&names, ", ", 2);
-		gfs_buf_put(&names, de->d_name, strlen(de->d_name));
+		oom = !gfs_grow((void **)&names, &cap, n, sizeof(*names), 4) ||
+		      !(names[n] = gfs_strdup(de->d_name));
+		n += !oom;
 	}
 	closedir(d);
-	if (n) {
-		const char *const parts[] = {
-			l->root_dir, ": hiding ", (const char *)names.p,
-			plain ? ": the mount shows the model it was imported from ("
-			      : ": the mount shows the ",
-			plain ? l->sources[0].path : l->format,
-			plain ? ")" : " checkpoint (-o format=plain mounts the plain files instead)",
-		};
+	if (n)
+		qsort(names, n, sizeof(*names), cmp_str);
+	if (n && !oom) {
+		gfs_buf_put(&b, l->root_dir, strlen(l->root_dir));
+		gfs_buf_put(&b, ": hiding ", 9);
+		for (size_t i = 0; i < n; i++) {
+			if (i)
+				gfs_buf_put(&b, ", ", 2);
+			gfs_buf_put(&b, names[i], strlen(names[i]));
+		}
+		if (plain) {
+			static const char shows[] = ": the mount shows the model it was imported from (";
 
-		for (size_t i = 0; i < ARRAY_LEN(parts) && !names.oom; i++)
-			gfs_buf_put(&b, parts[i], strlen(parts[i]));
+			gfs_buf_put(&b, shows, strlen(shows));
+			gfs_buf_put(&b, l->sources[0].path, strlen(l->sources[0].path));
+			gfs_buf_put(&b, ")", 1);
+		} else {
+			static const char shows[] = ": the mount shows the ";
+			static const char instead[] =
+				" checkpoint (-o format=plain mounts the plain files instead)";
+
+			gfs_buf_put(&b, shows, strlen(shows));
+			gfs_buf_put(&b, l->format, strlen(l->format));
+			gfs_buf_put(&b, instead, strlen(instead));
+		}
 	}
-	free(names.p);
-	if (names.oom || b.oom) {
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+	if (oom || b.oom) {
 		free(b.p);
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	}

@@ -97,7 +97,7 @@ done
 echo "ok - layout round trip, verify, export"
 
 # Broken files: exit 1, one line naming the file and the problem.
-ST_BAD="truncated-header huge-header past-eof trailing overlap badsize bad-dtype not-json
+ST_BAD="truncated-header huge-header past-eof trailing overlap badsize bad-dtype c128 not-json
 	missing-shard index-extra index-missing index-wrong-shard index-path"
 BIN_BAD="bin-truncated bin-not-tensor bin-legacy"
 # shellcheck disable=SC2086
@@ -125,6 +125,7 @@ expect_fail trailing $S1 "the file holds .* data bytes"
 expect_fail overlap $S1 "overlap"
 expect_fail badsize $S1 "z.f32: data_offsets .* hold 128 bytes, its dtype and shape need 160"
 expect_fail bad-dtype $S1 'z.f32: dtype "U32" is not supported'
+expect_fail c128 $S1 'b.f64: dtype "C128" is not supported'
 expect_fail not-json $S1 "invalid JSON"
 expect_fail missing-shard $S2 "cannot open: No such file or directory (a shard named by $IDX)"
 expect_fail index-extra $IDX "lists not.there in $S2, which does not hold it"

@@ -16,8 +16,10 @@ SRC is a directory (model.safetensors, model.safetensors.index.json,
 pytorch_model.bin, pytorch_model.bin.index.json, adapter_model.safetensors,
 adapter_model.bin: the first present) or one such file.  The values come from
 the real readers: torch.load (weights_only where available) for torch files,
-and for safetensors the format itself (8-byte header length, JSON header,
-data at data_offsets) read with the standard library into torch.frombuffer.
+and for safetensors the safetensors library's safe_open where it is
+installed (as in the compat root), else the format itself (8-byte header
+length, JSON header, data at data_offsets) read with the standard library
+into torch.frombuffer; the key order is always the header's.
 Order: a torch file's dict order, a safetensors header's order, shards in
 file name order.  A tied pair: two keys of one torch file viewing one storage
 at the same offset with the same dtype, shape and strides (the later one is
@@ -37,7 +39,7 @@ DIR_FILES = ["model.safetensors", "model.safetensors.index.json", "pytorch_model
              "pytorch_model.bin.index.json", "adapter_model.safetensors", "adapter_model.bin"]
 ST = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
       "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
-      "U8": torch.uint8, "BOOL": torch.bool, "C64": torch.complex64, "C128": torch.complex128}
+      "U8": torch.uint8, "BOOL": torch.bool, "C64": torch.complex64}
 FLOATS = {torch.float64, torch.float32, torch.float16, torch.bfloat16}
 
 
@@ -57,7 +59,12 @@ def load_st(path):
         else:
             t = torch.empty(e["shape"], dtype=dt)
         out.append((name, t))
-    return out, {}
+    try:
+        from safetensors import safe_open
+    except ImportError:
+        return out, {}
+    with safe_open(path, "pt") as f:
+        return [(name, f.get_tensor(name)) for name, _ in out], {}
 
 
 def view_key(t):
