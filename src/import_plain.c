@@ -55,6 +55,7 @@ typedef struct pl_import {
 	uint32_t *hash;     /* indices into want, UINT32_MAX empty */
 	size_t hcap;
 	size_t kept;        /* tensors (and aliases) added to the layout */
+	uint64_t strided_budget; /* GFS_PLAIN_MAX_STRIDED, less what views spent */
 } pl_import;
 
 /* ----------------------------------------------------------------- helpers */
@@ -434,11 +435,12 @@ static bool same_view(const bin_view *a, const bin_view *b)
  * a contiguous view is one piece.  Otherwise one outer dimension (the
  * largest whose runs do not touch in the tensor nor overlap in the source)
  * becomes the piece's run count, and every index of the other outer
- * dimensions one piece.  The caller checked the view's extent.
+ * dimensions one piece.  Interleaved strided pieces spend runs x pieces of
+ * *budget.  The caller checked the view's extent.
  */
 static gfs_err bin_pieces(gfs_layout *l, size_t ti, uint32_t src, uint64_t base, uint64_t esize,
 			  uint32_t ndim, const int64_t *size, const int64_t *stride,
-			  const char *path, const char *key)
+			  const char *path, const char *key, uint64_t *budget)
 {
 	uint64_t sz[GFS_MAX_DIMS], st[GFS_MAX_DIMS], dst[GFS_MAX_DIMS], idx[GFS_MAX_DIMS];
 	uint64_t run = 1, npieces = 1, below = 1;
@@ -472,6 +474,20 @@ static gfs_err bin_pieces(gfs_layout *l, size_t ti, uint32_t src, uint64_t base,
 				"%s: %s is a non-contiguous view that would take %llu pieces (more than %llu): save it with .contiguous()",
 				path, key, (unsigned long long)npieces,
 				(unsigned long long)GFS_PLAIN_MAX_PIECES);
+	/* interleaved strided pieces cost the layout's tiling check runs x pieces */
+	if (c != UINT32_MAX && npieces > 1) {
+		const uint64_t cost = npieces * sz[c] > GFS_PLAIN_MAX_STRIDED / npieces
+					      ? UINT64_MAX : npieces * sz[c] * npieces;
+
+		if (cost > *budget)
+			return gfs_fail(GFS_ERR_LIMIT,
+					"%s: %s is a non-contiguous view too fragmented to serve (%llu interleaved pieces of %llu runs of %llu bytes%s): save it with .contiguous()",
+					path, key, (unsigned long long)npieces, (unsigned long long)sz[c],
+					(unsigned long long)(run * esize),
+					cost > GFS_PLAIN_MAX_STRIDED ? ""
+					: ", too many with the model's other non-contiguous views");
+		*budget -= cost;
+	}
 	memset(idx, 0, sizeof(idx));
 	for (uint64_t p = 0; p < npieces; p++) {
 		gfs_piece pc = {
@@ -621,7 +637,7 @@ static gfs_err bin_tensor(pl_import *pl, const char *path, const char *key, cons
 	err = gfs_layout_add_tensor(pl->l, kname, v->dtype, t->ndim, shape, &ti);
 	if (!err)
 		err = bin_pieces(pl->l, ti, src, base, gfs_dtype_size(v->dtype), t->ndim, t->size,
-				 t->stride, path, key);
+				 t->stride, path, key, &pl->strided_budget);
 	if (err)
 		return err;
 	v->entry = (int64_t)ti;
@@ -898,7 +914,8 @@ static void plain_free(pl_import *pl)
 static gfs_err plain_run(const char *dir, const char *name, const char *prefix, bool root,
 			 gfs_layout **out)
 {
-	pl_import pl = { .dir = dir, .prefix = prefix && *prefix ? prefix : NULL };
+	pl_import pl = { .dir = dir, .prefix = prefix && *prefix ? prefix : NULL,
+			 .strided_budget = GFS_PLAIN_MAX_STRIDED };
 	char path[PATH_MAX], info[PATH_MAX + 64];
 	const char *kind;
 	gfs_err err;

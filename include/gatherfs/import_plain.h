@@ -16,8 +16,9 @@
  *
  * Tensors of a torch zip may be views into larger or shared storages
  * (storage offset, strides): a C-contiguous view is one piece, any other
- * view becomes strided pieces (at most GFS_PLAIN_MAX_PIECES per tensor,
- * else it is refused).  Two keys viewing one storage at the same offset
+ * view becomes strided pieces (at most GFS_PLAIN_MAX_PIECES per tensor, and
+ * GFS_PLAIN_MAX_STRIDED runs x pieces in all where they interleave, else
+ * it is refused).  Two keys viewing one storage at the same offset
  * with the same dtype, shape and strides are a tied pair: the later one
  * becomes an alias of the first; other overlapping views are separate
  * tensors, each with its own pieces.
@@ -39,6 +40,12 @@
 #define GFS_PLAIN_MAX_INDEX ((uint64_t)1 << 28)
 /* Most pieces one non-contiguous torch view may become. */
 #define GFS_PLAIN_MAX_PIECES ((uint64_t)1 << 20)
+/*
+ * Most runs x pieces of the views of one import made of interleaved strided
+ * pieces (transposed matrices): the layout's tiling check walks every run
+ * against the interleaved pieces (about 0.5 s at this bound).
+ */
+#define GFS_PLAIN_MAX_STRIDED ((uint64_t)1 << 27)
 
 /*
  * gfs_import_plain_dir(): import the plain model files of directory dir.

@@ -207,6 +207,8 @@ def bad(src, out, mode):
         open(p, "wb").write(data[:len(data) // 2])
     elif mode == "bin-not-tensor":
         torch.save({"w": torch.zeros(2), "step": 3}, f"{out}/pytorch_model.bin")
+    elif mode == "bin-fragmented":
+        torch.save({"w": torch.zeros(600, 600).t()}, f"{out}/pytorch_model.bin")
     elif mode == "bin-legacy":
         torch.save({"w": torch.zeros(2)}, f"{out}/pytorch_model.bin",
                    _use_new_zipfile_serialization=False)
