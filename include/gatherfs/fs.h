@@ -11,7 +11,9 @@
  *   /tensors/INDEX      tab-separated text: a header line, then per tensor
  *                       name, dtype, shape, bytes, alias target ("-" if none)
  *   /<name>             each regular file of the checkpoint root directory
- *                       (layout->root_dir), passed through unchanged
+ *                       (layout->root_dir), passed through unchanged, but
+ *                       the layout's sources and plain model files
+ *                       (gfs_plain_is_model_name())
  *
  * With a shard size, pytorch_model.bin and model.safetensors are replaced by
  * Hugging Face shards and their index files (shards.h):

@@ -1,0 +1,24 @@
+#!/usr/bin/python3
+"""Reference logits of a Hugging Face model directory, for check_loaders.py.
+
+usage: plain_logits.py MODEL_DIR OUTDIR      (inside the compat root)
+
+Loads MODEL_DIR (the original plain files) with
+AutoModelForCausalLM.from_pretrained in float32 and writes OUTDIR/input_ids.pt
+(a fixed batch) and OUTDIR/reference_logits.pt (its logits): what a mount of
+MODEL_DIR must reproduce exactly with the same loader.
+"""
+import os
+import sys
+
+import torch
+from transformers import AutoModelForCausalLM
+
+src, out = sys.argv[1:3]
+model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32).eval()
+ids = torch.arange(32).reshape(2, 16) * 7 % model.config.vocab_size
+with torch.no_grad():
+    logits = model(ids).logits
+os.makedirs(out, exist_ok=True)
+torch.save(ids, os.path.join(out, "input_ids.pt"))
+torch.save(logits, os.path.join(out, "reference_logits.pt"))
