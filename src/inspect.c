@@ -31,6 +31,8 @@ typedef struct inspect_opts {
 	bool json;
 	gfs_format format;
 	uint64_t shard_size;
+	bool optim;             /* --optim: optimizer state instead of model tensors */
+	const char *state;      /* --optim=STATE (cat): which state */
 } inspect_opts;
 
 static void usage(FILE *out)
@@ -61,6 +63,10 @@ static void usage(FILE *out)
 	      "  --dtype DTYPE      present floating-point tensors as bf16, fp16 or fp32\n"
 	      "                     (round to nearest even; integers never change)\n"
 	      "  --json             (ls) print a JSON array instead of a table\n"
+	      "  --optim            (ls) list the optimizer state instead: state, param\n"
+	      "                     name, dtype, shape, bytes\n"
+	      "  --optim=STATE      (cat) write NAME's optimizer state STATE (exp_avg,\n"
+	      "                     exp_avg_sq, step...) instead of the tensor\n"
 	      "  --format FMT       (export) bin or safetensors, instead of OUT's extension\n"
 	      "                     (default with --shard-size: safetensors)\n"
 	      "  --shard-size SIZE  (export) shards of at most SIZE, e.g. 5G, 500MB, 2GiB\n"
@@ -101,8 +107,68 @@ static void format_shape(const gfs_tensor *t, char *buf, size_t n)
 		snprintf(buf + used, n - used, "]");
 }
 
+/* cmd_ls_optim(): ls --optim: the optimizer-state entries. */
+static int cmd_ls_optim(const inspect_opts *o, const gfs_layout *l)
+{
+	if (o->json) {
+		cJSON *arr = cJSON_CreateArray();
+		char *text;
+		bool ok = arr != NULL;
+
+		for (size_t i = l->ntensors; ok && i < gfs_layout_nentries(l); i++) {
+			const gfs_tensor *t = &l->tensors[i];
+			cJSON *e = cJSON_CreateObject();
+			cJSON *shape = cJSON_CreateArray();
+
+			ok = e && shape && cJSON_AddItemToArray(arr, e);
+			if (!ok) {
+				cJSON_Delete(e);
+				cJSON_Delete(shape);
+				break;
+			}
+			ok = cJSON_AddStringToObject(e, "state", t->state) &&
+			     cJSON_AddStringToObject(e, "name", t->name) &&
+			     cJSON_AddStringToObject(e, "dtype", gfs_dtype_name(t->dtype)) &&
+			     cJSON_AddItemToObject(e, "shape", shape);
+			if (!ok) {
+				cJSON_Delete(shape);
+				break;
+			}
+			for (uint32_t d = 0; ok && d < t->ndim; d++) {
+				cJSON *v = gfs_json_u64_item(t->shape[d]);
+
+				ok = v && cJSON_AddItemToArray(shape, v);
+				if (!ok)
+					cJSON_Delete(v);
+			}
+			ok = ok && gfs_json_add_u64(e, "nbytes", t->nbytes);
+		}
+		text = ok ? cJSON_Print(arr) : NULL;
+		cJSON_Delete(arr);
+		if (!text) {
+			fputs("gatherfs-inspect: out of memory\n", stderr);
+			return 1;
+		}
+		puts(text);
+		free(text);
+		return 0;
+	}
+	printf("%-12s %-48s %-9s %-20s %14s\n", "STATE", "NAME", "DTYPE", "SHAPE", "BYTES");
+	for (size_t i = l->ntensors; i < gfs_layout_nentries(l); i++) {
+		const gfs_tensor *t = &l->tensors[i];
+		char shape[512];
+
+		format_shape(t, shape, sizeof(shape));
+		printf("%-12s %-48s %-9s %-20s %14" PRIu64 "\n", t->state, t->name,
+		       gfs_dtype_name(t->dtype), shape, t->nbytes);
+	}
+	return 0;
+}
+
 static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 {
+	if (o->optim)
+		return cmd_ls_optim(o, l);
 	if (o->json) {
 		cJSON *arr = cJSON_CreateArray();
 		char *text;
@@ -200,12 +266,18 @@ static gfs_err write_all(int fd, const uint8_t *p, size_t n)
 
 static int cmd_cat(const inspect_opts *o, const gfs_layout *l, const char *name)
 {
-	const int64_t i = gfs_layout_find(l, name);
+	const int64_t i = o->state ? gfs_layout_find_state(l, o->state, name)
+				   : gfs_layout_find(l, name);
 	gfs_srcset *s = NULL;
 	uint8_t *buf = NULL;
 	uint64_t size, off = 0;
 	gfs_err err;
 
+	if (i < 0 && o->state) {
+		fprintf(stderr, "gatherfs-inspect: no optimizer state %s of '%s' (see `gatherfs-inspect ls --optim`)\n",
+			o->state, name);
+		return 1;
+	}
 	if (i < 0) {
 		fprintf(stderr, "gatherfs-inspect: no tensor named '%s' (see `gatherfs-inspect ls`)\n",
 			name);
@@ -363,6 +435,7 @@ int main(int argc, char **argv)
 		{ "layout", required_argument, NULL, 'l' },
 		{ "dtype", required_argument, NULL, 'd' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "optim", optional_argument, NULL, 'o' },
 		{ "format", required_argument, NULL, 'f' },
 		{ "shard-size", required_argument, NULL, 's' },
 		{ "help", no_argument, NULL, 'h' },
@@ -398,6 +471,10 @@ int main(int argc, char **argv)
 			break;
 		case 'j':
 			o.json = true;
+			break;
+		case 'o':
+			o.optim = true;
+			o.state = optarg;
 			break;
 		case 'f':
 			o.format = gfs_format_from_name(optarg);
