@@ -120,7 +120,8 @@ static void usage(const char *prog)
 	       "    -o prefix=P              DCP: keep the keys starting with P, without P\n"
 	       "                             (e.g. prefix=model. for accelerate checkpoints)\n"
 	       "    -o views=V1+V2...        views to show, from bin, safetensors, tensors,\n"
-	       "                             layout (default: all)\n"
+	       "                             layout, optim (optimizer state), universal\n"
+	       "                             (DeepSpeed universal checkpoint) (default: all)\n"
 	       "    -o shard_size=SIZE       show Hugging Face shards of at most SIZE (e.g. 5G,\n"
 	       "                             500MB, 2GiB) with their index files instead of\n"
 	       "                             single pytorch_model.bin / model.safetensors\n"
@@ -330,6 +331,8 @@ int main(int argc, char *argv[])
 			emfile ? " (raise the open file limit: ulimit -n)" : "");
 		goto out_fs;
 	}
+	for (size_t i = 0; i < gfs_fs_nnotes(fs); i++)
+		fprintf(stderr, "gatherfs: %s\n", gfs_fs_note(fs, i));
 	if (!nofile_ok(GFS_FD_RESERVE + (opts.clone_fd ? opts.max_threads : 0)))
 		goto out_fs;
 	m.fs = fs;
