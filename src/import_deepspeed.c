@@ -1126,12 +1126,6 @@ static gfs_err plan_states(ds_ckpt *c)
 				return gfs_fail(GFS_ERR_FORMAT,
 						"%s: no optimizer state for flat group %zu (rank 0 has %s)",
 						c->optim[r].path, g, c->states[0].name);
-			for (size_t k = 0; k < st->u.dict.len; k++)
-				ntensor += st->u.dict.items[k].value->kind == GFS_PV_TENSOR;
-			if (ntensor != c->nstates)
-				return gfs_fail(GFS_ERR_FORMAT,
-						"%s: flat group %zu holds %zu optimizer-state tensors, rank 0 group 0 holds %zu",
-						c->optim[r].path, g, ntensor, c->nstates);
 			err = fp32_part(c, (size_t)r, g, &part);
 			if (err)
 				return err;
@@ -1176,6 +1170,12 @@ static gfs_err plan_states(ds_ckpt *c)
 				if (err)
 					return err;
 			}
+			for (size_t k = 0; k < st->u.dict.len; k++)
+				ntensor += st->u.dict.items[k].value->kind == GFS_PV_TENSOR;
+			if (ntensor != c->nstates)
+				return gfs_fail(GFS_ERR_FORMAT,
+						"%s: flat group %zu holds %zu optimizer-state tensors, rank 0 group 0 holds %zu",
+						c->optim[r].path, g, ntensor, c->nstates);
 		}
 	}
 	return GFS_OK;
