@@ -707,7 +707,10 @@ static gfs_err xnode_add(gfs_fs *fs, const char *path, size_t len, size_t parent
 	return GFS_OK;
 }
 
-/* find_xdir(): node index of the extra directory path[0..len), or SIZE_MAX. */
+/*
+ * find_xdir(): node index of the extra directory path[0..len), or SIZE_MAX.
+ * Searches the newest nodes first.
+ */
 static size_t find_xdir(const gfs_fs *fs, const char *path, size_t len)
 {
 	for (size_t i = fs->nxnodes; i-- > 0;) {
@@ -733,16 +736,9 @@ static gfs_err plan_xnodes(gfs_fs *fs)
 
 		for (const char *s = strchr(path, '/'); s; s = strchr(s + 1, '/')) {
 			const size_t len = (size_t)(s - path);
-			size_t d = N_ROOT;
+			size_t d = find_xdir(fs, path, len);
 
-			for (size_t i = fs->nxnodes; i-- > 0 && d == N_ROOT;)
-				if (fs->xnodes[i].file < 0 && fs->xnodes[i].parent == parent &&
-				    strlen(fs->xnodes[i].path) == len &&
-				    memcmp(fs->xnodes[i].path, path, len) == 0)
-					d = fs->xfirst + i;
-			if (d == N_ROOT)
-				d = find_xdir(fs, path, len);
-			if (d == SIZE_MAX || d == N_ROOT) {
+			if (d == SIZE_MAX) {
 				err = xnode_add(fs, path, len, parent, -1);
 				if (err)
 					return err;
