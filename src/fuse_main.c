@@ -331,8 +331,6 @@ int main(int argc, char *argv[])
 			emfile ? " (raise the open file limit: ulimit -n)" : "");
 		goto out_fs;
 	}
-	for (size_t i = 0; i < gfs_fs_nnotes(fs); i++)
-		fprintf(stderr, "gatherfs: %s\n", gfs_fs_note(fs, i));
 	if (!nofile_ok(GFS_FD_RESERVE + (opts.clone_fd ? opts.max_threads : 0)))
 		goto out_fs;
 	m.fs = fs;
@@ -351,6 +349,9 @@ int main(int argc, char *argv[])
 	if (fuse_session_mount(se, opts.mountpoint) != 0)
 		goto out_signals;
 	gfs_ll_set_readahead(opts.mountpoint, cli.readahead_kb);
+	/* what the views left out, once the mount stands (stderr still open) */
+	for (size_t i = 0; i < gfs_fs_nnotes(fs); i++)
+		fprintf(stderr, "gatherfs: %s\n", gfs_fs_note(fs, i));
 	if (fuse_daemonize(opts.foreground) != 0)
 		goto out_unmount;
 	if (!opts.foreground) {

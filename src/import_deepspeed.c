@@ -1195,6 +1195,11 @@ static gfs_err emit_states(ds_ckpt *c)
 			gfs_err err = shape_from_pv(tp->shape, c->model[0].path, tp->name, &ndim, shape,
 						    &numel);
 
+			if (!err && s->scalar && tp->group >= (c->stage == 3 ? c->nsub : c->ngroups))
+				err = gfs_fail(GFS_ERR_FORMAT,
+					       "%s: param %s is in param_shapes group %zu, but the optimizer state has %zu groups",
+					       c->model[0].path, tp->name, tp->group,
+					       c->stage == 3 ? c->nsub : c->ngroups);
 			if (!err && s->scalar) {
 				const tview *tv = &s->values[tp->group];
 

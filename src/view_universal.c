@@ -131,7 +131,7 @@ static gfs_err make_plan(const gfs_layout *l, uv_plan *p)
 	if (!o->groups)
 		return gfs_fail(GFS_ERR_UNSUPPORTED,
 				"the optimizer's param_groups hold values other than numbers, strings, bools and lists");
-	if (!o->version && !o->bf16_optimizer)
+	if (!o->version && !o->bf16_optimizer && o->zero_stage < 3)
 		return gfs_fail(GFS_ERR_UNSUPPORTED,
 				"no ds_version: DeepSpeed's universal loader requires one");
 	if (!*tag || strlen(tag) + sizeof("_universal") > sizeof(p->dir))
