@@ -2,10 +2,11 @@
 # "mount + resume" against "ds_to_universal + resume" with real DeepSpeed
 # (issue 15): a single-group ZeRO-3 OtherLM saved at 4 ranks, resumed at 2.
 #
-#   HARNESS=DIR DS_SRC=DIR bench/ds-universal-bench.sh OUT [MODEL_CONFIG_JSON]
+#   HARNESS=DIR DS_SRC=DIR bench/ds-universal-bench.sh OUT [MODEL_CONFIG_JSON [RESUME_WS]]
 #
 # HARNESS: a writable copy of the universal-checkpoint harness (uni_case.py,
-# convert.py); DS_SRC: a DeepSpeed v0.14.5 tree.  Default model: vocab 32000,
+# convert.py); DS_SRC: a DeepSpeed v0.14.5 tree.  RESUME_WS: ranks of the
+# resumed job (default 2).  Default model: vocab 32000,
 # 768 x 6 layers (~67M params).  The ~335M configuration of the format notes
 # is '{"vocab": 32000, "n_embd": 1024, "n_layer": 24, "n_head": 16,
 # "n_inner": 4096, "n_positions": 64, "seq": 8}' (its save needs ~16.5 GB).
@@ -17,6 +18,7 @@ set -u
 export DS_SRC
 OUT=$1
 CFG=${2:-'{"vocab": 32000, "n_embd": 768, "n_layer": 6, "n_head": 12, "n_inner": 3072, "n_positions": 64, "seq": 8}'}
+RWS=${3:-2}
 G=$(cd "$(dirname "$0")/.." && pwd)/gatherfs
 COMMON=(--bench --model other --stage 3 --single-group --model-config "$CFG" --micro-batch 1 --steps 1
 	--persistence-threshold 100000 --zero-extra
@@ -42,9 +44,9 @@ print("ds_to_universal: rc %s, %.1f s, peak RSS %.0f MB (sum over its processes)
       % (d["rc"], d["wall_s"], d["tree_peak_rss_kb"] / 1024, d.get("fs_outputs_bytes", 0) / 1e6,
          d.get("tmp_peak_bytes", 0) / 1e6, d.get("output_bytes", 0) / 1e6, d.get("output_files", 0)))
 ' "$OUT/convert.json"
-/usr/bin/time -f "%e s wall, %M kB max RSS (launcher)" /usr/bin/python3 uni_case.py --phase resume --world-size 2 \
-	--load-dir "$ds" --out "$OUT/resume_ds" "${COMMON[@]}" >"$OUT/resume_ds.log" 2>&1
-tail -1 "$OUT/resume_ds.log"
+/usr/bin/time -f "%e s wall, %M kB max RSS (launcher)" /usr/bin/python3 uni_case.py --phase resume --world-size "$RWS" \
+	--load-dir "$ds" --out "$OUT/resume_ds_ws$RWS" "${COMMON[@]}" >"$OUT/resume_ds_ws$RWS.log" 2>&1
+tail -1 "$OUT/resume_ds_ws$RWS.log"
 
 # mount + resume
 m=$(mktemp -d)
@@ -52,19 +54,20 @@ t0=$(date +%s.%N)
 "$G" "$OUT/case/checkpoint" "$m" -o nocrccache 2>"$OUT/mount.log" || { cat "$OUT/mount.log"; exit 1; }
 t1=$(date +%s.%N)
 pid=$(pgrep -n -f "^$G $OUT/case/checkpoint $m")
-/usr/bin/time -f "%e s wall, %M kB max RSS (launcher)" /usr/bin/python3 uni_case.py --phase resume --world-size 2 \
-	--load-dir "$m" --out "$OUT/resume_mount" "${COMMON[@]}" >"$OUT/resume_mount.log" 2>&1
-tail -1 "$OUT/resume_mount.log"
+/usr/bin/time -f "%e s wall, %M kB max RSS (launcher)" /usr/bin/python3 uni_case.py --phase resume --world-size "$RWS" \
+	--load-dir "$m" --out "$OUT/resume_mount_ws$RWS" "${COMMON[@]}" >"$OUT/resume_mount_ws$RWS.log" 2>&1
+tail -1 "$OUT/resume_mount_ws$RWS.log"
 echo "mount: $(echo "$t1 $t0" | awk '{printf "%.2f", $1 - $2}') s, daemon peak RSS $(awk '/VmHWM/ {print $2, $3}' "/proc/$pid/status"), wrote $(awk '/^write_bytes/ {print $2}' "/proc/$pid/io") bytes"
 fusermount3 -u "$m"
 rmdir "$m"
 
-for r in resume_ds resume_mount; do
+for r in resume_ds_ws$RWS resume_mount_ws$RWS; do
 	/usr/bin/python3 -c '
 import json, sys
 d = json.load(open(sys.argv[1] + "/meta_resume.json"))
-print("%-13s load_checkpoint s per rank %s, peak RSS MB per rank %s, eval loss after load %s"
+print("%-16s load_checkpoint s per rank %s, rchar MB per rank %s, peak RSS MB per rank %s, eval loss after load %s"
       % (sys.argv[2], [round(x, 1) for x in d["load_checkpoint_s_per_rank"]],
+         [round(x / 1e6) for x in d["load_rchar_per_rank"]],
          [round(x / 1024) for x in d["peak_rss_kb_per_rank_after_load"]], d.get("eval_loss_after_load")))
 ' "$OUT/$r" "$r" 2>/dev/null || echo "$r: no meta_resume.json (failed: see $OUT/$r.log)"
 done
