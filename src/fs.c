@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include "gatherfs/shards.h"
 #include "gatherfs/view_safetensors.h"
 #include "gatherfs/view_torchzip.h"
+#include "gatherfs/view_universal.h"
 
 #define ZIP_STEM "pytorch_model"
 #define ZIP_EXT ".bin"
@@ -26,6 +28,7 @@
 #define JSON_NAME "layout.json"
 #define TENSORS_NAME "tensors"
 #define INDEX_NAME "INDEX"
+#define OPTIM_NAME "optim"
 #define XATTR_DTYPE "user.gatherfs.dtype"
 #define XATTR_SHAPE "user.gatherfs.shape"
 #define XATTR_NAME "user.gatherfs.name"
@@ -57,6 +60,20 @@ typedef struct fs_pass {
 	struct stat st;
 } fs_pass;
 
+/* A file of the optim/ and universal views, by its path under the root. */
+typedef struct fs_xfile {
+	char *path;
+	const gfs_vfile *vf;
+	int64_t entry; /* optim/<state>/<name>: its layout entry; else -1 */
+} fs_xfile;
+
+/* An extra node (a directory or file of those views), in creation order. */
+typedef struct fs_xnode {
+	char *path;      /* owned; the node's name is its last component */
+	size_t parent;   /* node index of the parent directory */
+	int64_t file;    /* index into xfiles, or -1 for a directory */
+} fs_xnode;
+
 /* A virtual file at the root: a view of the layout. */
 typedef struct fs_virt {
 	char *name;
@@ -82,10 +99,24 @@ struct gfs_fs {
 	size_t npass;
 	char **tnames;     /* tensors/ entry names, per layout entry */
 	char **tlinks;     /* alias link targets, per layout entry (NULL if none) */
+	gfs_uview *uview;
+	fs_xfile *xfiles;  /* files of the optim/ and universal views */
+	size_t nxfiles, cap_xfiles;
+	fs_xnode *xnodes;  /* their nodes, from node index xfirst on */
+	size_t nxnodes, cap_xnodes;
+	size_t xfirst;
+	fs_dir *xdirs;     /* per extra node (used by directories) */
+	char **notes;
+	size_t nnotes;
 	uid_t uid;
 	gid_t gid;
 	struct timespec mtime;
 };
+
+static bool is_extra_top(const gfs_fs *fs, const char *name);
+static int cmp_name(const void *a, const void *b);
+static gfs_err add_note(gfs_fs *fs, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 
 /* ------------------------------------------------------------ tensor names */
 
@@ -348,6 +379,8 @@ static bool is_virtual_name(const gfs_fs *fs, const char *name)
 {
 	if ((fs->opts.views & GFS_VIEW_TENSORS) && strcmp(name, TENSORS_NAME) == 0)
 		return true;
+	if (is_extra_top(fs, name))
+		return true;
 	for (size_t i = 0; i < fs->nvirt; i++)
 		if (strcmp(name, fs->virt[i].name) == 0)
 			return true;
@@ -438,9 +471,14 @@ static gfs_err scan_root(gfs_fs *fs, const char *dir)
 					       strerror(errno));
 			break;
 		}
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (is_extra_top(fs, de->d_name) &&
+		    (err = add_note(fs, "%s/%s: hidden behind the %s view", dir, de->d_name,
+				    strcmp(de->d_name, OPTIM_NAME) == 0 ? "optim" : "universal")))
+			break;
 		/* plain model files are sources or shadowed by the views (import_plain.h) */
-		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
-		    is_virtual_name(fs, de->d_name) || is_source(fs, dir, de->d_name) ||
+		if (is_virtual_name(fs, de->d_name) || is_source(fs, dir, de->d_name) ||
 		    gfs_plain_is_model_name(de->d_name))
 			continue;
 		if (!gfs_grow((void **)&fs->pass, &cap, fs->npass, sizeof(*fs->pass), 16)) {
@@ -522,6 +560,264 @@ static int cmp_name(const void *a, const void *b)
 	return strcmp(((const struct fs_name *)a)->name, ((const struct fs_name *)b)->name);
 }
 
+/* ------------------------------------------------- optim/ and universal */
+
+/* add_note(): record one line for gfs_fs_note(). */
+static gfs_err add_note(gfs_fs *fs, const char *fmt, ...)
+{
+	char **n = gfs_reallocarray(fs->notes, fs->nnotes + 1, sizeof(*n));
+	char line[1024];
+	va_list ap;
+
+	if (!n)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	fs->notes = n;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	n[fs->nnotes] = gfs_strdup(line);
+	if (!n[fs->nnotes])
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	fs->nnotes++;
+	return GFS_OK;
+}
+
+/* add_xfile(): a file of the extra views at path (copied). */
+static gfs_err add_xfile(gfs_fs *fs, const char *path, const gfs_vfile *vf, int64_t entry)
+{
+	char *p = gfs_strdup(path);
+
+	if (!p || !gfs_grow((void **)&fs->xfiles, &fs->cap_xfiles, fs->nxfiles,
+			    sizeof(*fs->xfiles), 64)) {
+		free(p);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	fs->xfiles[fs->nxfiles++] = (fs_xfile){ .path = p, .vf = vf, .entry = entry };
+	return GFS_OK;
+}
+
+/*
+ * build_optim(): optim/<state>/<name> per optimizer-state entry and
+ * optim/<state>.safetensors per state, states in first-seen order.
+ */
+static gfs_err build_optim(gfs_fs *fs)
+{
+	const gfs_layout *l = fs->ctx.layout;
+	const size_t first = l->ntensors, n = gfs_layout_nentries(l);
+	size_t *entries = gfs_calloc(l->noptim + 1, sizeof(*entries));
+	bool *done = gfs_calloc(l->noptim + 1, sizeof(*done));
+	gfs_err err = entries && done ? GFS_OK : gfs_fail(GFS_ERR_NOMEM, "out of memory");
+
+	for (size_t i = first; !err && i < n; i++) {
+		char *state = NULL, *name = NULL, *path = NULL;
+		gfs_vfile *vf = NULL;
+
+		err = gfs_fs_escape_name(l->tensors[i].state, &state);
+		if (!err)
+			err = gfs_fs_escape_name(l->tensors[i].name, &name);
+		if (!err && !(path = malloc(strlen(state) + strlen(name) + sizeof(OPTIM_NAME) + 2)))
+			err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		if (!err) {
+			sprintf(path, OPTIM_NAME "/%s/%s", state, name);
+			err = own_vfile(fs, &vf);
+		}
+		if (!err)
+			err = gfs_vfile_add_tensor(vf, i, 0, gfs_tensor_out_nbytes(l, i, fs->ctx.want));
+		if (!err)
+			err = add_xfile(fs, path, vf, (int64_t)i);
+		free(state);
+		free(name);
+		free(path);
+	}
+	for (size_t i = first; !err && i < n; i++) {
+		const char *st = l->tensors[i].state;
+		char *state = NULL, *path = NULL;
+		gfs_vfile *vf = NULL;
+		size_t k = 0;
+
+		if (done[i - first])
+			continue;
+		for (size_t j = i; j < n; j++) {
+			if (strcmp(l->tensors[j].state, st) == 0) {
+				entries[k++] = j;
+				done[j - first] = true;
+			}
+		}
+		err = gfs_fs_escape_name(st, &state);
+		if (!err && !(path = malloc(strlen(state) + sizeof(OPTIM_NAME ST_EXT) + 2)))
+			err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		if (!err) {
+			sprintf(path, OPTIM_NAME "/%s" ST_EXT, state);
+			err = gfs_stview_new(&fs->ctx, entries, k, &vf);
+		}
+		if (!err)
+			err = own(fs, vf);
+		if (!err)
+			err = add_xfile(fs, path, vf, -1);
+		if (err)
+			err = gfs_fail_prefix(err, "%s", path ? path : OPTIM_NAME);
+		free(state);
+		free(path);
+	}
+	free(entries);
+	free(done);
+	return err;
+}
+
+/* build_universal(): the universal view's files, or a note saying why not. */
+static gfs_err build_universal(gfs_fs *fs)
+{
+	const gfs_layout *l = fs->ctx.layout;
+	gfs_err err = gfs_uview_new(l, fs->ctx.src, fs->ctx.crc_cache, &fs->uview);
+
+	if (err == GFS_ERR_NOTFOUND)
+		return GFS_OK;
+	if (err == GFS_ERR_UNSUPPORTED)
+		return add_note(fs, "%s: no DeepSpeed universal checkpoint view: %s", l->base_dir,
+				gfs_errmsg());
+	for (size_t i = 0; !err && i < gfs_uview_nfiles(fs->uview); i++)
+		err = add_xfile(fs, gfs_uview_path(fs->uview, i), gfs_uview_vfile(fs->uview, i), -1);
+	return err;
+}
+
+/* is_extra_top(): name is the first component of an extra view's file. */
+static bool is_extra_top(const gfs_fs *fs, const char *name)
+{
+	const size_t n = strlen(name);
+
+	for (size_t i = 0; i < fs->nxfiles; i++) {
+		const char *p = fs->xfiles[i].path;
+
+		if (strncmp(p, name, n) == 0 && (p[n] == '/' || p[n] == '\0'))
+			return true;
+	}
+	return false;
+}
+
+/* xnode_add(): a new extra node for path[0..len) under parent (node index). */
+static gfs_err xnode_add(gfs_fs *fs, const char *path, size_t len, size_t parent, int64_t file)
+{
+	char *p = malloc(len + 1);
+
+	if (!p || !gfs_grow((void **)&fs->xnodes, &fs->cap_xnodes, fs->nxnodes,
+			    sizeof(*fs->xnodes), 64)) {
+		free(p);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	memcpy(p, path, len);
+	p[len] = '\0';
+	fs->xnodes[fs->nxnodes++] = (fs_xnode){ .path = p, .parent = parent, .file = file };
+	return GFS_OK;
+}
+
+/*
+ * find_xdir(): node index of the extra directory path[0..len), or SIZE_MAX.
+ * Searches the newest nodes first.
+ */
+static size_t find_xdir(const gfs_fs *fs, const char *path, size_t len)
+{
+	for (size_t i = fs->nxnodes; i-- > 0;) {
+		const fs_xnode *x = &fs->xnodes[i];
+
+		if (x->file < 0 && strlen(x->path) == len && memcmp(x->path, path, len) == 0)
+			return fs->xfirst + i;
+	}
+	return SIZE_MAX;
+}
+
+/*
+ * plan_xnodes(): one node per directory and file of the extra views, in
+ * file order (a directory before its contents).  Files come grouped by
+ * directory, so the directory sought is nearly always the last one made.
+ */
+static gfs_err plan_xnodes(gfs_fs *fs)
+{
+	for (size_t f = 0; f < fs->nxfiles; f++) {
+		const char *path = fs->xfiles[f].path;
+		size_t parent = N_ROOT;
+		gfs_err err;
+
+		for (const char *s = strchr(path, '/'); s; s = strchr(s + 1, '/')) {
+			const size_t len = (size_t)(s - path);
+			size_t d = find_xdir(fs, path, len);
+
+			if (d == SIZE_MAX) {
+				err = xnode_add(fs, path, len, parent, -1);
+				if (err)
+					return err;
+				d = fs->xfirst + fs->nxnodes - 1;
+			}
+			parent = d;
+		}
+		err = xnode_add(fs, path, strlen(path), parent, (int64_t)f);
+		if (err)
+			return err;
+	}
+	return GFS_OK;
+}
+
+/* build_xnodes(): fill the extra nodes and their directories. */
+static gfs_err build_xnodes(gfs_fs *fs)
+{
+	size_t *count;
+
+	fs->xdirs = gfs_calloc(fs->nxnodes + 1, sizeof(*fs->xdirs));
+	count = gfs_calloc(fs->nxnodes + 1, sizeof(*count));
+	if (!fs->xdirs || !count) {
+		free(count);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < fs->nxnodes; i++) {
+		const fs_xnode *x = &fs->xnodes[i];
+		const char *slash = strrchr(x->path, '/');
+		gfs_node *n = &fs->nodes[fs->xfirst + i];
+
+		*n = (gfs_node){ .parent = x->parent + 1, .name = slash ? slash + 1 : x->path,
+				 .entry = -1, .mtime = fs->mtime };
+		if (x->file < 0) {
+			n->type = GFS_NODE_DIR;
+			n->perm = 0555;
+		} else {
+			n->type = GFS_NODE_REG;
+			n->vf = fs->xfiles[x->file].vf;
+			n->entry = fs->xfiles[x->file].entry;
+			n->perm = 0444;
+		}
+		if (x->parent != N_ROOT)
+			count[x->parent - fs->xfirst]++;
+	}
+	for (size_t i = 0; i < fs->nxnodes; i++) {
+		fs_dir *d = &fs->xdirs[i];
+
+		if (fs->xnodes[i].file >= 0)
+			continue;
+		d->kids = gfs_calloc(count[i] + 1, sizeof(*d->kids));
+		d->sorted = gfs_calloc(count[i] + 1, sizeof(*d->sorted));
+		if (!d->kids || !d->sorted) {
+			free(count);
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		}
+	}
+	free(count);
+	for (size_t i = 0; i < fs->nxnodes; i++) {
+		const size_t parent = fs->xnodes[i].parent;
+		fs_dir *d;
+
+		if (parent == N_ROOT)
+			continue;
+		d = &fs->xdirs[parent - fs->xfirst];
+		d->kids[d->n] = (uint32_t)(fs->xfirst + i);
+		d->sorted[d->n] = (struct fs_name){ fs->nodes[fs->xfirst + i].name,
+						    (uint32_t)(fs->xfirst + i) };
+		d->n++;
+	}
+	for (size_t i = 0; i < fs->nxnodes; i++)
+		if (fs->xdirs[i].n > 1)
+			qsort(fs->xdirs[i].sorted, fs->xdirs[i].n, sizeof(*fs->xdirs[i].sorted),
+			      cmp_name);
+	return GFS_OK;
+}
+
 /* build_dir(): directory d holding nodes first..first+n-1 after `fixed`. */
 static gfs_err build_dir(gfs_fs *fs, fs_dir *d, const uint32_t *fixed, size_t nfixed,
 			 size_t first, size_t n)
@@ -558,6 +854,22 @@ void gfs_fs_free(gfs_fs *fs)
 		gfs_tzview_free(fs->zips[i]);
 	for (size_t i = 0; i < fs->nvirt; i++)
 		free(fs->virt[i].name);
+	for (size_t i = 0; i < fs->nxfiles; i++)
+		free(fs->xfiles[i].path);
+	for (size_t i = 0; i < fs->nxnodes; i++) {
+		free(fs->xnodes[i].path);
+		if (fs->xdirs) {
+			free(fs->xdirs[i].kids);
+			free(fs->xdirs[i].sorted);
+		}
+	}
+	for (size_t i = 0; i < fs->nnotes; i++)
+		free(fs->notes[i]);
+	free(fs->notes);
+	free(fs->xfiles);
+	free(fs->xnodes);
+	free(fs->xdirs);
+	gfs_uview_free(fs->uview);
 	free(fs->zips);
 	free(fs->virt);
 	free(fs->root.kids);
@@ -590,15 +902,22 @@ static gfs_err build(gfs_fs *fs)
 	fs->gid = st.st_gid;
 	fs->mtime = st.st_mtim;
 	err = build_views(fs);
+	if (!err && (fs->opts.views & GFS_VIEW_OPTIM))
+		err = build_optim(fs);
+	if (!err && (fs->opts.views & GFS_VIEW_UNIVERSAL))
+		err = build_universal(fs);
 	if (!err && l->root_dir)
 		err = scan_root(fs, l->root_dir);
+	fs->xfirst = N_FIXED + fs->nvirt + fs->npass + l->ntensors;
+	if (!err)
+		err = plan_xnodes(fs);
 	if (err)
 		return err;
-	fs->nnodes = N_FIXED + fs->nvirt + fs->npass + l->ntensors;
+	fs->nnodes = fs->xfirst + fs->nxnodes;
 	fs->nodes = gfs_calloc(fs->nnodes, sizeof(*fs->nodes));
 	fs->tnames = gfs_calloc(l->ntensors, sizeof(*fs->tnames));
 	fs->tlinks = gfs_calloc(l->ntensors, sizeof(*fs->tlinks));
-	root_fixed = gfs_calloc(fs->nvirt + 1, sizeof(*root_fixed));
+	root_fixed = gfs_calloc(fs->nvirt + 2 + fs->nxnodes, sizeof(*root_fixed));
 	if (!fs->nodes || !fs->tnames || !fs->tlinks || !root_fixed) {
 		free(root_fixed);
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
@@ -607,8 +926,13 @@ static gfs_err build(gfs_fs *fs)
 		root_fixed[nroot++] = (uint32_t)(N_FIXED + i);
 	if (tensors)
 		root_fixed[nroot++] = N_TENSORS;
+	for (size_t i = 0; i < fs->nxnodes; i++)
+		if (fs->xnodes[i].parent == N_ROOT)
+			root_fixed[nroot++] = (uint32_t)(fs->xfirst + i);
 	/* tensor names first: INDEX lists them */
 	err = build_tensors(fs);
+	if (!err)
+		err = build_xnodes(fs);
 	if (!err)
 		err = build_pass(fs);
 	if (!err)
@@ -632,6 +956,7 @@ gfs_err gfs_views_parse(const char *s, unsigned *views)
 	} names[] = {
 		{ "bin", GFS_VIEW_BIN }, { "safetensors", GFS_VIEW_SAFETENSORS },
 		{ "tensors", GFS_VIEW_TENSORS }, { "layout", GFS_VIEW_LAYOUT },
+		{ "optim", GFS_VIEW_OPTIM }, { "universal", GFS_VIEW_UNIVERSAL },
 		{ "all", GFS_VIEW_ALL },
 	};
 	unsigned v = 0;
@@ -645,7 +970,7 @@ gfs_err gfs_views_parse(const char *s, unsigned *views)
 			k++;
 		if (k == ARRAY_LEN(names))
 			return gfs_fail(GFS_ERR_INVAL,
-					"unknown view '%.*s' (views: bin, safetensors, tensors, layout, all)",
+					"unknown view '%.*s' (views: bin, safetensors, tensors, layout, optim, universal, all)",
 					(int)n, s);
 		v |= names[k].bit;
 		s += n;
@@ -689,7 +1014,20 @@ const gfs_node *gfs_fs_node(const gfs_fs *fs, uint64_t ino)
 static const fs_dir *dir_of(const gfs_fs *fs, const gfs_node *dir)
 {
 	assert(dir->type == GFS_NODE_DIR);
+	if (dir->ino > fs->xfirst)
+		return &fs->xdirs[dir->ino - 1 - fs->xfirst];
 	return dir->ino == N_TENSORS + 1 ? &fs->tensors : &fs->root;
+}
+
+size_t gfs_fs_nnotes(const gfs_fs *fs)
+{
+	return fs->nnotes;
+}
+
+const char *gfs_fs_note(const gfs_fs *fs, size_t i)
+{
+	assert(i < fs->nnotes);
+	return fs->notes[i];
 }
 
 const gfs_node *gfs_fs_lookup(const gfs_fs *fs, const gfs_node *dir,
@@ -764,9 +1102,10 @@ gfs_err gfs_fs_read(const gfs_fs *fs, const gfs_node *n, uint64_t off,
 {
 	gfs_err err;
 
-	(void)fs;
 	assert(n->type == GFS_NODE_REG);
 	err = gfs_vfile_read(n->vf, off, buf, len, got);
+	if (err && n->ino > fs->xfirst)
+		return gfs_fail_prefix(err, "%s", fs->xnodes[n->ino - 1 - fs->xfirst].path);
 	if (err)
 		return gfs_fail_prefix(err, "%s%s",
 				       n->parent == GFS_FS_ROOT_INO ? "" : TENSORS_NAME "/", n->name);

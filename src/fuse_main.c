@@ -125,7 +125,8 @@ static void usage(const char *prog)
 	       "                             without P\n"
 	       "                             (e.g. prefix=model. for accelerate checkpoints)\n"
 	       "    -o views=V1+V2...        views to show, from bin, safetensors, tensors,\n"
-	       "                             layout (default: all)\n"
+	       "                             layout, optim (optimizer state), universal\n"
+	       "                             (DeepSpeed universal checkpoint) (default: all)\n"
 	       "    -o shard_size=SIZE       show Hugging Face shards of at most SIZE (e.g. 5G,\n"
 	       "                             500MB, 2GiB) with their index files instead of\n"
 	       "                             single pytorch_model.bin / model.safetensors\n"
@@ -369,6 +370,9 @@ int main(int argc, char *argv[])
 	if (fuse_session_mount(se, opts.mountpoint) != 0)
 		goto out_signals;
 	gfs_ll_set_readahead(opts.mountpoint, cli.readahead_kb);
+	/* what the views left out, once the mount stands (stderr still open) */
+	for (size_t i = 0; i < gfs_fs_nnotes(fs); i++)
+		fprintf(stderr, "gatherfs: %s\n", gfs_fs_note(fs, i));
 	if (fuse_daemonize(opts.foreground) != 0)
 		goto out_unmount;
 	if (!opts.foreground) {

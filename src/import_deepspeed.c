@@ -100,7 +100,22 @@ typedef struct ds_ckpt {
 	flat *rank_flats;    /* stage 3: [ws] */
 	flat *group_flats;   /* stage 1/2: [ngroups] */
 	size_t ngroups;
+	size_t nsub;         /* stage 3: sub-groups (fp32_flat_groups per rank) */
+	struct ds_state *states; /* optimizer states, in rank 0's order */
+	size_t nstates;
 } ds_ckpt;
+
+/*
+ * One optimizer state of the torch optimizer DeepSpeed wraps.  Per-element
+ * states are flats laid out like the fp32 masters; a 0-d tensor state (the
+ * step) is a value per flat group, taken from rank 0.
+ */
+typedef struct ds_state {
+	const char *name;   /* borrowed from rank 0's pickle */
+	bool scalar;
+	flat *flats;        /* per-element: stage 1/2 [ngroups], stage 3 [ws] */
+	tview *values;      /* scalar: per flat group (stage 1/2 ngroups, stage 3 nsub) */
+} ds_state;
 
 /* ------------------------------------------------------------------ files */
 
@@ -762,6 +777,11 @@ static gfs_err plan_stage3(ds_ckpt *c)
 
 		if (!groups || (groups->kind != GFS_PV_LIST && groups->kind != GFS_PV_TUPLE))
 			return gfs_fail(GFS_ERR_FORMAT, "%s: no fp32_flat_groups list", f->path);
+		if (r == 0)
+			c->nsub = gfs_pv_seq_len(groups);
+		else if (gfs_pv_seq_len(groups) != c->nsub)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: %zu fp32_flat_groups, rank 0 has %zu",
+					f->path, gfs_pv_seq_len(groups), c->nsub);
 		for (size_t g = 0; g < gfs_pv_seq_len(groups); g++) {
 			err = append_partition(c, f, groups, "fp32_flat_groups", g, &c->rank_flats[r]);
 			if (err)
@@ -791,6 +811,36 @@ static gfs_err plan_stage3(ds_ckpt *c)
 	return GFS_OK;
 }
 
+/*
+ * emit_slices(): the pieces of param tp (numel elements) in entry ti, from
+ * flats laid out like the fp32 masters: stage 1/2 group_flats[tp->group]
+ * from tp->offset; stage 3 ceil(numel / ws) elements of each rank_flats[r]
+ * from tp->offset, cut to numel (the padding is never mapped).  what names
+ * the flats in messages.
+ */
+static gfs_err emit_slices(ds_ckpt *c, size_t ti, const train_param *tp, uint64_t numel,
+			   const flat *group_flats, const flat *rank_flats, const char *what)
+{
+	const uint64_t part = numel / c->ws + (numel % c->ws != 0);
+
+	if (c->stage < 3)
+		return flat_emit(c->l, ti, &group_flats[tp->group], tp->offset, numel);
+	for (uint64_t r = 0; r < c->ws; r++) {
+		const uint64_t first = r * part;
+		const uint64_t take = first >= numel ? 0
+			: (numel - first < part ? numel - first : part);
+		gfs_err err;
+
+		if (rank_flats[r].dtype != rank_flats[0].dtype)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: %s dtype differs from rank 0",
+					c->optim[r].path, what);
+		err = flat_emit(c->l, ti, &rank_flats[r], tp->offset, take);
+		if (err)
+			return err;
+	}
+	return GFS_OK;
+}
+
 static gfs_err emit_trainable(ds_ckpt *c, const train_param *tp, const gfs_pv *module_t)
 {
 	uint64_t shape[GFS_MAX_DIMS], numel;
@@ -816,25 +866,7 @@ static gfs_err emit_trainable(ds_ckpt *c, const train_param *tp, const gfs_pv *m
 				    ndim, shape, &ti);
 	if (err)
 		return err;
-	if (c->stage < 3)
-		return flat_emit(c->l, ti, fl, tp->offset, numel);
-	{
-		const uint64_t part = numel / c->ws + (numel % c->ws != 0);
-
-		for (uint64_t r = 0; r < c->ws; r++) {
-			const uint64_t first = r * part;
-			const uint64_t take = first >= numel ? 0
-				: (numel - first < part ? numel - first : part);
-
-			if (c->rank_flats[r].dtype != fl->dtype)
-				return gfs_fail(GFS_ERR_FORMAT, "%s: fp32_flat_groups dtype differs from rank 0",
-						c->optim[r].path);
-			err = flat_emit(c->l, ti, &c->rank_flats[r], tp->offset, take);
-			if (err)
-				return err;
-		}
-	}
-	return GFS_OK;
+	return emit_slices(c, ti, tp, numel, c->group_flats, c->rank_flats, "fp32_flat_groups");
 }
 
 /* ---------------------------------------------------------- other entries */
@@ -988,6 +1020,345 @@ static gfs_err build_entries(ds_ckpt *c)
 		}
 	}
 	return GFS_OK;
+}
+
+/* ------------------------------------------------------- optimizer state */
+
+/* dict_get_int(): the value of int key k in a pickled dict, or NULL. */
+static const gfs_pv *dict_get_int(const gfs_pv *d, int64_t k)
+{
+	if (!d || d->kind != GFS_PV_DICT)
+		return NULL;
+	for (size_t i = 0; i < d->u.dict.len; i++) {
+		int64_t x;
+
+		if (d->u.dict.items[i].key->kind == GFS_PV_INT &&
+		    gfs_pv_int(d->u.dict.items[i].key, &x) && x == k)
+			return d->u.dict.items[i].value;
+	}
+	return NULL;
+}
+
+/* base_state(): the torch optimizer state_dict inside rank r's optimizer state. */
+static const gfs_pv *base_state(const ds_ckpt *c, size_t r)
+{
+	return gfs_pv_dict_get(osd_of(&c->optim[r]),
+			       c->stage == 3 ? "optimizer_state_dict" : "base_optimizer_state");
+}
+
+/* group_state(): state[g] of rank r's torch optimizer, or NULL. */
+static const gfs_pv *group_state(const ds_ckpt *c, size_t r, size_t g)
+{
+	return dict_get_int(gfs_pv_dict_get(base_state(c, r), "state"), (int64_t)g);
+}
+
+/* fp32_part(): rank r's fp32 partition g (stage 1/2 group, stage 3 sub-group). */
+static gfs_err fp32_part(ds_ckpt *c, size_t r, size_t g, tview *tv)
+{
+	const char *list = c->stage == 3 ? "fp32_flat_groups" : "single_partition_of_fp32_groups";
+	char what[96];
+
+	snprintf(what, sizeof(what), "%s[%zu]", list, g);
+	return tensor_view(c, &c->optim[r], gfs_pv_seq_at(gfs_pv_dict_get(osd_of(&c->optim[r]), list), g),
+			   what, tv);
+}
+
+/*
+ * plan_states(): find the optimizer states in rank 0's state[0] and check
+ * that every rank and flat group holds the same ones: each per-element
+ * state exactly as long as that rank's fp32 partition, each 0-d one (the
+ * step) 0-d.  Non-tensor values are not carried.  A checkpoint without
+ * optimizer state (state[0] empty or absent everywhere) has none.
+ */
+static gfs_err plan_states(ds_ckpt *c)
+{
+	const size_t nflat = c->stage == 3 ? c->nsub : c->ngroups;
+	const gfs_pv *st0 = group_state(c, 0, 0);
+	gfs_err err;
+
+	if (nflat == 0 || !st0 || st0->kind != GFS_PV_DICT || st0->u.dict.len == 0) {
+		for (uint64_t r = 0; r < c->ws; r++)
+			for (size_t g = 0; g < nflat; g++) {
+				const gfs_pv *st = group_state(c, r, g);
+
+				if (st && st->kind == GFS_PV_DICT && st->u.dict.len)
+					return gfs_fail(GFS_ERR_FORMAT,
+							"%s: optimizer state of flat group %zu exists, but rank 0 has none for group 0",
+							c->optim[r].path, g);
+			}
+		return GFS_OK;
+	}
+	c->states = gfs_calloc(st0->u.dict.len, sizeof(*c->states));
+	if (!c->states)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t k = 0; k < st0->u.dict.len; k++) {
+		const char *name = gfs_pv_name(st0->u.dict.items[k].key);
+		const gfs_pv *v = st0->u.dict.items[k].value;
+		ds_state *s = &c->states[c->nstates];
+
+		if (!name || strchr(name, '/') || !*name || strcmp(name, ".") == 0 ||
+		    strcmp(name, "..") == 0)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: optimizer state %zu has no usable name",
+					c->optim[0].path, k);
+		if (!v || v->kind != GFS_PV_TENSOR)
+			continue;
+		s->name = name;
+		s->scalar = v->u.tensor->ndim == 0;
+		if (s->scalar)
+			s->values = gfs_calloc(nflat, sizeof(*s->values));
+		else
+			s->flats = gfs_calloc(c->stage == 3 ? (size_t)c->ws : nflat, sizeof(*s->flats));
+		if (!s->values && !s->flats)
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		for (size_t i = 0; s->flats && i < (c->stage == 3 ? (size_t)c->ws : nflat); i++)
+			s->flats[i].dtype = GFS_DT_INVALID;
+		c->nstates++;
+	}
+	for (uint64_t r = 0; r < c->ws; r++) {
+		for (size_t g = 0; g < nflat; g++) {
+			const gfs_pv *st = group_state(c, r, g);
+			size_t ntensor = 0;
+			uint64_t pad = 0;
+			int64_t p;
+			tview part;
+
+			if (!st || st->kind != GFS_PV_DICT)
+				return gfs_fail(GFS_ERR_FORMAT,
+						"%s: no optimizer state for flat group %zu (rank 0 has %s)",
+						c->optim[r].path, g, c->states[0].name);
+			err = fp32_part(c, (size_t)r, g, &part);
+			if (err)
+				return err;
+			if (c->stage < 3 && !c->bf16_optimizer &&
+			    gfs_pv_int(gfs_pv_seq_at(gfs_pv_dict_get(osd_of(&c->optim[r]),
+								     "group_paddings"), g), &p) &&
+			    p > 0)
+				pad = (uint64_t)p;
+			for (size_t k = 0; k < c->nstates; k++) {
+				ds_state *s = &c->states[k];
+				const gfs_pv *v = gfs_pv_dict_get(st, s->name);
+				char what[128];
+				tview tv;
+
+				snprintf(what, sizeof(what), "optimizer state %s of flat group %zu", s->name, g);
+				if (!v)
+					return gfs_fail(GFS_ERR_FORMAT, "%s: %s is missing",
+							c->optim[r].path, what);
+				err = tensor_view(c, &c->optim[r], v, what, &tv);
+				if (err)
+					return err;
+				if (s->scalar) {
+					if (tv.ndim != 0)
+						return gfs_fail(GFS_ERR_FORMAT,
+								"%s: %s has %llu elements, rank 0 group 0 has a scalar",
+								c->optim[r].path, what,
+								(unsigned long long)tv.numel);
+					if (r == 0)
+						s->values[g] = tv;
+					continue;
+				}
+				/* DeepSpeedZeroOptimizer saves the last rank's fp32
+				 * partition without its padding, the moments with it */
+				if (tv.ndim != 1 ||
+				    (tv.numel != part.numel && tv.numel != part.numel + pad))
+					return gfs_fail(GFS_ERR_FORMAT,
+							"%s: %s has %llu elements, its fp32 partition %llu",
+							c->optim[r].path, what, (unsigned long long)tv.numel,
+							(unsigned long long)part.numel);
+				err = flat_append(&s->flats[c->stage == 3 ? (size_t)r : g], &tv, tv.numel,
+						  c->optim[r].path);
+				if (err)
+					return err;
+			}
+			for (size_t k = 0; k < st->u.dict.len; k++)
+				ntensor += st->u.dict.items[k].value->kind == GFS_PV_TENSOR;
+			if (ntensor != c->nstates)
+				return gfs_fail(GFS_ERR_FORMAT,
+						"%s: flat group %zu holds %zu optimizer-state tensors, rank 0 group 0 holds %zu",
+						c->optim[r].path, g, ntensor, c->nstates);
+		}
+	}
+	return GFS_OK;
+}
+
+/* emit_states(): every state of every trainable param, state by state. */
+static gfs_err emit_states(ds_ckpt *c)
+{
+	for (size_t k = 0; k < c->nstates; k++) {
+		const ds_state *s = &c->states[k];
+
+		for (size_t i = 0; i < c->ntrain; i++) {
+			const train_param *tp = &c->train[i];
+			uint64_t shape[GFS_MAX_DIMS], numel;
+			uint32_t ndim;
+			size_t ti;
+			gfs_err err = shape_from_pv(tp->shape, c->model[0].path, tp->name, &ndim, shape,
+						    &numel);
+
+			if (!err && s->scalar && tp->group >= (c->stage == 3 ? c->nsub : c->ngroups))
+				err = gfs_fail(GFS_ERR_FORMAT,
+					       "%s: param %s is in param_shapes group %zu, but the optimizer state has %zu groups",
+					       c->model[0].path, tp->name, tp->group,
+					       c->stage == 3 ? c->nsub : c->ngroups);
+			if (!err && s->scalar) {
+				const tview *tv = &s->values[tp->group];
+
+				err = gfs_layout_add_state(c->l, s->name, tp->name, tv->dtype, 0, NULL, &ti);
+				if (!err)
+					err = gfs_layout_add_piece(c->l, ti, tv->src, tv->off,
+								   gfs_dtype_size(tv->dtype));
+			} else if (!err) {
+				const gfs_dtype dt = s->flats[c->stage == 3 ? 0 : tp->group].dtype;
+
+				err = gfs_layout_add_state(c->l, s->name, tp->name,
+							   dt == GFS_DT_INVALID ? GFS_DT_F32 : dt, ndim,
+							   shape, &ti);
+				if (!err)
+					err = emit_slices(c, ti, tp, numel, s->flats, s->flats, s->name);
+			}
+			if (err)
+				return err;
+		}
+	}
+	return GFS_OK;
+}
+
+/*
+ * hval_from_pv(): a plain value (None, bool, int, float, str, and tuples or
+ * lists of those) of param_groups.  @return false for anything else.
+ */
+static bool hval_from_pv(const gfs_pv *v, gfs_hval *out, int depth)
+{
+	memset(out, 0, sizeof(*out));
+	if (!v || depth > 8)
+		return false;
+	switch (v->kind) {
+	case GFS_PV_NONE:
+		out->kind = GFS_HV_NONE;
+		return true;
+	case GFS_PV_BOOL:
+		out->kind = GFS_HV_BOOL;
+		out->b = v->u.b;
+		return true;
+	case GFS_PV_INT:
+		out->kind = GFS_HV_INT;
+		out->i = v->u.i;
+		return true;
+	case GFS_PV_FLOAT:
+		out->kind = GFS_HV_FLOAT;
+		out->f = v->u.f;
+		return true;
+	case GFS_PV_STR:
+		if (!gfs_pv_name(v))
+			return false;
+		out->kind = GFS_HV_STR;
+		out->s = gfs_strdup(v->u.s.ptr);
+		return out->s != NULL;
+	case GFS_PV_TUPLE:
+	case GFS_PV_LIST:
+		out->kind = v->kind == GFS_PV_TUPLE ? GFS_HV_TUPLE : GFS_HV_LIST;
+		out->items = gfs_calloc(v->u.seq.len ? v->u.seq.len : 1, sizeof(*out->items));
+		if (!out->items)
+			return false;
+		for (size_t i = 0; i < v->u.seq.len; i++) {
+			out->n = i + 1;
+			if (!hval_from_pv(v->u.seq.items[i], &out->items[i], depth + 1)) {
+				gfs_hval_clear(out);
+				return false;
+			}
+		}
+		out->n = v->u.seq.len;
+		return true;
+	default:
+		return false;
+	}
+}
+
+/*
+ * read_param_groups(): rank 0's torch param_groups without "params".  A
+ * value that is not plain leaves the layout without param_groups (the
+ * universal view then says why it is not served).
+ */
+static gfs_err read_param_groups(ds_ckpt *c, gfs_optim *o)
+{
+	const gfs_pv *pg = gfs_pv_dict_get(base_state(c, 0), "param_groups");
+	const size_t n = gfs_pv_seq_len(pg);
+
+	if (!pg || pg->kind != GFS_PV_LIST || n == 0)
+		return GFS_OK;
+	o->groups = gfs_calloc(n, sizeof(*o->groups));
+	if (!o->groups)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	o->ngroups = n;
+	for (size_t g = 0; g < n; g++) {
+		const gfs_pv *d = gfs_pv_seq_at(pg, g);
+		gfs_pgroup *grp = &o->groups[g];
+
+		if (!d || d->kind != GFS_PV_DICT)
+			goto unusable;
+		grp->items = gfs_calloc(d->u.dict.len ? d->u.dict.len : 1, sizeof(*grp->items));
+		if (!grp->items)
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		for (size_t k = 0; k < d->u.dict.len; k++) {
+			const char *key = gfs_pv_name(d->u.dict.items[k].key);
+			gfs_hparam *hp = &grp->items[grp->n];
+
+			if (!key)
+				goto unusable;
+			if (strcmp(key, "params") == 0)
+				continue;
+			hp->key = gfs_strdup(key);
+			if (!hp->key)
+				return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+			grp->n++;
+			if (!hval_from_pv(d->u.dict.items[k].value, &hp->v, 0))
+				goto unusable;
+		}
+	}
+	return GFS_OK;
+unusable:
+	for (size_t g = 0; g < o->ngroups; g++) {
+		for (size_t k = 0; k < o->groups[g].n; k++) {
+			free(o->groups[g].items[k].key);
+			gfs_hval_clear(&o->groups[g].items[k].v);
+		}
+		free(o->groups[g].items);
+	}
+	free(o->groups);
+	o->groups = NULL;
+	o->ngroups = 0;
+	return GFS_OK;
+}
+
+/* build_optim(): the layout's optimizer metadata. */
+static gfs_err build_optim(ds_ckpt *c)
+{
+	gfs_optim *o = &c->l->optim;
+	const gfs_pv *zo = gfs_pv_dict_get(gfs_pv_dict_get(c->optim[0].root, "ds_config"),
+					   "zero_optimization");
+	const char *ver = gfs_pv_name(gfs_pv_dict_get(osd_of(&c->optim[0]), "ds_version"));
+	const gfs_pv *rr = gfs_pv_dict_get(zo, "round_robin_gradients");
+
+	if (!ver)
+		ver = gfs_pv_name(gfs_pv_dict_get(c->optim[0].root, "ds_version"));
+	o->zero_stage = c->stage;
+	o->bf16_optimizer = c->bf16_optimizer;
+	o->round_robin = rr && rr->kind == GFS_PV_BOOL && rr->u.b;
+	o->world_size = (uint32_t)c->ws;
+	o->nflat = (uint32_t)(c->stage == 3 ? c->nsub : c->ngroups);
+	if (ver && !(o->version = gfs_strdup(ver)))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	o->model_srcs = gfs_calloc(c->nmodel, sizeof(*o->model_srcs));
+	if (!o->model_srcs)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t r = 0; r < c->nmodel; r++) {
+		const gfs_err err = file_source(c, &c->model[r], &o->model_srcs[r]);
+
+		if (err)
+			return err;
+		o->nmodel_srcs++;
+	}
+	return read_param_groups(c, o);
 }
 
 /* ------------------------------------------------------------ top level */
@@ -1264,6 +1635,11 @@ static void ckpt_free(ds_ckpt *c)
 	free(c->tmap);
 	flats_free(c->rank_flats, (size_t)c->ws);
 	flats_free(c->group_flats, c->ngroups);
+	for (size_t k = 0; k < c->nstates; k++) {
+		flats_free(c->states[k].flats, c->stage == 3 ? (size_t)c->ws : c->ngroups);
+		free(c->states[k].values);
+	}
+	free(c->states);
 	free(c->tagdir);
 	gfs_layout_free(c->l);
 }
@@ -1294,6 +1670,12 @@ gfs_err gfs_import_deepspeed(const char *dir, const char *tag, gfs_layout **out)
 		err = tmap_build(&c);
 	if (!err)
 		err = build_entries(&c);
+	if (!err)
+		err = plan_states(&c);
+	if (!err)
+		err = emit_states(&c);
+	if (!err)
+		err = build_optim(&c);
 	if (!err) {
 		const char *slash = strrchr(c.tagdir, '/');
 

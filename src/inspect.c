@@ -33,6 +33,7 @@ enum {
 	OPT_JSON = 1 << 5,
 	OPT_FORMAT = 1 << 6,
 	OPT_SHARD_SIZE = 1 << 7,
+	OPT_OPTIM = 1 << 8,
 	OPT_IMPORT = OPT_TAG | OPT_INPUT_FORMAT | OPT_PREFIX | OPT_LAYOUT,
 };
 
@@ -41,8 +42,8 @@ static const struct command {
 	const char *name;
 	unsigned opts;
 } commands[] = {
-	{ "ls", OPT_IMPORT | OPT_DTYPE | OPT_JSON },
-	{ "cat", OPT_IMPORT | OPT_DTYPE },
+	{ "ls", OPT_IMPORT | OPT_DTYPE | OPT_JSON | OPT_OPTIM },
+	{ "cat", OPT_IMPORT | OPT_DTYPE | OPT_OPTIM },
 	{ "layout", OPT_IMPORT },
 	{ "verify", OPT_IMPORT },
 	{ "export", OPT_IMPORT | OPT_DTYPE | OPT_FORMAT | OPT_SHARD_SIZE },
@@ -56,6 +57,7 @@ static const struct option_name {
 	{ OPT_PREFIX, "--prefix" }, { OPT_LAYOUT, "--layout" },
 	{ OPT_DTYPE, "--dtype" },   { OPT_JSON, "--json" },
 	{ OPT_FORMAT, "--format" }, { OPT_SHARD_SIZE, "--shard-size" },
+	{ OPT_OPTIM, "--optim" },
 };
 
 /*
@@ -93,6 +95,8 @@ typedef struct inspect_opts {
 	bool json;
 	gfs_format format;
 	uint64_t shard_size;
+	bool optim;             /* --optim: optimizer state instead of model tensors */
+	const char *state;      /* --optim=STATE (cat): which state */
 } inspect_opts;
 
 static void usage(FILE *out)
@@ -133,6 +137,10 @@ static void usage(FILE *out)
 	      "                     bf16, fp16 or fp32 (round to nearest even; integers\n"
 	      "                     never change)\n"
 	      "  --json             (ls) print a JSON array instead of a table\n"
+	      "  --optim            (ls) list the optimizer state instead: state, param\n"
+	      "                     name, dtype, shape, bytes\n"
+	      "  --optim=STATE      (cat) write NAME's optimizer state STATE (exp_avg,\n"
+	      "                     exp_avg_sq, step...) instead of the tensor\n"
 	      "  --format FMT       (export) bin or safetensors, instead of OUT's extension\n"
 	      "                     (default with --shard-size: safetensors)\n"
 	      "  --shard-size SIZE  (export) shards of at most SIZE, e.g. 5G, 500MB, 2GiB\n"
@@ -228,8 +236,68 @@ static void format_shape(const gfs_tensor *t, char *buf, size_t n)
 		snprintf(buf + used, n - used, "]");
 }
 
+/* cmd_ls_optim(): ls --optim: the optimizer-state entries. */
+static int cmd_ls_optim(const inspect_opts *o, const gfs_layout *l)
+{
+	if (o->json) {
+		cJSON *arr = cJSON_CreateArray();
+		char *text;
+		bool ok = arr != NULL;
+
+		for (size_t i = l->ntensors; ok && i < gfs_layout_nentries(l); i++) {
+			const gfs_tensor *t = &l->tensors[i];
+			cJSON *e = cJSON_CreateObject();
+			cJSON *shape = cJSON_CreateArray();
+
+			ok = e && shape && cJSON_AddItemToArray(arr, e);
+			if (!ok) {
+				cJSON_Delete(e);
+				cJSON_Delete(shape);
+				break;
+			}
+			ok = cJSON_AddStringToObject(e, "state", t->state) &&
+			     cJSON_AddStringToObject(e, "name", t->name) &&
+			     cJSON_AddStringToObject(e, "dtype", gfs_dtype_name(t->dtype)) &&
+			     cJSON_AddItemToObject(e, "shape", shape);
+			if (!ok) {
+				cJSON_Delete(shape);
+				break;
+			}
+			for (uint32_t d = 0; ok && d < t->ndim; d++) {
+				cJSON *v = gfs_json_u64_item(t->shape[d]);
+
+				ok = v && cJSON_AddItemToArray(shape, v);
+				if (!ok)
+					cJSON_Delete(v);
+			}
+			ok = ok && gfs_json_add_u64(e, "nbytes", t->nbytes);
+		}
+		text = ok ? cJSON_Print(arr) : NULL;
+		cJSON_Delete(arr);
+		if (!text) {
+			fputs("gatherfs-inspect: out of memory\n", stderr);
+			return 1;
+		}
+		puts(text);
+		free(text);
+		return 0;
+	}
+	printf("%-12s %-48s %-9s %-20s %14s\n", "STATE", "NAME", "DTYPE", "SHAPE", "BYTES");
+	for (size_t i = l->ntensors; i < gfs_layout_nentries(l); i++) {
+		const gfs_tensor *t = &l->tensors[i];
+		char shape[512];
+
+		format_shape(t, shape, sizeof(shape));
+		printf("%-12s %-48s %-9s %-20s %14" PRIu64 "\n", t->state, t->name,
+		       gfs_dtype_name(t->dtype), shape, t->nbytes);
+	}
+	return 0;
+}
+
 static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 {
+	if (o->optim)
+		return cmd_ls_optim(o, l);
 	if (o->json) {
 		cJSON *arr = cJSON_CreateArray();
 		char *text;
@@ -327,12 +395,18 @@ static gfs_err write_all(int fd, const uint8_t *p, size_t n)
 
 static int cmd_cat(const inspect_opts *o, const gfs_layout *l, const char *name)
 {
-	const int64_t i = gfs_layout_find(l, name);
+	const int64_t i = o->state ? gfs_layout_find_state(l, o->state, name)
+				   : gfs_layout_find(l, name);
 	gfs_srcset *s = NULL;
 	uint8_t *buf = NULL;
 	uint64_t size, off = 0;
 	gfs_err err;
 
+	if (i < 0 && o->state) {
+		fprintf(stderr, "gatherfs-inspect: no optimizer state %s of '%s' (see `gatherfs-inspect ls --optim`)\n",
+			o->state, name);
+		return 1;
+	}
 	if (i < 0) {
 		fprintf(stderr, "gatherfs-inspect: no tensor named '%s' (see `gatherfs-inspect ls`)\n",
 			name);
@@ -490,6 +564,7 @@ int main(int argc, char **argv)
 		{ "layout", required_argument, NULL, 'l' },
 		{ "dtype", required_argument, NULL, 'd' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "optim", optional_argument, NULL, 'o' },
 		{ "format", required_argument, NULL, 'f' },
 		{ "shard-size", required_argument, NULL, 's' },
 		{ "help", no_argument, NULL, 'h' },
@@ -532,6 +607,11 @@ int main(int argc, char **argv)
 		case 'j':
 			o.given |= OPT_JSON;
 			o.json = true;
+			break;
+		case 'o':
+			o.given |= OPT_OPTIM;
+			o.optim = true;
+			o.state = optarg;
 			break;
 		case 'f':
 			o.given |= OPT_FORMAT;

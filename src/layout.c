@@ -56,11 +56,13 @@ void gfs_layout_free(gfs_layout *l)
 		free(l->sources[i].path);
 		free(l->sources[i].abspath);
 	}
-	for (size_t i = 0; i < l->ntensors; i++) {
+	for (size_t i = 0; i < gfs_layout_nentries(l); i++) {
 		free(l->tensors[i].name);
 		free(l->tensors[i].alias_target);
 		free(l->tensors[i].pieces);
+		free(l->tensors[i].state);
 	}
+	gfs_optim_clear(&l->optim);
 	for (size_t i = 0; i < l->nobjects; i++)
 		free(l->objects[i].name);
 	free(l->objects);
@@ -167,24 +169,34 @@ static gfs_err check_name(const char *name)
 	return GFS_OK;
 }
 
-static gfs_tensor *push_tensor(gfs_layout *l, const char *name)
+/* push_tensor(): a new entry at the end: a model tensor unless state. */
+static gfs_tensor *push_tensor(gfs_layout *l, const char *name, const char *state)
 {
+	const size_t n = gfs_layout_nentries(l);
 	gfs_tensor *t;
 
-	if (!gfs_grow((void **)&l->tensors, &l->cap_tensors, l->ntensors, sizeof(*t), 8))
+	if (!gfs_grow((void **)&l->tensors, &l->cap_tensors, n, sizeof(*t), 8))
 		return NULL;
-	t = &l->tensors[l->ntensors];
+	t = &l->tensors[n];
 	memset(t, 0, sizeof(*t));
 	t->name = gfs_strdup(name);
-	if (!t->name)
+	t->state = state ? gfs_strdup(state) : NULL;
+	if (!t->name || (state && !t->state)) {
+		free(t->name);
+		free(t->state);
 		return NULL;
+	}
 	t->alias_of = -1;
-	l->ntensors++;
+	if (state)
+		l->noptim++;
+	else
+		l->ntensors++;
 	return t;
 }
 
-gfs_err gfs_layout_add_tensor(gfs_layout *l, const char *name, gfs_dtype dtype,
-			      uint32_t ndim, const uint64_t *shape, size_t *idx)
+/* add_entry(): a model tensor (state NULL) or an optimizer-state entry. */
+static gfs_err add_entry(gfs_layout *l, const char *state, const char *name, gfs_dtype dtype,
+			 uint32_t ndim, const uint64_t *shape, size_t *idx)
 {
 	uint64_t numel = 1;
 	uint64_t nbytes;
@@ -192,6 +204,11 @@ gfs_err gfs_layout_add_tensor(gfs_layout *l, const char *name, gfs_dtype dtype,
 	gfs_err err;
 
 	assert(!l->finished);
+	if (!state && l->noptim)
+		return gfs_fail(GFS_ERR_INVAL, "tensor %s: model tensors come before optimizer state",
+				name);
+	if (state && (!*state || strlen(state) > GFS_NAME_MAX))
+		return gfs_fail(GFS_ERR_FORMAT, "%s: invalid optimizer state name", name);
 	err = check_name(name);
 	if (err)
 		return err;
@@ -205,7 +222,7 @@ gfs_err gfs_layout_add_tensor(gfs_layout *l, const char *name, gfs_dtype dtype,
 			return gfs_fail(GFS_ERR_FORMAT, "tensor %s: shape overflows", name);
 	if (!gfs_mul_u64(numel, gfs_dtype_size(dtype), &nbytes) || nbytes > INT64_MAX)
 		return gfs_fail(GFS_ERR_FORMAT, "tensor %s: size overflows", name);
-	t = push_tensor(l, name);
+	t = push_tensor(l, name, state);
 	if (!t)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	t->dtype = dtype;
@@ -214,8 +231,46 @@ gfs_err gfs_layout_add_tensor(gfs_layout *l, const char *name, gfs_dtype dtype,
 		memcpy(t->shape, shape, ndim * sizeof(shape[0]));
 	t->numel = numel;
 	t->nbytes = nbytes;
-	*idx = l->ntensors - 1;
+	*idx = gfs_layout_nentries(l) - 1;
 	return GFS_OK;
+}
+
+gfs_err gfs_layout_add_tensor(gfs_layout *l, const char *name, gfs_dtype dtype,
+			      uint32_t ndim, const uint64_t *shape, size_t *idx)
+{
+	return add_entry(l, NULL, name, dtype, ndim, shape, idx);
+}
+
+gfs_err gfs_layout_add_state(gfs_layout *l, const char *state, const char *param,
+			     gfs_dtype dtype, uint32_t ndim, const uint64_t *shape,
+			     size_t *idx)
+{
+	assert(state);
+	return add_entry(l, state, param, dtype, ndim, shape, idx);
+}
+
+void gfs_hval_clear(gfs_hval *v)
+{
+	for (size_t i = 0; i < v->n; i++)
+		gfs_hval_clear(&v->items[i]);
+	free(v->items);
+	free(v->s);
+	memset(v, 0, sizeof(*v));
+}
+
+void gfs_optim_clear(gfs_optim *o)
+{
+	for (size_t g = 0; g < o->ngroups; g++) {
+		for (size_t k = 0; k < o->groups[g].n; k++) {
+			free(o->groups[g].items[k].key);
+			gfs_hval_clear(&o->groups[g].items[k].v);
+		}
+		free(o->groups[g].items);
+	}
+	free(o->groups);
+	free(o->version);
+	free(o->model_srcs);
+	memset(o, 0, sizeof(*o));
 }
 
 gfs_err gfs_layout_add_alias(gfs_layout *l, const char *name, const char *target)
@@ -224,10 +279,13 @@ gfs_err gfs_layout_add_alias(gfs_layout *l, const char *name, const char *target
 	gfs_err err;
 
 	assert(!l->finished);
+	if (l->noptim)
+		return gfs_fail(GFS_ERR_INVAL, "alias %s: model tensors come before optimizer state",
+				name);
 	err = check_name(name);
 	if (err)
 		return err;
-	t = push_tensor(l, name);
+	t = push_tensor(l, name, NULL);
 	if (!t)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	t->alias_target = gfs_strdup(target);
@@ -277,7 +335,7 @@ static gfs_err push_piece(gfs_layout *l, size_t ti, gfs_piece_kind kind,
 	gfs_piece *last = NULL;
 
 	assert(!l->finished);
-	assert(ti < l->ntensors);
+	assert(ti < gfs_layout_nentries(l));
 	t = &l->tensors[ti];
 	if (t->alias_of >= 0)
 		return gfs_fail(GFS_ERR_FORMAT, "alias %s cannot have pieces", t->name);
@@ -329,7 +387,7 @@ gfs_err gfs_layout_add_general(gfs_layout *l, size_t ti, const gfs_piece *p)
 	uint64_t span, end, src_span, src_end;
 
 	assert(!l->finished);
-	assert(ti < l->ntensors);
+	assert(ti < gfs_layout_nentries(l));
 	t = &l->tensors[ti];
 	if (t->alias_of >= 0)
 		return gfs_fail(GFS_ERR_FORMAT, "alias %s cannot have pieces", t->name);
@@ -407,11 +465,16 @@ gfs_err gfs_layout_add_object(gfs_layout *l, const char *name, uint32_t src,
 	return GFS_OK;
 }
 
-/* FNV-1a */
-static uint64_t name_hash(const char *s)
+/* FNV-1a of the state (if any), a NUL, and the name. */
+static uint64_t name_hash(const char *state, const char *s)
 {
 	uint64_t h = 1469598103934665603ull;
 
+	for (; state && *state; state++) {
+		h ^= (uint8_t)*state;
+		h *= 1099511628211ull;
+	}
+	h *= 1099511628211ull;
 	for (; *s; s++) {
 		h ^= (uint8_t)*s;
 		h *= 1099511628211ull;
@@ -419,24 +482,37 @@ static uint64_t name_hash(const char *s)
 	return h;
 }
 
+/* same_key(): entry t is (state, name). */
+static bool same_key(const gfs_tensor *t, const char *state, const char *name)
+{
+	if (!t->state != !state || (state && strcmp(t->state, state) != 0))
+		return false;
+	return strcmp(t->name, name) == 0;
+}
+
 static gfs_err build_hash(gfs_layout *l, const char *label)
 {
 	size_t cap = 16;
 
-	while (cap < l->ntensors * 2)
+	while (cap < gfs_layout_nentries(l) * 2)
 		cap *= 2;
 	l->hash = malloc(cap * sizeof(*l->hash));
 	if (!l->hash)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	memset(l->hash, 0xff, cap * sizeof(*l->hash));
 	l->hash_cap = cap;
-	for (size_t i = 0; i < l->ntensors; i++) {
-		size_t h = (size_t)name_hash(l->tensors[i].name) & (cap - 1);
+	for (size_t i = 0; i < gfs_layout_nentries(l); i++) {
+		const gfs_tensor *t = &l->tensors[i];
+		size_t h = (size_t)name_hash(t->state, t->name) & (cap - 1);
 
 		while (l->hash[h] != UINT32_MAX) {
-			if (strcmp(l->tensors[l->hash[h]].name, l->tensors[i].name) == 0)
-				return gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s appears twice",
-						label, l->tensors[i].name);
+			if (same_key(&l->tensors[l->hash[h]], t->state, t->name))
+				return t->state
+					? gfs_fail(GFS_ERR_FORMAT,
+						   "%s: optimizer state %s of %s appears twice",
+						   label, t->state, t->name)
+					: gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s appears twice",
+						   label, t->name);
 			h = (h + 1) & (cap - 1);
 		}
 		l->hash[h] = (uint32_t)i;
@@ -555,8 +631,12 @@ gfs_err gfs_layout_finish(gfs_layout *l, const char *label)
 	gfs_err err;
 
 	assert(!l->finished);
-	if (l->ntensors >= UINT32_MAX)
+	if (gfs_layout_nentries(l) >= UINT32_MAX)
 		return gfs_fail(GFS_ERR_LIMIT, "%s: too many tensors", label);
+	for (size_t i = 0; i < l->optim.nmodel_srcs; i++)
+		if (l->optim.model_srcs[i] >= l->nsources)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: model-states file %u of %zu sources",
+					label, l->optim.model_srcs[i], l->nsources);
 	err = build_hash(l, label);
 	if (err)
 		return err;
@@ -574,7 +654,7 @@ gfs_err gfs_layout_finish(gfs_layout *l, const char *label)
 			return gfs_fail(GFS_ERR_FORMAT, "%s: %s is both a tensor and an object",
 					label, o->name);
 	}
-	for (size_t i = 0; i < l->ntensors; i++) {
+	for (size_t i = 0; i < gfs_layout_nentries(l); i++) {
 		gfs_tensor *t = &l->tensors[i];
 		uint64_t reach = 0;
 
@@ -668,25 +748,30 @@ bool gfs_piece_next_run(const gfs_piece *p, uint64_t pos, uint64_t *start, uint6
 	return true;
 }
 
-int64_t gfs_layout_find(const gfs_layout *l, const char *name)
+int64_t gfs_layout_find_state(const gfs_layout *l, const char *state, const char *param)
 {
 	size_t h;
 
 	assert(l->hash);
-	h = (size_t)name_hash(name) & (l->hash_cap - 1);
+	h = (size_t)name_hash(state, param) & (l->hash_cap - 1);
 	while (l->hash[h] != UINT32_MAX) {
-		if (strcmp(l->tensors[l->hash[h]].name, name) == 0)
+		if (same_key(&l->tensors[l->hash[h]], state, param))
 			return l->hash[h];
 		h = (h + 1) & (l->hash_cap - 1);
 	}
 	return -1;
 }
 
+int64_t gfs_layout_find(const gfs_layout *l, const char *name)
+{
+	return gfs_layout_find_state(l, NULL, name);
+}
+
 const gfs_tensor *gfs_layout_target(const gfs_layout *l, size_t i)
 {
 	const gfs_tensor *t;
 
-	assert(i < l->ntensors);
+	assert(i < gfs_layout_nentries(l));
 	t = &l->tensors[i];
 	return t->alias_of >= 0 ? &l->tensors[t->alias_of] : t;
 }

@@ -114,19 +114,251 @@ fail:
 	return NULL;
 }
 
+/* ---------------------------------------------------- optimizer metadata */
+
+/* hval_json(): a plain value: null, bool, string, array (list), {"int": n},
+ * {"float": x}, {"tuple": [...]}. */
+static cJSON *hval_json(const gfs_hval *v)
+{
+	cJSON *o = NULL, *arr;
+
+	switch (v->kind) {
+	case GFS_HV_NONE:
+		return cJSON_CreateNull();
+	case GFS_HV_BOOL:
+		return cJSON_CreateBool(v->b);
+	case GFS_HV_STR:
+		return cJSON_CreateString(v->s);
+	case GFS_HV_INT:
+		o = cJSON_CreateObject();
+		if (o && !cJSON_AddNumberToObject(o, "int", (double)v->i)) {
+			cJSON_Delete(o);
+			return NULL;
+		}
+		return o;
+	case GFS_HV_FLOAT:
+		o = cJSON_CreateObject();
+		if (o && !cJSON_AddNumberToObject(o, "float", v->f)) {
+			cJSON_Delete(o);
+			return NULL;
+		}
+		return o;
+	case GFS_HV_TUPLE:
+	case GFS_HV_LIST:
+		arr = cJSON_CreateArray();
+		for (size_t i = 0; arr && i < v->n; i++) {
+			cJSON *e = hval_json(&v->items[i]);
+
+			if (!e || !cJSON_AddItemToArray(arr, e)) {
+				cJSON_Delete(e);
+				cJSON_Delete(arr);
+				return NULL;
+			}
+		}
+		if (!arr || v->kind == GFS_HV_LIST)
+			return arr;
+		o = cJSON_CreateObject();
+		if (!o || !cJSON_AddItemToObject(o, "tuple", arr)) {
+			cJSON_Delete(o);
+			cJSON_Delete(arr);
+			return NULL;
+		}
+		return o;
+	}
+	return NULL;
+}
+
+static cJSON *optim_json(const gfs_layout *l)
+{
+	const gfs_optim *o = &l->optim;
+	cJSON *j = cJSON_CreateObject();
+	cJSON *ms, *groups;
+
+	if (!j || !gfs_json_add_u64(j, "zero_stage", (uint64_t)o->zero_stage) ||
+	    !cJSON_AddBoolToObject(j, "bf16_optimizer", o->bf16_optimizer) ||
+	    !cJSON_AddBoolToObject(j, "round_robin", o->round_robin) ||
+	    !gfs_json_add_u64(j, "world_size", o->world_size) ||
+	    !gfs_json_add_u64(j, "flat_groups", o->nflat) ||
+	    (o->version && !cJSON_AddStringToObject(j, "version", o->version)) ||
+	    !(ms = cJSON_AddArrayToObject(j, "model_states")))
+		goto fail;
+	for (size_t i = 0; i < o->nmodel_srcs; i++) {
+		cJSON *v = gfs_json_u64_item(o->model_srcs[i]);
+
+		if (!v || !cJSON_AddItemToArray(ms, v)) {
+			cJSON_Delete(v);
+			goto fail;
+		}
+	}
+	if (!o->groups)
+		return j;
+	groups = cJSON_AddArrayToObject(j, "param_groups");
+	for (size_t g = 0; groups && g < o->ngroups; g++) {
+		cJSON *gj = cJSON_CreateObject();
+
+		if (!gj || !cJSON_AddItemToArray(groups, gj)) {
+			cJSON_Delete(gj);
+			goto fail;
+		}
+		for (size_t k = 0; k < o->groups[g].n; k++) {
+			cJSON *v = hval_json(&o->groups[g].items[k].v);
+
+			if (!v || !cJSON_AddItemToObject(gj, o->groups[g].items[k].key, v)) {
+				cJSON_Delete(v);
+				goto fail;
+			}
+		}
+	}
+	if (groups)
+		return j;
+fail:
+	cJSON_Delete(j);
+	return NULL;
+}
+
+static gfs_err parse_hval(const cJSON *v, gfs_hval *out, int depth)
+{
+	const cJSON *x = NULL;
+
+	memset(out, 0, sizeof(*out));
+	if (depth > 8)
+		return gfs_fail(GFS_ERR_LIMIT, "param_groups nest too deeply");
+	if (cJSON_IsNull(v)) {
+		out->kind = GFS_HV_NONE;
+	} else if (cJSON_IsBool(v)) {
+		out->kind = GFS_HV_BOOL;
+		out->b = cJSON_IsTrue(v);
+	} else if (cJSON_IsString(v)) {
+		out->kind = GFS_HV_STR;
+		out->s = gfs_strdup(v->valuestring);
+		if (!out->s)
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	} else if (cJSON_IsObject(v) && (x = gfs_json_get(v, "float")) && cJSON_IsNumber(x)) {
+		out->kind = GFS_HV_FLOAT;
+		out->f = x->valuedouble;
+	} else if (cJSON_IsObject(v) && (x = gfs_json_get(v, "int")) && cJSON_IsNumber(x) &&
+		   x->valuedouble == (double)(int64_t)x->valuedouble &&
+		   x->valuedouble >= -(double)GFS_JSON_MAX_INT &&
+		   x->valuedouble <= (double)GFS_JSON_MAX_INT) {
+		out->kind = GFS_HV_INT;
+		out->i = (int64_t)x->valuedouble;
+	} else if (cJSON_IsArray(v) ||
+		   (cJSON_IsObject(v) && cJSON_IsArray(x = gfs_json_get(v, "tuple")))) {
+		const cJSON *arr = cJSON_IsArray(v) ? v : x, *e;
+		const size_t n = (size_t)cJSON_GetArraySize(arr);
+
+		out->kind = cJSON_IsArray(v) ? GFS_HV_LIST : GFS_HV_TUPLE;
+		out->items = gfs_calloc(n ? n : 1, sizeof(*out->items));
+		if (!out->items)
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		cJSON_ArrayForEach(e, arr) {
+			const gfs_err err = parse_hval(e, &out->items[out->n++], depth + 1);
+
+			if (err)
+				return err;
+		}
+	} else {
+		return gfs_fail(GFS_ERR_FORMAT,
+				"optimizer param_groups: a value must be null, a bool, a string, a list, {\"int\"}, {\"float\"} or {\"tuple\"}");
+	}
+	return GFS_OK;
+}
+
+static gfs_err parse_optim(gfs_layout *l, const cJSON *j)
+{
+	gfs_optim *o = &l->optim;
+	const cJSON *ms = gfs_json_get(j, "model_states"), *pg = gfs_json_get(j, "param_groups");
+	const cJSON *e;
+	uint64_t stage, ws, nflat;
+	const char *ver;
+	gfs_err err;
+
+	if (!cJSON_IsObject(j))
+		return gfs_fail(GFS_ERR_FORMAT, "\"optimizer\" must be an object");
+	err = gfs_json_u64(gfs_json_get(j, "zero_stage"), NULL, "zero_stage", &stage);
+	if (!err)
+		err = gfs_json_u64(gfs_json_get(j, "world_size"), NULL, "world_size", &ws);
+	if (!err)
+		err = gfs_json_u64(gfs_json_get(j, "flat_groups"), NULL, "flat_groups", &nflat);
+	if (err)
+		return err;
+	if (stage > 3 || ws > UINT32_MAX || nflat > UINT32_MAX)
+		return gfs_fail(GFS_ERR_FORMAT, "optimizer: zero_stage, world_size or flat_groups out of range");
+	o->zero_stage = (int)stage;
+	o->world_size = (uint32_t)ws;
+	o->nflat = (uint32_t)nflat;
+	o->bf16_optimizer = cJSON_IsTrue(gfs_json_get(j, "bf16_optimizer"));
+	o->round_robin = cJSON_IsTrue(gfs_json_get(j, "round_robin"));
+	if (gfs_json_get(j, "version")) {
+		err = gfs_json_str(gfs_json_get(j, "version"), NULL, "optimizer version", &ver);
+		if (err)
+			return err;
+		o->version = gfs_strdup(ver);
+		if (!o->version)
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	if (ms) {
+		if (!cJSON_IsArray(ms))
+			return gfs_fail(GFS_ERR_FORMAT, "model_states must be an array");
+		o->model_srcs = gfs_calloc((size_t)cJSON_GetArraySize(ms) + 1, sizeof(*o->model_srcs));
+		if (!o->model_srcs)
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		cJSON_ArrayForEach(e, ms) {
+			uint64_t src;
+
+			err = gfs_json_u64(e, NULL, "a model_states source", &src);
+			if (err)
+				return err;
+			if (src >= l->nsources)
+				return gfs_fail(GFS_ERR_FORMAT, "model_states source %llu out of range",
+						(unsigned long long)src);
+			o->model_srcs[o->nmodel_srcs++] = (uint32_t)src;
+		}
+	}
+	if (!pg)
+		return GFS_OK;
+	if (!cJSON_IsArray(pg))
+		return gfs_fail(GFS_ERR_FORMAT, "param_groups must be an array");
+	o->groups = gfs_calloc((size_t)cJSON_GetArraySize(pg) + 1, sizeof(*o->groups));
+	if (!o->groups)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	cJSON_ArrayForEach(e, pg) {
+		gfs_pgroup *g = &o->groups[o->ngroups++];
+		const cJSON *kv;
+
+		if (!cJSON_IsObject(e))
+			return gfs_fail(GFS_ERR_FORMAT, "each param group must be an object");
+		g->items = gfs_calloc((size_t)cJSON_GetArraySize(e) + 1, sizeof(*g->items));
+		if (!g->items)
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		cJSON_ArrayForEach(kv, e) {
+			gfs_hparam *hp = &g->items[g->n++];
+
+			hp->key = gfs_strdup(kv->string);
+			if (!hp->key)
+				return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+			err = parse_hval(kv, &hp->v, 0);
+			if (err)
+				return err;
+		}
+	}
+	return GFS_OK;
+}
+
 gfs_err gfs_layout_to_json(const gfs_layout *l, char **text)
 {
 	cJSON *root = cJSON_CreateObject();
 	cJSON *sources, *tensors;
 	char *out;
 
+	const bool v3 = l->noptim > 0 || l->optim.zero_stage > 0;
 	bool v2 = l->nobjects > 0;
 
-	for (size_t i = 0; i < l->ntensors && !v2; i++)
+	for (size_t i = 0; i < gfs_layout_nentries(l) && !v2; i++)
 		v2 = tensor_is_general(&l->tensors[i]);
 	if (!root)
 		goto nomem;
-	if (!gfs_json_add_u64(root, LAYOUT_MAGIC, v2 ? GFS_LAYOUT_VERSION_MAX : GFS_LAYOUT_VERSION) ||
+	if (!gfs_json_add_u64(root, LAYOUT_MAGIC, v3 ? 3 : v2 ? 2 : GFS_LAYOUT_VERSION) ||
 	    !cJSON_AddStringToObject(root, "format", l->format) ||
 	    (l->info && !cJSON_AddStringToObject(root, "info", l->info)) ||
 	    !cJSON_AddStringToObject(root, "base_dir", l->base_dir) ||
@@ -153,6 +385,24 @@ gfs_err gfs_layout_to_json(const gfs_layout *l, char **text)
 		if (!t || !cJSON_AddItemToArray(tensors, t)) {
 			cJSON_Delete(t);
 			goto nomem;
+		}
+	}
+	if (v3) {
+		cJSON *states = cJSON_AddArrayToObject(root, "optimizer_state");
+		cJSON *opt = optim_json(l);
+
+		if (!states || !opt || !cJSON_AddItemToObject(root, "optimizer", opt)) {
+			cJSON_Delete(opt);
+			goto nomem;
+		}
+		for (size_t i = l->ntensors; i < gfs_layout_nentries(l); i++) {
+			cJSON *t = tensor_json(l, &l->tensors[i]);
+
+			if (!t || !cJSON_AddStringToObject(t, "state", l->tensors[i].state) ||
+			    !cJSON_AddItemToArray(states, t)) {
+				cJSON_Delete(t);
+				goto nomem;
+			}
 		}
 	}
 	if (l->nobjects) {
@@ -348,10 +598,10 @@ static gfs_err parse_objects(gfs_layout *l, const cJSON *v)
 	return GFS_OK;
 }
 
-static gfs_err parse_tensor(gfs_layout *l, const cJSON *t)
+static gfs_err parse_tensor(gfs_layout *l, const cJSON *t, bool optim)
 {
 	char ctx[CTX_MAX];
-	const char *name, *alias, *dtname;
+	const char *name, *alias, *dtname, *state = NULL;
 	uint64_t dims[GFS_MAX_DIMS];
 	uint32_t ndim = 0;
 	gfs_dtype dt;
@@ -361,9 +611,14 @@ static gfs_err parse_tensor(gfs_layout *l, const cJSON *t)
 	if (!cJSON_IsObject(t))
 		return gfs_fail(GFS_ERR_FORMAT, "each tensor must be an object");
 	err = gfs_json_str(gfs_json_get(t, "name"), NULL, "tensor name", &name);
+	if (!err && optim)
+		err = gfs_json_str(gfs_json_get(t, "state"), NULL, "optimizer state", &state);
 	if (err)
 		return err;
-	set_ctx(ctx, "tensor", name);
+	if (optim && gfs_json_get(t, "alias_of"))
+		return gfs_fail(GFS_ERR_FORMAT, "optimizer state %s of %s cannot be an alias",
+				state, name);
+	set_ctx(ctx, optim ? "optimizer state of" : "tensor", name);
 	if (gfs_json_get(t, "alias_of")) {
 		err = gfs_json_str(gfs_json_get(t, "alias_of"), ctx, "alias_of", &alias);
 		return err ? err : gfs_layout_add_alias(l, name, alias);
@@ -376,7 +631,8 @@ static gfs_err parse_tensor(gfs_layout *l, const cJSON *t)
 		return gfs_fail(GFS_ERR_FORMAT, "%s: unknown dtype '%s'", ctx, dtname);
 	err = parse_shape(gfs_json_get(t, "shape"), ctx, &ndim, dims);
 	if (!err)
-		err = gfs_layout_add_tensor(l, name, dt, ndim, dims, &ti);
+		err = state ? gfs_layout_add_state(l, state, name, dt, ndim, dims, &ti)
+			    : gfs_layout_add_tensor(l, name, dt, ndim, dims, &ti);
 	if (!err)
 		err = parse_pieces(l, ti, gfs_json_get(t, "pieces"), ctx);
 	return err;
@@ -466,11 +722,23 @@ static gfs_err parse_root(const cJSON *root, const char *json_dir, gfs_layout **
 		err = gfs_fail(GFS_ERR_FORMAT, "\"tensors\" must be an array");
 	if (!err) {
 		cJSON_ArrayForEach(t, v) {
-			err = parse_tensor(l, t);
+			err = parse_tensor(l, t, false);
 			if (err)
 				break;
 		}
 	}
+	v = gfs_json_get(root, "optimizer_state");
+	if (!err && v && !cJSON_IsArray(v))
+		err = gfs_fail(GFS_ERR_FORMAT, "\"optimizer_state\" must be an array");
+	if (!err && v) {
+		cJSON_ArrayForEach(t, v) {
+			err = parse_tensor(l, t, true);
+			if (err)
+				break;
+		}
+	}
+	if (!err && gfs_json_get(root, "optimizer"))
+		err = parse_optim(l, gfs_json_get(root, "optimizer"));
 	if (!err && gfs_json_get(root, "objects"))
 		err = parse_objects(l, gfs_json_get(root, "objects"));
 	if (err) {

@@ -122,7 +122,7 @@ gfs_err gfs_vfile_add_tensor(gfs_vfile *vf, size_t entry, uint64_t off,
 
 	if (len == 0)
 		return GFS_OK;
-	assert(vf->ctx && entry < vf->ctx->layout->ntensors);
+	assert(vf->ctx && entry < gfs_layout_nentries(vf->ctx->layout));
 	assert(off + len <= gfs_tensor_out_nbytes(vf->ctx->layout, entry, vf->ctx->want));
 	err = push_seg(vf, GFS_SEG_TENSOR, len, &seg);
 	if (err)

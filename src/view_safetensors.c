@@ -129,7 +129,7 @@ gfs_err gfs_stview_new(const gfs_vctx *ctx, const size_t *entries, size_t n,
 		const size_t e = entries ? entries[k] : k;
 		const gfs_tensor *t = &l->tensors[e];
 
-		assert(e < l->ntensors);
+		assert(e < gfs_layout_nentries(l));
 		if (t->alias_of >= 0)
 			continue;
 		items[ni++] = (st_item){

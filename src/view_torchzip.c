@@ -239,12 +239,14 @@ typedef struct pk_memos {
 } pk_memos;
 
 /*
- * pk_tensor(): the REDUCE of _rebuild_tensor_v2 for entry i.  The storage of
- * a target seen for the first time gets key *nkeys (recorded in keys[]);
- * later references BINGET its memoised persistent id tuple.
+ * pk_tensor_as(): the REDUCE of _rebuild_tensor_v2 for entry i, presented
+ * with shape[0..ndim) (same numel as the entry) and requires_grad.  The
+ * storage of a target seen for the first time gets key *nkeys (recorded in
+ * keys[]); later references BINGET its memoised persistent id tuple.
  */
-static gfs_err pk_tensor(pkbuf *b, const gfs_vctx *ctx, pk_memos *m, size_t i,
-			 size_t *keys, size_t *nkeys)
+static gfs_err pk_tensor_as(pkbuf *b, const gfs_vctx *ctx, pk_memos *m, size_t i,
+			    uint32_t ndim, const uint64_t *shape, bool requires_grad,
+			    size_t *keys, size_t *nkeys)
 {
 	const gfs_layout *l = ctx->layout;
 	const size_t ti = l->tensors[i].alias_of >= 0 ? (size_t)l->tensors[i].alias_of : i;
@@ -252,15 +254,19 @@ static gfs_err pk_tensor(pkbuf *b, const gfs_vctx *ctx, pk_memos *m, size_t i,
 	uint64_t stride[GFS_MAX_DIMS];
 	uint64_t step = 1;
 
-	for (uint32_t d = t->ndim; d-- > 0;) {
-		if (t->shape[d] > INT64_MAX || step > INT64_MAX)
+	assert(ndim <= GFS_MAX_DIMS);
+	for (uint32_t d = ndim; d-- > 0;) {
+		if (shape[d] > INT64_MAX || step > INT64_MAX)
 			return gfs_fail(GFS_ERR_UNSUPPORTED,
 					"tensor %s: shape does not fit torch's int64", t->name);
 		stride[d] = step;
-		if (!gfs_mul_u64(step, t->shape[d] ? t->shape[d] : 1, &step))
+		if (!gfs_mul_u64(step, shape[d] ? shape[d] : 1, &step))
 			return gfs_fail(GFS_ERR_UNSUPPORTED,
 					"tensor %s: strides overflow", t->name);
 	}
+	if (step != t->numel && t->numel != 0)
+		return gfs_fail(GFS_ERR_INVAL, "tensor %s: presented with another element count",
+				t->name);
 	if (m->rebuild != UINT32_MAX) {
 		pk_memo_get(b, m->rebuild);
 	} else {
@@ -292,15 +298,29 @@ static gfs_err pk_tensor(pkbuf *b, const gfs_vctx *ctx, pk_memos *m, size_t i,
 	}
 	pk_op(b, 'Q');  /* BINPERSID */
 	pk_int(b, 0);   /* storage_offset */
-	pk_int_tuple(b, t->shape, t->ndim);
-	pk_int_tuple(b, stride, t->ndim);
-	pk_op(b, 0x89); /* NEWFALSE: requires_grad */
-	pk_memo_get(b, m->odict);
+	pk_int_tuple(b, shape, ndim);
+	pk_int_tuple(b, stride, ndim);
+	pk_op(b, requires_grad ? 0x88 : 0x89); /* NEWTRUE / NEWFALSE */
+	if (m->odict != UINT32_MAX) {
+		pk_memo_get(b, m->odict);
+	} else {
+		pk_global(b, "collections", "OrderedDict");
+		m->odict = pk_memo_put(b);
+	}
 	pk_op(b, ')');
 	pk_op(b, 'R');  /* backward_hooks = OrderedDict() */
 	pk_op(b, 't');
 	pk_op(b, 'R');
 	return GFS_OK;
+}
+
+/* pk_tensor(): entry i as itself (its own shape, requires_grad False). */
+static gfs_err pk_tensor(pkbuf *b, const gfs_vctx *ctx, pk_memos *m, size_t i,
+			 size_t *keys, size_t *nkeys)
+{
+	const gfs_tensor *t = gfs_layout_target(ctx->layout, i);
+
+	return pk_tensor_as(b, ctx, m, i, t->ndim, t->shape, false, keys, nkeys);
 }
 
 /*
@@ -315,10 +335,10 @@ static gfs_err build_pickle(const gfs_vctx *ctx, const size_t *entries, size_t n
 	pk_memos m;
 	gfs_err err = GFS_OK;
 
-	m.persid = malloc((l->ntensors ? l->ntensors : 1) * sizeof(*m.persid));
+	m.persid = malloc((gfs_layout_nentries(l) + 1) * sizeof(*m.persid));
 	if (!m.persid)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	memset(m.persid, 0xff, l->ntensors * sizeof(*m.persid));
+	memset(m.persid, 0xff, gfs_layout_nentries(l) * sizeof(*m.persid));
 	memset(m.storage, 0xff, sizeof(m.storage));
 	*nkeys = 0;
 	pk_put(b, "\x80\x02", 2); /* PROTO 2 */
@@ -1078,15 +1098,10 @@ static gfs_err compose(gfs_tzview *z, const pkbuf *pk)
 	return err ? err : add_end(z, cd_off);
 }
 
-gfs_err gfs_tzview_new(const gfs_vctx *ctx, const char *prefix, const size_t *entries,
-		       size_t n, gfs_tzview **out)
+/* tz_alloc(): an empty view of ctx with archive prefix `prefix`. */
+static gfs_err tz_alloc(const gfs_vctx *ctx, const char *prefix, gfs_tzview **out)
 {
-	pkbuf pk = { 0 };
-	size_t *all = NULL;
-	size_t *keys;
-	size_t nkeys = 0;
 	gfs_tzview *z;
-	gfs_err err;
 
 	assert(ctx->layout->finished);
 	if (!*prefix || strlen(prefix) > PREFIX_MAX || strchr(prefix, '/'))
@@ -1106,6 +1121,26 @@ gfs_err gfs_tzview_new(const gfs_vctx *ctx, const char *prefix, const size_t *en
 	z->ctx = ctx;
 	z->gen = (gfs_vgen){ .fn = crc_gen, .ctx = z };
 	z->prefix = gfs_strdup(prefix);
+	if (!z->prefix) {
+		gfs_tzview_free(z);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	*out = z;
+	return GFS_OK;
+}
+
+gfs_err gfs_tzview_new(const gfs_vctx *ctx, const char *prefix, const size_t *entries,
+		       size_t n, gfs_tzview **out)
+{
+	pkbuf pk = { 0 };
+	size_t *all = NULL;
+	size_t *keys;
+	size_t nkeys = 0;
+	gfs_tzview *z;
+	gfs_err err = tz_alloc(ctx, prefix, &z);
+
+	if (err)
+		return err;
 	if (!entries) {
 		n = ctx->layout->ntensors;
 		all = gfs_calloc(n, sizeof(*all));
@@ -1114,7 +1149,7 @@ gfs_err gfs_tzview_new(const gfs_vctx *ctx, const char *prefix, const size_t *en
 		entries = all;
 	}
 	keys = gfs_calloc(n, sizeof(*keys));
-	if (!z->prefix || !keys || !entries)
+	if (!keys || !entries)
 		err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	else
 		err = build_pickle(ctx, entries, n, &pk, keys, &nkeys);
@@ -1125,6 +1160,118 @@ gfs_err gfs_tzview_new(const gfs_vctx *ctx, const char *prefix, const size_t *en
 	free(keys);
 	free(all);
 	free(pk.buf.p);
+	if (err) {
+		gfs_tzview_free(z);
+		return err;
+	}
+	*out = z;
+	return GFS_OK;
+}
+
+/* ------------------------------------------------------- pickle writer */
+
+struct gfs_pkw {
+	const gfs_vctx *ctx;
+	pkbuf b;
+	pk_memos m;
+	size_t *keys; /* layout entry of each storage key */
+	size_t nkeys;
+	size_t cap_keys;
+};
+
+gfs_err gfs_pkw_new(const gfs_vctx *ctx, gfs_pkw **out)
+{
+	const size_t n = gfs_layout_nentries(ctx->layout);
+	gfs_pkw *w = calloc(1, sizeof(*w));
+
+	if (!w)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	w->ctx = ctx;
+	w->m.persid = malloc((n + 1) * sizeof(*w->m.persid));
+	if (!w->m.persid) {
+		free(w);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	memset(w->m.persid, 0xff, n * sizeof(*w->m.persid));
+	memset(w->m.storage, 0xff, sizeof(w->m.storage));
+	w->m.odict = w->m.rebuild = UINT32_MAX;
+	pk_put(&w->b, "\x80\x02", 2); /* PROTO 2 */
+	*out = w;
+	return GFS_OK;
+}
+
+void gfs_pkw_free(gfs_pkw *w)
+{
+	if (!w)
+		return;
+	free(w->m.persid);
+	free(w->keys);
+	free(w->b.buf.p);
+	free(w);
+}
+
+void gfs_pkw_op(gfs_pkw *w, char op)
+{
+	pk_op(&w->b, (uint8_t)op);
+}
+
+void gfs_pkw_int(gfs_pkw *w, int64_t v)
+{
+	if (v >= 0) {
+		pk_int(&w->b, (uint64_t)v);
+	} else if (v >= INT32_MIN) {
+		uint8_t tmp[5] = { 'J' }; /* BININT: signed 32-bit */
+
+		put32(tmp + 1, (uint32_t)(int32_t)v);
+		pk_put(&w->b, tmp, sizeof(tmp));
+	} else {
+		uint8_t tmp[2 + 8] = { 0x8a, 8 }; /* LONG1, 8 bytes two's complement */
+
+		put64(tmp + 2, (uint64_t)v);
+		pk_put(&w->b, tmp, sizeof(tmp));
+	}
+}
+
+void gfs_pkw_float(gfs_pkw *w, double v)
+{
+	uint8_t tmp[9] = { 'G' }; /* BINFLOAT: big-endian IEEE 754 double */
+	uint64_t bits;
+
+	memcpy(&bits, &v, sizeof(bits));
+	for (int i = 0; i < 8; i++)
+		tmp[1 + i] = (uint8_t)(bits >> (56 - 8 * i));
+	pk_put(&w->b, tmp, sizeof(tmp));
+}
+
+void gfs_pkw_str(gfs_pkw *w, const char *s)
+{
+	pk_str(&w->b, s);
+}
+
+gfs_err gfs_pkw_tensor(gfs_pkw *w, size_t entry, uint32_t ndim, const uint64_t *shape,
+		       bool requires_grad)
+{
+	assert(entry < gfs_layout_nentries(w->ctx->layout));
+	if (!gfs_grow((void **)&w->keys, &w->cap_keys, w->nkeys, sizeof(*w->keys), 4))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	return pk_tensor_as(&w->b, w->ctx, &w->m, entry, ndim, shape, requires_grad, w->keys,
+			    &w->nkeys);
+}
+
+gfs_err gfs_tzview_new_pickle(gfs_pkw *w, const char *prefix, gfs_tzview **out)
+{
+	gfs_tzview *z;
+	gfs_err err = tz_alloc(w->ctx, prefix, &z);
+
+	if (err)
+		return err;
+	pk_op(&w->b, '.'); /* STOP */
+	if (w->b.buf.oom)
+		err = gfs_fail(GFS_ERR_NOMEM, "out of memory writing data.pkl");
+	if (!err)
+		err = init_records(z, &w->b, w->keys, w->nkeys);
+	if (!err)
+		err = compose(z, &w->b);
 	if (err) {
 		gfs_tzview_free(z);
 		return err;

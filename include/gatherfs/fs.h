@@ -14,12 +14,19 @@
  *                       (layout->root_dir), passed through unchanged, but
  *                       the layout's sources and plain model files
  *                       (gfs_plain_is_model_name())
+ *   /optim/<state>/<name>       optimizer state `state` of param `name` (raw
+ *                               bytes in the output dtype, named as in tensors/)
+ *   /optim/<state>.safetensors  every param's `state`, keyed by param name
+ *   /latest_universal, /<tag>_universal/...
+ *                       a DeepSpeed universal checkpoint (view_universal.h)
  *
  * With a shard size, pytorch_model.bin and model.safetensors are replaced by
  * Hugging Face shards and their index files (shards.h):
  * pytorch_model-0000i-of-0000N.bin + pytorch_model.bin.index.json and
  * model-0000i-of-0000N.safetensors + model.safetensors.index.json.  The
- * views option chooses which of bin, safetensors, tensors and layout appear.
+ * views option chooses which of bin, safetensors, tensors, layout, optim
+ * and universal appear.  A layout the universal view cannot serve (see
+ * gfs_uview_new()) gets no universal files and a note saying why.
  *
  * Tensor file names are the state-dict keys with '%', '/' and control bytes
  * written as %XX (upper-case hex); the names ".", ".." and "INDEX" are
@@ -69,7 +76,9 @@ enum {
 	GFS_VIEW_SAFETENSORS = 2, /* model.safetensors (or its shards) */
 	GFS_VIEW_TENSORS = 4,     /* tensors/ */
 	GFS_VIEW_LAYOUT = 8,      /* layout.json */
-	GFS_VIEW_ALL = 15,
+	GFS_VIEW_OPTIM = 16,      /* optim/ */
+	GFS_VIEW_UNIVERSAL = 32,  /* latest_universal, <tag>_universal/ */
+	GFS_VIEW_ALL = 63,
 };
 
 typedef struct gfs_fs_opts {
@@ -81,7 +90,7 @@ typedef struct gfs_fs_opts {
 
 /*
  * gfs_views_parse(): a list of view names (bin, safetensors, tensors,
- * layout, all) separated by ':' or '+' into GFS_VIEW_* bits.
+ * layout, optim, universal, all) separated by ':' or '+' into GFS_VIEW_* bits.
  */
 gfs_err gfs_views_parse(const char *s, unsigned *views);
 
@@ -97,6 +106,14 @@ gfs_err gfs_fs_new(const gfs_layout *l, const gfs_srcset *src, const gfs_fs_opts
 
 /* gfs_fs_free(): close passed-through files and free everything; NULL allowed. */
 void gfs_fs_free(gfs_fs *fs);
+
+/*
+ * gfs_fs_nnotes()/gfs_fs_note(): things the namespace left out, one line
+ * each (a universal view it cannot serve and why, checkpoint files hidden
+ * behind a view), for the caller to log.
+ */
+size_t gfs_fs_nnotes(const gfs_fs *fs);
+const char *gfs_fs_note(const gfs_fs *fs, size_t i);
 
 /* gfs_fs_node(): the node with inode number ino, or NULL. */
 const gfs_node *gfs_fs_node(const gfs_fs *fs, uint64_t ino);

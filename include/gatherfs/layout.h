@@ -27,7 +27,7 @@
 
 #define GFS_MAX_DIMS 16
 #define GFS_LAYOUT_VERSION 1     /* written when a layout needs nothing newer */
-#define GFS_LAYOUT_VERSION_MAX 2 /* strided and zstd pieces, objects */
+#define GFS_LAYOUT_VERSION_MAX 3 /* 2: strided and zstd pieces, objects; 3: optimizer state */
 
 typedef enum gfs_piece_kind {
 	GFS_PIECE_FILE = 0, /* bytes from a source file */
@@ -89,6 +89,7 @@ typedef struct gfs_tensor {
 	gfs_piece *pieces;
 	size_t npieces;
 	size_t cap_pieces;
+	char *state;      /* optimizer-state entries: the state ("exp_avg", "step"...); else NULL */
 } gfs_tensor;
 
 /*
@@ -102,6 +103,58 @@ typedef struct gfs_object {
 	uint64_t src_off; /* bytes as stored (possibly transformed) */
 	uint64_t len;
 } gfs_object;
+
+/*
+ * Optimizer state (docs/layout-json.md, "optimizer").  An optimizer-state
+ * entry is a gfs_tensor with a `state`, named after its parameter: the
+ * per-parameter slice of one per-element state of the flat groups
+ * ("exp_avg", "exp_avg_sq", "momentum_buffer"...), or "step", the 0-d step
+ * of the parameter's group.  They follow the model tensors in
+ * gfs_layout.tensors: entries [ntensors, ntensors + noptim).  Views that
+ * iterate [0, ntensors) never see them.  The fp32 masters are the model
+ * tensors themselves.
+ *
+ * gfs_optim carries what is not a tensor: how the states were partitioned
+ * and the optimizer's param_groups (hyper-parameters, without "params"),
+ * as plain values.
+ */
+typedef enum gfs_hkind {
+	GFS_HV_NONE, GFS_HV_BOOL, GFS_HV_INT, GFS_HV_FLOAT, GFS_HV_STR, GFS_HV_TUPLE,
+	GFS_HV_LIST,
+} gfs_hkind;
+
+typedef struct gfs_hval {
+	gfs_hkind kind;
+	bool b;
+	int64_t i;
+	double f;
+	char *s;                /* STR */
+	struct gfs_hval *items; /* TUPLE, LIST */
+	size_t n;
+} gfs_hval;
+
+typedef struct gfs_hparam {
+	char *key;
+	gfs_hval v;
+} gfs_hparam;
+
+typedef struct gfs_pgroup {
+	gfs_hparam *items;
+	size_t n;
+} gfs_pgroup;
+
+typedef struct gfs_optim {
+	int zero_stage;       /* DeepSpeed ZeRO stage 1, 2, 3; 0: no optimizer metadata */
+	bool bf16_optimizer;  /* DeepSpeed's BF16_Optimizer (stage 1 layout) */
+	bool round_robin;     /* round_robin_gradients: flat order is not module order */
+	uint32_t world_size;  /* ranks the states are partitioned over */
+	uint32_t nflat;       /* flat groups: stage 1/2 param groups, stage 3 sub-groups */
+	char *version;        /* ds_version, or NULL */
+	gfs_pgroup *groups;   /* the optimizer's param_groups, or NULL */
+	size_t ngroups;
+	uint32_t *model_srcs; /* sources that are model-states files, in rank order */
+	size_t nmodel_srcs;
+} gfs_optim;
 
 typedef struct gfs_layout {
 	char *format;   /* source format: "deepspeed", "json", ... */
@@ -117,8 +170,10 @@ typedef struct gfs_layout {
 	size_t nsources;
 	size_t cap_sources;
 	gfs_tensor *tensors;
-	size_t ntensors;
+	size_t ntensors;   /* model tensors: entries [0, ntensors) */
 	size_t cap_tensors;
+	size_t noptim;     /* optimizer-state entries: [ntensors, ntensors + noptim) */
+	gfs_optim optim;   /* filled by importers directly; freed with the layout */
 	/* name lookup, built by gfs_layout_finish() */
 	uint32_t *hash;
 	size_t hash_cap;
@@ -161,6 +216,33 @@ gfs_err gfs_layout_add_tensor(gfs_layout *l, const char *name, gfs_dtype dtype,
  */
 gfs_err gfs_layout_add_object(gfs_layout *l, const char *name, uint32_t src,
 			      uint64_t src_off, uint64_t len);
+
+/*
+ * gfs_layout_add_state(): append the optimizer-state entry `state` of
+ * parameter `param` (no pieces yet).  Model tensors cannot be added after
+ * it.  (state, param) pairs are unique.  @return GFS_OK and *idx.
+ */
+gfs_err gfs_layout_add_state(gfs_layout *l, const char *state, const char *param,
+			     gfs_dtype dtype, uint32_t ndim, const uint64_t *shape,
+			     size_t *idx);
+
+/* gfs_layout_nentries(): model tensors plus optimizer-state entries. */
+static inline size_t gfs_layout_nentries(const gfs_layout *l)
+{
+	return l->ntensors + l->noptim;
+}
+
+/*
+ * gfs_layout_find_state(): index of the optimizer-state entry (state,
+ * param), or -1.  O(1).
+ */
+int64_t gfs_layout_find_state(const gfs_layout *l, const char *state, const char *param);
+
+/* gfs_hval_clear(): free what v owns (recursively); v becomes NONE. */
+void gfs_hval_clear(gfs_hval *v);
+
+/* gfs_optim_clear(): free what o owns; o becomes empty (zero_stage 0). */
+void gfs_optim_clear(gfs_optim *o);
 
 /*
  * gfs_layout_add_alias(): append an alias entry named name for target.  The
@@ -229,12 +311,12 @@ bool gfs_piece_run_at(const gfs_piece *p, uint64_t pos, uint64_t *start, uint64_
  */
 bool gfs_piece_next_run(const gfs_piece *p, uint64_t pos, uint64_t *start, uint64_t *end);
 
-/* gfs_layout_find(): index of the tensor named name, or -1.  O(1). */
+/* gfs_layout_find(): index of the model tensor named name, or -1.  O(1). */
 int64_t gfs_layout_find(const gfs_layout *l, const char *name);
 
 /*
  * gfs_layout_target(): the tensor holding the bytes of entry i (itself, or
- * its alias target).
+ * its alias target); i < gfs_layout_nentries().
  */
 const gfs_tensor *gfs_layout_target(const gfs_layout *l, size_t i);
 

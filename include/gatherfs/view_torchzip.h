@@ -59,4 +59,45 @@ const gfs_vfile *gfs_tzview_vfile(const gfs_tzview *z);
  */
 gfs_err gfs_tzview_compute_crcs(gfs_tzview *z, unsigned nthreads);
 
+/*
+ * A pickle writer for views that compose their own data.pkl (protocol 2,
+ * the opcodes torch.save writes), whose tensors are layout entries served
+ * from the sources: gfs_pkw_new() writes PROTO; the caller emits the
+ * object with gfs_pkw_op() (raw opcodes: '}' EMPTY_DICT, ']' EMPTY_LIST,
+ * '(' MARK, 'u' SETITEMS, 's' SETITEM, 'e' APPENDS, 't' TUPLE, 0x85..0x87
+ * TUPLE1..3, ')' EMPTY_TUPLE, 'N' NONE, 0x88 NEWTRUE, 0x89 NEWFALSE) and
+ * the value helpers; gfs_tzview_new_pickle() appends STOP and composes the
+ * zip, storage data/k holding the k-th distinct entry written.
+ */
+typedef struct gfs_pkw gfs_pkw;
+
+/* gfs_pkw_new(): a writer over ctx (must outlive the views made from it). */
+gfs_err gfs_pkw_new(const gfs_vctx *ctx, gfs_pkw **out);
+
+/* gfs_pkw_free(): NULL allowed. */
+void gfs_pkw_free(gfs_pkw *w);
+
+/* gfs_pkw_op(): one raw opcode byte. */
+void gfs_pkw_op(gfs_pkw *w, char op);
+
+/* gfs_pkw_int(), gfs_pkw_float(), gfs_pkw_str(): an int, a float, a str. */
+void gfs_pkw_int(gfs_pkw *w, int64_t v);
+void gfs_pkw_float(gfs_pkw *w, double v);
+void gfs_pkw_str(gfs_pkw *w, const char *s);
+
+/*
+ * gfs_pkw_tensor(): torch._utils._rebuild_tensor_v2 of layout entry
+ * `entry` (in ctx's output dtype) presented with shape[0..ndim), which must
+ * have the entry's element count, C-contiguous, with requires_grad.
+ */
+gfs_err gfs_pkw_tensor(gfs_pkw *w, size_t entry, uint32_t ndim, const uint64_t *shape,
+		       bool requires_grad);
+
+/*
+ * gfs_tzview_new_pickle(): the torch zip of the object written to w (w is
+ * finished by this call and can only be freed afterwards), archive prefix
+ * `prefix`.  Records and CRCs as for gfs_tzview_new().
+ */
+gfs_err gfs_tzview_new_pickle(gfs_pkw *w, const char *prefix, gfs_tzview **out);
+
 #endif

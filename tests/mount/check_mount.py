@@ -176,11 +176,23 @@ def main():
     # (except the layout's own source files: their contents are the views)
     sources = {os.path.realpath(os.path.join(layout["base_dir"], s["path"]))
                for s in layout["sources"]}
-    passed = sorted(n for n in os.listdir(ckpt) if n not in VIRTUAL
+    # (and the optimizer-state views of a DeepSpeed import: optim/ and, when
+    # served, latest_universal naming <tag>_universal/; tests/universal.sh
+    # checks their contents)
+    virtual = set(VIRTUAL)
+    if layout.get("optimizer_state"):
+        virtual.add("optim")
+    if os.path.isfile(os.path.join(mnt, "latest_universal")):
+        with open(os.path.join(mnt, "latest_universal")) as f:
+            udir = f.read()
+        if not os.path.isdir(os.path.join(mnt, udir)):
+            bad(f"latest_universal names {udir!r}, which is not a directory")
+        virtual |= {"latest_universal", udir}
+    passed = sorted(n for n in os.listdir(ckpt) if n not in virtual
                     and os.path.isfile(os.path.join(ckpt, n))
                     and os.path.realpath(os.path.join(ckpt, n)) not in sources)
-    if sorted(os.listdir(mnt)) != sorted(passed + list(VIRTUAL)):
-        bad(f"root lists {sorted(os.listdir(mnt))}, want {sorted(passed + list(VIRTUAL))}")
+    if sorted(os.listdir(mnt)) != sorted(passed + list(virtual)):
+        bad(f"root lists {sorted(os.listdir(mnt))}, want {sorted(passed + list(virtual))}")
     for n in passed:
         if not filecmp.cmp(os.path.join(ckpt, n), os.path.join(mnt, n), shallow=False):
             bad(f"passed-through {n} differs")
