@@ -21,7 +21,9 @@ problems = []
 # option -> a value for it (None: a flag)
 OPTIONS = {"--tag": "global_step3", "--input-format": "deepspeed", "--prefix": "model.",
            "--layout": None, "--dtype": "bf16", "--json": None, "--format": "bin",
-           "--shard-size": "1M"}
+           "--shard-size": "1M", "--optim": None}
+# spellings a command needs (cat --optim names the state: --optim=STATE)
+SPELLING = {("cat", "--optim"): ["--optim=exp_avg"]}
 
 
 def check(ok, msg):
@@ -60,7 +62,7 @@ for cmd, allowed in sorted(synopsis.items()):
         if opt == "--layout":
             args = [cmd, "--layout", layout]
         else:
-            args = [cmd, opt] + ([val] if val else []) + [CKPT]
+            args = [cmd] + SPELLING.get((cmd, opt), [opt] + ([val] if val else [])) + [CKPT]
         if cmd == "cat":
             args.append("embed.weight")
         elif cmd == "export":
