@@ -33,6 +33,10 @@ struct gfs_srcset {
 	uint64_t gen; /* distinct for every gfs_srcset_open() */
 	size_t n;
 	src_id *ids;
+	_Atomic int *rec_state; /* gfs_rec_state of each layout record */
+	atomic_size_t *nbad;    /* records found BAD */
+	pthread_mutex_t *rec_mu; /* with rec_cv: waiting for a BUSY record */
+	pthread_cond_t *rec_cv;
 	int fds[];
 };
 
@@ -75,10 +79,33 @@ gfs_err gfs_srcset_open(const gfs_layout *l, gfs_srcset **out)
 	s->gen = ++srcset_gen;
 	s->n = 0;
 	s->ids = gfs_calloc(l->nsources, sizeof(*s->ids));
-	if (!s->ids) {
+	s->rec_state = gfs_calloc(l->nrecords ? l->nrecords : 1, sizeof(*s->rec_state));
+	s->rec_mu = malloc(sizeof(*s->rec_mu));
+	s->rec_cv = malloc(sizeof(*s->rec_cv));
+	s->nbad = malloc(sizeof(*s->nbad));
+	if (!s->ids || !s->rec_state || !s->rec_mu || !s->rec_cv || !s->nbad ||
+	    pthread_mutex_init(s->rec_mu, NULL) != 0) {
+		free(s->ids);
+		free(s->rec_state);
+		free(s->rec_mu);
+		free(s->rec_cv);
+		free(s->nbad);
 		free(s);
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	}
+	if (pthread_cond_init(s->rec_cv, NULL) != 0) {
+		pthread_mutex_destroy(s->rec_mu);
+		free(s->ids);
+		free(s->rec_state);
+		free(s->rec_mu);
+		free(s->rec_cv);
+		free(s->nbad);
+		free(s);
+		return gfs_fail(GFS_ERR_NOMEM, "cannot create a condition variable");
+	}
+	atomic_init(s->nbad, 0);
+	for (size_t r = 0; r < l->nrecords; r++)
+		atomic_init(&s->rec_state[r], GFS_REC_UNCHECKED);
 	raise_nofile(l->nsources);
 	for (size_t i = 0; i < l->nsources; i++) {
 		const gfs_source *src = &l->sources[i];
@@ -124,8 +151,63 @@ void gfs_srcset_close(gfs_srcset *s)
 		return;
 	for (size_t i = 0; i < s->n; i++)
 		close(s->fds[i]);
+	pthread_cond_destroy(s->rec_cv);
+	pthread_mutex_destroy(s->rec_mu);
+	free(s->rec_cv);
+	free(s->rec_mu);
+	free(s->nbad);
+	free(s->rec_state);
 	free(s->ids);
 	free(s);
+}
+
+gfs_rec_state gfs_srcset_rec_state(const gfs_srcset *s, uint32_t r)
+{
+	assert(r < s->layout->nrecords);
+	return (gfs_rec_state)atomic_load(&s->rec_state[r]);
+}
+
+bool gfs_srcset_rec_claim(const gfs_srcset *s, uint32_t r)
+{
+	int state = GFS_REC_UNCHECKED;
+
+	assert(r < s->layout->nrecords);
+	if (atomic_compare_exchange_strong(&s->rec_state[r], &state, GFS_REC_BUSY))
+		return true;
+	if (state == GFS_REC_BUSY) {
+		(void)pthread_mutex_lock(s->rec_mu);
+		while (atomic_load(&s->rec_state[r]) == GFS_REC_BUSY)
+			(void)pthread_cond_wait(s->rec_cv, s->rec_mu);
+		(void)pthread_mutex_unlock(s->rec_mu);
+	}
+	return false;
+}
+
+void gfs_srcset_rec_settle(const gfs_srcset *s, uint32_t r, gfs_rec_state state)
+{
+	assert(r < s->layout->nrecords && state != GFS_REC_BUSY);
+	assert(atomic_load(&s->rec_state[r]) == GFS_REC_BUSY);
+	if (state == GFS_REC_BAD)
+		atomic_fetch_add(s->nbad, 1);
+	atomic_store(&s->rec_state[r], state);
+	(void)pthread_mutex_lock(s->rec_mu);
+	(void)pthread_cond_broadcast(s->rec_cv);
+	(void)pthread_mutex_unlock(s->rec_mu);
+}
+
+size_t gfs_srcset_nbad(const gfs_srcset *s)
+{
+	return atomic_load(s->nbad);
+}
+
+/* bad_record(): the error for a read of record r, found corrupt. */
+static gfs_err bad_record(const gfs_layout *l, uint32_t r)
+{
+	char desc[1024];
+
+	return gfs_fail(GFS_ERR_IO,
+			"%s does not match its stored CRC-32: refusing to serve its bytes",
+			gfs_record_describe(l, r, 8, desc, sizeof(desc)));
 }
 
 int gfs_srcset_fd(const gfs_srcset *s, uint32_t i)
@@ -632,6 +714,9 @@ static gfs_err read_native(const gfs_layout *l, const gfs_srcset *s,
 			if (kend > pc->count)
 				kend = pc->count;
 		}
+		if (k < kend && pc->rec != GFS_NO_RECORD &&
+		    atomic_load(&s->rec_state[pc->rec]) == GFS_REC_BAD)
+			return bad_record(l, pc->rec);
 		if (k < kend && pc->kind == GFS_PIECE_FILE && pc->count > 1 &&
 		    pc->src_stride == pc->len && pc->len <= (1 << 15)) {
 			err = read_packed(l, s, pc, k, kend, off, end, buf);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "gatherfs/integrity.h"
 #include "gatherfs/view_torchzip.h"
 
 enum {
@@ -55,12 +56,14 @@ typedef struct tz_record {
 	size_t entry;    /* layout entry of a storage record, NO_ENTRY for the others */
 	uint32_t crc;    /* valid once state is CRC_DONE */
 	_Atomic int state;
+	atomic_bool src_ok; /* the source records of entry match their CRC-32s */
 } tz_record;
 
 struct gfs_tzview {
 	const gfs_vctx *ctx;
 	gfs_vfile *vf;
 	gfs_vgen gen;      /* CRC fields */
+	gfs_vgen guard;    /* storage data: source records checked before serving */
 	char *prefix;
 	tz_record *recs;   /* data.pkl, byteorder, data/0..n-1, version */
 	size_t nrecs;
@@ -345,6 +348,81 @@ static gfs_err build_pickle(const gfs_vctx *ctx, const size_t *entries, size_t n
 	return err;
 }
 
+/* ---------------------------------------------------------- source checks */
+
+/*
+ * Nothing of a storage record is served, and no CRC-32 of it computed,
+ * before the source records its bytes come from (whole zip records of the
+ * shards, padding included) match the CRC-32s their zip directories store:
+ * so a corrupt shard never becomes a zip with valid CRCs of corrupt data.
+ */
+
+/* add_sources(): append to v (deduplicated through seen) the records of entry's bytes. */
+static void add_sources(const gfs_layout *l, size_t entry, uint8_t *seen, uint32_t *v,
+			size_t *n)
+{
+	const gfs_tensor *t = gfs_layout_target(l, entry);
+
+	for (size_t p = 0; p < t->npieces; p++) {
+		const uint32_t rec = t->pieces[p].rec;
+
+		if (rec != GFS_NO_RECORD && !seen[rec]) {
+			seen[rec] = 1;
+			v[(*n)++] = rec;
+		}
+	}
+}
+
+/*
+ * check_sources(): make sure the source records of the view's records
+ * [r0, rend) are checked and good (parallel, reading each once); the first
+ * corrupt one is GFS_ERR_IO naming its file, record and tensors.
+ */
+static gfs_err check_sources(gfs_tzview *z, size_t r0, size_t rend)
+{
+	const gfs_layout *l = z->ctx->layout;
+	bool todo = false;
+	uint8_t *seen;
+	uint32_t *v;
+	size_t n = 0;
+	gfs_err err;
+
+	for (size_t r = r0; r < rend && !todo; r++)
+		todo = z->recs[r].entry != NO_ENTRY && !atomic_load(&z->recs[r].src_ok);
+	if (!todo)
+		return GFS_OK;
+	seen = gfs_calloc(l->nrecords ? l->nrecords : 1, 1);
+	v = gfs_calloc(l->nrecords ? l->nrecords : 1, sizeof(*v));
+	if (!seen || !v) {
+		free(seen);
+		free(v);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	for (size_t r = r0; r < rend; r++)
+		if (z->recs[r].entry != NO_ENTRY && !atomic_load(&z->recs[r].src_ok))
+			add_sources(l, z->recs[r].entry, seen, v, &n);
+	err = gfs_integrity_require(l, z->ctx->src, v, n, 0);
+	for (size_t r = r0; !err && r < rend; r++)
+		atomic_store(&z->recs[r].src_ok, true);
+	free(seen);
+	free(v);
+	return err;
+}
+
+/* src_guard(): the guard of storage record arg's data. */
+static gfs_err src_guard(void *ctx, uint64_t arg, uint64_t off, uint8_t *buf, size_t len)
+{
+	gfs_tzview *z = ctx;
+
+	(void)off;
+	(void)buf;
+	(void)len;
+	assert(arg < z->nrecs);
+	if (atomic_load(&z->recs[arg].src_ok))
+		return GFS_OK;
+	return check_sources(z, (size_t)arg, (size_t)arg + 1);
+}
+
 /* -------------------------------------------------------------------- CRC */
 
 /* crc_range(): CRC-32 of bytes [off, off + len) of entry, through buf. */
@@ -398,8 +476,10 @@ static gfs_err crc_one(gfs_tzview *z, size_t r)
 		if (atomic_compare_exchange_strong(&rec->state, &state, CRC_BUSY)) {
 			assert(rec->entry != NO_ENTRY);
 			buf = malloc(CRC_READ_BUF);
-			err = buf ? crc_range(z->ctx, rec->entry, 0, rec->size, buf, &crc)
+			err = buf ? check_sources(z, r, r + 1)
 				  : gfs_fail(GFS_ERR_NOMEM, "out of memory");
+			if (!err)
+				err = crc_range(z->ctx, rec->entry, 0, rec->size, buf, &crc);
 			free(buf);
 			publish(z, r, err, crc);
 			return err;
@@ -540,6 +620,9 @@ gfs_err gfs_tzview_compute_crcs(gfs_tzview *z, unsigned nthreads)
 		nthreads = ncpu < 1 ? 1 : (unsigned)min_u64((uint64_t)ncpu, CRC_MAX_THREADS);
 	}
 	nthreads = (unsigned)min_u64(nthreads, CRC_MAX_THREADS);
+	err = check_sources(z, 0, z->nrecs);
+	if (err)
+		return err;
 	err = claim_items(z, &job.items, &job.nitems);
 	if (err)
 		return err;
@@ -622,7 +705,7 @@ static bool cache_key(gfs_tzview *z)
 	const gfs_layout *l = z->ctx->layout;
 	keyhash h = { .fnv = UINT64_C(0xcbf29ce484222325), .crc = crc32(0, Z_NULL, 0) };
 
-	kh_str(&h, "gatherfs torch zip CRCs 1");
+	kh_str(&h, "gatherfs torch zip CRCs 2"); /* 2: computed from checked sources */
 	kh_u64(&h, (uint64_t)z->ctx->want);
 	kh_str(&h, z->prefix);
 	kh_u64(&h, l->nsources);
@@ -913,7 +996,7 @@ static gfs_err add_record(gfs_tzview *z, size_t r, const void *mem)
 	err = gfs_vfile_add_mem(z->vf, h, (size_t)(p - h));
 	if (!err)
 		err = mem ? gfs_vfile_add_mem(z->vf, mem, (size_t)rec->size)
-			  : gfs_vfile_add_tensor(z->vf, rec->entry, 0, rec->size);
+			  : gfs_vfile_add_tensor_guarded(z->vf, rec->entry, 0, rec->size, &z->guard, r);
 	if (!err)
 		err = gfs_vfile_add_mem(z->vf, "PK\x07\x08", 4);
 	if (!err)
@@ -1042,6 +1125,7 @@ static gfs_err init_records(gfs_tzview *z, const pkbuf *pk, const size_t *keys,
 		const void *mem = record_mem(z, pk, r);
 
 		rec->entry = NO_ENTRY;
+		atomic_init(&rec->src_ok, false);
 		if (r == 0) {
 			rec->size = pk->buf.len;
 		} else if (mem) {
@@ -1105,6 +1189,7 @@ gfs_err gfs_tzview_new(const gfs_vctx *ctx, const char *prefix, const size_t *en
 	}
 	z->ctx = ctx;
 	z->gen = (gfs_vgen){ .fn = crc_gen, .ctx = z };
+	z->guard = (gfs_vgen){ .fn = src_guard, .ctx = z };
 	z->prefix = gfs_strdup(prefix);
 	if (!entries) {
 		n = ctx->layout->ntensors;
