@@ -663,8 +663,8 @@ static gfs_err chunk_locate(dcp_ckpt *c, const dcp_item *it, gfs_dtype dt, uint3
 	rec.frame_off = loc->frame_off;
 	rec.frame_len = loc->frame_len;
 	rec.frame_size = loc->frame_size;
-	snprintf(name, sizeof(name), "%s of the item at offset %llu (%s)", rname,
-		 (unsigned long long)off, it->fqn);
+	snprintf(name, sizeof(name), "%s of the item at offset %llu", rname,
+		 (unsigned long long)off);
 	return gfs_layout_add_record(c->l, &rec, name);
 }
 

@@ -375,20 +375,20 @@ static void add_sources(const gfs_layout *l, size_t entry, uint8_t *seen, uint32
 
 /*
  * check_sources(): make sure the source records of the view's records
- * [r0, rend) are checked and good (parallel, reading each once); the first
+ * rs[0..n) are checked and good (in parallel, each read once); the first
  * corrupt one is GFS_ERR_IO naming its file, record and tensors.
  */
-static gfs_err check_sources(gfs_tzview *z, size_t r0, size_t rend)
+static gfs_err check_sources(gfs_tzview *z, const size_t *rs, size_t n)
 {
 	const gfs_layout *l = z->ctx->layout;
 	bool todo = false;
 	uint8_t *seen;
 	uint32_t *v;
-	size_t n = 0;
+	size_t nv = 0;
 	gfs_err err;
 
-	for (size_t r = r0; r < rend && !todo; r++)
-		todo = z->recs[r].entry != NO_ENTRY && !atomic_load(&z->recs[r].src_ok);
+	for (size_t k = 0; k < n && !todo; k++)
+		todo = z->recs[rs[k]].entry != NO_ENTRY && !atomic_load(&z->recs[rs[k]].src_ok);
 	if (!todo)
 		return GFS_OK;
 	seen = gfs_calloc(l->nrecords ? l->nrecords : 1, 1);
@@ -398,12 +398,12 @@ static gfs_err check_sources(gfs_tzview *z, size_t r0, size_t rend)
 		free(v);
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	}
-	for (size_t r = r0; r < rend; r++)
-		if (z->recs[r].entry != NO_ENTRY && !atomic_load(&z->recs[r].src_ok))
-			add_sources(l, z->recs[r].entry, seen, v, &n);
-	err = gfs_integrity_require(l, z->ctx->src, v, n, 0);
-	for (size_t r = r0; !err && r < rend; r++)
-		atomic_store(&z->recs[r].src_ok, true);
+	for (size_t k = 0; k < n; k++)
+		if (z->recs[rs[k]].entry != NO_ENTRY && !atomic_load(&z->recs[rs[k]].src_ok))
+			add_sources(l, z->recs[rs[k]].entry, seen, v, &nv);
+	err = gfs_integrity_require(l, z->ctx->src, v, nv, 0);
+	for (size_t k = 0; !err && k < n; k++)
+		atomic_store(&z->recs[rs[k]].src_ok, true);
 	free(seen);
 	free(v);
 	return err;
@@ -420,7 +420,7 @@ static gfs_err src_guard(void *ctx, uint64_t arg, uint64_t off, uint8_t *buf, si
 	assert(arg < z->nrecs);
 	if (atomic_load(&z->recs[arg].src_ok))
 		return GFS_OK;
-	return check_sources(z, (size_t)arg, (size_t)arg + 1);
+	return check_sources(z, &(size_t){ (size_t)arg }, 1);
 }
 
 /* -------------------------------------------------------------------- CRC */
@@ -476,7 +476,7 @@ static gfs_err crc_one(gfs_tzview *z, size_t r)
 		if (atomic_compare_exchange_strong(&rec->state, &state, CRC_BUSY)) {
 			assert(rec->entry != NO_ENTRY);
 			buf = malloc(CRC_READ_BUF);
-			err = buf ? check_sources(z, r, r + 1)
+			err = buf ? check_sources(z, &r, 1)
 				  : gfs_fail(GFS_ERR_NOMEM, "out of memory");
 			if (!err)
 				err = crc_range(z->ctx, rec->entry, 0, rec->size, buf, &crc);
@@ -609,6 +609,23 @@ static gfs_err claim_items(gfs_tzview *z, crc_item **items, size_t *nitems)
 	return GFS_OK;
 }
 
+/* item_sources(): check_sources() of the records job's items belong to. */
+static gfs_err item_sources(gfs_tzview *z, const crc_job *job)
+{
+	size_t *rs = gfs_calloc(job->nitems ? job->nitems : 1, sizeof(*rs));
+	size_t n = 0;
+	gfs_err err;
+
+	if (!rs)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t i = 0; i < job->nitems; i++)
+		if (n == 0 || rs[n - 1] != job->items[i].rec)
+			rs[n++] = job->items[i].rec;
+	err = check_sources(z, rs, n);
+	free(rs);
+	return err;
+}
+
 gfs_err gfs_tzview_compute_crcs(gfs_tzview *z, unsigned nthreads)
 {
 	crc_job job = { .z = z };
@@ -620,15 +637,15 @@ gfs_err gfs_tzview_compute_crcs(gfs_tzview *z, unsigned nthreads)
 		nthreads = ncpu < 1 ? 1 : (unsigned)min_u64((uint64_t)ncpu, CRC_MAX_THREADS);
 	}
 	nthreads = (unsigned)min_u64(nthreads, CRC_MAX_THREADS);
-	err = check_sources(z, 0, z->nrecs);
-	if (err)
-		return err;
 	err = claim_items(z, &job.items, &job.nitems);
 	if (err)
 		return err;
 	atomic_init(&job.next, 0);
 	atomic_init(&job.err, GFS_OK);
-	if (job.nitems)
+	err = item_sources(z, &job);
+	if (err)
+		job_fail(&job, err);
+	else if (job.nitems)
 		run_job(&job, nthreads);
 	err = (gfs_err)atomic_load(&job.err);
 	for (size_t i = 0; i < job.nitems;) {

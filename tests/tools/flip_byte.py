@@ -10,8 +10,8 @@ LAYOUT_JSON is `gatherfs-inspect layout` of the (copied) checkpoint.
   zstd     flips the middle byte of the zstd frame of TENSOR's first piece.
 The zip record is found through the shard's own zip directory (zipfile),
 which must test clean before and report that record after (payload and
-padding).  Prints shell assignments: SHARD, RECORD (zip record name, or the
-frame's offset for zstd), OFFSET (of the flipped byte), TENSORS (every tensor
+padding).  Prints shell assignments: SHARD, RECORD (zip record name, or
+"item at offset N" for the DCP item whose frame was hit), OFFSET (of the flipped byte), TENSORS (every tensor
 with a piece in the record or frame, space separated, aliases included) and
 WINDOW (hex of the 16 corrupt bytes starting at the flipped one, as a
 reader would see them; payload only).
@@ -67,7 +67,7 @@ def main():
     if mode == "zstd":
         fr = piece["zstd"]
         off = fr["offset"] + fr["length"] // 2
-        rec = "the zstd frame at offset %d" % fr["offset"]
+        rec = "item at offset %d" % fr["offset"]  # as gatherfs names it
         affected = readers(0, 0, frame=fr["offset"])
     else:
         assert zipfile.ZipFile(shard).testzip() is None, shard + " is not clean"
