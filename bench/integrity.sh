@@ -15,6 +15,8 @@
 #                    a mount of CKPT: source checks, then the CRC-32s
 #   CRC pass -src    the same of a mount of CKPT's layout JSON (same pieces,
 #                    no records: no source checks) -- the baseline
+#   ... bf16         both with -o dtype=bf16 (converted tensors: the CRC-32s
+#                    cannot be combined from the source checks')
 #   mount -o verify  mount time with -o verify, and without
 # Needs a user allowed to mount FUSE and python3.
 set -eu
@@ -54,10 +56,13 @@ t() {
 	e=$(now)
 	row "$label" "$bytes" "$(echo "$e - $s" | bc)"
 }
+# crc_pass SRC cold|warm LABEL [OPTION...]
 crc_pass() {
-	"$B/gatherfs" "$1" "$W/m" -o nocrccache
-	[ "$2" = cold ] && drop
-	t "$3" "$rec_bytes" tail -c 4096 "$W/m/pytorch_model.bin"
+	src=$1 state=$2 label=$3
+	shift 3
+	"$B/gatherfs" "$src" "$W/m" -o nocrccache "$@"
+	[ "$state" = cold ] && drop
+	t "$label" "$rec_bytes" tail -c 4096 "$W/m/pytorch_model.bin"
 	fusermount3 -u "$W/m"
 }
 
@@ -75,6 +80,8 @@ for state in cold warm; do
 	row "verify total" "$rec_bytes" "$(echo "$e - $s" | bc)"
 	crc_pass "$C" $state "CRC pass +src (checkpoint)"
 	crc_pass "$W/l.json" $state "CRC pass -src (layout JSON)"
+	crc_pass "$C" $state "CRC pass +src, bf16" -o dtype=bf16
+	crc_pass "$W/l.json" $state "CRC pass -src, bf16" -o dtype=bf16
 	[ $state = cold ] && drop
 	t "mount -o verify" "$rec_bytes" "$B/gatherfs" "$C" "$W/m" -o verify -o nocrccache
 	fusermount3 -u "$W/m"

@@ -66,6 +66,8 @@ void gfs_layout_free(gfs_layout *l)
 	for (size_t i = 0; i < l->nrecords; i++)
 		free(l->records[i].name);
 	free(l->records);
+	free(l->rec_piece0);
+	free(l->rec_pieces);
 	free(l->objects);
 	free(l->sources);
 	free(l->tensors);
@@ -614,6 +616,40 @@ static uint32_t piece_record(const gfs_layout *l, const gfs_piece *pc)
 	return (uint32_t)(lo - 1);
 }
 
+/* index_record_pieces(): l->rec_piece0 and l->rec_pieces, by counting. */
+static gfs_err index_record_pieces(gfs_layout *l)
+{
+	size_t *at;
+	size_t n = 0;
+
+	l->rec_piece0 = gfs_calloc(l->nrecords + 1, sizeof(*l->rec_piece0));
+	if (!l->rec_piece0)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t i = 0; i < l->ntensors; i++)
+		for (size_t p = 0; p < l->tensors[i].npieces; p++)
+			if (l->tensors[i].pieces[p].rec != GFS_NO_RECORD)
+				l->rec_piece0[l->tensors[i].pieces[p].rec + 1]++;
+	for (size_t r = 0; r < l->nrecords; r++)
+		l->rec_piece0[r + 1] += l->rec_piece0[r];
+	n = l->rec_piece0[l->nrecords];
+	l->rec_pieces = gfs_calloc(n ? n : 1, sizeof(*l->rec_pieces));
+	at = gfs_calloc(l->nrecords ? l->nrecords : 1, sizeof(*at));
+	if (!l->rec_pieces || !at) {
+		free(at);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < l->ntensors; i++) {
+		for (size_t p = 0; p < l->tensors[i].npieces; p++) {
+			const uint32_t r = l->tensors[i].pieces[p].rec;
+
+			if (r != GFS_NO_RECORD)
+				l->rec_pieces[l->rec_piece0[r] + at[r]++] = (gfs_piece_ref){ i, p };
+		}
+	}
+	free(at);
+	return GFS_OK;
+}
+
 /*
  * finish_records(): sort and deduplicate the records, give every piece its
  * record, and drop the records no piece reads.  O((records + pieces) log
@@ -673,7 +709,7 @@ static gfs_err finish_records(gfs_layout *l, const char *label)
 				t->pieces[p].rec = remap[t->pieces[p].rec];
 	}
 	free(remap);
-	return GFS_OK;
+	return index_record_pieces(l);
 }
 
 size_t gfs_record_tensors(const gfs_layout *l, uint32_t r, size_t *out, size_t max)
@@ -683,10 +719,21 @@ size_t gfs_record_tensors(const gfs_layout *l, uint32_t r, size_t *out, size_t m
 	assert(l->finished && r < l->nrecords);
 	for (size_t i = 0; i < l->ntensors; i++) {
 		const gfs_tensor *t = gfs_layout_target(l, i);
+		const size_t ti = (size_t)(t - l->tensors);
 		bool hit = false;
 
-		for (size_t p = 0; p < t->npieces && !hit; p++)
-			hit = t->pieces[p].rec == r;
+		/* the record's pieces are in tensor order: binary search ti */
+		size_t lo = l->rec_piece0[r], hi = l->rec_piece0[r + 1];
+
+		while (lo < hi) {
+			const size_t mid = lo + (hi - lo) / 2;
+
+			if (l->rec_pieces[mid].ti < ti)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		hit = lo < l->rec_piece0[r + 1] && l->rec_pieces[lo].ti == ti;
 		if (!hit)
 			continue;
 		if (n < max)

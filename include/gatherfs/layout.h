@@ -104,6 +104,12 @@ typedef struct gfs_record {
 	uint32_t crc32;      /* stored CRC-32 of the len bytes */
 } gfs_record;
 
+/* Piece p of tensor ti. */
+typedef struct gfs_piece_ref {
+	size_t ti;
+	size_t p;
+} gfs_piece_ref;
+
 typedef struct gfs_tensor {
 	char *name;
 	gfs_dtype dtype;
@@ -148,6 +154,10 @@ typedef struct gfs_layout {
 	gfs_record *records; /* sorted by (src, kind, frame_off, off) once finished */
 	size_t nrecords;
 	size_t cap_records;
+	/* set by gfs_layout_finish(): the pieces in record r are
+	 * rec_pieces[rec_piece0[r] .. rec_piece0[r + 1]) */
+	size_t *rec_piece0;
+	gfs_piece_ref *rec_pieces;
 	/* name lookup, built by gfs_layout_finish() */
 	uint32_t *hash;
 	size_t hash_cap;
@@ -267,7 +277,7 @@ bool gfs_piece_next_run(const gfs_piece *p, uint64_t pos, uint64_t *start, uint6
  * gfs_record_tensors(): the entries of a finished layout with bytes in
  * record r (tensors with a piece in it, and their aliases), in layout
  * order: up to max indices into out; @return how many there are in all.
- * O(pieces).
+ * O(tensors log pieces).
  */
 size_t gfs_record_tensors(const gfs_layout *l, uint32_t r, size_t *out, size_t max);
 

@@ -66,6 +66,20 @@ bool gfs_srcset_rec_claim(const gfs_srcset *s, uint32_t r);
  */
 void gfs_srcset_rec_settle(const gfs_srcset *s, uint32_t r, gfs_rec_state state);
 
+/*
+ * gfs_srcset_set_piece_crc(): for the checker of a record (holding it
+ * BUSY): the CRC-32 of piece p of tensor ti, a contiguous FILE piece in
+ * that record.  Known once the record is settled OK.
+ */
+void gfs_srcset_set_piece_crc(const gfs_srcset *s, size_t ti, size_t p, uint32_t crc);
+
+/*
+ * gfs_srcset_piece_crc(): true and *crc, the CRC-32 of the source bytes of
+ * piece p of tensor ti, if it is a contiguous FILE piece of a record found
+ * OK (a record check computes them on the way); else false.
+ */
+bool gfs_srcset_piece_crc(const gfs_srcset *s, size_t ti, size_t p, uint32_t *crc);
+
 /* gfs_srcset_nbad(): how many records have been found BAD so far. */
 size_t gfs_srcset_nbad(const gfs_srcset *s);
 
