@@ -422,8 +422,9 @@ static int cmd_verify(const gfs_layout *l)
 	       st.checked, st.bytes, st.frames, st.frames_sum, dt_crc);
 	unchecked = unchecked_bytes(l, &nunchecked);
 	if (unchecked)
-		printf("note: %" PRIu64 " bytes of %zu tensors lie in no checksummed record "
-		       "(safetensors, raw or layout JSON sources): not verified\n",
+		printf("note: %" PRIu64 " bytes of %zu tensors lie in no checksummed zip record "
+		       "(safetensors, raw or layout JSON sources): not verified, but for the "
+		       "content checksum of a zstd frame that has one\n",
 		       unchecked, nunchecked);
 	if (nonfinite)
 		printf("note: %" PRIu64 " NaN or infinite floating-point values\n", nonfinite);
