@@ -10,6 +10,7 @@
 #     of other records are still served;
 #   - before it, tensors/ files are served unchecked (documented here);
 #   - -o verify refuses to mount a corrupt checkpoint, mounts a clean one;
+#   - export of the torch zip fails too;
 #   - the same for a byte of record padding that no view serves, and for a
 #     zstd DCP checkpoint with a corrupt frame.
 . "${top_srcdir:-.}/tests/lib.sh"
@@ -79,6 +80,11 @@ gfs_umount "$T/mnt" || fail "unmount"
 # ---- one flipped payload byte (a ZeRO-3 fp32 partition of rank 0)
 flip mix payload
 verify_fails
+# export of the torch zip checks as the mount does, and leaves nothing
+mkdir "$T/out"
+"$INSPECT" export "$T/ck" "$T/out/pytorch_model.bin" 2>"$T/x.err" && fail "export of a corrupt checkpoint"
+grep -q "$RECORD.*does not match its stored CRC-32" "$T/x.err" || fail "export: $(cat "$T/x.err")"
+[ -z "$(ls -A "$T/out")" ] || fail "export left $(ls -A "$T/out")"
 expect_mount_fail "does not match its stored CRC-32" "$T/ck" "$T/mnt" -o verify -o nocrccache
 grep -q -- "-o verify: not mounting: $SHARD: record $RECORD" "$T/err" || fail "-o verify: $(cat "$T/err")"
 
