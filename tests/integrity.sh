@@ -81,10 +81,10 @@ gfs_umount "$T/mnt" || fail "unmount"
 flip mix payload
 verify_fails
 # export of the torch zip checks as the mount does, and leaves nothing
-mkdir "$T/out"
-"$INSPECT" export "$T/ck" "$T/out/pytorch_model.bin" 2>"$T/x.err" && fail "export of a corrupt checkpoint"
+mkdir "$T/exp"
+"$INSPECT" export "$T/ck" "$T/exp/pytorch_model.bin" 2>"$T/x.err" && fail "export of a corrupt checkpoint"
 grep -q "$RECORD.*does not match its stored CRC-32" "$T/x.err" || fail "export: $(cat "$T/x.err")"
-[ -z "$(ls -A "$T/out")" ] || fail "export left $(ls -A "$T/out")"
+[ -z "$(ls -A "$T/exp")" ] || fail "export left $(ls -A "$T/exp")"
 expect_mount_fail "does not match its stored CRC-32" "$T/ck" "$T/mnt" -o verify -o nocrccache
 grep -q -- "-o verify: not mounting: $SHARD: record $RECORD" "$T/err" || fail "-o verify: $(cat "$T/err")"
 
