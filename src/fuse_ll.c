@@ -228,7 +228,10 @@ static void gfs_ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	if (n->zip_view && !m->bin_cache)
 		fi->direct_io = 1;
 	else
-		fi->keep_cache = 1;
+		/* Once a source record is found corrupt, an open drops the
+		 * file's cached pages: bytes read before are not served again
+		 * from the cache (reads of the bad record then fail). */
+		fi->keep_cache = gfs_srcset_nbad(m->src) == 0;
 	fuse_reply_open(req, fi);
 }
 

@@ -44,6 +44,7 @@ char *gfs_ll_crc_cache_dir(void);
 /* The session's userdata. */
 typedef struct gfs_mount {
 	const gfs_fs *fs;
+	const gfs_srcset *src;                 /* the sources fs reads */
 	unsigned max_read;                     /* -o max_read, repeated in init() */
 	struct fuse_conn_info_opts *conn_opts; /* -o overrides for init() */
 	bool nosplice;                         /* -o nosplice: always copy reads */

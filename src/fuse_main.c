@@ -26,6 +26,7 @@
 #include "fuse_ll.h"
 #include "gatherfs/import.h"
 #include "gatherfs/import_plain.h"
+#include "gatherfs/integrity.h"
 #include "gatherfs/shards.h"
 
 /* Options of our own, and fstab words to drop. */
@@ -41,6 +42,7 @@ typedef struct gfs_cli {
 	int nosplice;
 	int bin_cache;
 	int nocrccache;
+	int verify;
 	char *crc_cache;
 	unsigned readahead_kb;
 	bool max_threads_given;
@@ -59,6 +61,7 @@ static const struct fuse_opt cli_opts[] = {
 	{ "nosplice", offsetof(gfs_cli, nosplice), 1 },
 	{ "bin_cache", offsetof(gfs_cli, bin_cache), 1 },
 	{ "nocrccache", offsetof(gfs_cli, nocrccache), 1 },
+	{ "verify", offsetof(gfs_cli, verify), 1 },
 	{ "crc_cache=%s", offsetof(gfs_cli, crc_cache), 0 },
 	{ "readahead_kb=%u", offsetof(gfs_cli, readahead_kb), 0 },
 	{ "format=%s", offsetof(gfs_cli, format), 0 },
@@ -139,8 +142,18 @@ static void usage(const char *prog)
 	       "                             permitted (root; default 512, 0: leave as is)\n"
 	       "    -o crc_cache=DIR         keep pytorch_model.bin CRC-32s in DIR (default:\n"
 	       "                             $XDG_CACHE_HOME/gatherfs or ~/.cache/gatherfs)\n"
-	       "    -o nocrccache            no persistent CRC cache\n\n",
+	       "    -o nocrccache            no persistent CRC cache\n"
+	       "    -o verify                check the stored CRC-32 of every source record\n"
+	       "                             before mounting; refuse a corrupt checkpoint\n\n",
 	       prog);
+}
+
+/* verify_sources(): -o verify: every source record against its stored CRC-32. */
+static gfs_err verify_sources(const gfs_layout *l, const gfs_srcset *s)
+{
+	const gfs_err err = gfs_integrity_require(l, s, NULL, 0, 0);
+
+	return err ? gfs_fail_prefix(err, "-o verify: not mounting") : GFS_OK;
 }
 
 /* want_dtype(): parse -o dtype=; GFS_DT_INVALID (with *ok) if not given. */
@@ -341,6 +354,7 @@ int main(int argc, char *argv[])
 	raise_nofile();
 	if (gfs_import(cli.source, &iopts, &layout) != GFS_OK ||
 	    gfs_srcset_open(layout, &src) != GFS_OK ||
+	    (cli.verify && verify_sources(layout, src) != GFS_OK) ||
 	    gfs_fs_new(layout, src, &fso, &fs) != GFS_OK) {
 		const bool emfile = strstr(gfs_errmsg(), strerror(EMFILE)) &&
 				    !strstr(gfs_errmsg(), "ulimit");
@@ -355,6 +369,7 @@ int main(int argc, char *argv[])
 		goto out_fs;
 	note_hidden(layout);
 	m.fs = fs;
+	m.src = src;
 	m.max_read = cli.max_read;
 	m.nosplice = cli.nosplice != 0;
 	m.bin_cache = cli.bin_cache != 0;

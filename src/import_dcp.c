@@ -435,14 +435,16 @@ out:
  * inner_tensor(): open the torch.save zip occupying [base, base + len) of
  * zfd and find the bytes of its single tensor, which must have dtype dt,
  * shape sizes[0..ndim) and be contiguous.  *data_off: offset in zfd.
+ * *whole receives the offset, size and stored CRC-32 of the storage
+ * record holding it, and rname (rname_n bytes) its name.
  */
 static gfs_err inner_tensor(const char *label, int zfd, uint64_t base, uint64_t len,
 			    gfs_dtype dt, uint32_t ndim, const uint64_t *sizes,
-			    uint64_t *data_off)
+			    uint64_t *data_off, gfs_record *whole, char *rname, size_t rname_n)
 {
 	gfs_tzip *z = NULL;
 	gfs_pickle *pk = NULL;
-	const gfs_tzip_record *rec;
+	const gfs_tzip_record *rec, *srec;
 	const gfs_pv *v;
 	const gfs_pv_tensor *t;
 	uint8_t *buf = NULL;
@@ -497,11 +499,17 @@ static gfs_err inner_tensor(const char *label, int zfd, uint64_t base, uint64_t 
 		expect *= sizes[d] ? sizes[d] : 1;
 		nbytes *= sizes[d];
 	}
-	err = gfs_tzip_storage(z, t->storage.key, &rec_off, &rec_size);
+	err = gfs_tzip_storage_record(z, t->storage.key, &srec);
 	if (err) {
 		err = gfs_fail_prefix(err, "%s", label);
 		goto out;
 	}
+	rec_off = srec->data_off;
+	rec_size = srec->size;
+	whole->off = rec_off;
+	whole->len = rec_size;
+	whole->crc32 = srec->crc32;
+	snprintf(rname, rname_n, "%s", srec->name);
 	if (t->offset < 0 || !gfs_mul_u64((uint64_t)t->offset, gfs_dtype_size(dt), &first) ||
 	    !gfs_add_u64(first, nbytes, &end) || end > rec_size) {
 		err = gfs_fail(GFS_ERR_FORMAT,
@@ -616,7 +624,8 @@ static gfs_err chunk_locate(dcp_ckpt *c, const dcp_item *it, gfs_dtype dt, uint3
 {
 	dcp_file *f;
 	uint64_t off, len, data = 0, size = 0;
-	char label[8192];
+	char label[8192], rname[512], name[1024];
+	gfs_record rec = { 0 };
 	bool zstd;
 	int mfd;
 	gfs_err err = item_file(c, it, &f, &off, &len);
@@ -629,23 +638,34 @@ static gfs_err chunk_locate(dcp_ckpt *c, const dcp_item *it, gfs_dtype dt, uint3
 	memset(loc, 0, sizeof(*loc));
 	loc->src = f->src;
 	if (!zstd) {
-		err = inner_tensor(label, f->fd, off, len, dt, n, sizes, &data);
+		err = inner_tensor(label, f->fd, off, len, dt, n, sizes, &data, &rec, rname,
+				   sizeof(rname));
 		loc->kind = GFS_PIECE_FILE;
 		loc->off = data;
-		return err;
+	} else {
+		err = unzstd(f, it->fqn, off, len, &mfd, &size);
+		if (err)
+			return err;
+		err = inner_tensor(label, mfd, 0, size, dt, n, sizes, &data, &rec, rname,
+				   sizeof(rname));
+		close(mfd);
+		c->zstd = true;
+		loc->kind = GFS_PIECE_ZSTD;
+		loc->off = data;
+		loc->frame_off = off;
+		loc->frame_len = len;
+		loc->frame_size = size;
 	}
-	err = unzstd(f, it->fqn, off, len, &mfd, &size);
 	if (err)
 		return err;
-	err = inner_tensor(label, mfd, 0, size, dt, n, sizes, &data);
-	close(mfd);
-	c->zstd = true;
-	loc->kind = GFS_PIECE_ZSTD;
-	loc->off = data;
-	loc->frame_off = off;
-	loc->frame_len = len;
-	loc->frame_size = size;
-	return err;
+	rec.src = loc->src;
+	rec.kind = loc->kind;
+	rec.frame_off = loc->frame_off;
+	rec.frame_len = loc->frame_len;
+	rec.frame_size = loc->frame_size;
+	snprintf(name, sizeof(name), "%s of the item at offset %llu", rname,
+		 (unsigned long long)off);
+	return gfs_layout_add_record(c->l, &rec, name);
 }
 
 static gfs_err import_tensor(dcp_ckpt *c, const char *fqn, const char *name, const gfs_pv *tsm)

@@ -237,6 +237,7 @@ static gfs_err tensor_view(ds_ckpt *c, ds_file *f, const gfs_pv *v, const char *
 			   tview *out)
 {
 	const gfs_pv_tensor *t;
+	const gfs_tzip_record *rec;
 	uint64_t rec_off, rec_size, esize, expect = 1, first, nbytes, end;
 	gfs_err err;
 
@@ -273,9 +274,11 @@ static gfs_err tensor_view(ds_ckpt *c, ds_file *f, const gfs_pv *v, const char *
 	}
 	if (t->offset < 0)
 		return gfs_fail(GFS_ERR_FORMAT, "%s: %s: negative storage offset", f->path, what);
-	err = gfs_tzip_storage(f->zip, t->storage.key, &rec_off, &rec_size);
+	err = gfs_tzip_storage_record(f->zip, t->storage.key, &rec);
 	if (err)
 		return gfs_fail_prefix(err, "%s", what);
+	rec_off = rec->data_off;
+	rec_size = rec->size;
 	if (!gfs_mul_u64((uint64_t)t->offset, esize, &first) ||
 	    !gfs_mul_u64(out->numel, esize, &nbytes) || !gfs_add_u64(first, nbytes, &end) ||
 	    end > rec_size)
@@ -284,6 +287,15 @@ static gfs_err tensor_view(ds_ckpt *c, ds_file *f, const gfs_pv *v, const char *
 				f->path, what, (long long)t->offset, (unsigned long long)out->numel,
 				t->storage.key, (unsigned long long)rec_size);
 	err = file_source(c, f, &out->src);
+	if (!err) {
+		/* the whole record is checked: a CRC covers it all */
+		const gfs_record r = {
+			.src = out->src, .kind = GFS_PIECE_FILE,
+			.off = rec_off, .len = rec_size, .crc32 = rec->crc32,
+		};
+
+		err = gfs_layout_add_record(c->l, &r, rec->name);
+	}
 	if (err)
 		return err;
 	out->off = rec_off + first;

@@ -65,6 +65,11 @@ void gfs_layout_free(gfs_layout *l)
 	gfs_optim_clear(&l->optim);
 	for (size_t i = 0; i < l->nobjects; i++)
 		free(l->objects[i].name);
+	for (size_t i = 0; i < l->nrecords; i++)
+		free(l->records[i].name);
+	free(l->records);
+	free(l->rec_piece0);
+	free(l->rec_pieces);
 	free(l->objects);
 	free(l->sources);
 	free(l->tensors);
@@ -625,6 +630,228 @@ static gfs_err check_strided(const char *label, const gfs_tensor *t, uint64_t *b
 	return GFS_OK;
 }
 
+gfs_err gfs_layout_add_record(gfs_layout *l, const gfs_record *r, const char *name)
+{
+	gfs_record *dst;
+
+	assert(!l->finished && r->src < l->nsources && name);
+	assert(r->kind == GFS_PIECE_FILE || r->kind == GFS_PIECE_ZSTD);
+	if (l->nrecords >= UINT32_MAX - 1)
+		return gfs_fail(GFS_ERR_LIMIT, "too many checksummed records");
+	if (!gfs_grow((void **)&l->records, &l->cap_records, l->nrecords, sizeof(*l->records),
+		      16))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	dst = &l->records[l->nrecords];
+	*dst = *r;
+	dst->name = gfs_strdup(name);
+	if (!dst->name)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	l->nrecords++;
+	return GFS_OK;
+}
+
+/* rec_key_cmp(): order of records by (src, kind, frame_off, off). */
+static int rec_key_cmp(uint32_t src, gfs_piece_kind kind, uint64_t frame_off, uint64_t off,
+		       const gfs_record *r)
+{
+	if (src != r->src)
+		return src < r->src ? -1 : 1;
+	if (kind != r->kind)
+		return kind < r->kind ? -1 : 1;
+	if (frame_off != r->frame_off)
+		return frame_off < r->frame_off ? -1 : 1;
+	return off < r->off ? -1 : off > r->off;
+}
+
+static int record_cmp(const void *a, const void *b)
+{
+	const gfs_record *x = a, *y = b;
+	const int c = rec_key_cmp(x->src, x->kind, x->frame_off, x->off, y);
+
+	return c ? c : x->len < y->len ? -1 : x->len > y->len;
+}
+
+/* piece_record(): the record holding every source byte of pc, or GFS_NO_RECORD. */
+static uint32_t piece_record(const gfs_layout *l, const gfs_piece *pc)
+{
+	const uint64_t fo = pc->kind == GFS_PIECE_ZSTD ? pc->frame_off : 0;
+	size_t lo = 0, hi = l->nrecords;
+	const gfs_record *r;
+
+	if (pc->kind == GFS_PIECE_ZERO)
+		return GFS_NO_RECORD;
+	/* the last record whose key is <= the piece's start */
+	while (lo < hi) {
+		const size_t mid = lo + (hi - lo) / 2;
+
+		if (rec_key_cmp(pc->src, pc->kind, fo, pc->src_off, &l->records[mid]) < 0)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	if (lo == 0)
+		return GFS_NO_RECORD;
+	r = &l->records[lo - 1];
+	if (r->src != pc->src || r->kind != pc->kind || r->frame_off != fo ||
+	    gfs_piece_src_end(pc) > r->off + r->len)
+		return GFS_NO_RECORD;
+	return (uint32_t)(lo - 1);
+}
+
+/* index_record_pieces(): l->rec_piece0 and l->rec_pieces, by counting. */
+static gfs_err index_record_pieces(gfs_layout *l)
+{
+	size_t *at;
+	size_t n = 0;
+
+	l->rec_piece0 = gfs_calloc(l->nrecords + 1, sizeof(*l->rec_piece0));
+	if (!l->rec_piece0)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t i = 0; i < gfs_layout_nentries(l); i++)
+		for (size_t p = 0; p < l->tensors[i].npieces; p++)
+			if (l->tensors[i].pieces[p].rec != GFS_NO_RECORD)
+				l->rec_piece0[l->tensors[i].pieces[p].rec + 1]++;
+	for (size_t r = 0; r < l->nrecords; r++)
+		l->rec_piece0[r + 1] += l->rec_piece0[r];
+	n = l->rec_piece0[l->nrecords];
+	l->rec_pieces = gfs_calloc(n ? n : 1, sizeof(*l->rec_pieces));
+	at = gfs_calloc(l->nrecords ? l->nrecords : 1, sizeof(*at));
+	if (!l->rec_pieces || !at) {
+		free(at);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < gfs_layout_nentries(l); i++) {
+		for (size_t p = 0; p < l->tensors[i].npieces; p++) {
+			const uint32_t r = l->tensors[i].pieces[p].rec;
+
+			if (r != GFS_NO_RECORD)
+				l->rec_pieces[l->rec_piece0[r] + at[r]++] = (gfs_piece_ref){ i, p };
+		}
+	}
+	free(at);
+	return GFS_OK;
+}
+
+/*
+ * finish_records(): sort and deduplicate the records, give every piece its
+ * record, and drop the records no piece reads.  O((records + pieces) log
+ * records).
+ */
+static gfs_err finish_records(gfs_layout *l, const char *label)
+{
+	uint32_t *remap;
+	size_t n = 0;
+
+	for (size_t i = 0; i < l->nrecords; i++) {
+		const gfs_record *r = &l->records[i];
+		uint64_t end;
+
+		if (!gfs_add_u64(r->off, r->len, &end) ||
+		    end > (r->kind == GFS_PIECE_ZSTD ? r->frame_size : l->sources[r->src].size))
+			return gfs_fail(GFS_ERR_FORMAT, "%s: record %s lies past the end of %s",
+					label, r->name, l->sources[r->src].path);
+	}
+	if (l->nrecords > 1)
+		qsort(l->records, l->nrecords, sizeof(*l->records), record_cmp);
+	for (size_t i = 0; i < l->nrecords; i++) {
+		if (n > 0 && record_cmp(&l->records[n - 1], &l->records[i]) == 0) {
+			free(l->records[i].name);
+			continue;
+		}
+		l->records[n++] = l->records[i];
+	}
+	l->nrecords = n;
+	remap = gfs_calloc(n ? n : 1, sizeof(*remap));
+	if (!remap)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t i = 0; i < gfs_layout_nentries(l); i++) {
+		gfs_tensor *t = &l->tensors[i];
+
+		for (size_t p = 0; p < t->npieces; p++) {
+			t->pieces[p].rec = piece_record(l, &t->pieces[p]);
+			if (t->pieces[p].rec != GFS_NO_RECORD)
+				remap[t->pieces[p].rec] = 1;
+		}
+	}
+	n = 0;
+	for (size_t i = 0; i < l->nrecords; i++) {
+		if (!remap[i]) {
+			free(l->records[i].name);
+			continue;
+		}
+		remap[i] = (uint32_t)n;
+		l->records[n++] = l->records[i];
+	}
+	l->nrecords = n;
+	for (size_t i = 0; i < gfs_layout_nentries(l); i++) {
+		gfs_tensor *t = &l->tensors[i];
+
+		for (size_t p = 0; p < t->npieces; p++)
+			if (t->pieces[p].rec != GFS_NO_RECORD)
+				t->pieces[p].rec = remap[t->pieces[p].rec];
+	}
+	free(remap);
+	return index_record_pieces(l);
+}
+
+size_t gfs_record_tensors(const gfs_layout *l, uint32_t r, size_t *out, size_t max)
+{
+	size_t n = 0;
+
+	assert(l->finished && r < l->nrecords);
+	for (size_t i = 0; i < gfs_layout_nentries(l); i++) {
+		const gfs_tensor *t = gfs_layout_target(l, i);
+		const size_t ti = (size_t)(t - l->tensors);
+		bool hit = false;
+
+		/* the record's pieces are in tensor order: binary search ti */
+		size_t lo = l->rec_piece0[r], hi = l->rec_piece0[r + 1];
+
+		while (lo < hi) {
+			const size_t mid = lo + (hi - lo) / 2;
+
+			if (l->rec_pieces[mid].ti < ti)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		hit = lo < l->rec_piece0[r + 1] && l->rec_pieces[lo].ti == ti;
+		if (!hit)
+			continue;
+		if (n < max)
+			out[n] = i;
+		n++;
+	}
+	return n;
+}
+
+const char *gfs_record_describe(const gfs_layout *l, uint32_t r, size_t max_names,
+				char *buf, size_t n)
+{
+	enum { NAMES = 64 };
+	size_t idx[NAMES];
+	const gfs_record *rec = &l->records[r];
+	const size_t want = max_names < NAMES ? max_names : NAMES;
+	const size_t total = gfs_record_tensors(l, r, idx, want);
+	size_t used;
+
+	assert(n > 0);
+	used = (size_t)snprintf(buf, n, "%s: record %s (%s ", l->sources[rec->src].abspath,
+				rec->name, total == 1 ? "tensor" : "tensors");
+	for (size_t k = 0; k < total && k < want && used < n; k++) {
+		const gfs_tensor *t = &l->tensors[idx[k]];
+
+		used += (size_t)snprintf(buf + used, n - used, "%s%s%s%s", k ? ", " : "",
+					 t->state ? t->state : "", t->state ? " of " : "",
+					 t->name);
+	}
+	if (total > want && used < n)
+		used += (size_t)snprintf(buf + used, n - used, " and %zu more", total - want);
+	if (used < n)
+		snprintf(buf + used, n - used, ")");
+	return buf;
+}
+
 gfs_err gfs_layout_finish(gfs_layout *l, const char *label)
 {
 	uint64_t budget = GFS_MAX_RUNS;
@@ -680,6 +907,9 @@ gfs_err gfs_layout_finish(gfs_layout *l, const char *label)
 		if (err)
 			return err;
 	}
+	err = finish_records(l, label);
+	if (err)
+		return err;
 	l->finished = true;
 	return GFS_OK;
 }

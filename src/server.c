@@ -33,8 +33,64 @@ struct gfs_srcset {
 	uint64_t gen; /* distinct for every gfs_srcset_open() */
 	size_t n;
 	src_id *ids;
+	struct rec_table *rt;
 	int fds[];
 };
+
+/* What the record checks found (gfs_rec_state), mutable behind a const srcset. */
+typedef struct rec_table {
+	pthread_mutex_t mu; /* with cv: waiting for a BUSY record */
+	pthread_cond_t cv;
+	atomic_size_t nbad;  /* records found BAD */
+	_Atomic int *state;  /* [nrecords] */
+	size_t *piece_base;  /* [ntensors]: index of each tensor's first piece in piece_crc */
+	uint32_t *piece_crc; /* CRC-32 of each contiguous FILE piece of an OK record */
+} rec_table;
+
+static void rec_table_free(rec_table *rt)
+{
+	if (!rt)
+		return;
+	pthread_cond_destroy(&rt->cv);
+	pthread_mutex_destroy(&rt->mu);
+	free(rt->state);
+	free(rt->piece_base);
+	free(rt->piece_crc);
+	free(rt);
+}
+
+static rec_table *rec_table_new(const gfs_layout *l)
+{
+	rec_table *rt = calloc(1, sizeof(*rt));
+	size_t npieces = 0;
+
+	if (!rt)
+		return NULL;
+	if (pthread_mutex_init(&rt->mu, NULL) != 0) {
+		free(rt);
+		return NULL;
+	}
+	if (pthread_cond_init(&rt->cv, NULL) != 0) {
+		pthread_mutex_destroy(&rt->mu);
+		free(rt);
+		return NULL;
+	}
+	atomic_init(&rt->nbad, 0);
+	rt->state = gfs_calloc(l->nrecords ? l->nrecords : 1, sizeof(*rt->state));
+	rt->piece_base = gfs_calloc(l->ntensors ? l->ntensors : 1, sizeof(*rt->piece_base));
+	for (size_t i = 0; rt->piece_base && i < l->ntensors; i++) {
+		rt->piece_base[i] = npieces;
+		npieces += l->tensors[i].npieces;
+	}
+	rt->piece_crc = gfs_calloc(npieces ? npieces : 1, sizeof(*rt->piece_crc));
+	if (!rt->state || !rt->piece_base || !rt->piece_crc) {
+		rec_table_free(rt);
+		return NULL;
+	}
+	for (size_t r = 0; r < l->nrecords; r++)
+		atomic_init(&rt->state[r], GFS_REC_UNCHECKED);
+	return rt;
+}
 
 static src_id id_of(const struct stat *st)
 {
@@ -75,7 +131,10 @@ gfs_err gfs_srcset_open(const gfs_layout *l, gfs_srcset **out)
 	s->gen = ++srcset_gen;
 	s->n = 0;
 	s->ids = gfs_calloc(l->nsources, sizeof(*s->ids));
-	if (!s->ids) {
+	s->rt = rec_table_new(l);
+	if (!s->ids || !s->rt) {
+		free(s->ids);
+		rec_table_free(s->rt);
 		free(s);
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	}
@@ -124,8 +183,83 @@ void gfs_srcset_close(gfs_srcset *s)
 		return;
 	for (size_t i = 0; i < s->n; i++)
 		close(s->fds[i]);
+	rec_table_free(s->rt);
 	free(s->ids);
 	free(s);
+}
+
+gfs_rec_state gfs_srcset_rec_state(const gfs_srcset *s, uint32_t r)
+{
+	assert(r < s->layout->nrecords);
+	return (gfs_rec_state)atomic_load(&s->rt->state[r]);
+}
+
+bool gfs_srcset_rec_claim(const gfs_srcset *s, uint32_t r)
+{
+	int state = GFS_REC_UNCHECKED;
+
+	assert(r < s->layout->nrecords);
+	if (atomic_compare_exchange_strong(&s->rt->state[r], &state, GFS_REC_BUSY))
+		return true;
+	if (state == GFS_REC_BUSY) {
+		(void)pthread_mutex_lock(&s->rt->mu);
+		while (atomic_load(&s->rt->state[r]) == GFS_REC_BUSY)
+			(void)pthread_cond_wait(&s->rt->cv, &s->rt->mu);
+		(void)pthread_mutex_unlock(&s->rt->mu);
+	}
+	return false;
+}
+
+void gfs_srcset_rec_settle(const gfs_srcset *s, uint32_t r, gfs_rec_state state)
+{
+	assert(r < s->layout->nrecords && state != GFS_REC_BUSY);
+	assert(atomic_load(&s->rt->state[r]) == GFS_REC_BUSY);
+	if (state == GFS_REC_BAD)
+		atomic_fetch_add(&s->rt->nbad, 1);
+	atomic_store(&s->rt->state[r], state);
+	(void)pthread_mutex_lock(&s->rt->mu);
+	(void)pthread_cond_broadcast(&s->rt->cv);
+	(void)pthread_mutex_unlock(&s->rt->mu);
+}
+
+/* piece_is_summed(): is pc a piece whose CRC-32 a record check records? */
+static bool piece_is_summed(const gfs_piece *pc)
+{
+	return pc->kind == GFS_PIECE_FILE && pc->count == 1 && pc->rec != GFS_NO_RECORD;
+}
+
+void gfs_srcset_set_piece_crc(const gfs_srcset *s, size_t ti, size_t p, uint32_t crc)
+{
+	assert(ti < s->layout->ntensors && p < s->layout->tensors[ti].npieces);
+	assert(piece_is_summed(&s->layout->tensors[ti].pieces[p]));
+	s->rt->piece_crc[s->rt->piece_base[ti] + p] = crc;
+}
+
+bool gfs_srcset_piece_crc(const gfs_srcset *s, size_t ti, size_t p, uint32_t *crc)
+{
+	const gfs_piece *pc;
+
+	assert(ti < s->layout->ntensors && p < s->layout->tensors[ti].npieces);
+	pc = &s->layout->tensors[ti].pieces[p];
+	if (!piece_is_summed(pc) || atomic_load(&s->rt->state[pc->rec]) != GFS_REC_OK)
+		return false;
+	*crc = s->rt->piece_crc[s->rt->piece_base[ti] + p];
+	return true;
+}
+
+size_t gfs_srcset_nbad(const gfs_srcset *s)
+{
+	return atomic_load(&s->rt->nbad);
+}
+
+/* bad_record(): the error for a read of record r, found corrupt. */
+static gfs_err bad_record(const gfs_layout *l, uint32_t r)
+{
+	char desc[1024];
+
+	return gfs_fail(GFS_ERR_IO,
+			"%s does not match its stored CRC-32: refusing to serve its bytes",
+			gfs_record_describe(l, r, 8, desc, sizeof(desc)));
 }
 
 int gfs_srcset_fd(const gfs_srcset *s, uint32_t i)
@@ -632,6 +766,9 @@ static gfs_err read_native(const gfs_layout *l, const gfs_srcset *s,
 			if (kend > pc->count)
 				kend = pc->count;
 		}
+		if (k < kend && pc->rec != GFS_NO_RECORD &&
+		    atomic_load(&s->rt->state[pc->rec]) == GFS_REC_BAD)
+			return bad_record(l, pc->rec);
 		if (k < kend && pc->kind == GFS_PIECE_FILE && pc->count > 1 &&
 		    pc->src_stride == pc->len && pc->len <= (1 << 15)) {
 			err = read_packed(l, s, pc, k, kend, off, end, buf);

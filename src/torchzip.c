@@ -798,15 +798,15 @@ gfs_err gfs_tzip_read_record(const gfs_tzip *z, const gfs_tzip_record *rec,
 	return GFS_OK;
 }
 
-gfs_err gfs_tzip_storage(const gfs_tzip *z, const char *key, uint64_t *off,
-			 uint64_t *size)
+gfs_err gfs_tzip_storage_record(const gfs_tzip *z, const char *key,
+				const gfs_tzip_record **out)
 {
 	char shown[SHOW_NAME_MAX];
 	char shown_prefix[SHOW_NAME_MAX];
 	const gfs_tzip_record *rec;
 	gfs_err err;
 
-	assert(z && key && off && size);
+	assert(z && key && out);
 	rec = lookup(z, "data/", key);
 	if (!rec)
 		return gfs_fail(GFS_ERR_NOTFOUND,
@@ -815,6 +815,18 @@ gfs_err gfs_tzip_storage(const gfs_tzip *z, const char *key, uint64_t *off,
 				show_name(shown_prefix, z->prefix, z->prefix_len),
 				show_name(shown, key, strlen(key)));
 	err = check_stored(z, rec);
+	if (err)
+		return err;
+	*out = rec;
+	return GFS_OK;
+}
+
+gfs_err gfs_tzip_storage(const gfs_tzip *z, const char *key, uint64_t *off,
+			 uint64_t *size)
+{
+	const gfs_tzip_record *rec;
+	const gfs_err err = gfs_tzip_storage_record(z, key, &rec);
+
 	if (err)
 		return err;
 	*off = rec->data_off;

@@ -117,6 +117,12 @@ gfs_err gfs_vfile_add_mem(gfs_vfile *vf, const void *data, size_t len)
 gfs_err gfs_vfile_add_tensor(gfs_vfile *vf, size_t entry, uint64_t off,
 			     uint64_t len)
 {
+	return gfs_vfile_add_tensor_guarded(vf, entry, off, len, NULL, 0);
+}
+
+gfs_err gfs_vfile_add_tensor_guarded(gfs_vfile *vf, size_t entry, uint64_t off,
+				     uint64_t len, const gfs_vgen *guard, uint64_t arg)
+{
 	gfs_seg *seg;
 	gfs_err err;
 
@@ -129,6 +135,8 @@ gfs_err gfs_vfile_add_tensor(gfs_vfile *vf, size_t entry, uint64_t off,
 		return err;
 	seg->u.tensor.entry = entry;
 	seg->u.tensor.off = off;
+	seg->u.tensor.guard = guard;
+	seg->u.tensor.guard_arg = arg;
 	return GFS_OK;
 }
 
@@ -208,9 +216,14 @@ static gfs_err read_seg(const gfs_vfile *vf, const gfs_seg *seg, uint64_t in,
 	case GFS_SEG_MEM:
 		memcpy(buf, vf->bytes + seg->u.mem.boff + in, n);
 		return GFS_OK;
-	case GFS_SEG_TENSOR:
-		return gfs_tensor_read(vf->ctx->layout, vf->ctx->src, seg->u.tensor.entry,
-				       vf->ctx->want, seg->u.tensor.off + in, buf, n);
+	case GFS_SEG_TENSOR: {
+		const gfs_vgen *g = seg->u.tensor.guard;
+		const gfs_err err = g ? g->fn(g->ctx, seg->u.tensor.guard_arg, 0, NULL, 0) : GFS_OK;
+
+		return err ? err
+			   : gfs_tensor_read(vf->ctx->layout, vf->ctx->src, seg->u.tensor.entry,
+					     vf->ctx->want, seg->u.tensor.off + in, buf, n);
+	}
 	case GFS_SEG_FD:
 		return gfs_pread_full(seg->u.fd.fd, buf, n, seg->u.fd.off + in,
 				      seg->u.fd.label);
@@ -273,9 +286,16 @@ static gfs_err map_tensor(const gfs_vfile *vf, const gfs_seg *seg, uint64_t off,
 {
 	const gfs_layout *l = vf->ctx->layout;
 	const gfs_tensor *t = gfs_layout_target(l, seg->u.tensor.entry);
+	const gfs_vgen *g = seg->u.tensor.guard;
 	uint64_t pos = seg->u.tensor.off + off;
 	const uint64_t end = pos + len;
 
+	if (g) {
+		const gfs_err err = g->fn(g->ctx, seg->u.tensor.guard_arg, 0, NULL, 0);
+
+		if (err)
+			return err;
+	}
 	if (t->strided || gfs_dtype_out(t->dtype, vf->ctx->want) != t->dtype)
 		return GFS_ERR_LIMIT;
 	while (pos < end) {
@@ -299,8 +319,11 @@ static gfs_err map_tensor(const gfs_vfile *vf, const gfs_seg *seg, uint64_t off,
 				take = sizeof(zeros);
 			err = push_ext(ext, max, n, zeros, -1, 0, take);
 		} else if (pc->kind == GFS_PIECE_FILE) {
-			/* A changed source: the copy path reports it (EIO, logged). */
-			if (gfs_srcset_check(l, vf->ctx->src, pc->src) != GFS_OK)
+			/* A changed source or a corrupt record: the copy path
+			 * reports it (EIO, logged). */
+			if (gfs_srcset_check(l, vf->ctx->src, pc->src) != GFS_OK ||
+			    (pc->rec != GFS_NO_RECORD &&
+			     gfs_srcset_rec_state(vf->ctx->src, pc->rec) == GFS_REC_BAD))
 				return GFS_ERR_LIMIT;
 			err = push_ext(ext, max, n, NULL, gfs_srcset_fd(vf->ctx->src, pc->src),
 				       pc->src_off + (pos - rs), take);

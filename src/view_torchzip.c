@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "gatherfs/integrity.h"
 #include "gatherfs/view_torchzip.h"
 
 enum {
@@ -55,12 +56,14 @@ typedef struct tz_record {
 	size_t entry;    /* layout entry of a storage record, NO_ENTRY for the others */
 	uint32_t crc;    /* valid once state is CRC_DONE */
 	_Atomic int state;
+	atomic_bool src_ok; /* the source records of entry match their CRC-32s */
 } tz_record;
 
 struct gfs_tzview {
 	const gfs_vctx *ctx;
 	gfs_vfile *vf;
 	gfs_vgen gen;      /* CRC fields */
+	gfs_vgen guard;    /* storage data: source records checked before serving */
 	char *prefix;
 	tz_record *recs;   /* data.pkl, byteorder, data/0..n-1, version */
 	size_t nrecs;
@@ -365,6 +368,81 @@ static gfs_err build_pickle(const gfs_vctx *ctx, const size_t *entries, size_t n
 	return err;
 }
 
+/* ---------------------------------------------------------- source checks */
+
+/*
+ * Nothing of a storage record is served, and no CRC-32 of it computed,
+ * before the source records its bytes come from (whole zip records of the
+ * shards, padding included) match the CRC-32s their zip directories store:
+ * so a corrupt shard never becomes a zip with valid CRCs of corrupt data.
+ */
+
+/* add_sources(): append to v (deduplicated through seen) the records of entry's bytes. */
+static void add_sources(const gfs_layout *l, size_t entry, uint8_t *seen, uint32_t *v,
+			size_t *n)
+{
+	const gfs_tensor *t = gfs_layout_target(l, entry);
+
+	for (size_t p = 0; p < t->npieces; p++) {
+		const uint32_t rec = t->pieces[p].rec;
+
+		if (rec != GFS_NO_RECORD && !seen[rec]) {
+			seen[rec] = 1;
+			v[(*n)++] = rec;
+		}
+	}
+}
+
+/*
+ * check_sources(): make sure the source records of the view's records
+ * rs[0..n) are checked and good (in parallel, each read once); the first
+ * corrupt one is GFS_ERR_IO naming its file, record and tensors.
+ */
+static gfs_err check_sources(gfs_tzview *z, const size_t *rs, size_t n)
+{
+	const gfs_layout *l = z->ctx->layout;
+	bool todo = false;
+	uint8_t *seen;
+	uint32_t *v;
+	size_t nv = 0;
+	gfs_err err;
+
+	for (size_t k = 0; k < n && !todo; k++)
+		todo = z->recs[rs[k]].entry != NO_ENTRY && !atomic_load(&z->recs[rs[k]].src_ok);
+	if (!todo)
+		return GFS_OK;
+	seen = gfs_calloc(l->nrecords ? l->nrecords : 1, 1);
+	v = gfs_calloc(l->nrecords ? l->nrecords : 1, sizeof(*v));
+	if (!seen || !v) {
+		free(seen);
+		free(v);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	for (size_t k = 0; k < n; k++)
+		if (z->recs[rs[k]].entry != NO_ENTRY && !atomic_load(&z->recs[rs[k]].src_ok))
+			add_sources(l, z->recs[rs[k]].entry, seen, v, &nv);
+	err = gfs_integrity_require(l, z->ctx->src, v, nv, 0);
+	for (size_t k = 0; !err && k < n; k++)
+		atomic_store(&z->recs[rs[k]].src_ok, true);
+	free(seen);
+	free(v);
+	return err;
+}
+
+/* src_guard(): the guard of storage record arg's data. */
+static gfs_err src_guard(void *ctx, uint64_t arg, uint64_t off, uint8_t *buf, size_t len)
+{
+	gfs_tzview *z = ctx;
+
+	(void)off;
+	(void)buf;
+	(void)len;
+	assert(arg < z->nrecs);
+	if (atomic_load(&z->recs[arg].src_ok))
+		return GFS_OK;
+	return check_sources(z, &(size_t){ (size_t)arg }, 1);
+}
+
 /* -------------------------------------------------------------------- CRC */
 
 /* crc_range(): CRC-32 of bytes [off, off + len) of entry, through buf. */
@@ -386,6 +464,32 @@ static gfs_err crc_range(const gfs_vctx *ctx, size_t entry, uint64_t off,
 	}
 	*out = (uint32_t)crc;
 	return GFS_OK;
+}
+
+/*
+ * crc_from_sources(): the CRC-32 of record r combined from the CRC-32s the
+ * source checks recorded for its pieces, without reading them again:
+ * possible when the tensor is served as stored (no dtype conversion) from
+ * contiguous FILE pieces of records found OK.
+ */
+static bool crc_from_sources(const gfs_tzview *z, size_t r, uint32_t *out)
+{
+	const gfs_layout *l = z->ctx->layout;
+	const gfs_tensor *t = gfs_layout_target(l, z->recs[r].entry);
+	const size_t ti = (size_t)(t - l->tensors);
+	uLong crc = crc32(0, Z_NULL, 0);
+
+	if (t->strided || gfs_dtype_out(t->dtype, z->ctx->want) != t->dtype)
+		return false;
+	for (size_t p = 0; p < t->npieces; p++) {
+		uint32_t c;
+
+		if (!gfs_srcset_piece_crc(z->ctx->src, ti, p, &c))
+			return false;
+		crc = crc32_combine(crc, c, (z_off_t)t->pieces[p].len);
+	}
+	*out = (uint32_t)crc;
+	return true;
 }
 
 /* publish(): end a computation of record r: success stores crc. */
@@ -418,8 +522,10 @@ static gfs_err crc_one(gfs_tzview *z, size_t r)
 		if (atomic_compare_exchange_strong(&rec->state, &state, CRC_BUSY)) {
 			assert(rec->entry != NO_ENTRY);
 			buf = malloc(CRC_READ_BUF);
-			err = buf ? crc_range(z->ctx, rec->entry, 0, rec->size, buf, &crc)
+			err = buf ? check_sources(z, &r, 1)
 				  : gfs_fail(GFS_ERR_NOMEM, "out of memory");
+			if (!err && !crc_from_sources(z, r, &crc))
+				err = crc_range(z->ctx, rec->entry, 0, rec->size, buf, &crc);
 			free(buf);
 			publish(z, r, err, crc);
 			return err;
@@ -549,6 +655,48 @@ static gfs_err claim_items(gfs_tzview *z, crc_item **items, size_t *nitems)
 	return GFS_OK;
 }
 
+/* item_sources(): check_sources() of the records job's items belong to. */
+static gfs_err item_sources(gfs_tzview *z, const crc_job *job)
+{
+	size_t *rs = gfs_calloc(job->nitems ? job->nitems : 1, sizeof(*rs));
+	size_t n = 0;
+	gfs_err err;
+
+	if (!rs)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t i = 0; i < job->nitems; i++)
+		if (n == 0 || rs[n - 1] != job->items[i].rec)
+			rs[n++] = job->items[i].rec;
+	err = check_sources(z, rs, n);
+	free(rs);
+	return err;
+}
+
+/*
+ * derive_items(): publish the CRC-32 of every record of job that
+ * crc_from_sources() gives, and drop its items.
+ */
+static void derive_items(gfs_tzview *z, crc_job *job)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < job->nitems;) {
+		const size_t r = job->items[i].rec;
+		size_t j = i;
+		uint32_t crc;
+
+		while (j < job->nitems && job->items[j].rec == r)
+			j++;
+		if (crc_from_sources(z, r, &crc))
+			publish(z, r, GFS_OK, crc);
+		else
+			while (i < j)
+				job->items[n++] = job->items[i++];
+		i = j;
+	}
+	job->nitems = n;
+}
+
 gfs_err gfs_tzview_compute_crcs(gfs_tzview *z, unsigned nthreads)
 {
 	crc_job job = { .z = z };
@@ -565,7 +713,12 @@ gfs_err gfs_tzview_compute_crcs(gfs_tzview *z, unsigned nthreads)
 		return err;
 	atomic_init(&job.next, 0);
 	atomic_init(&job.err, GFS_OK);
-	if (job.nitems)
+	err = item_sources(z, &job);
+	if (err)
+		job_fail(&job, err);
+	else
+		derive_items(z, &job);
+	if (!err && job.nitems)
 		run_job(&job, nthreads);
 	err = (gfs_err)atomic_load(&job.err);
 	for (size_t i = 0; i < job.nitems;) {
@@ -642,7 +795,7 @@ static bool cache_key(gfs_tzview *z)
 	const gfs_layout *l = z->ctx->layout;
 	keyhash h = { .fnv = UINT64_C(0xcbf29ce484222325), .crc = crc32(0, Z_NULL, 0) };
 
-	kh_str(&h, "gatherfs torch zip CRCs 1");
+	kh_str(&h, "gatherfs torch zip CRCs 2"); /* 2: computed from checked sources */
 	kh_u64(&h, (uint64_t)z->ctx->want);
 	kh_str(&h, z->prefix);
 	kh_u64(&h, l->nsources);
@@ -933,7 +1086,7 @@ static gfs_err add_record(gfs_tzview *z, size_t r, const void *mem)
 	err = gfs_vfile_add_mem(z->vf, h, (size_t)(p - h));
 	if (!err)
 		err = mem ? gfs_vfile_add_mem(z->vf, mem, (size_t)rec->size)
-			  : gfs_vfile_add_tensor(z->vf, rec->entry, 0, rec->size);
+			  : gfs_vfile_add_tensor_guarded(z->vf, rec->entry, 0, rec->size, &z->guard, r);
 	if (!err)
 		err = gfs_vfile_add_mem(z->vf, "PK\x07\x08", 4);
 	if (!err)
@@ -1062,6 +1215,7 @@ static gfs_err init_records(gfs_tzview *z, const pkbuf *pk, const size_t *keys,
 		const void *mem = record_mem(z, pk, r);
 
 		rec->entry = NO_ENTRY;
+		atomic_init(&rec->src_ok, false);
 		if (r == 0) {
 			rec->size = pk->buf.len;
 		} else if (mem) {
@@ -1120,6 +1274,7 @@ static gfs_err tz_alloc(const gfs_vctx *ctx, const char *prefix, gfs_tzview **ou
 	}
 	z->ctx = ctx;
 	z->gen = (gfs_vgen){ .fn = crc_gen, .ctx = z };
+	z->guard = (gfs_vgen){ .fn = src_guard, .ctx = z };
 	z->prefix = gfs_strdup(prefix);
 	if (!z->prefix) {
 		gfs_tzview_free(z);

@@ -50,8 +50,13 @@ typedef struct gfs_piece {
 	uint64_t frame_size; /* ZSTD: decompressed size of the frame */
 	uint64_t reach;      /* set by gfs_layout_finish(): max end of pieces [0, this] */
 	uint32_t src;        /* FILE, ZSTD: index into gfs_layout.sources */
+	uint32_t rec;        /* set by gfs_layout_finish(): the checksummed record holding
+				all the piece's bytes (index into gfs_layout.records), or
+				GFS_NO_RECORD */
 	gfs_piece_kind kind;
 } gfs_piece;
+
+#define GFS_NO_RECORD UINT32_MAX
 
 /*
  * gfs_piece_end(): one past the last tensor byte of piece p's last run.
@@ -75,6 +80,35 @@ typedef struct gfs_source {
 	char *abspath; /* resolved */
 	uint64_t size; /* expected file size in bytes */
 } gfs_source;
+
+/*
+ * A checksummed record of a source: the bytes of one zip record (a
+ * torch.save storage data/<key>, whole, padding included) and the CRC-32
+ * its central directory stores.  FILE: bytes [off, off + len) of source
+ * src.  ZSTD: bytes [off, off + len) of the decompressed content of the
+ * zstd frame at frame_off (frame_len bytes, frame_size decompressed) of
+ * src; checking such a record decompresses the whole frame, which also
+ * checks the frame's content checksum when it has one.  Importers register
+ * the records tensor bytes may come from; gfs_layout_finish() keeps those
+ * holding bytes of some piece.  Metadata only: O(records).
+ */
+typedef struct gfs_record {
+	char *name;          /* names the record in messages ("archive/data/3") */
+	uint32_t src;
+	gfs_piece_kind kind; /* FILE or ZSTD */
+	uint64_t off;
+	uint64_t len;
+	uint64_t frame_off;  /* ZSTD */
+	uint64_t frame_len;
+	uint64_t frame_size;
+	uint32_t crc32;      /* stored CRC-32 of the len bytes */
+} gfs_record;
+
+/* Piece p of tensor ti. */
+typedef struct gfs_piece_ref {
+	size_t ti;
+	size_t p;
+} gfs_piece_ref;
 
 typedef struct gfs_tensor {
 	char *name;
@@ -174,6 +208,13 @@ typedef struct gfs_layout {
 	size_t cap_tensors;
 	size_t noptim;     /* optimizer-state entries: [ntensors, ntensors + noptim) */
 	gfs_optim optim;   /* filled by importers directly; freed with the layout */
+	gfs_record *records; /* sorted by (src, kind, frame_off, off) once finished */
+	size_t nrecords;
+	size_t cap_records;
+	/* set by gfs_layout_finish(): the pieces in record r are
+	 * rec_pieces[rec_piece0[r] .. rec_piece0[r + 1]) */
+	size_t *rec_piece0;
+	gfs_piece_ref *rec_pieces;
 	/* name lookup, built by gfs_layout_finish() */
 	uint32_t *hash;
 	size_t hash_cap;
@@ -258,6 +299,14 @@ gfs_err gfs_layout_add_alias(gfs_layout *l, const char *name, const char *target
 gfs_err gfs_layout_add_piece(gfs_layout *l, size_t ti, uint32_t src,
 			     uint64_t src_off, uint64_t len);
 
+/*
+ * gfs_layout_add_record(): register a checksummed record r named name
+ * (copied; r->name is ignored) that pieces may read.  Registering one twice is harmless.
+ * gfs_layout_finish() drops the records no piece reads and gives each
+ * piece lying wholly inside a record that record's index.
+ */
+gfs_err gfs_layout_add_record(gfs_layout *l, const gfs_record *r, const char *name);
+
 /* gfs_layout_add_zero(): append a ZERO piece of len bytes to tensor ti. */
 gfs_err gfs_layout_add_zero(gfs_layout *l, size_t ti, uint64_t len);
 
@@ -310,6 +359,21 @@ bool gfs_piece_run_at(const gfs_piece *p, uint64_t pos, uint64_t *start, uint64_
  * true and its [*start, *end), or false if none.
  */
 bool gfs_piece_next_run(const gfs_piece *p, uint64_t pos, uint64_t *start, uint64_t *end);
+
+/*
+ * gfs_record_tensors(): the entries of a finished layout with bytes in
+ * record r (tensors with a piece in it, and their aliases), in layout
+ * order: up to max indices into out; @return how many there are in all.
+ * O(tensors log pieces).
+ */
+size_t gfs_record_tensors(const gfs_layout *l, uint32_t r, size_t *out, size_t max);
+
+/*
+ * gfs_record_describe(): "SOURCE: record NAME (tensors A, B, ...)" into
+ * buf[0..n), at most max_names names (then "and K more").  @return buf.
+ */
+const char *gfs_record_describe(const gfs_layout *l, uint32_t r, size_t max_names,
+				char *buf, size_t n);
 
 /* gfs_layout_find(): index of the model tensor named name, or -1.  O(1). */
 int64_t gfs_layout_find(const gfs_layout *l, const char *name);

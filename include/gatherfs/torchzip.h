@@ -83,6 +83,13 @@ gfs_err gfs_tzip_read_record(const gfs_tzip *z, const gfs_tzip_record *rec,
 gfs_err gfs_tzip_storage(const gfs_tzip *z, const char *key, uint64_t *off,
 			 uint64_t *size);
 
+/*
+ * gfs_tzip_storage_record(): as gfs_tzip_storage(), the whole record (its
+ * name, data offset, size and stored CRC-32).
+ */
+gfs_err gfs_tzip_storage_record(const gfs_tzip *z, const char *key,
+				const gfs_tzip_record **out);
+
 /* gfs_tzip_label(): the label given at open. */
 const char *gfs_tzip_label(const gfs_tzip *z);
 

@@ -61,6 +61,8 @@ typedef struct gfs_seg {
 		struct {
 			size_t entry; /* layout entry */
 			uint64_t off; /* offset in its output bytes */
+			const gfs_vgen *guard; /* NULL, or called before serving bytes */
+			uint64_t guard_arg;
 		} tensor;
 		struct {
 			int fd;
@@ -99,6 +101,15 @@ gfs_err gfs_vfile_add_mem(gfs_vfile *vf, const void *data, size_t len);
  */
 gfs_err gfs_vfile_add_tensor(gfs_vfile *vf, size_t entry, uint64_t off,
 			     uint64_t len);
+
+/*
+ * gfs_vfile_add_tensor_guarded(): as gfs_vfile_add_tensor(), and every read
+ * or map of the segment first calls guard (borrowed, must outlive the
+ * vfile) with argument arg, off 0, no buffer and len 0; its error fails the
+ * read instead of serving the bytes.
+ */
+gfs_err gfs_vfile_add_tensor_guarded(gfs_vfile *vf, size_t entry, uint64_t off,
+				     uint64_t len, const gfs_vgen *guard, uint64_t arg);
 
 /*
  * gfs_vfile_add_fd(): append bytes [off, off + len) of the open descriptor

@@ -1,7 +1,8 @@
 /*
  * Unit tests for the layout index, its JSON form and the tensor byte server:
  * piece merging, validation errors, alias resolution, JSON round trip, reads
- * at every offset with and without dtype conversion.
+ * at every offset with and without dtype conversion, checksummed records and
+ * their checks.
  */
 #include "config.h"
 
@@ -9,6 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <zlib.h>
+
+#include "gatherfs/integrity.h"
 #include "gatherfs/json.h"
 #include "gatherfs/layout.h"
 #include "gatherfs/server.h"
@@ -270,12 +274,94 @@ static void expect_finish_error(const char *what, int variant, const char *word)
 	gfs_layout_free(l);
 }
 
+/* crc_of(): CRC-32 of source bytes [off, off + len) (byte i holds i). */
+static uint32_t crc_of(unsigned off, unsigned len)
+{
+	uint8_t b[256];
+
+	for (unsigned i = 0; i < len; i++)
+		b[i] = (uint8_t)(off + i);
+	return (uint32_t)crc32(crc32(0, Z_NULL, 0), b, len);
+}
+
+/*
+ * Records: r1 = [0, 64) with its true CRC (registered twice), r2 = [64, 128)
+ * with a wrong one, r3 = [128, 192) that no piece reads.  Tensor a reads
+ * [0, 16) and [100, 116), b [64, 72), c [120, 136) (across r2's end: in no
+ * record); t is an alias of a.
+ */
+static void test_records(void)
+{
+	const uint64_t s8[1] = { 8 }, s4[1] = { 4 }, s16[1] = { 16 };
+	gfs_record r = { .kind = GFS_PIECE_FILE };
+	gfs_layout *l = NULL;
+	gfs_srcset *s = NULL;
+	uint8_t buf[32];
+	uint32_t src, crc = 0;
+	size_t a, b, c, idx[4], nbad = 0;
+	const gfs_tensor *ta;
+	gfs_err err = gfs_layout_new("test", tmpdir, &l);
+
+	err = err ? err : gfs_layout_add_source(l, "src.bin", 256, &src);
+	r.src = src;
+	err = err ? err : gfs_layout_add_tensor(l, "a", GFS_DT_F32, 1, s8, &a);
+	err = err ? err : gfs_layout_add_piece(l, a, src, 0, 16);
+	err = err ? err : gfs_layout_add_piece(l, a, src, 100, 16);
+	err = err ? err : gfs_layout_add_tensor(l, "b", GFS_DT_BF16, 1, s4, &b);
+	err = err ? err : gfs_layout_add_piece(l, b, src, 64, 8);
+	err = err ? err : gfs_layout_add_tensor(l, "c", GFS_DT_U8, 1, s16, &c);
+	err = err ? err : gfs_layout_add_piece(l, c, src, 120, 16);
+	err = err ? err : gfs_layout_add_alias(l, "t", "a");
+	r.off = 0, r.len = 64, r.crc32 = crc_of(0, 64);
+	err = err ? err : gfs_layout_add_record(l, &r, "arch/data/0");
+	err = err ? err : gfs_layout_add_record(l, &r, "arch/data/0");
+	r.off = 64, r.len = 64, r.crc32 = crc_of(64, 64) ^ 1;
+	err = err ? err : gfs_layout_add_record(l, &r, "arch/data/1");
+	r.off = 128, r.len = 64, r.crc32 = crc_of(128, 64);
+	err = err ? err : gfs_layout_add_record(l, &r, "arch/data/2");
+	err = err ? err : gfs_layout_finish(l, "test");
+	tap_ok(err == GFS_OK, "a layout with records: %s", err ? gfs_errmsg() : "ok");
+	if (err) {
+		gfs_layout_free(l);
+		return;
+	}
+	ta = &l->tensors[a];
+	tap_ok(l->nrecords == 2 && strcmp(l->records[0].name, "arch/data/0") == 0 &&
+		       strcmp(l->records[1].name, "arch/data/1") == 0,
+	       "duplicates merged, the record no piece reads dropped (%zu left)", l->nrecords);
+	tap_ok(ta->pieces[0].rec == 0 && ta->pieces[1].rec == 1 && l->tensors[b].pieces[0].rec == 1 &&
+		       l->tensors[c].pieces[0].rec == GFS_NO_RECORD,
+	       "each piece knows its record; a piece across a record's end has none");
+	tap_ok(gfs_record_tensors(l, 1, idx, 4) == 3 && idx[0] == a && idx[1] == b &&
+		       l->tensors[idx[2]].alias_of == (int64_t)a,
+	       "the tensors of a record: a, b and a's alias");
+	err = gfs_srcset_open(l, &s);
+	err = err ? err : gfs_integrity_check(l, s, NULL, 0, 2, &nbad, NULL);
+	tap_ok(err == GFS_OK && nbad == 1 && gfs_srcset_rec_state(s, 0) == GFS_REC_OK &&
+		       gfs_srcset_rec_state(s, 1) == GFS_REC_BAD,
+	       "the check finds the record with the wrong CRC-32, and only it");
+	tap_ok(gfs_srcset_piece_crc(s, a, 0, &crc) && crc == crc_of(0, 16) &&
+		       !gfs_srcset_piece_crc(s, a, 1, &crc),
+	       "a piece of a good record has its CRC-32, a piece of a bad one none");
+	tap_ok(gfs_tensor_read(l, s, a, GFS_DT_INVALID, 0, buf, 16) == GFS_OK && buf[15] == 15,
+	       "bytes of a from the good record are served");
+	err = gfs_tensor_read(l, s, a, GFS_DT_INVALID, 0, buf, 32);
+	tap_ok(err == GFS_ERR_IO && strstr(gfs_errmsg(), "arch/data/1") &&
+		       strstr(gfs_errmsg(), "tensors a, b, t"),
+	       "bytes of a from the bad record are refused: %s", gfs_errmsg());
+	tap_ok(gfs_tensor_read(l, s, c, GFS_DT_INVALID, 0, buf, 16) == GFS_OK && buf[0] == 120,
+	       "bytes in no record are served (unverifiable)");
+	gfs_srcset_close(s);
+	gfs_layout_free(l);
+}
+
 int main(void)
 {
 	make_source();
 	test_build_and_read();
 	test_json_roundtrip();
 	test_strided();
+	test_records();
 	expect_finish_error("a gap in the pieces", 0, "cover 4 of its 8");
 	expect_finish_error("pieces beyond the tensor", 1, "exceed");
 	expect_finish_error("a piece past the end of its source", 2, "past its end");
