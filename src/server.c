@@ -43,7 +43,7 @@ typedef struct rec_table {
 	pthread_cond_t cv;
 	atomic_size_t nbad;  /* records found BAD */
 	_Atomic int *state;  /* [nrecords] */
-	size_t *piece_base;  /* [ntensors]: index of each tensor's first piece in piece_crc */
+	size_t *piece_base;  /* [entries]: index of each tensor's first piece in piece_crc */
 	uint32_t *piece_crc; /* CRC-32 of each contiguous FILE piece of an OK record */
 } rec_table;
 
@@ -62,6 +62,7 @@ static void rec_table_free(rec_table *rt)
 static rec_table *rec_table_new(const gfs_layout *l)
 {
 	rec_table *rt = calloc(1, sizeof(*rt));
+	const size_t nent = gfs_layout_nentries(l);
 	size_t npieces = 0;
 
 	if (!rt)
@@ -77,8 +78,8 @@ static rec_table *rec_table_new(const gfs_layout *l)
 	}
 	atomic_init(&rt->nbad, 0);
 	rt->state = gfs_calloc(l->nrecords ? l->nrecords : 1, sizeof(*rt->state));
-	rt->piece_base = gfs_calloc(l->ntensors ? l->ntensors : 1, sizeof(*rt->piece_base));
-	for (size_t i = 0; rt->piece_base && i < l->ntensors; i++) {
+	rt->piece_base = gfs_calloc(nent ? nent : 1, sizeof(*rt->piece_base));
+	for (size_t i = 0; rt->piece_base && i < nent; i++) {
 		rt->piece_base[i] = npieces;
 		npieces += l->tensors[i].npieces;
 	}
@@ -230,7 +231,7 @@ static bool piece_is_summed(const gfs_piece *pc)
 
 void gfs_srcset_set_piece_crc(const gfs_srcset *s, size_t ti, size_t p, uint32_t crc)
 {
-	assert(ti < s->layout->ntensors && p < s->layout->tensors[ti].npieces);
+	assert(ti < gfs_layout_nentries(s->layout) && p < s->layout->tensors[ti].npieces);
 	assert(piece_is_summed(&s->layout->tensors[ti].pieces[p]));
 	s->rt->piece_crc[s->rt->piece_base[ti] + p] = crc;
 }
@@ -239,7 +240,7 @@ bool gfs_srcset_piece_crc(const gfs_srcset *s, size_t ti, size_t p, uint32_t *cr
 {
 	const gfs_piece *pc;
 
-	assert(ti < s->layout->ntensors && p < s->layout->tensors[ti].npieces);
+	assert(ti < gfs_layout_nentries(s->layout) && p < s->layout->tensors[ti].npieces);
 	pc = &s->layout->tensors[ti].pieces[p];
 	if (!piece_is_summed(pc) || atomic_load(&s->rt->state[pc->rec]) != GFS_REC_OK)
 		return false;
