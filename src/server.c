@@ -198,18 +198,46 @@ enum { ZCACHE_SLOTS = 32 };
 static uint64_t zcache_budget;
 static pthread_once_t zcache_once = PTHREAD_ONCE_INIT;
 
-static void zcache_budget_init(void)
+#define ZCACHE_MB_MAX ((uint64_t)1 << 20)
+
+/* zcache_env(): GATHERFS_ZSTD_CACHE_MB in bytes (*set: it is given); false if malformed. */
+static bool zcache_env(uint64_t *bytes, bool *set)
 {
 	const char *env = getenv("GATHERFS_ZSTD_CACHE_MB");
 	char *end;
 	unsigned long long mb;
 
-	zcache_budget = ZCACHE_BUDGET_DEFAULT;
-	if (!env || !*env)
-		return;
+	*set = env && *env;
+	if (!*set)
+		return true;
+	errno = 0;
 	mb = strtoull(env, &end, 10);
-	if (*end == '\0' && mb <= ((uint64_t)1 << 20))
-		zcache_budget = (uint64_t)mb << 20;
+	if (*end != '\0' || errno || env[0] < '0' || env[0] > '9' || mb > ZCACHE_MB_MAX)
+		return false;
+	*bytes = (uint64_t)mb << 20;
+	return true;
+}
+
+gfs_err gfs_zstd_cache_check(void)
+{
+	uint64_t bytes;
+	bool set;
+
+	if (!zcache_env(&bytes, &set))
+		return gfs_fail(GFS_ERR_INVAL,
+				"GATHERFS_ZSTD_CACHE_MB=%s: expected a whole number of MiB from 0 to %llu",
+				getenv("GATHERFS_ZSTD_CACHE_MB"), (unsigned long long)ZCACHE_MB_MAX);
+	return GFS_OK;
+}
+
+static void zcache_budget_init(void)
+{
+	uint64_t bytes = ZCACHE_BUDGET_DEFAULT;
+	bool set;
+
+	if (!zcache_env(&bytes, &set) || !set)
+		bytes = ZCACHE_BUDGET_DEFAULT;
+	zcache_budget = bytes;
 }
 
 /* zcache_fits(): is pc's frame served through the shared cache? */
