@@ -83,7 +83,8 @@ gfs_err gfs_srcset_open(const gfs_layout *l, gfs_srcset **out)
 	for (size_t i = 0; i < l->nsources; i++) {
 		const gfs_source *src = &l->sources[i];
 		struct stat st;
-		const int fd = open(src->abspath, O_RDONLY | O_CLOEXEC);
+		/* O_NONBLOCK: a FIFO named as a source must not hang the open */
+		const int fd = open(src->abspath, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 
 		if (fd < 0) {
 			err = gfs_fail(errno == ENOENT ? GFS_ERR_NOTFOUND : GFS_ERR_IO,
@@ -99,6 +100,11 @@ gfs_err gfs_srcset_open(const gfs_layout *l, gfs_srcset **out)
 		}
 		if (!S_ISREG(st.st_mode)) {
 			err = gfs_fail(GFS_ERR_FORMAT, "%s: not a regular file", src->abspath);
+			break;
+		}
+		if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+			err = gfs_fail(GFS_ERR_IO, "%s: fcntl failed: %s", src->abspath,
+				       strerror(errno));
 			break;
 		}
 		if ((uint64_t)st.st_size != src->size) {

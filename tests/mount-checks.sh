@@ -6,7 +6,8 @@
 #   checkpoint files named like a view (not shown, one line each);
 #   -o tag=X while `latest` names another tag (latest not shown, one line);
 #   -o readahead_kb above the limit; -o crc_cache= on an unusable dir;
-#   a bad GATHERFS_ZSTD_CACHE_MB; --help listing -o max_threads once.
+#   a bad GATHERFS_ZSTD_CACHE_MB; --help listing -o max_threads once;
+#   the fstab example's options through mount.fuse3.
 . "${top_srcdir:-.}/tests/lib.sh"
 . "$top_srcdir/tests/mount-lib.sh"
 mount_setup
@@ -97,6 +98,22 @@ wait_for is_mounted "$T/mnt" || fail "mount tag=global_step3"
 cmp "$T/mnt/latest" "$twotags/latest" || fail "latest of the served tag is not passed through"
 gfs_umount "$T/mnt" || fail "unmount"
 echo "ok: latest is shown only when it names the served tag"
+
+echo "== the fstab options of the documentation"
+if command -v mount.fuse3 >/dev/null 2>&1; then
+	PATH="$top_builddir:$PATH" mount.fuse3 "$case" "$T/mnt" -t fuse.gatherfs \
+		-o ro,nodev,nosuid,noexec,nofail,allow_other,dtype=bf16 || fail "mount.fuse3 (fstab options)"
+	GFS_MOUNTS="$GFS_MOUNTS $T/mnt"
+	wait_for is_mounted "$T/mnt" || fail "mount.fuse3 (fstab options)"
+	opts=$(awk -v m="$T/mnt" '$2 == m { print $4 }' /proc/mounts)
+	for o in ro nodev nosuid noexec allow_other default_permissions; do
+		echo ",$opts," | grep -q ",$o," || fail "mount options $opts lack $o"
+	done
+	gfs_umount "$T/mnt" || fail "unmount"
+	echo "ok: $opts"
+else
+	echo "note: mount.fuse3 not installed, skipped"
+fi
 
 echo "== options"
 expect_mount_fail "readahead_kb=70000: at most 65536" "$case" "$T/mnt" -o readahead_kb=70000

@@ -3,7 +3,8 @@
 # with -o allow_other, the unprivileged user nobody (65534) reads.
 #   (a) a symlink to /etc/shadow planted in a checkpoint is not shown
 #   (b) a layout JSON naming /etc/shadow: that tensor and the views holding
-#       it are refused to nobody, root reads them, the rest stays readable
+#       it are refused to nobody, root reads them, the rest stays readable;
+#       one naming a FIFO is refused at once
 #   (c) a checkpoint dir 0700 with shards 0600: every view refused to nobody
 #       (modes 0400/0500), root still reads them all
 #   (d) a world-readable checkpoint stays readable by nobody (0444/0555)
@@ -123,6 +124,11 @@ cmp "$T/lay.mnt/tensors/s" /etc/shadow || fail "root reads other bytes in tensor
 nobody_reads "$T/lay.mnt/tensors/t"
 nobody_reads "$T/lay.mnt/tensors/INDEX"
 gfs_umount "$T/lay.mnt" || fail "unmount evil.json"
+# a FIFO named as a source is refused, not waited on
+mkfifo "$T/lay/fifo"
+sed "s|\"/etc/shadow\"|\"$T/lay/fifo\"|" "$T/lay/evil.json" > "$T/lay/fifo.json"
+mkdir -p "$T/mnt"
+expect_mount_fail "fifo: not a regular file" "$T/lay/fifo.json" "$T/mnt"
 echo "ok: a source only root may read stays root's"
 
 echo "== (c) a private checkpoint: dir 0700, shards 0600"
