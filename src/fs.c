@@ -9,11 +9,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "gatherfs/fs.h"
@@ -726,32 +724,57 @@ static int cmp_pass(const void *a, const void *b)
 }
 
 /*
- * open_beneath(): open name in directory dfd for reading, following
- * symbolic links only while they stay beneath dfd (openat2
- * RESOLVE_BENEATH; without openat2, Linux < 5.6, following none).
+ * open_beneath(): open name, a symbolic link in directory dfd (at the
+ * canonical path dir), for reading if it resolves to a path beneath dir:
+ * the resolved path is walked from dfd one component at a time with
+ * O_NOFOLLOW, so a link swapped in meanwhile fails instead of being
+ * followed.  @return the descriptor, or -1 with errno (EXDEV: it leads out).
  */
-static int open_beneath(int dfd, const char *name)
+static int open_beneath(int dfd, const char *dir, const char *name)
 {
-	const int flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
-	struct open_how how = { .flags = (uint64_t)flags,
-				.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS };
-	long fd;
-	int tries = 0;
+	char link[PATH_MAX], real[PATH_MAX];
+	const size_t dlen = strlen(dir);
+	char *p, *slash;
+	int fd;
 
-	do /* EAGAIN: a rename raced with the resolution */
-		fd = syscall(SYS_openat2, dfd, name, &how, sizeof(how));
-	while (fd < 0 && errno == EAGAIN && ++tries < 8);
-	if (fd < 0 && errno == ENOSYS)
-		fd = openat(dfd, name, flags | O_NOFOLLOW);
-	return (int)fd;
+	if ((size_t)snprintf(link, sizeof(link), "%s/%s", dir, name) >= sizeof(link)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	if (!realpath(link, real))
+		return -1;
+	if (strcmp(real, dir) == 0) {
+		errno = EISDIR;
+		return -1;
+	}
+	if (strncmp(real, dir, dlen) != 0 || real[dlen] != '/' || dlen == 1) {
+		errno = EXDEV;
+		return -1;
+	}
+	fd = dup(dfd);
+	for (p = real + dlen + 1; fd >= 0; p = slash + 1) {
+		int next;
+
+		slash = strchr(p, '/');
+		if (slash)
+			*slash = '\0';
+		next = openat(fd, p, O_CLOEXEC | O_NOFOLLOW |
+			      (slash ? O_PATH | O_DIRECTORY : O_RDONLY | O_NOCTTY | O_NONBLOCK));
+		close(fd);
+		fd = next;
+		if (!slash)
+			break;
+	}
+	return fd;
 }
 
 /*
- * open_pass(): open name in directory dfd as a passed-through file; *skip
- * (after telling why, unless it is a directory) if it is none.
+ * open_pass(): open name in directory dfd (dir as given, real canonical)
+ * as a passed-through file; *skip (after telling why, unless it is a
+ * directory) if it is none.
  */
-static gfs_err open_pass(const gfs_fs *fs, int dfd, const char *dir, const char *name,
-			 fs_pass *p, bool *skip)
+static gfs_err open_pass(const gfs_fs *fs, int dfd, const char *dir, const char *real,
+			 const char *name, fs_pass *p, bool *skip)
 {
 	struct stat st;
 
@@ -767,14 +790,19 @@ static gfs_err open_pass(const gfs_fs *fs, int dfd, const char *dir, const char 
 		notice(fs, "%s/%s: not shown: not a regular file", dir, name);
 		return GFS_OK;
 	}
-	p->fd = open_beneath(dfd, name);
+	p->fd = S_ISREG(st.st_mode)
+		? openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW)
+		: open_beneath(dfd, real, name);
 	if (p->fd < 0) {
-		if (errno == EXDEV || errno == ELOOP)
+		if (errno == EXDEV)
 			notice(fs, "%s/%s: not shown: a symbolic link that leaves the checkpoint directory",
 			       dir, name);
 		else if (errno == ENOENT)
 			notice(fs, "%s/%s: not shown: a dangling symbolic link", dir, name);
-		else
+		else if (errno == ELOOP || errno == ENOTDIR)
+			notice(fs, "%s/%s: not shown: a symbolic link that loops or changed while resolved",
+			       dir, name);
+		else if (errno != EISDIR)
 			return gfs_fail(GFS_ERR_IO, "%s/%s: cannot open: %s", dir, name,
 					strerror(errno));
 		return GFS_OK;
@@ -829,11 +857,17 @@ static gfs_err pass_attr(gfs_fs *fs, fs_pass *p)
 static gfs_err scan_root(gfs_fs *fs, const char *dir)
 {
 	DIR *d = opendir(dir);
+	char real[PATH_MAX];
 	size_t cap = 0;
 	gfs_err err = GFS_OK;
 
 	if (!d)
 		return gfs_fail(GFS_ERR_IO, "%s: cannot open directory: %s", dir, strerror(errno));
+	if (!realpath(dir, real)) {
+		err = gfs_fail(GFS_ERR_IO, "%s: cannot resolve: %s", dir, strerror(errno));
+		closedir(d);
+		return err;
+	}
 	for (;;) {
 		const struct dirent *de;
 		bool skip;
@@ -859,7 +893,7 @@ static gfs_err scan_root(gfs_fs *fs, const char *dir)
 			err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
 			break;
 		}
-		err = open_pass(fs, dirfd(d), dir, de->d_name, &fs->pass[fs->npass], &skip);
+		err = open_pass(fs, dirfd(d), dir, real, de->d_name, &fs->pass[fs->npass], &skip);
 		if (!err && !skip) {
 			err = pass_attr(fs, &fs->pass[fs->npass]);
 			fs->npass++;

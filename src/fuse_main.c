@@ -251,7 +251,8 @@ static bool crc_cache_dir(const char *dir, char **abs)
 
 /*
  * latest_differs(): with -o tag, whether the DeepSpeed save directory's
- * `latest` names another tag; if so it says so (the caller hides the file).
+ * `latest` (a regular file: a symbolic link is left to the pass-through
+ * rules) names another tag; if so it says so (the caller hides the file).
  */
 static bool latest_differs(const gfs_layout *l, const char *tag)
 {
@@ -274,6 +275,9 @@ static bool latest_differs(const gfs_layout *l, const char *tag)
 	buf[n] = '\0';
 	if (strcmp(buf, tag) == 0)
 		return false;
+	for (ssize_t i = 0; i < n; i++) /* one line, whatever the file holds */
+		if ((unsigned char)buf[i] < 0x20 || buf[i] == 0x7f)
+			buf[i] = '?';
 	fprintf(stderr, "gatherfs: %s: not shown: it names tag %s, the mount shows tag %s (-o tag)\n",
 		path, buf, tag);
 	return true;

@@ -10,6 +10,9 @@
 #   (d) a world-readable checkpoint stays readable by nobody (0444/0555)
 #   (e) a checkpoint shared with a group (0750/0640): its members read it,
 #       others do not
+#   (f) a source that is a symlink (hub snapshot style) into a 0700 dir:
+#       private, though the link's own directory is public
+#   (g) a source whose ACL denies nobody: the tensor is its owner's only
 # Fixtures and mountpoints live under $T (0755 below /tmp), so every refusal
 # comes from the mount's own modes.
 . "${top_srcdir:-.}/tests/lib.sh"
@@ -85,6 +88,8 @@ chown -R 65534:65534 "$T/plant"
 as_nobody ln -s /etc/shadow "$T/plant/notes.txt" || fail "ln -s as nobody"
 as_nobody ln -s ../../../../../../../etc/shadow "$T/plant/rel.txt" || fail "ln -s as nobody"
 as_nobody ln -s config.json "$T/plant/link.json" || fail "ln -s as nobody"
+as_nobody mkdir "$T/plant/sub" && as_nobody sh -c 'echo inner > "$1/sub/inner.txt"' sh "$T/plant" &&
+	as_nobody ln -s sub/../sub/inner.txt "$T/plant/inner.txt" || fail "inner.txt as nobody"
 gfs_mount "$T/plant" "$T/plant.mnt" -o allow_other 2>"$T/mount.err" || fail "mount plant"
 for l in notes.txt rel.txt; do
 	grep -q "plant/$l: not shown: a symbolic link that leaves the checkpoint directory" \
@@ -95,6 +100,8 @@ done
 # a link that stays inside is passed through as the file it names
 nobody_reads "$T/plant.mnt/link.json"
 cmp "$T/plant.mnt/link.json" "$T/plant/config.json" || fail "link.json differs"
+nobody_reads "$T/plant.mnt/inner.txt"
+[ "$(cat "$T/plant.mnt/inner.txt")" = inner ] || fail "inner.txt differs"
 [ "$(stat -c %U "$T/plant.mnt/pytorch_model.bin")" = nobody ] ||
 	fail "views of nobody's checkpoint are not nobody's"
 gfs_umount "$T/plant.mnt" || fail "unmount plant"
@@ -130,6 +137,52 @@ sed "s|\"/etc/shadow\"|\"$T/lay/fifo\"|" "$T/lay/evil.json" > "$T/lay/fifo.json"
 mkdir -p "$T/mnt"
 expect_mount_fail "fifo: not a regular file" "$T/lay/fifo.json" "$T/mnt"
 echo "ok: a source only root may read stays root's"
+
+echo "== (f) sources that are symbolic links (a hub snapshot): their targets decide"
+mkdir -p "$T/hub/blobs" "$T/hub/snap"
+head -c 4096 /dev/urandom > "$T/hub/blobs/b1"
+chmod 644 "$T/hub/blobs/b1"
+ln -s ../blobs/b1 "$T/hub/snap/model.bin"
+cat > "$T/hub/snap/layout.json" <<EOF
+{"gatherfs_layout": 1, "format": "json",
+ "sources": [{"path": "model.bin", "size": 4096}],
+ "tensors": [{"name": "w", "dtype": "uint8", "shape": [4096], "pieces": [{"source": 0, "offset": 0, "length": 4096}]}]}
+EOF
+chmod 644 "$T/hub/snap/layout.json"
+gfs_mount "$T/hub/snap/layout.json" "$T/hub.mnt" -o allow_other || fail "mount hub"
+nobody_reads "$T/hub.mnt/tensors/w"
+gfs_umount "$T/hub.mnt" || fail "unmount hub"
+chmod 700 "$T/hub/blobs"
+gfs_mount "$T/hub/snap/layout.json" "$T/hub.mnt" -o allow_other || fail "mount hub (blobs 0700)"
+mode_is 400 "$T/hub.mnt/tensors/w" "$T/hub.mnt/pytorch_model.bin"
+nobody_refused "$T/hub.mnt/tensors/w"
+nobody_reads "$T/hub.mnt/tensors/INDEX"
+gfs_umount "$T/hub.mnt" || fail "unmount hub"
+echo "ok: a symlinked source is as readable as its target along the target's path"
+
+echo "== (g) a source with an extended ACL denying nobody (mode 0644)"
+cp "$T/hub/blobs/b1" "$T/hub/snap/acl.bin"
+chmod 644 "$T/hub/snap/acl.bin"
+if "$PYTHON3" - "$T/hub/snap/acl.bin" <<'EOF'
+import os, struct, sys
+# system.posix_acl_access: version 2, then (tag, perm, id) sorted by tag:
+# user::rw- user:nobody:--- group::r-- mask::r-- other::r--
+none = 0xFFFFFFFF
+entries = [(0x01, 6, none), (0x02, 0, 65534), (0x04, 4, none), (0x10, 4, none), (0x20, 4, none)]
+os.setxattr(sys.argv[1], "system.posix_acl_access",
+            struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries))
+EOF
+then
+	as_nobody cat "$T/hub/snap/acl.bin" >/dev/null 2>&1 && fail "the ACL does not deny nobody"
+	sed "s|model.bin|acl.bin|" "$T/hub/snap/layout.json" > "$T/hub/snap/acl.json"
+	gfs_mount "$T/hub/snap/acl.json" "$T/acl.mnt" -o allow_other || fail "mount acl.json"
+	mode_is 400 "$T/acl.mnt/tensors/w"
+	nobody_refused "$T/acl.mnt/tensors/w"
+	gfs_umount "$T/acl.mnt" || fail "unmount acl.json"
+	echo "ok: a file with an extended ACL is only its owner's"
+else
+	echo "note: $T has no POSIX ACLs, (g) not run"
+fi
 
 echo "== (c) a private checkpoint: dir 0700, shards 0600"
 cp -r "$T/pub" "$T/priv"
