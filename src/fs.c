@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 
 #include "gatherfs/fs.h"
 #include "gatherfs/import_plain.h"
+#include "gatherfs/perm.h"
 #include "gatherfs/shards.h"
 #include "gatherfs/view_safetensors.h"
 #include "gatherfs/view_torchzip.h"
@@ -40,6 +42,9 @@ enum {
 	N_ROOT, N_TENSORS, N_INDEX, N_FIXED,
 	SHAPE_BUF = GFS_MAX_DIMS * 22 + 3,
 	BLKSIZE = 1 << 20, /* st_blksize: invites large reads */
+	NAME_MAX_BYTES = 255,                     /* what statfs() promises */
+	CUT_SUFFIX = 18,                          /* "%~" and 16 hex digits */
+	CUT_PREFIX = NAME_MAX_BYTES - CUT_SUFFIX, /* bytes kept of a long name */
 };
 
 /* A directory: children in listing order, and sorted by name for lookup. */
@@ -52,12 +57,20 @@ typedef struct fs_dir {
 	size_t n;
 } fs_dir;
 
+/* Owner, group and permission bits of a node. */
+typedef struct fs_attr {
+	uid_t uid;
+	gid_t gid;
+	mode_t perm;
+} fs_attr;
+
 /* A passed-through file. */
 typedef struct fs_pass {
 	char *name;
 	char *path;
 	int fd;
 	struct stat st;
+	fs_attr attr;
 } fs_pass;
 
 /* A file of the optim/ and universal views, by its path under the root. */
@@ -79,7 +92,36 @@ typedef struct fs_virt {
 	char *name;
 	const gfs_vfile *vf;
 	bool zip; /* a torch zip view */
+	fs_attr attr;
 } fs_virt;
+
+/*
+ * The files behind a node, while its attributes are derived: perm objects,
+ * and whether the metadata inputs count (see fs.h).
+ */
+typedef struct fs_set {
+	uint32_t *ids;
+	size_t n;
+	size_t cap;
+	bool meta;
+} fs_set;
+
+/* Access derivation state, for the build only. */
+typedef struct fs_access {
+	gfs_perm *perm;
+	uint32_t *src_ids;  /* perm object of each source */
+	uint32_t *src_mark; /* per source: set.mark if already in the set */
+	uint32_t mark;
+	uint32_t *meta_ids; /* the metadata inputs (all sources if none recorded) */
+	size_t nmeta;
+	bool root_listed;   /* root_id is the checkpoint directory's listing */
+	uint32_t root_id;
+	fs_set set;
+	bool meta_memo;     /* meta_bits valid for (meta_uid, meta_gid) */
+	uid_t meta_uid;
+	gid_t meta_gid;
+	unsigned meta_bits;
+} fs_access;
 
 struct gfs_fs {
 	gfs_vctx ctx;
@@ -108,8 +150,9 @@ struct gfs_fs {
 	fs_dir *xdirs;     /* per extra node (used by directories) */
 	char **notes;
 	size_t nnotes;
-	uid_t uid;
-	gid_t gid;
+	fs_access acc;     /* during the build */
+	fs_attr root_attr, tensors_attr, index_attr;
+	fs_attr xfile_attr, xdir_attr; /* of the optim/ and universal nodes */
 	struct timespec mtime;
 };
 
@@ -120,7 +163,8 @@ static gfs_err add_note(gfs_fs *fs, const char *fmt, ...)
 
 /* ------------------------------------------------------------ tensor names */
 
-gfs_err gfs_fs_escape_name(const char *name, char **out)
+/* escape_full(): the escaped key, whatever its length. */
+static gfs_err escape_full(const char *name, char **out)
 {
 	static const char hex[] = "0123456789ABCDEF";
 	static const char *const reserved[][2] = {
@@ -148,6 +192,49 @@ gfs_err gfs_fs_escape_name(const char *name, char **out)
 		}
 	}
 	*p = '\0';
+	*out = s;
+	return GFS_OK;
+}
+
+/*
+ * cut_point(): the length of the longest prefix of escaped name s (longer
+ * than CUT_PREFIX) of at most CUT_PREFIX bytes that splits neither a %XX
+ * escape nor a UTF-8 sequence.
+ */
+static size_t cut_point(const char *s)
+{
+	size_t k = 0;
+
+	for (;;) {
+		size_t unit = 1;
+
+		if (s[k] == '%') {
+			unit = 3;
+		} else {
+			while (((unsigned char)s[k + unit] & 0xC0) == 0x80)
+				unit++;
+		}
+		if (k + unit > CUT_PREFIX)
+			return k;
+		k += unit;
+	}
+}
+
+gfs_err gfs_fs_escape_name(const char *name, char **out)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	char *s = NULL;
+	const gfs_err err = escape_full(name, &s);
+	size_t k;
+
+	if (err || strlen(s) <= NAME_MAX_BYTES) {
+		*out = s;
+		return err;
+	}
+	for (const unsigned char *c = (const unsigned char *)name; *c; c++)
+		h = (h ^ *c) * 0x100000001b3ull;
+	k = cut_point(s);
+	(void)snprintf(s + k, CUT_SUFFIX + 1, "%%~%016llx", (unsigned long long)h);
 	*out = s;
 	return GFS_OK;
 }
@@ -206,22 +293,228 @@ static gfs_err index_line(gfs_fs *fs, gfs_vfile *vf, size_t i)
 	const gfs_node *n = &fs->nodes[tensor_node(fs, i)];
 	char shape[SHAPE_BUF];
 	char bytes[24];
+	char *key = NULL;
+	gfs_err err = escape_full(l->tensors[i].name, &key);
 	const char *const fields[] = {
 		n->name, "\t", gfs_dtype_name(gfs_dtype_out(t->dtype, fs->ctx.want)), "\t",
-		shape, "\t", bytes, "\t", n->type == GFS_NODE_LNK ? n->link : "-", "\n",
+		shape, "\t", bytes, "\t", n->type == GFS_NODE_LNK ? n->link : "-", "\t",
+		key, "\n",
 	};
-	gfs_err err = GFS_OK;
 
 	format_shape(t, shape);
 	snprintf(bytes, sizeof(bytes), "%llu",
 		 (unsigned long long)gfs_tensor_out_nbytes(l, i, fs->ctx.want));
 	for (size_t k = 0; k < ARRAY_LEN(fields) && !err; k++)
 		err = add_str(vf, fields[k]);
+	free(key);
 	return err;
 }
 
-/* add_virt(): a root file named name (copied) with contents vf; zip: a torch zip view. */
-static gfs_err add_virt(gfs_fs *fs, const char *name, const gfs_vfile *vf, bool zip)
+/* ------------------------------------------------------------- access */
+
+__attribute__((format(printf, 2, 3)))
+static void notice(const gfs_fs *fs, const char *fmt, ...)
+{
+	char line[PATH_MAX + 256];
+	va_list ap;
+
+	if (!fs->opts.notice)
+		return;
+	va_start(ap, fmt);
+	(void)vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	fs->opts.notice(line);
+}
+
+/* set_begin(): an empty set of files behind a node; meta: with the metadata inputs. */
+static void set_begin(gfs_fs *fs, bool meta)
+{
+	fs->acc.set.n = 0;
+	fs->acc.set.meta = meta;
+	fs->acc.mark++;
+}
+
+static gfs_err set_add(gfs_fs *fs, uint32_t id)
+{
+	fs_set *s = &fs->acc.set;
+
+	if (!gfs_grow((void **)&s->ids, &s->cap, s->n, sizeof(*s->ids), 16))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	s->ids[s->n++] = id;
+	return GFS_OK;
+}
+
+/* set_add_source(): source src, once. */
+static gfs_err set_add_source(gfs_fs *fs, uint32_t src)
+{
+	if (fs->acc.src_mark[src] == fs->acc.mark)
+		return GFS_OK;
+	fs->acc.src_mark[src] = fs->acc.mark;
+	return set_add(fs, fs->acc.src_ids[src]);
+}
+
+/* set_add_entry(): the sources of layout entry i's bytes. */
+static gfs_err set_add_entry(gfs_fs *fs, size_t i)
+{
+	const gfs_tensor *t = gfs_layout_target(fs->ctx.layout, i);
+	gfs_err err = GFS_OK;
+
+	for (size_t k = 0; k < t->npieces && !err; k++)
+		if (t->pieces[k].kind != GFS_PIECE_ZERO)
+			err = set_add_source(fs, t->pieces[k].src);
+	return err;
+}
+
+/* set_add_entries(): the sources of entries[0..n), or of every source if entries is NULL. */
+static gfs_err set_add_entries(gfs_fs *fs, const size_t *entries, size_t n)
+{
+	const gfs_layout *l = fs->ctx.layout;
+	gfs_err err = GFS_OK;
+
+	if (!entries) {
+		for (uint32_t k = 0; k < l->nsources && !err; k++)
+			err = set_add_source(fs, k);
+		return err;
+	}
+	for (size_t k = 0; k < n && !err; k++)
+		err = set_add_entry(fs, entries[k]);
+	return err;
+}
+
+/* merge_owner(): fold an object's owner and group into the common ones. */
+static void merge_owner(const gfs_perm *p, uint32_t id, bool *any, uid_t *uid, gid_t *gid,
+			bool *uid_mixed, bool *gid_mixed)
+{
+	uid_t u;
+	gid_t g;
+
+	gfs_perm_owner(p, id, &u, &g);
+	*uid_mixed |= *any && u != *uid;
+	*gid_mixed |= *any && g != *gid;
+	*uid = u;
+	*gid = g;
+	*any = true;
+}
+
+/* meta_bits(): the classes of uid:gid that may read every metadata input. */
+static unsigned meta_bits(gfs_fs *fs, uid_t uid, gid_t gid)
+{
+	fs_access *a = &fs->acc;
+	unsigned bits = GFS_CLASS_ALL;
+
+	if (a->meta_memo && a->meta_uid == uid && a->meta_gid == gid)
+		return a->meta_bits;
+	for (size_t k = 0; k < a->nmeta; k++)
+		bits &= gfs_perm_bits(a->perm, a->meta_ids[k], uid, gid);
+	a->meta_memo = true;
+	a->meta_uid = uid;
+	a->meta_gid = gid;
+	a->meta_bits = bits;
+	return bits;
+}
+
+/*
+ * set_attr(): the attributes of a node exposing the set's files: their
+ * common owner and group (else ours), and read (dir: read and search) for
+ * each class that may read them all.
+ */
+static fs_attr set_attr(gfs_fs *fs, bool dir)
+{
+	fs_access *a = &fs->acc;
+	const fs_set *s = &a->set;
+	bool any = false, uid_mixed = false, gid_mixed = false;
+	uid_t uid = 0;
+	gid_t gid = 0;
+	unsigned bits;
+	const mode_t r = dir ? 5 : 4;
+
+	for (size_t k = 0; s->meta && k < a->nmeta; k++)
+		merge_owner(a->perm, a->meta_ids[k], &any, &uid, &gid, &uid_mixed, &gid_mixed);
+	for (size_t k = 0; k < s->n; k++)
+		merge_owner(a->perm, s->ids[k], &any, &uid, &gid, &uid_mixed, &gid_mixed);
+	if (!any || uid_mixed)
+		uid = geteuid();
+	if (!any || gid_mixed)
+		gid = getegid();
+	bits = s->meta ? meta_bits(fs, uid, gid) : GFS_CLASS_ALL;
+	for (size_t k = 0; k < s->n && bits; k++)
+		bits &= gfs_perm_bits(a->perm, s->ids[k], uid, gid);
+	return (fs_attr){
+		.uid = uid, .gid = gid,
+		.perm = ((bits & GFS_CLASS_OWNER) ? r << 6 : 0) |
+			((bits & GFS_CLASS_GROUP) ? r << 3 : 0) | ((bits & GFS_CLASS_OTHER) ? r : 0),
+	};
+}
+
+/* entries_attr(): a file showing entries[0..n) (all if NULL) and the metadata. */
+static gfs_err entries_attr(gfs_fs *fs, const size_t *entries, size_t n, fs_attr *out)
+{
+	gfs_err err;
+
+	set_begin(fs, true);
+	err = set_add_entries(fs, entries, n);
+	if (!err)
+		*out = set_attr(fs, false);
+	return err;
+}
+
+/* meta_attr(): a node showing metadata only. */
+static fs_attr meta_attr(gfs_fs *fs, bool dir)
+{
+	set_begin(fs, true);
+	return set_attr(fs, dir);
+}
+
+/*
+ * access_begin(): the perm objects of the sources, the metadata inputs and
+ * the checkpoint directory's listing.
+ */
+static gfs_err access_begin(gfs_fs *fs)
+{
+	const gfs_layout *l = fs->ctx.layout;
+	fs_access *a = &fs->acc;
+	gfs_err err = gfs_perm_new(geteuid(), &a->perm);
+
+	if (err)
+		return err;
+	a->src_ids = gfs_calloc(l->nsources + 1, sizeof(*a->src_ids));
+	a->src_mark = gfs_calloc(l->nsources + 1, sizeof(*a->src_mark));
+	a->meta_ids = gfs_calloc((l->ninputs ? l->ninputs : l->nsources) + 1, sizeof(*a->meta_ids));
+	if (!a->src_ids || !a->src_mark || !a->meta_ids)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (uint32_t i = 0; i < l->nsources && !err; i++)
+		err = gfs_perm_add_fd(a->perm, gfs_srcset_fd(fs->ctx.src, i), l->sources[i].abspath,
+				      &a->src_ids[i]);
+	for (size_t i = 0; i < l->ninputs && !err; i++)
+		err = gfs_perm_add_path(a->perm, l->inputs[i], GFS_NEED_R, &a->meta_ids[a->nmeta++]);
+	for (uint32_t i = 0; !l->ninputs && i < l->nsources; i++)
+		a->meta_ids[a->nmeta++] = a->src_ids[i];
+	if (!err && l->root_dir) {
+		err = gfs_perm_add_path(a->perm, l->root_dir, GFS_NEED_R | GFS_NEED_X, &a->root_id);
+		a->root_listed = !err;
+	}
+	return err;
+}
+
+/* access_end(): free the derivation state. */
+static void access_end(gfs_fs *fs)
+{
+	fs_access *a = &fs->acc;
+
+	gfs_perm_free(a->perm);
+	free(a->src_ids);
+	free(a->src_mark);
+	free(a->meta_ids);
+	free(a->set.ids);
+	memset(a, 0, sizeof(*a));
+}
+
+/*
+ * add_virt(): a root file named name (copied) with contents vf and
+ * attributes attr; zip: a torch zip view.
+ */
+static gfs_err add_virt(gfs_fs *fs, const char *name, const gfs_vfile *vf, bool zip,
+			fs_attr attr)
 {
 	fs_virt *v = gfs_reallocarray(fs->virt, fs->nvirt + 1, sizeof(*v));
 
@@ -232,12 +525,13 @@ static gfs_err add_virt(gfs_fs *fs, const char *name, const gfs_vfile *vf, bool 
 	if (!v[fs->nvirt].name)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	v[fs->nvirt].zip = zip;
+	v[fs->nvirt].attr = attr;
 	v[fs->nvirt++].vf = vf;
 	return GFS_OK;
 }
 
-/* add_text(): a root file holding text. */
-static gfs_err add_text(gfs_fs *fs, const char *name, const char *text)
+/* add_text(): a root file holding text, with attributes attr. */
+static gfs_err add_text(gfs_fs *fs, const char *name, const char *text, fs_attr attr)
 {
 	gfs_vfile *vf = NULL;
 	gfs_err err = own_vfile(fs, &vf);
@@ -247,7 +541,7 @@ static gfs_err add_text(gfs_fs *fs, const char *name, const char *text)
 	if (!err)
 		err = gfs_vfile_add_mem(vf, "\n", 1);
 	if (!err)
-		err = add_virt(fs, name, vf, false);
+		err = add_virt(fs, name, vf, false, attr);
 	return err ? gfs_fail_prefix(err, "%s", name) : GFS_OK;
 }
 
@@ -256,30 +550,37 @@ static gfs_err add_zip(gfs_fs *fs, const char *name, const size_t *entries, size
 {
 	char prefix[256];
 	gfs_tzview **z = gfs_reallocarray(fs->zips, fs->nzips + 1, sizeof(*z));
+	fs_attr attr;
 	gfs_err err;
 
 	if (!z)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	fs->zips = z;
+	err = entries_attr(fs, entries, n, &attr);
+	if (err)
+		return err;
 	/* torch names the archive after the file, without its extension */
 	snprintf(prefix, sizeof(prefix), "%.*s", (int)(strlen(name) - strlen(ZIP_EXT)), name);
 	err = gfs_tzview_new(&fs->ctx, prefix, entries, n, &z[fs->nzips]);
 	if (err)
 		return gfs_fail_prefix(err, "%s", name);
 	fs->nzips++;
-	return add_virt(fs, name, gfs_tzview_vfile(z[fs->nzips - 1]), true);
+	return add_virt(fs, name, gfs_tzview_vfile(z[fs->nzips - 1]), true, attr);
 }
 
 /* add_st(): a safetensors file of entries[0..n) (all if NULL) named name. */
 static gfs_err add_st(gfs_fs *fs, const char *name, const size_t *entries, size_t n)
 {
 	gfs_vfile *vf = NULL;
-	gfs_err err = gfs_stview_new(&fs->ctx, entries, n, &vf);
+	fs_attr attr;
+	gfs_err err = entries_attr(fs, entries, n, &attr);
 
+	if (!err)
+		err = gfs_stview_new(&fs->ctx, entries, n, &vf);
 	if (!err)
 		err = own(fs, vf);
 	if (!err)
-		err = add_virt(fs, name, vf, false);
+		err = add_virt(fs, name, vf, false, attr);
 	return err ? gfs_fail_prefix(err, "%s", name) : GFS_OK;
 }
 
@@ -312,7 +613,7 @@ static gfs_err add_format(gfs_fs *fs, const gfs_shard_plan *plan, const char *st
 		err = gfs_shard_index_json(fs->ctx.layout, plan, stem, ext, zip, &index);
 	if (!err) {
 		snprintf(name, sizeof(name), "%s%s.index.json", stem, ext);
-		err = add_text(fs, name, index);
+		err = add_text(fs, name, index, meta_attr(fs, false));
 	}
 	free(index);
 	return err;
@@ -335,9 +636,17 @@ static gfs_err build_views(gfs_fs *fs)
 	if (!err && (fs->opts.views & GFS_VIEW_LAYOUT)) {
 		char *json = NULL;
 
-		err = gfs_layout_to_json(l, &json);
+		fs_attr attr = { 0 };
+
+		/* it lists every source's path, size and offsets */
+		set_begin(fs, true);
+		err = set_add_entries(fs, NULL, 0);
 		if (!err)
-			err = add_text(fs, JSON_NAME, json);
+			attr = set_attr(fs, false);
+		if (!err)
+			err = gfs_layout_to_json(l, &json);
+		if (!err)
+			err = add_text(fs, JSON_NAME, json, attr);
 		free(json);
 	}
 	return err;
@@ -352,20 +661,28 @@ static gfs_err build_fixed(gfs_fs *fs)
 
 	err = own_vfile(fs, &index_vf);
 	if (!err)
-		err = add_str(index_vf, "name\tdtype\tshape\tbytes\ttarget\n");
+		err = add_str(index_vf, "name\tdtype\tshape\tbytes\ttarget\tkey\n");
 	for (size_t i = 0; i < l->ntensors && !err; i++)
 		err = index_line(fs, index_vf, i);
 	if (err)
 		return gfs_fail_prefix(err, TENSORS_NAME "/" INDEX_NAME);
-	fs->nodes[N_ROOT] = (gfs_node){ .name = "", .type = GFS_NODE_DIR, .perm = 0555 };
+	fs->nodes[N_ROOT] = (gfs_node){ .name = "", .type = GFS_NODE_DIR,
+					.perm = fs->root_attr.perm, .uid = fs->root_attr.uid,
+					.gid = fs->root_attr.gid };
 	fs->nodes[N_TENSORS] = (gfs_node){ .name = TENSORS_NAME, .type = GFS_NODE_DIR,
-					   .perm = 0555 };
+					   .perm = fs->tensors_attr.perm,
+					   .uid = fs->tensors_attr.uid, .gid = fs->tensors_attr.gid };
 	fs->nodes[N_INDEX] = (gfs_node){ .name = INDEX_NAME, .type = GFS_NODE_REG,
-					 .vf = index_vf, .perm = 0444 };
-	for (size_t i = 0; i < fs->nvirt; i++)
-		fs->nodes[N_FIXED + i] = (gfs_node){ .name = fs->virt[i].name, .type = GFS_NODE_REG,
-						     .vf = fs->virt[i].vf, .zip_view = fs->virt[i].zip,
-						     .perm = 0444 };
+					 .vf = index_vf, .perm = fs->index_attr.perm,
+					 .uid = fs->index_attr.uid, .gid = fs->index_attr.gid };
+	for (size_t i = 0; i < fs->nvirt; i++) {
+		const fs_virt *v = &fs->virt[i];
+
+		fs->nodes[N_FIXED + i] = (gfs_node){ .name = v->name, .type = GFS_NODE_REG,
+						     .vf = v->vf, .zip_view = v->zip,
+						     .perm = v->attr.perm, .uid = v->attr.uid,
+						     .gid = v->attr.gid };
+	}
 	for (size_t i = N_ROOT; i < N_FIXED + fs->nvirt; i++) {
 		fs->nodes[i].parent = i == N_INDEX ? N_TENSORS + 1 : GFS_FS_ROOT_INO;
 		fs->nodes[i].entry = -1;
@@ -374,15 +691,43 @@ static gfs_err build_fixed(gfs_fs *fs)
 	return GFS_OK;
 }
 
-/* is_virtual_name(): a root entry name taken by a virtual file. */
-static bool is_virtual_name(const gfs_fs *fs, const char *name)
+/* is_shard_name(): name is stem-<digits>-of-<digits>ext. */
+static bool is_shard_name(const char *name, const char *stem, const char *ext)
 {
-	if ((fs->opts.views & GFS_VIEW_TENSORS) && strcmp(name, TENSORS_NAME) == 0)
-		return true;
-	if (is_extra_top(fs, name))
-		return true;
-	for (size_t i = 0; i < fs->nvirt; i++)
-		if (strcmp(name, fs->virt[i].name) == 0)
+	const size_t n = strlen(stem), e = strlen(ext), len = strlen(name);
+	const char *p = name + n;
+	size_t d;
+
+	if (len <= n + e || strncmp(name, stem, n) != 0 || strcmp(name + len - e, ext) != 0 ||
+	    *p++ != '-')
+		return false;
+	d = strspn(p, "0123456789");
+	if (d == 0 || strncmp(p + d, "-of-", 4) != 0)
+		return false;
+	p += d + 4;
+	d = strspn(p, "0123456789");
+	return d > 0 && p + d == name + len - e;
+}
+
+/* is_view_name(): a root entry name some view may take, whatever the options. */
+static bool is_view_name(const char *name)
+{
+	static const char *const names[] = {
+		ZIP_STEM ZIP_EXT, ST_STEM ST_EXT, ZIP_STEM ZIP_EXT ".index.json",
+		ST_STEM ST_EXT ".index.json", JSON_NAME, TENSORS_NAME,
+	};
+
+	for (size_t i = 0; i < ARRAY_LEN(names); i++)
+		if (strcmp(name, names[i]) == 0)
+			return true;
+	return is_shard_name(name, ZIP_STEM, ZIP_EXT) || is_shard_name(name, ST_STEM, ST_EXT);
+}
+
+/* is_hidden(): a name the caller asked to leave out (gfs_fs_opts.hide). */
+static bool is_hidden(const gfs_fs *fs, const char *name)
+{
+	for (const char *const *h = fs->opts.hide; h && *h; h++)
+		if (strcmp(name, *h) == 0)
 			return true;
 	return false;
 }
@@ -411,27 +756,103 @@ static int cmp_pass(const void *a, const void *b)
 	return strcmp(((const fs_pass *)a)->name, ((const fs_pass *)b)->name);
 }
 
-/* open_pass(): open name in directory dfd; *skip if it is no regular file. */
-static gfs_err open_pass(int dfd, const char *dir, const char *name, fs_pass *p,
-			 bool *skip)
+/*
+ * open_beneath(): open name, a symbolic link in directory dfd (at the
+ * canonical path dir), for reading if it resolves to a path beneath dir:
+ * the resolved path is walked from dfd one component at a time with
+ * O_NOFOLLOW, so a link swapped in meanwhile fails instead of being
+ * followed.  @return the descriptor, or -1 with errno (EXDEV: it leads out).
+ */
+static int open_beneath(int dfd, const char *dir, const char *name)
+{
+	char link[PATH_MAX], real[PATH_MAX];
+	const size_t dlen = strlen(dir);
+	char *p, *slash;
+	int fd;
+
+	if ((size_t)snprintf(link, sizeof(link), "%s/%s", dir, name) >= sizeof(link)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	if (!realpath(link, real))
+		return -1;
+	if (strcmp(real, dir) == 0) {
+		errno = EISDIR;
+		return -1;
+	}
+	if (strncmp(real, dir, dlen) != 0 || real[dlen] != '/' || dlen == 1) {
+		errno = EXDEV;
+		return -1;
+	}
+	fd = dup(dfd);
+	for (p = real + dlen + 1; fd >= 0; p = slash + 1) {
+		int next;
+
+		slash = strchr(p, '/');
+		if (slash)
+			*slash = '\0';
+		next = openat(fd, p, O_CLOEXEC | O_NOFOLLOW |
+			      (slash ? O_PATH | O_DIRECTORY : O_RDONLY | O_NOCTTY | O_NONBLOCK));
+		close(fd);
+		fd = next;
+		if (!slash)
+			break;
+	}
+	return fd;
+}
+
+/*
+ * open_pass(): open name in directory dfd (dir as given, real canonical)
+ * as a passed-through file; *skip (after telling why, unless it is a
+ * directory) if it is none.
+ */
+static gfs_err open_pass(const gfs_fs *fs, int dfd, const char *dir, const char *real,
+			 const char *name, fs_pass *p, bool *skip)
 {
 	struct stat st;
 
-	*skip = false;
-	if (fstatat(dfd, name, &st, 0) != 0) {
-		if (errno == ENOENT) { /* a dangling symlink */
-			*skip = true;
+	*skip = true;
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+		if (errno == ENOENT) /* gone since the listing */
 			return GFS_OK;
-		}
 		return gfs_fail(GFS_ERR_IO, "%s/%s: cannot stat: %s", dir, name, strerror(errno));
 	}
-	if (!S_ISREG(st.st_mode)) {
-		*skip = true;
+	if (S_ISDIR(st.st_mode))
+		return GFS_OK;
+	if (!S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
+		notice(fs, "%s/%s: not shown: not a regular file", dir, name);
 		return GFS_OK;
 	}
-	p->fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-	if (p->fd < 0)
-		return gfs_fail(GFS_ERR_IO, "%s/%s: cannot open: %s", dir, name, strerror(errno));
+	p->fd = S_ISREG(st.st_mode)
+		? openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW)
+		: open_beneath(dfd, real, name);
+	if (p->fd < 0) {
+		if (errno == EXDEV)
+			notice(fs, "%s/%s: not shown: a symbolic link that leaves the checkpoint directory",
+			       dir, name);
+		else if (errno == ENOENT)
+			notice(fs, "%s/%s: not shown: a dangling symbolic link", dir, name);
+		else if (errno == ELOOP || errno == ENOTDIR)
+			notice(fs, "%s/%s: not shown: a symbolic link that loops or changed while resolved",
+			       dir, name);
+		else if (errno != EISDIR)
+			return gfs_fail(GFS_ERR_IO, "%s/%s: cannot open: %s", dir, name,
+					strerror(errno));
+		return GFS_OK;
+	}
+	if (fstat(p->fd, &p->st) != 0) {
+		const int e = errno;
+
+		close(p->fd);
+		return gfs_fail(GFS_ERR_IO, "%s/%s: cannot stat: %s", dir, name, strerror(e));
+	}
+	if (!S_ISREG(p->st.st_mode)) {
+		if (!S_ISDIR(p->st.st_mode))
+			notice(fs, "%s/%s: not shown: not a regular file", dir, name);
+		close(p->fd);
+		return GFS_OK;
+	}
+	*skip = false;
 	p->name = gfs_strdup(name);
 	p->path = malloc(strlen(dir) + strlen(name) + 2);
 	if (!p->name || !p->path) {
@@ -441,12 +862,27 @@ static gfs_err open_pass(int dfd, const char *dir, const char *name, fs_pass *p,
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	}
 	sprintf(p->path, "%s/%s", dir, name);
-	if (fstat(p->fd, &p->st) != 0 || !S_ISREG(p->st.st_mode)) {
-		close(p->fd);
-		free(p->name);
-		free(p->path);
-		*skip = true; /* replaced since the fstatat() */
-	}
+	return GFS_OK;
+}
+
+/*
+ * pass_attr(): a passed-through file's attributes: its owner and group,
+ * read for each class that may read it along its path, and its execute
+ * bits where read is granted.
+ */
+static gfs_err pass_attr(gfs_fs *fs, fs_pass *p)
+{
+	uint32_t id;
+	gfs_err err = gfs_perm_add_fd(fs->acc.perm, p->fd, p->path, &id);
+
+	if (err)
+		return err;
+	set_begin(fs, false);
+	err = set_add(fs, id);
+	if (err)
+		return err;
+	p->attr = set_attr(fs, false);
+	p->attr.perm |= p->st.st_mode & 0111 & (p->attr.perm >> 2);
 	return GFS_OK;
 }
 
@@ -454,11 +890,17 @@ static gfs_err open_pass(int dfd, const char *dir, const char *name, fs_pass *p,
 static gfs_err scan_root(gfs_fs *fs, const char *dir)
 {
 	DIR *d = opendir(dir);
+	char real[PATH_MAX];
 	size_t cap = 0;
 	gfs_err err = GFS_OK;
 
 	if (!d)
 		return gfs_fail(GFS_ERR_IO, "%s: cannot open directory: %s", dir, strerror(errno));
+	if (!realpath(dir, real)) {
+		err = gfs_fail(GFS_ERR_IO, "%s: cannot resolve: %s", dir, strerror(errno));
+		closedir(d);
+		return err;
+	}
 	for (;;) {
 		const struct dirent *de;
 		bool skip;
@@ -471,25 +913,36 @@ static gfs_err scan_root(gfs_fs *fs, const char *dir)
 					       strerror(errno));
 			break;
 		}
-		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
+		    is_source(fs, dir, de->d_name) || is_hidden(fs, de->d_name))
 			continue;
-		if (is_extra_top(fs, de->d_name) &&
-		    (err = add_note(fs, "%s/%s: hidden behind the %s view", dir, de->d_name,
-				    strcmp(de->d_name, OPTIM_NAME) == 0 ? "optim" : "universal")))
-			break;
+		if (is_extra_top(fs, de->d_name)) {
+			err = add_note(fs, "%s/%s: hidden behind the %s view", dir, de->d_name,
+				       strcmp(de->d_name, OPTIM_NAME) == 0 ? "optim" : "universal");
+			if (err)
+				break;
+			continue;
+		}
 		/* plain model files are sources or shadowed by the views (import_plain.h) */
-		if (is_virtual_name(fs, de->d_name) || is_source(fs, dir, de->d_name) ||
-		    gfs_plain_is_model_name(de->d_name))
+		if (gfs_plain_is_model_name(de->d_name))
 			continue;
+		if (is_view_name(de->d_name)) {
+			if (de->d_type != DT_DIR)
+				notice(fs, "%s/%s: not shown: the name belongs to a gatherfs view",
+				       dir, de->d_name);
+			continue;
+		}
 		if (!gfs_grow((void **)&fs->pass, &cap, fs->npass, sizeof(*fs->pass), 16)) {
 			err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
 			break;
 		}
-		err = open_pass(dirfd(d), dir, de->d_name, &fs->pass[fs->npass], &skip);
+		err = open_pass(fs, dirfd(d), dir, real, de->d_name, &fs->pass[fs->npass], &skip);
+		if (!err && !skip) {
+			err = pass_attr(fs, &fs->pass[fs->npass]);
+			fs->npass++;
+		}
 		if (err)
 			break;
-		if (!skip)
-			fs->npass++;
 	}
 	closedir(d);
 	if (!err && fs->npass)
@@ -511,8 +964,8 @@ static gfs_err build_pass(gfs_fs *fs)
 			return gfs_fail_prefix(err, "%s", p->path);
 		fs->nodes[N_FIXED + fs->nvirt + i] = (gfs_node){
 			.parent = GFS_FS_ROOT_INO, .name = p->name, .type = GFS_NODE_REG,
-			.vf = vf, .entry = -1, .perm = p->st.st_mode & 0555,
-			.mtime = p->st.st_mtim,
+			.vf = vf, .entry = -1, .perm = p->attr.perm, .uid = p->attr.uid,
+			.gid = p->attr.gid, .mtime = p->st.st_mtim,
 		};
 	}
 	return GFS_OK;
@@ -538,16 +991,26 @@ static gfs_err build_tensors(gfs_fs *fs)
 			n->type = GFS_NODE_LNK;
 			n->link = links[i];
 			n->perm = 0777;
+			n->uid = fs->tensors_attr.uid;
+			n->gid = fs->tensors_attr.gid;
 		} else {
 			const uint64_t nbytes = gfs_tensor_out_nbytes(l, i, fs->ctx.want);
 			gfs_vfile *vf = NULL;
+			fs_attr attr = { 0 };
 
-			err = own_vfile(fs, &vf);
+			set_begin(fs, true);
+			err = set_add_entry(fs, i);
+			if (!err)
+				attr = set_attr(fs, false);
+			if (!err)
+				err = own_vfile(fs, &vf);
 			if (!err)
 				err = gfs_vfile_add_tensor(vf, i, 0, nbytes);
 			n->type = GFS_NODE_REG;
 			n->vf = vf;
-			n->perm = 0444;
+			n->perm = attr.perm;
+			n->uid = attr.uid;
+			n->gid = attr.gid;
 		}
 		if (err)
 			return gfs_fail_prefix(err, "tensor %s", t->name);
@@ -776,12 +1239,16 @@ static gfs_err build_xnodes(gfs_fs *fs)
 				 .entry = -1, .mtime = fs->mtime };
 		if (x->file < 0) {
 			n->type = GFS_NODE_DIR;
-			n->perm = 0555;
+			n->perm = fs->xdir_attr.perm;
+			n->uid = fs->xdir_attr.uid;
+			n->gid = fs->xdir_attr.gid;
 		} else {
 			n->type = GFS_NODE_REG;
 			n->vf = fs->xfiles[x->file].vf;
 			n->entry = fs->xfiles[x->file].entry;
-			n->perm = 0444;
+			n->perm = fs->xfile_attr.perm;
+			n->uid = fs->xfile_attr.uid;
+			n->gid = fs->xfile_attr.gid;
 		}
 		if (x->parent != N_ROOT)
 			count[x->parent - fs->xfirst]++;
@@ -832,6 +1299,10 @@ static gfs_err build_dir(gfs_fs *fs, fs_dir *d, const uint32_t *fixed, size_t nf
 		d->sorted[i] = (struct fs_name){ fs->nodes[d->kids[i]].name, d->kids[i] };
 	}
 	qsort(d->sorted, d->n, sizeof(*d->sorted), cmp_name);
+	for (size_t i = 1; i < d->n; i++) /* only cut names can collide */
+		if (strcmp(d->sorted[i - 1].name, d->sorted[i].name) == 0)
+			return gfs_fail(GFS_ERR_UNSUPPORTED, "two entries are both named %s",
+					d->sorted[i].name);
 	return GFS_OK;
 }
 
@@ -839,6 +1310,7 @@ void gfs_fs_free(gfs_fs *fs)
 {
 	if (!fs)
 		return;
+	access_end(fs);
 	for (size_t i = 0; fs->tnames && fs->tlinks && i < fs->ctx.layout->ntensors; i++) {
 		free(fs->tnames[i]);
 		free(fs->tlinks[i]);
@@ -898,9 +1370,25 @@ static gfs_err build(gfs_fs *fs)
 
 	if (stat(dir, &st) != 0)
 		return gfs_fail(GFS_ERR_IO, "%s: cannot stat: %s", dir, strerror(errno));
-	fs->uid = st.st_uid;
-	fs->gid = st.st_gid;
 	fs->mtime = st.st_mtim;
+	err = access_begin(fs);
+	if (err)
+		return err;
+	set_begin(fs, true);
+	if (fs->acc.root_listed)
+		err = set_add(fs, fs->acc.root_id);
+	if (err)
+		return err;
+	fs->root_attr = set_attr(fs, true);
+	fs->tensors_attr = meta_attr(fs, true);
+	fs->index_attr = meta_attr(fs, false);
+	/* optim/ and the universal view: as private as every source together */
+	set_begin(fs, true);
+	err = set_add_entries(fs, NULL, 0);
+	if (err)
+		return err;
+	fs->xfile_attr = set_attr(fs, false);
+	fs->xdir_attr = set_attr(fs, true);
 	err = build_views(fs);
 	if (!err && (fs->opts.views & GFS_VIEW_OPTIM))
 		err = build_optim(fs);
@@ -945,6 +1433,7 @@ static gfs_err build(gfs_fs *fs)
 	for (size_t i = 0; i < fs->nnodes; i++)
 		fs->nodes[i].ino = i + 1;
 	free(root_fixed);
+	access_end(fs);
 	return err;
 }
 
@@ -1057,9 +1546,10 @@ const gfs_node *gfs_fs_dir_entry(const gfs_fs *fs, const gfs_node *dir, size_t i
 void gfs_fs_stat(const gfs_fs *fs, const gfs_node *n, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
+	(void)fs;
 	st->st_ino = n->ino;
-	st->st_uid = fs->uid;
-	st->st_gid = fs->gid;
+	st->st_uid = n->uid;
+	st->st_gid = n->gid;
 	st->st_blksize = BLKSIZE;
 	st->st_atim = st->st_mtim = st->st_ctim = n->mtime;
 	switch (n->type) {

@@ -67,20 +67,23 @@ static bool mountinfo_field_eq(const char *f, size_t flen, const char *s)
 	return *s == '\0';
 }
 
-void gfs_ll_set_readahead(const char *mountpoint, unsigned kb)
+/*
+ * find_mount(): the last mount at mountpoint in /proc/self/mountinfo
+ * ("ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS... - TYPE SOURCE SUPEROPTS"):
+ * true, its MAJ:MIN in dev and its type in type.
+ */
+static bool find_mount(const char *mountpoint, char *dev, size_t devlen, char *type,
+		       size_t typelen)
 {
-	char line[4096], dev[32] = "", path[64];
-	FILE *f;
+	char line[4096];
+	bool found = false;
+	FILE *f = fopen("/proc/self/mountinfo", "re");
 
-	if (kb == 0)
-		return;
-	f = fopen("/proc/self/mountinfo", "re");
 	if (!f)
-		return;
-	/* "ID PARENT MAJ:MIN ROOT MOUNTPOINT ..."; the last match is ours. */
+		return false;
 	while (fgets(line, sizeof(line), f)) {
 		char *fields[5];
-		char *p = line;
+		char *p = line, *t;
 		int k;
 
 		for (k = 0; k < 5; k++) {
@@ -90,20 +93,43 @@ void gfs_ll_set_readahead(const char *mountpoint, unsigned kb)
 				break;
 			*p++ = '\0';
 		}
-		if (k == 5 && mountinfo_field_eq(fields[4], strlen(fields[4]), mountpoint) &&
-		    strstr(p, " - fuse") && strlen(fields[2]) < sizeof(dev))
-			strcpy(dev, fields[2]);
+		if (k < 5 || !mountinfo_field_eq(fields[4], strlen(fields[4]), mountpoint))
+			continue;
+		t = strstr(p, " - ");
+		if (!t || strlen(fields[2]) >= devlen)
+			continue;
+		t += 3;
+		(void)snprintf(type, typelen, "%.*s", (int)strcspn(t, " \n"), t);
+		strcpy(dev, fields[2]);
+		found = true;
 	}
 	fclose(f);
-	if (!dev[0])
-		return;
+	return found;
+}
+
+bool gfs_ll_mount_type(const char *mountpoint, char *type, size_t len)
+{
+	char dev[32];
+
+	return find_mount(mountpoint, dev, sizeof(dev), type, len);
+}
+
+bool gfs_ll_set_readahead(const char *mountpoint, unsigned kb)
+{
+	char dev[32], type[64], path[64];
+	FILE *f;
+
+	if (kb == 0)
+		return true;
+	if (!find_mount(mountpoint, dev, sizeof(dev), type, sizeof(type)) ||
+	    strncmp(type, "fuse", 4) != 0)
+		return false;
 	(void)snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", dev);
 	f = fopen(path, "we");
 	if (!f)
-		return; /* not permitted (not root): the kernel's default stays */
+		return false; /* not permitted (not root): the kernel's default stays */
 	fprintf(f, "%u\n", kb);
-	if (fclose(f) != 0)
-		fuse_log(FUSE_LOG_WARNING, "gatherfs: cannot set %s\n", path);
+	return fclose(f) == 0;
 }
 
 char *gfs_ll_crc_cache_dir(void)
@@ -143,7 +169,7 @@ static void gfs_ll_init(void *userdata, struct fuse_conn_info *conn)
 	 * before this reply (gfs_ll_set_readahead()); 1 MiB here silently
 	 * capped -o readahead_kb at 1024.
 	 */
-	conn->max_readahead = 64u << 20;
+	conn->max_readahead = GFS_LL_READAHEAD_KB_MAX << 10;
 	conn->max_background = 64; /* parallel readahead and page faults */
 	conn->congestion_threshold = 48;
 	if (conn->capable & FUSE_CAP_CACHE_SYMLINKS)

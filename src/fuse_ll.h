@@ -25,14 +25,25 @@
  */
 #define GFS_LL_READAHEAD_KB 512
 
+/* Largest -o readahead_kb: init() offers the kernel a 64 MiB read-ahead at most. */
+#define GFS_LL_READAHEAD_KB_MAX 65536
+
 /*
  * gfs_ll_set_readahead(): set the read-ahead window of the FUSE mount at
- * mountpoint (absolute) to kb KiB through /sys/class/bdi (needs root);
- * silently keeps the kernel's default (128 KiB) if not permitted, kb is 0,
- * or the mount is not found in /proc/self/mountinfo.  Call after mounting;
- * it sends no request to the file system.
+ * mountpoint (absolute) to kb KiB through /sys/class/bdi (needs root).
+ * @return true if set or kb is 0; false, with the kernel's default
+ * (128 KiB) kept, if not permitted or the mount is not found in
+ * /proc/self/mountinfo.  Call after mounting; it sends no request to the
+ * file system.
  */
-void gfs_ll_set_readahead(const char *mountpoint, unsigned kb);
+bool gfs_ll_set_readahead(const char *mountpoint, unsigned kb);
+
+/*
+ * gfs_ll_mount_type(): if something is mounted at mountpoint (absolute),
+ * true and the type of the last mount there ("fuse.gatherfs", "autofs")
+ * in type[0..len).
+ */
+bool gfs_ll_mount_type(const char *mountpoint, char *type, size_t len);
 
 /*
  * gfs_ll_crc_cache_dir(): the default directory of the persistent CRC

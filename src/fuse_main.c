@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <syslog.h>
 #include <unistd.h>
 
@@ -54,6 +55,7 @@ enum { KEY_MAX_THREADS, KEY_MAX_READ };
 #define STR(x) STR_(x)
 #define DEFAULT_MOUNT_OPTS \
 	"ro,default_permissions,subtype=gatherfs,max_read=" STR(GFS_LL_MAX_READ)
+#define READAHEAD_UNSET UINT_MAX
 
 static const struct fuse_opt cli_opts[] = {
 	{ "dtype=%s", offsetof(gfs_cli, dtype), 0 },
@@ -138,13 +140,15 @@ static void usage(const char *prog)
 	       "                             splicing it from the sources\n"
 	       "    -o bin_cache             read pytorch_model.bin through the page cache\n"
 	       "                             (default: direct I/O; needed to map it shared)\n"
-	       "    -o readahead_kb=N        kernel read-ahead window of the mount when\n"
-	       "                             permitted (root; default 512, 0: leave as is)\n"
+	       "    -o readahead_kb=N        kernel read-ahead window of the mount, at most\n"
+	       "                             65536 (root only; default 512, 0: leave as is)\n"
 	       "    -o crc_cache=DIR         keep pytorch_model.bin CRC-32s in DIR (default:\n"
 	       "                             $XDG_CACHE_HOME/gatherfs or ~/.cache/gatherfs)\n"
 	       "    -o nocrccache            no persistent CRC cache\n"
 	       "    -o verify                check the stored CRC-32 of every source record\n"
-	       "                             before mounting; refuse a corrupt checkpoint\n\n",
+	       "                             before mounting; refuse a corrupt checkpoint\n\n"
+	       "Each file is owned by the common owner of the files it shows and readable\n"
+	       "only by those who could read all of them (see SECURITY in gatherfs(1)).\n\n",
 	       prog);
 }
 
@@ -154,6 +158,148 @@ static gfs_err verify_sources(const gfs_layout *l, const gfs_srcset *s)
 	const gfs_err err = gfs_integrity_require(l, s, NULL, 0, 0);
 
 	return err ? gfs_fail_prefix(err, "-o verify: not mounting") : GFS_OK;
+}
+
+/*
+ * cmdline_help(): libfuse's fuse_cmdline_help() without its -o max_threads
+ * line, whose default is not ours (see usage()).
+ */
+static void cmdline_help(void)
+{
+	printf("    -h   --help            print help\n"
+	       "    -V   --version         print version\n"
+	       "    -d   -o debug          enable debug output (implies -f)\n"
+	       "    -f                     foreground operation\n"
+	       "    -s                     disable multi-threaded operation\n"
+	       "    -o clone_fd            use separate fuse device fd for each thread\n"
+	       "                           (may improve performance)\n"
+	       "    -o max_idle_threads    the maximum number of idle worker threads\n"
+	       "                           allowed (default: -1)\n");
+}
+
+/* notice(): a line about a checkpoint file left out of the mount. */
+static void notice(const char *line)
+{
+	fuse_log(FUSE_LOG_NOTICE, "gatherfs: %s\n", line);
+}
+
+/*
+ * mountpoint_ok(): MOUNTPOINT must be an empty directory on which nothing
+ * is mounted (autofs excepted: systemd's automount mounts us on its own
+ * mount point); else one line saying why.  /dev/fd/N (a mount made by
+ * mount.fuse3 -o drop_privileges) passes.
+ */
+static bool mountpoint_ok(const char *mp)
+{
+	struct stat st;
+	char type[64];
+	DIR *d;
+	const struct dirent *de;
+	bool empty = true;
+
+	if (strncmp(mp, "/dev/fd/", 8) == 0)
+		return true;
+	if (stat(mp, &st) != 0) {
+		fprintf(stderr, "gatherfs: %s: %s\n", mp, strerror(errno));
+		return false;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "gatherfs: %s: not a directory: the mount point must be an empty directory\n",
+			mp);
+		return false;
+	}
+	if (gfs_ll_mount_type(mp, type, sizeof(type))) {
+		if (strcmp(type, "autofs") == 0)
+			return true;
+		fprintf(stderr, "gatherfs: %s: already a mount point (%s): unmount it or choose another directory\n",
+			mp, type);
+		return false;
+	}
+	d = opendir(mp);
+	if (!d) {
+		fprintf(stderr, "gatherfs: %s: cannot list: %s\n", mp, strerror(errno));
+		return false;
+	}
+	while (empty && (de = readdir(d)))
+		empty = strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0;
+	closedir(d);
+	if (!empty)
+		fprintf(stderr, "gatherfs: %s: not empty: the mount would hide its files; choose an empty directory\n",
+			mp);
+	return empty;
+}
+
+/*
+ * crc_cache_dir(): make the directory given with -o crc_cache= (and its
+ * parents, mode 0700) if missing, check that it is a writable directory,
+ * and return its absolute path in *abs (the daemon leaves the working
+ * directory); else one line saying why.
+ */
+static bool crc_cache_dir(const char *dir, char **abs)
+{
+	char *p = strdup(dir);
+	struct stat st;
+
+	if (!p) {
+		fprintf(stderr, "gatherfs: out of memory\n");
+		return false;
+	}
+	for (char *s = strchr(p + 1, '/'); s; s = strchr(s + 1, '/')) {
+		*s = '\0';
+		(void)mkdir(p, 0700);
+		*s = '/';
+	}
+	free(p);
+	if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+		fprintf(stderr, "gatherfs: -o crc_cache=%s: cannot create: %s\n", dir, strerror(errno));
+		return false;
+	}
+	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "gatherfs: -o crc_cache=%s: not a directory\n", dir);
+		return false;
+	}
+	if (access(dir, W_OK | X_OK) != 0) {
+		fprintf(stderr, "gatherfs: -o crc_cache=%s: not writable: %s\n", dir, strerror(errno));
+		return false;
+	}
+	*abs = realpath(dir, NULL);
+	if (!*abs)
+		fprintf(stderr, "gatherfs: -o crc_cache=%s: %s\n", dir, strerror(errno));
+	return *abs != NULL;
+}
+
+/*
+ * latest_differs(): with -o tag, whether the DeepSpeed save directory's
+ * `latest` (a regular file: a symbolic link is left to the pass-through
+ * rules) names another tag; if so it says so (the caller hides the file).
+ */
+static bool latest_differs(const gfs_layout *l, const char *tag)
+{
+	char path[PATH_MAX], buf[512];
+	ssize_t n;
+	int fd;
+
+	if (!tag || !l->root_dir || strcmp(l->format, "deepspeed") != 0 ||
+	    (size_t)snprintf(path, sizeof(path), "%s/latest", l->root_dir) >= sizeof(path))
+		return false;
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+	if (fd < 0)
+		return false;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n < 0)
+		return false;
+	while (n > 0 && strchr(" \t\r\n", buf[n - 1]))
+		n--;
+	buf[n] = '\0';
+	if (strcmp(buf, tag) == 0)
+		return false;
+	for (ssize_t i = 0; i < n; i++) /* one line, whatever the file holds */
+		if ((unsigned char)buf[i] < 0x20 || buf[i] == 0x7f)
+			buf[i] = '?';
+	fprintf(stderr, "gatherfs: %s: not shown: it names tag %s, the mount shows tag %s (-o tag)\n",
+		path, buf, tag);
+	return true;
 }
 
 /* want_dtype(): parse -o dtype=; GFS_DT_INVALID (with *ok) if not given. */
@@ -288,7 +434,9 @@ int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_cmdline_opts opts = { 0 };
-	gfs_cli cli = { .max_read = GFS_LL_MAX_READ, .readahead_kb = GFS_LL_READAHEAD_KB };
+	gfs_cli cli = { .max_read = GFS_LL_MAX_READ, .readahead_kb = READAHEAD_UNSET };
+	static const char *const hide_latest[] = { "latest", NULL };
+	char *crc_abs = NULL;
 	gfs_mount m = { 0 };
 	gfs_import_opts iopts = { 0 };
 	gfs_layout *layout = NULL;
@@ -312,7 +460,7 @@ int main(int argc, char *argv[])
 	if (opts.show_help) {
 		usage(argv[0]);
 		printf("FUSE options:\n");
-		fuse_cmdline_help();
+		cmdline_help();
 		fuse_lowlevel_help();
 		ret = 0;
 		goto out_args;
@@ -332,10 +480,28 @@ int main(int argc, char *argv[])
 			argv[0]);
 		goto out_args;
 	}
+	if (gfs_zstd_cache_check() != GFS_OK) {
+		fprintf(stderr, "gatherfs: %s\n", gfs_errmsg());
+		goto out_args;
+	}
+	if (cli.readahead_kb != READAHEAD_UNSET && cli.readahead_kb > GFS_LL_READAHEAD_KB_MAX) {
+		fprintf(stderr, "gatherfs: -o readahead_kb=%u: at most %u (64 MiB, the most the mount offers the kernel)\n",
+			cli.readahead_kb, GFS_LL_READAHEAD_KB_MAX);
+		goto out_args;
+	}
+	if (!mountpoint_ok(opts.mountpoint))
+		goto out_args;
 	fso.want = want_dtype(cli.dtype, &dtype_ok);
+	if (cli.crc_cache && !cli.nocrccache) {
+		if (!crc_cache_dir(cli.crc_cache, &crc_abs))
+			goto out_args;
+		free(cli.crc_cache);
+		cli.crc_cache = crc_abs;
+	}
 	if (!cli.nocrccache && !cli.crc_cache)
 		cli.crc_cache = gfs_ll_crc_cache_dir();
 	fso.crc_cache = cli.nocrccache ? NULL : cli.crc_cache;
+	fso.notice = notice;
 	if (!dtype_ok) {
 		fprintf(stderr, "gatherfs: -o dtype=%s: expected bf16, fp16 or fp32\n", cli.dtype);
 		goto out_args;
@@ -352,8 +518,9 @@ int main(int argc, char *argv[])
 	iopts.format = cli.format;
 	iopts.prefix = cli.prefix;
 	raise_nofile();
-	if (gfs_import(cli.source, &iopts, &layout) != GFS_OK ||
-	    gfs_srcset_open(layout, &src) != GFS_OK ||
+	if (gfs_import(cli.source, &iopts, &layout) == GFS_OK && latest_differs(layout, cli.tag))
+		fso.hide = hide_latest;
+	if (!layout || gfs_srcset_open(layout, &src) != GFS_OK ||
 	    (cli.verify && verify_sources(layout, src) != GFS_OK) ||
 	    gfs_fs_new(layout, src, &fso, &fs) != GFS_OK) {
 		const bool emfile = strstr(gfs_errmsg(), strerror(EMFILE)) &&
@@ -384,7 +551,11 @@ int main(int argc, char *argv[])
 		goto out_session;
 	if (fuse_session_mount(se, opts.mountpoint) != 0)
 		goto out_signals;
-	gfs_ll_set_readahead(opts.mountpoint, cli.readahead_kb);
+	if (!gfs_ll_set_readahead(opts.mountpoint, cli.readahead_kb == READAHEAD_UNSET
+							   ? GFS_LL_READAHEAD_KB : cli.readahead_kb) &&
+	    cli.readahead_kb != READAHEAD_UNSET)
+		fprintf(stderr, "gatherfs: -o readahead_kb=%u: cannot set the read-ahead window (only root may): the kernel's 128 KiB stays\n",
+			cli.readahead_kb);
 	/* what the views left out, once the mount stands (stderr still open) */
 	for (size_t i = 0; i < gfs_fs_nnotes(fs); i++)
 		fprintf(stderr, "gatherfs: %s\n", gfs_fs_note(fs, i));

@@ -1674,6 +1674,10 @@ gfs_err gfs_import_deepspeed(const char *dir, const char *tag, gfs_layout **out)
 		err = gfs_layout_new("deepspeed", c.tagdir, &c.l);
 	if (!err)
 		err = gfs_layout_set_root(c.l, root);
+	for (size_t r = 0; !err && r < c.noptim; r++)
+		err = gfs_layout_add_input(c.l, c.optim[r].path);
+	for (size_t r = 0; !err && r < c.nmodel; r++)
+		err = gfs_layout_add_input(c.l, c.model[r].path);
 	if (!err)
 		err = gfs_layout_set_note(c.l, note);
 	if (!err)

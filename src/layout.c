@@ -70,6 +70,9 @@ void gfs_layout_free(gfs_layout *l)
 	free(l->records);
 	free(l->rec_piece0);
 	free(l->rec_pieces);
+	for (size_t i = 0; i < l->ninputs; i++)
+		free(l->inputs[i]);
+	free(l->inputs);
 	free(l->objects);
 	free(l->sources);
 	free(l->tensors);
@@ -119,6 +122,19 @@ gfs_err gfs_layout_set_root(gfs_layout *l, const char *root_dir)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	free(l->root_dir);
 	l->root_dir = abs;
+	return GFS_OK;
+}
+
+gfs_err gfs_layout_add_input(gfs_layout *l, const char *path)
+{
+	char *abs;
+
+	if (!gfs_grow((void **)&l->inputs, &l->cap_inputs, l->ninputs, sizeof(*l->inputs), 4))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	abs = make_absolute(path);
+	if (!abs)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	l->inputs[l->ninputs++] = abs;
 	return GFS_OK;
 }
 

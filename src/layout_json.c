@@ -798,6 +798,13 @@ gfs_err gfs_layout_load_file(const char *path, gfs_layout **out)
 	err = gfs_pread_full(fd, text, (size_t)st.st_size, 0, path);
 	if (!err)
 		err = gfs_layout_from_json(text, (size_t)st.st_size, path, dirname(dir), out);
+	if (!err) {
+		err = gfs_layout_add_input(*out, path);
+		if (err) {
+			gfs_layout_free(*out);
+			*out = NULL;
+		}
+	}
 out:
 	free(text);
 	free(dir);

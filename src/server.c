@@ -143,7 +143,8 @@ gfs_err gfs_srcset_open(const gfs_layout *l, gfs_srcset **out)
 	for (size_t i = 0; i < l->nsources; i++) {
 		const gfs_source *src = &l->sources[i];
 		struct stat st;
-		const int fd = open(src->abspath, O_RDONLY | O_CLOEXEC);
+		/* O_NONBLOCK: a FIFO named as a source must not hang the open */
+		const int fd = open(src->abspath, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 
 		if (fd < 0) {
 			err = gfs_fail(errno == ENOENT ? GFS_ERR_NOTFOUND : GFS_ERR_IO,
@@ -159,6 +160,11 @@ gfs_err gfs_srcset_open(const gfs_layout *l, gfs_srcset **out)
 		}
 		if (!S_ISREG(st.st_mode)) {
 			err = gfs_fail(GFS_ERR_FORMAT, "%s: not a regular file", src->abspath);
+			break;
+		}
+		if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+			err = gfs_fail(GFS_ERR_IO, "%s: fcntl failed: %s", src->abspath,
+				       strerror(errno));
 			break;
 		}
 		if ((uint64_t)st.st_size != src->size) {
@@ -333,18 +339,46 @@ enum { ZCACHE_SLOTS = 32 };
 static uint64_t zcache_budget;
 static pthread_once_t zcache_once = PTHREAD_ONCE_INIT;
 
-static void zcache_budget_init(void)
+#define ZCACHE_MB_MAX ((uint64_t)1 << 20)
+
+/* zcache_env(): GATHERFS_ZSTD_CACHE_MB in bytes (*set: it is given); false if malformed. */
+static bool zcache_env(uint64_t *bytes, bool *set)
 {
 	const char *env = getenv("GATHERFS_ZSTD_CACHE_MB");
 	char *end;
 	unsigned long long mb;
 
-	zcache_budget = ZCACHE_BUDGET_DEFAULT;
-	if (!env || !*env)
-		return;
+	*set = env && *env;
+	if (!*set)
+		return true;
+	errno = 0;
 	mb = strtoull(env, &end, 10);
-	if (*end == '\0' && mb <= ((uint64_t)1 << 20))
-		zcache_budget = (uint64_t)mb << 20;
+	if (*end != '\0' || errno || env[0] < '0' || env[0] > '9' || mb > ZCACHE_MB_MAX)
+		return false;
+	*bytes = (uint64_t)mb << 20;
+	return true;
+}
+
+gfs_err gfs_zstd_cache_check(void)
+{
+	uint64_t bytes;
+	bool set;
+
+	if (!zcache_env(&bytes, &set))
+		return gfs_fail(GFS_ERR_INVAL,
+				"GATHERFS_ZSTD_CACHE_MB=%s: expected a whole number of MiB from 0 to %llu",
+				getenv("GATHERFS_ZSTD_CACHE_MB"), (unsigned long long)ZCACHE_MB_MAX);
+	return GFS_OK;
+}
+
+static void zcache_budget_init(void)
+{
+	uint64_t bytes = ZCACHE_BUDGET_DEFAULT;
+	bool set;
+
+	if (!zcache_env(&bytes, &set) || !set)
+		bytes = ZCACHE_BUDGET_DEFAULT;
+	zcache_budget = bytes;
 }
 
 /* zcache_fits(): is pc's frame served through the shared cache? */

@@ -31,12 +31,33 @@
  * Tensor file names are the state-dict keys with '%', '/' and control bytes
  * written as %XX (upper-case hex); the names ".", ".." and "INDEX" are
  * written "%2E", "%2E%2E" and "%49NDEX".  Decoding every %XX gives the key
- * back.  Tensor files carry the extended attributes user.gatherfs.dtype,
- * user.gatherfs.shape ("[1000, 64]") and user.gatherfs.name (the key).
+ * back.  A name longer than 255 bytes (NAME_MAX) is cut to at most 237
+ * bytes, at a character boundary, followed by "%~" and 16 hex digits of a
+ * 64-bit FNV-1a hash of the key: "%~" is no escape, so such a name is
+ * recognisably cut.  Tensor files carry the extended attributes
+ * user.gatherfs.dtype, user.gatherfs.shape ("[1000, 64]") and
+ * user.gatherfs.name (the key); INDEX has the whole escaped key too.
  *
- * Checkpoint files named like a virtual entry are hidden by it.  Inode
- * numbers are static; the namespace never changes after gfs_fs_new(), and
- * every function here is thread-safe.
+ * Ownership and permissions (see perm.h): every node is owned by the common
+ * owner (group) of the files behind it, else by the user (group) running
+ * gatherfs, and each class may read it only if it could read every one of
+ * those files along its path.  Behind a tensors/ file: its sources; behind
+ * pytorch_model.bin, model.safetensors and their shards: the sources of
+ * their tensors; behind layout.json: every source; behind every one of
+ * them, INDEX, the HF index files and tensors/: the importer's metadata
+ * inputs (gfs_layout.inputs); behind the root: those and the checkpoint
+ * directory's listing; behind a passed-through file: that file.  Nothing
+ * is writable; directories are searchable where readable.  The kernel
+ * checks these modes (the FUSE front end mounts with default_permissions).
+ *
+ * Checkpoint files whose names a view may take (pytorch_model.bin,
+ * model.safetensors, their HF shard and index names, layout.json,
+ * tensors), whatever views are shown, are never passed through; nor are
+ * symbolic links that leave the checkpoint directory (or dangle), nor
+ * files other than regular files and directories (subdirectories are not
+ * shown).  Each is reported through gfs_fs_opts.notice.  Inode numbers are
+ * static; the namespace never changes after gfs_fs_new(), and every
+ * function here is thread-safe.
  */
 #ifndef GATHERFS_FS_H
 #define GATHERFS_FS_H
@@ -65,6 +86,8 @@ typedef struct gfs_node {
 	int64_t entry;        /* a tensors/ file or link: its layout entry; else -1 */
 	bool zip_view;        /* REG: a torch zip view (pytorch_model.bin or a shard) */
 	mode_t perm;          /* permission bits */
+	uid_t uid;
+	gid_t gid;
 	struct timespec mtime;
 } gfs_node;
 
@@ -86,6 +109,9 @@ typedef struct gfs_fs_opts {
 	unsigned views;      /* GFS_VIEW_* bits */
 	uint64_t shard_size; /* 0: single files; else HF shards of at most this many bytes */
 	const char *crc_cache; /* directory of the persistent CRC cache, NULL: none */
+	const char *const *hide; /* NULL-terminated names of checkpoint files not to pass
+				    through (the caller says why), or NULL */
+	void (*notice)(const char *line); /* told about every file left out; may be NULL */
 } gfs_fs_opts;
 
 /*
@@ -161,7 +187,7 @@ gfs_err gfs_fs_listxattr(const gfs_fs *fs, const gfs_node *n, char *buf,
 
 /*
  * gfs_fs_escape_name(): the tensors/ file name of state-dict key `name`
- * (see above).  The caller frees *out.
+ * (see above; at most 255 bytes).  The caller frees *out.
  */
 gfs_err gfs_fs_escape_name(const char *name, char **out);
 

@@ -197,6 +197,9 @@ typedef struct gfs_layout {
 			   `latest`), for the user; not in the JSON; may be NULL */
 	char *base_dir; /* absolute directory relative source paths resolve against */
 	char *root_dir; /* absolute checkpoint directory whose other files are passed through, may be NULL */
+	char **inputs;  /* absolute paths of the files the names, shapes and offsets were read from */
+	size_t ninputs;
+	size_t cap_inputs;
 	gfs_object *objects; /* non-tensor entries, listed but not served as tensors */
 	size_t nobjects;
 	size_t cap_objects;
@@ -236,6 +239,14 @@ gfs_err gfs_layout_set_note(gfs_layout *l, const char *note);
 /* gfs_layout_set_info(), gfs_layout_set_root(): optional descriptive fields. */
 gfs_err gfs_layout_set_info(gfs_layout *l, const char *info);
 gfs_err gfs_layout_set_root(gfs_layout *l, const char *root_dir);
+
+/*
+ * gfs_layout_add_input(): record that the importer read metadata (tensor
+ * names, shapes, offsets) from the file at path (made absolute): views
+ * that show metadata are no more readable than it (see perm.h).  Allowed
+ * on a finished layout by its creator, before the layout is shared.
+ */
+gfs_err gfs_layout_add_input(gfs_layout *l, const char *path);
 
 /*
  * gfs_layout_add_source(): register a source file (deduplicated by path)

@@ -20,6 +20,14 @@ typedef struct gfs_srcset gfs_srcset;
  */
 gfs_err gfs_srcset_open(const gfs_layout *l, gfs_srcset **out);
 
+/*
+ * gfs_zstd_cache_check(): GFS_ERR_INVAL, naming it, if the environment
+ * variable GATHERFS_ZSTD_CACHE_MB (the zstd frame cache budget in MiB,
+ * 0 to 1048576) is set to anything else.  Readers ignore a malformed value
+ * (the default budget applies): front ends call this first.
+ */
+gfs_err gfs_zstd_cache_check(void);
+
 /* gfs_srcset_close(): close all descriptors and free; NULL allowed. */
 void gfs_srcset_close(gfs_srcset *s);
 

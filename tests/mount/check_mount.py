@@ -37,8 +37,8 @@ def bad(msg):
     print("FAIL:", msg)
 
 
-def escape(name):
-    """The tensors/ file name of a state-dict key (bytes)."""
+def escape_full(name):
+    """A state-dict key escaped as tensors/ names are, before any cut (bytes)."""
     special = {".": b"%2E", "..": b"%2E%2E", "INDEX": b"%49NDEX"}
     if name in special:
         return special[name]
@@ -49,6 +49,30 @@ def escape(name):
         else:
             out.append(b)
     return bytes(out)
+
+
+def escape(name):
+    """The tensors/ file name of a state-dict key (bytes): names over 255
+    bytes keep at most 237 bytes (whole escapes and UTF-8 characters), then
+    "%~" and the FNV-1a 64 hash of the key in 16 hex digits."""
+    full = escape_full(name)
+    if len(full) <= 255:
+        return full
+    k = 0
+    while True:
+        if full[k] == 0x25:
+            unit = 3
+        else:
+            unit = 1
+            while k + unit < len(full) and full[k + unit] & 0xC0 == 0x80:
+                unit += 1
+        if k + unit > 237:
+            break
+        k += unit
+    h = 0xcbf29ce484222325
+    for b in name.encode():
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return full[:k] + b"%%~%016x" % h
 
 
 def raw(t):
@@ -121,13 +145,14 @@ def main():
     # tensors/INDEX: escaped names, dtypes, shapes, byte counts, alias targets
     with open(os.path.join(mnt, "tensors", "INDEX"), "rb") as f:
         index = [l.rstrip(b"\n").split(b"\t") for l in f]
-    if index[0] != [b"name", b"dtype", b"shape", b"bytes", b"target"]:
+    if index[0] != [b"name", b"dtype", b"shape", b"bytes", b"target", b"key"]:
         bad(f"INDEX header is {index[0]}")
     rows = index[1:]
-    if [r[:3] for r in rows] != [[escape(n), d.encode(), s.encode()] for n, d, s, _ in expected]:
-        bad("INDEX names/dtypes/shapes differ from the expected list")
-    aliases = {urllib.parse.unquote_to_bytes(r[0]).decode(): urllib.parse.unquote_to_bytes(r[4]).decode()
-               for r in rows if r[4] != b"-"}
+    if [r[:3] + r[5:] for r in rows] != [[escape(n), d.encode(), s.encode(), escape_full(n)]
+                                         for n, d, s, _ in expected]:
+        bad("INDEX names/dtypes/shapes/keys differ from the expected list")
+    files = {r[0]: urllib.parse.unquote_to_bytes(r[5]).decode() for r in rows}
+    aliases = {files[r[0]]: files[r[4]] for r in rows if r[4] != b"-"}
 
     # pytorch_model.bin through torch.load
     params = inspect.signature(torch.load).parameters

@@ -9,7 +9,8 @@ OUTDIR/root/         a checkpoint root to pass through: regular files, a
                      pytorch_model.bin that the virtual one must hide
 OUTDIR/special.json  every dtype, empty and scalar tensors, names that need
                      escaping ('/', '%', control bytes, ".", "..", "INDEX",
-                     UTF-8), an alias placed before its target, zero pieces
+                     UTF-8), names longer than 255 bytes, an alias placed
+                     before its target, zero pieces
 OUTDIR/special.{default,bf16}.tsv   expected name (%-quoted), dtype, shape, sha256
 OUTDIR/stress.json   200 float32 tensors of scattered pieces (about 40 MiB)
 OUTDIR/zip64.json    a 4 GiB tensor of zeros, then a small one
@@ -111,6 +112,11 @@ special = [
     tensor("u8", "uint8", [7], "f32", 34000),
     {"name": "mask", "dtype": "bool", "shape": [2, 2], "pieces": [{"zero": 4}]},
     {"name": "lm_head.weight", "alias_of": "a/b/c"},
+    # longer than 255 bytes as tensors/ names: cut, with a hash suffix
+    tensor("long." * 60 + "weight", "float32", [2], "f32", 36000),
+    tensor("long." * 60 + "bias", "float32", [2], "f32", 36100),
+    tensor("p" * 233 + "/%" + "\u00fc" * 20, "float32", [3], "f32", 36200),
+    {"name": "tied." * 55 + "weight", "alias_of": "long." * 60 + "weight"},
 ]
 
 

@@ -1,0 +1,136 @@
+#!/bin/sh
+# Mount-time checks: each is one clear line and no mount, or a documented
+# behaviour said on stderr.
+#   a regular file, a non-empty directory or a mount point as MOUNTPOINT;
+#   tensors/ names longer than 255 bytes (cut with a hash; cp -r works);
+#   checkpoint files named like a view (not shown, one line each);
+#   -o tag=X while `latest` names another tag (latest not shown, one line);
+#   -o readahead_kb above the limit; -o crc_cache= on an unusable dir;
+#   a bad GATHERFS_ZSTD_CACHE_MB; --help listing -o max_threads once;
+#   the fstab example's options through mount.fuse3.
+. "${top_srcdir:-.}/tests/lib.sh"
+. "$top_srcdir/tests/mount-lib.sh"
+mount_setup
+case="$CKPTS/z3_ws2_fp32/checkpoint"
+twotags="$CKPTS/z2_ws2_fp32_twotags/checkpoint"
+[ -d "$case" ] && [ -d "$twotags" ] || skip "fixtures missing"
+mkdir -p "$T/mnt"
+
+echo "== mount points"
+: > "$T/file"
+expect_mount_fail "$T/file: not a directory" "$case" "$T/file"
+mkdir "$T/full"
+: > "$T/full/x"
+expect_mount_fail "$T/full: not empty" "$case" "$T/full"
+[ -f "$T/full/x" ] || fail "the non-empty mount point lost its file"
+gfs_mount "$case" "$T/m1" || fail "mount $case"
+before=$(our_mounts)
+if "$GATHERFS" "$case" "$T/m1" 2>"$T/err"; then
+	fail "mounting twice on $T/m1 succeeded"
+fi
+[ "$(wc -l < "$T/err")" -eq 1 ] && grep -q "$T/m1: already a mount point (fuse.gatherfs)" "$T/err" ||
+	fail "second mount: $(cat "$T/err")"
+[ "$(our_mounts)" -eq "$before" ] || fail "the second mount stacked"
+gfs_umount "$T/m1" || fail "unmount"
+echo "ok: $(cat "$T/err")"
+
+echo "== names longer than 255 bytes"
+"$PYTHON3" "$MOUNT_TOOLS/make_layouts.py" "$T/lay" || fail "make_layouts.py"
+gfs_mount "$T/lay/special.json" "$T/mnt" || fail "mount special.json"
+max=$(ls "$T/mnt/tensors" | awk '{ if (length($0) > m) m = length($0) } END { print m }')
+[ "$max" -le 255 ] || fail "a tensors/ name has $max bytes"
+cp -r "$T/mnt/tensors" "$T/copy" || fail "cp -r tensors/"
+[ "$(ls "$T/copy" | wc -l)" -eq "$(ls "$T/mnt/tensors" | wc -l)" ] || fail "cp -r copied other names"
+"$PYTHON3" - "$T/mnt" <<'EOF' || fail "long names"
+import os, sys, urllib.parse
+mnt = sys.argv[1]
+rows = [l.rstrip(b"\n").split(b"\t") for l in open(os.path.join(mnt, "tensors", "INDEX"), "rb")][1:]
+cut = [r for r in rows if b"%~" in r[0]]
+assert len(cut) == 4, f"{len(cut)} cut names"
+for r in cut:
+    key = urllib.parse.unquote_to_bytes(r[5]).decode()
+    assert len(r[0]) <= 255 and len(r[5]) > 255, r[0]
+    assert r[0].endswith(b"%~" + r[0][-16:]) and r[0][:-18] == r[5][:len(r[0]) - 18], r[0]
+    p = os.path.join(mnt.encode(), b"tensors", r[0])
+    if r[4] == b"-":
+        assert os.getxattr(p, "user.gatherfs.name").decode() == key, key
+    else:
+        assert os.readlink(p) == r[4], r
+print("ok: cut names keep their key in INDEX and user.gatherfs.name")
+EOF
+gfs_umount "$T/mnt" || fail "unmount"
+
+echo "== checkpoint files named like a view"
+cp -r "$case" "$T/shadowed"
+for f in model.safetensors pytorch_model.bin layout.json pytorch_model.bin.index.json \
+	model.safetensors.index.json model-00001-of-00002.safetensors; do
+	echo stale > "$T/shadowed/$f"
+done
+"$GATHERFS" "$T/shadowed" "$T/mnt" 2>"$T/err" || fail "mount shadowed"
+GFS_MOUNTS="$GFS_MOUNTS $T/mnt"
+wait_for is_mounted "$T/mnt" || fail "mount shadowed"
+for f in model.safetensors pytorch_model.bin layout.json pytorch_model.bin.index.json \
+	model.safetensors.index.json model-00001-of-00002.safetensors; do
+	grep -q "shadowed/$f: not shown: the name belongs to a gatherfs view" "$T/err" ||
+		fail "no line about $f: $(cat "$T/err")"
+done
+for f in model.safetensors pytorch_model.bin layout.json; do
+	[ "$(cat "$T/mnt/$f" | head -c 5)" = stale ] && fail "$f is the stale file"
+done
+for f in pytorch_model.bin.index.json model.safetensors.index.json model-00001-of-00002.safetensors; do
+	[ -e "$T/mnt/$f" ] && fail "stale $f is passed through"
+done
+gfs_umount "$T/mnt" || fail "unmount"
+echo "ok: stale files are not shown, each said"
+
+echo "== -o tag while latest names another tag"
+[ "$(cat "$twotags/latest")" = global_step3 ] || fail "fixture: latest is not global_step3"
+"$GATHERFS" "$twotags" "$T/mnt" -o tag=global_step2 2>"$T/err" || fail "mount tag=global_step2"
+GFS_MOUNTS="$GFS_MOUNTS $T/mnt"
+wait_for is_mounted "$T/mnt" || fail "mount tag=global_step2"
+grep -q "latest: not shown: it names tag global_step3, the mount shows tag global_step2" "$T/err" ||
+	fail "no line about latest: $(cat "$T/err")"
+[ -e "$T/mnt/latest" ] && fail "latest naming global_step3 is shown over tag global_step2"
+gfs_umount "$T/mnt" || fail "unmount"
+"$GATHERFS" "$twotags" "$T/mnt" -o tag=global_step3 2>"$T/err" || fail "mount tag=global_step3"
+wait_for is_mounted "$T/mnt" || fail "mount tag=global_step3"
+[ -s "$T/err" ] && fail "tag=global_step3: $(cat "$T/err")"
+cmp "$T/mnt/latest" "$twotags/latest" || fail "latest of the served tag is not passed through"
+gfs_umount "$T/mnt" || fail "unmount"
+echo "ok: latest is shown only when it names the served tag"
+
+echo "== the fstab options of the documentation"
+if command -v mount.fuse3 >/dev/null 2>&1; then
+	PATH="$top_builddir:$PATH" mount.fuse3 "$case" "$T/mnt" -t fuse.gatherfs \
+		-o ro,nodev,nosuid,noexec,nofail,allow_other,dtype=bf16 || fail "mount.fuse3 (fstab options)"
+	GFS_MOUNTS="$GFS_MOUNTS $T/mnt"
+	wait_for is_mounted "$T/mnt" || fail "mount.fuse3 (fstab options)"
+	opts=$(awk -v m="$T/mnt" '$2 == m { print $4 }' /proc/mounts)
+	for o in ro nodev nosuid noexec allow_other default_permissions; do
+		echo ",$opts," | grep -q ",$o," || fail "mount options $opts lack $o"
+	done
+	gfs_umount "$T/mnt" || fail "unmount"
+	echo "ok: $opts"
+else
+	echo "note: mount.fuse3 not installed, skipped"
+fi
+
+echo "== options"
+expect_mount_fail "readahead_kb=70000: at most 65536" "$case" "$T/mnt" -o readahead_kb=70000
+gfs_mount "$case" "$T/mnt" -o readahead_kb=65536 || fail "readahead_kb=65536"
+gfs_umount "$T/mnt" || fail "unmount"
+expect_mount_fail "crc_cache=$T/file: not a directory" "$case" "$T/mnt" -o crc_cache="$T/file"
+expect_mount_fail "crc_cache=$T/file/sub: cannot create" "$case" "$T/mnt" -o crc_cache="$T/file/sub"
+expect_mount_fail "crc_cache=/proc/gatherfs: cannot create" "$case" "$T/mnt" -o crc_cache=/proc/gatherfs
+gfs_mount "$case" "$T/mnt" -o crc_cache="$T/cache/crc" || fail "crc_cache=$T/cache/crc"
+[ -d "$T/cache/crc" ] || fail "crc_cache dir not made"
+gfs_umount "$T/mnt" || fail "unmount"
+for v in abc -1 12x 1048577; do
+	GATHERFS_ZSTD_CACHE_MB=$v expect_mount_fail "GATHERFS_ZSTD_CACHE_MB=$v: expected" "$case" "$T/mnt"
+done
+GATHERFS_ZSTD_CACHE_MB=0 gfs_mount "$case" "$T/mnt" || fail "GATHERFS_ZSTD_CACHE_MB=0"
+gfs_umount "$T/mnt" || fail "unmount"
+"$GATHERFS" --help >"$T/out" 2>&1 || fail "--help"
+[ "$(grep -c 'max_threads' "$T/out")" -eq 1 ] || fail "--help: $(grep max_threads "$T/out")"
+grep -q "max_idle_threads" "$T/out" && grep -q "allow_other" "$T/out" || fail "--help lost FUSE options"
+echo "PASS: mount checks"
