@@ -923,15 +923,15 @@ static gfs_err scan_root(gfs_fs *fs, const char *dir)
 				break;
 			continue;
 		}
-		/* plain model files are sources or shadowed by the views (import_plain.h) */
-		if (gfs_plain_is_model_name(de->d_name))
-			continue;
 		if (is_view_name(de->d_name)) {
 			if (de->d_type != DT_DIR)
 				notice(fs, "%s/%s: not shown: the name belongs to a gatherfs view",
 				       dir, de->d_name);
 			continue;
 		}
+		/* plain model files are sources or shadowed by the views (import_plain.h) */
+		if (gfs_plain_is_model_name(de->d_name))
+			continue;
 		if (!gfs_grow((void **)&fs->pass, &cap, fs->npass, sizeof(*fs->pass), 16)) {
 			err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
 			break;
