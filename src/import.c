@@ -10,15 +10,33 @@
 
 #include "gatherfs/import.h"
 
-/* is_dcp(): does directory path hold a `.metadata` file? */
-static bool is_dcp(const char *path)
+/* has_file(): does directory path hold a regular file called name? */
+static bool has_file(const char *path, const char *name)
 {
 	struct stat st;
 	char buf[4096];
 
-	if ((size_t)snprintf(buf, sizeof(buf), "%s/.metadata", path) >= sizeof(buf))
+	if ((size_t)snprintf(buf, sizeof(buf), "%s/%s", path, name) >= sizeof(buf))
 		return false;
 	return stat(buf, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* is_dcp(): does directory path hold a `.metadata` file? */
+static bool is_dcp(const char *path)
+{
+	return has_file(path, ".metadata");
+}
+
+/* dir_format(): the format of directory path. */
+static const char *dir_format(const char *path)
+{
+	if (is_dcp(path))
+		return "dcp";
+	if (gfs_zero3_detect(path))
+		return "zero3";
+	if (has_file(path, "layout.json") && !has_file(path, "latest"))
+		return "layout";
+	return "deepspeed";
 }
 
 gfs_err gfs_import(const char *path, const gfs_import_opts *opts, gfs_layout **out)
@@ -30,21 +48,32 @@ gfs_err gfs_import(const char *path, const gfs_import_opts *opts, gfs_layout **o
 	const char *prefix = opts && opts->prefix && opts->prefix[0] ? opts->prefix : NULL;
 
 	if (format && strcmp(format, "dcp") != 0 && strcmp(format, "deepspeed") != 0 &&
-	    strcmp(format, "layout") != 0)
+	    strcmp(format, "layout") != 0 && strcmp(format, "zero3") != 0)
 		return gfs_fail(GFS_ERR_INVAL,
-				"unknown input format '%s' (dcp, deepspeed, layout or auto)", format);
+				"unknown input format '%s' (dcp, deepspeed, layout, zero3 or auto)", format);
 	if (stat(path, &st) != 0)
 		return gfs_fail(errno == ENOENT ? GFS_ERR_NOTFOUND : GFS_ERR_IO, "%s: %s", path,
 				strerror(errno));
 	if (!format)
-		format = S_ISREG(st.st_mode) ? "layout"
-			 : S_ISDIR(st.st_mode) && is_dcp(path) ? "dcp" : "deepspeed";
+		format = S_ISREG(st.st_mode) ? "layout" : S_ISDIR(st.st_mode) ? dir_format(path)
+										: "deepspeed";
 	if (prefix && strcmp(format, "dcp") != 0)
 		return gfs_fail(GFS_ERR_INVAL, "%s: a key prefix applies to a DCP checkpoint only",
 				path);
-	if (tag && strcmp(format, "deepspeed") != 0 && strcmp(format, "layout") != 0)
+	if (tag && strcmp(format, "deepspeed") != 0 && strcmp(format, "layout") != 0 &&
+	    strcmp(format, "zero3") != 0)
 		return gfs_fail(GFS_ERR_INVAL, "%s: a tag applies to a DeepSpeed checkpoint only",
 				path);
+	if (strcmp(format, "layout") == 0 && S_ISDIR(st.st_mode) && has_file(path, "layout.json")) {
+		char buf[4096];
+
+		if (tag)
+			return gfs_fail(GFS_ERR_INVAL, "%s: a tag applies to a checkpoint directory, not to a layout file",
+					path);
+		if ((size_t)snprintf(buf, sizeof(buf), "%s/layout.json", path) >= sizeof(buf))
+			return gfs_fail(GFS_ERR_INVAL, "%s: path too long", path);
+		return gfs_layout_load_file(buf, out);
+	}
 	if (strcmp(format, "layout") == 0) {
 		if (!S_ISREG(st.st_mode))
 			return gfs_fail(GFS_ERR_INVAL, "%s: not a layout file", path);
@@ -58,5 +87,7 @@ gfs_err gfs_import(const char *path, const gfs_import_opts *opts, gfs_layout **o
 				path);
 	if (strcmp(format, "dcp") == 0)
 		return gfs_import_dcp(path, prefix, out);
+	if (strcmp(format, "zero3") == 0)
+		return gfs_import_zero3(path, tag, out);
 	return gfs_import_deepspeed(path, tag, out);
 }

@@ -13,7 +13,7 @@ typedef struct gfs_pickle gfs_pickle;
 
 typedef struct gfs_import_opts {
 	const char *tag;    /* DeepSpeed tag (e.g. "global_step3"); NULL: read `latest` */
-	const char *format; /* "dcp", "deepspeed", "layout"; NULL or "auto": detect */
+	const char *format; /* "dcp", "deepspeed", "layout", "zero3"; NULL or "auto": detect */
 	const char *prefix; /* DCP: keep only keys starting with it, without it; NULL: all */
 } gfs_import_opts;
 
@@ -21,11 +21,16 @@ typedef struct gfs_import_opts {
  * gfs_import(): detect the format of path and import it.  path may be
  *   - a layout JSON file (docs/layout-json.md);
  *   - a PyTorch DCP directory (one holding `.metadata`);
+ *   - a rank-local ZeRO-3 save (zero3-rank-*.json/.bin, written by
+ *     python/gatherfs_save.py);
+ *   - a directory holding `layout.json` and no `latest` (a hand-written
+ *     layout over files of that directory);
  *   - a DeepSpeed save directory (holding `latest` and tag directories), a
  *     tag directory, or a save directory with opts->tag set.
- * opts->format forces one of them ("layout", "dcp", "deepspeed"); an
- * unknown name is GFS_ERR_INVAL.  opts->tag applies to DeepSpeed only,
- * opts->prefix to DCP only (GFS_ERR_INVAL otherwise).  opts may be NULL.
+ * opts->format forces one of them ("layout", "dcp", "deepspeed", "zero3");
+ * an unknown name is GFS_ERR_INVAL.  opts->tag applies to DeepSpeed and
+ * zero3 saves only, opts->prefix to DCP only (GFS_ERR_INVAL otherwise).
+ * opts may be NULL.
  * @return GFS_OK and a finished layout in *out.
  */
 gfs_err gfs_import(const char *path, const gfs_import_opts *opts, gfs_layout **out);
@@ -62,5 +67,27 @@ gfs_err gfs_import_dcp(const char *dir, const char *prefix, gfs_layout **out);
  */
 gfs_err gfs_dcp_parse_metadata(const uint8_t *buf, size_t len, const char *label,
 			       gfs_pickle **out);
+
+/*
+ * gfs_import_zero3(): import the rank-local ZeRO-3 save in dir
+ * (docs/zero3-save.md): rank 0's manifest gives the tag, the world size W
+ * and the tensor table; the manifests of ranks 1..W-1 must agree with it,
+ * no file of a rank >= W may be present, each data file must have the
+ * size its manifest records and each rank's byte ranges must be those the
+ * partition arithmetic gives.  With tag (may be NULL), the save must carry
+ * that tag.  The stale live copies the ranks report are summarised in the
+ * layout's info.  Passes the directory's other files through (config.json).
+ */
+gfs_err gfs_import_zero3(const char *dir, const char *tag, gfs_layout **out);
+
+/*
+ * gfs_import_note(): the line a front end prints (to standard error, or
+ * the mount's log) after importing l: for a zero3 save, its summary (tag,
+ * ranks, the params whose live copies the ranks found stale); else NULL.
+ */
+const char *gfs_import_note(const gfs_layout *l);
+
+/* gfs_zero3_detect(): does directory dir hold a file named zero3-rank-R.json or .bin? */
+bool gfs_zero3_detect(const char *dir);
 
 #endif
