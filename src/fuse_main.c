@@ -330,6 +330,8 @@ int main(int argc, char *argv[])
 			emfile ? " (raise the open file limit: ulimit -n)" : "");
 		goto out_fs;
 	}
+	if (gfs_import_note(layout))
+		fprintf(stderr, "gatherfs: %s: %s\n", cli.source, gfs_import_note(layout));
 	if (!nofile_ok(GFS_FD_RESERVE + (opts.clone_fd ? opts.max_threads : 0)))
 		goto out_fs;
 	m.fs = fs;

@@ -83,10 +83,14 @@ static gfs_err load(const inspect_opts *o, const char *dir, gfs_layout **l)
 	const gfs_import_opts io = {
 		.tag = o->tag, .format = o->input_format, .prefix = o->prefix,
 	};
+	gfs_err err;
 
 	if (o->layout)
 		return gfs_layout_load_file(o->layout, l);
-	return gfs_import(dir, &io, l);
+	err = gfs_import(dir, &io, l);
+	if (!err && gfs_import_note(*l))
+		fprintf(stderr, "gatherfs-inspect: %s: %s\n", dir, gfs_import_note(*l));
+	return err;
 }
 
 static void format_shape(const gfs_tensor *t, char *buf, size_t n)
