@@ -72,16 +72,15 @@ def _is_zero3(t):
     return hasattr(t, "ds_id") and hasattr(t, "ds_tensor")
 
 
-def plan_entries(state, rank):
+def plan_entries(state):
     """The entries of a state dict (``module.state_dict(keep_vars=True)``), in
     order: ("part", name, param) for a ZeRO-3 param, ("full", name, tensor) for
     any other tensor (a buffer or an unpartitioned param), ("alias", name,
-    target) for a later key holding an object already seen (a tied weight).
-    `rank` is only used for messages."""
+    target) for a later key holding an object already seen (a tied weight)."""
     seen, out = {}, []
     for name, t in state.items():
         if not isinstance(t, torch.Tensor):
-            raise SaveError(f"rank {rank}: state_dict entry {name} is a {type(t).__name__}, not a tensor")
+            raise SaveError(f"state_dict entry {name} is a {type(t).__name__}, not a tensor")
         if id(t) in seen:
             out.append(("alias", name, seen[id(t)]))
             continue
@@ -184,8 +183,13 @@ def _config_json(config):
     raise SaveError("config must be a dict, a transformers config or the path of a config.json")
 
 
+def _tmp(path):
+    """A temporary name next to path, unique to this process."""
+    return f"{path}.{os.getpid()}.tmp"
+
+
 def _atomic_write_text(path, text):
-    tmp = path + ".tmp"
+    tmp = _tmp(path)
     with open(tmp, "w") as f:
         f.write(text)
         f.flush()
@@ -202,6 +206,45 @@ def _manifest_text(manifest):
         lines.append(f' "{key}": [' + ("\n" + ",\n".join(items) + "\n ]" if items else "]")
                      + ("," if key == "tensors" else ""))
     return "\n".join(lines) + "\n}\n"
+
+
+def _write_data(f, entries, rank, ws):
+    """Write rank `rank`'s bytes of every entry to f: the valid part of each
+    ZeRO-3 partition; on rank 0 also the unpartitioned tensors.  Returns the
+    manifest's tensor table, the stale live copies found, and the size."""
+    tensors, stale, pos = [], [], 0
+    for kind, name, t in entries:
+        if kind == "alias":
+            tensors.append({"name": name, "alias_of": t})
+            continue
+        ent = {"name": name, "dtype": None, "shape": None}
+        if kind == "full":
+            ent.update(dtype=dtype_name(t.dtype), shape=list(t.shape), full=True)
+            if rank == 0:
+                ent["offset"], ent["length"], pos = _write_tensor(f, pos, t)
+            tensors.append(ent)
+            continue
+        part = t.ds_tensor
+        if part is None or hasattr(part, "ds_quant_scale"):
+            raise SaveError(f"rank {rank}: param {name} has no plain partition (quantized or missing ds_tensor)")
+        status = getattr(part, "status", None)
+        if status is not None and getattr(status, "name", "") == "NOT_AVAILABLE":
+            raise SaveError(f"rank {rank}: param {name}'s partition is swapped out (NVMe offload): not supported")
+        numel = int(t.ds_numel)
+        ps = int(part.ds_numel) if hasattr(part, "ds_numel") else part.numel()
+        if ps != expected_partition_numel(numel, ws) or part.numel() < ps:
+            raise SaveError(f"rank {rank}: param {name}: partition of {part.numel()} elements "
+                            f"(ds_numel {ps}) for {numel} elements over {ws} ranks")
+        start, valid = partition_span(numel, ps, rank)
+        mine = part.detach().reshape(-1)[:valid]
+        if mine.device.type != "cpu":
+            mine = mine.cpu()
+        ent.update(dtype=dtype_name(part.dtype), shape=[int(d) for d in t.ds_shape], numel=numel,
+                   partition_numel=ps)
+        ent["offset"], ent["length"], pos = _write_tensor(f, pos, mine)
+        tensors.append(ent)
+        stale += _staleness(name, t, start, valid, mine)
+    return tensors, stale, pos
 
 
 def save_zero3(module, save_dir, tag=None, group=None, config=None):
@@ -226,7 +269,9 @@ def save_zero3(module, save_dir, tag=None, group=None, config=None):
     if sys.byteorder != "little":
         raise SaveError("gatherfs files are little-endian; this host is big-endian")
     tag = "" if tag is None else str(tag)
-    entries = plan_entries(module.state_dict(keep_vars=True), "?")
+    if any(ord(c) < 0x20 or c == "\x7f" for c in tag):
+        raise SaveError(f"tag {tag!r} holds a control character")
+    entries = plan_entries(module.state_dict(keep_vars=True))
     parts = [e for e in entries if e[0] == "part"]
     if not parts:
         raise SaveError("the module has no ZeRO-3 parameters (no ds_id): is it engine.module of a ZeRO-3 engine?")
@@ -241,42 +286,15 @@ def save_zero3(module, save_dir, tag=None, group=None, config=None):
     dpath = os.path.join(save_dir, DATA.format(rank))
     if os.path.exists(mpath):  # an older save of this rank: it must not look complete meanwhile
         os.unlink(mpath)
-    tensors, stale = [], []
-    tmp = dpath + ".tmp"
-    with open(tmp, "wb") as f:
-        pos = 0
-        for kind, name, t in entries:
-            if kind == "alias":
-                tensors.append({"name": name, "alias_of": t})
-                continue
-            ent = {"name": name, "dtype": None, "shape": None}
-            if kind == "full":
-                ent.update(dtype=dtype_name(t.dtype), shape=list(t.shape), full=True)
-                if rank == 0:
-                    ent["offset"], ent["length"], pos = _write_tensor(f, pos, t)
-                tensors.append(ent)
-                continue
-            part = t.ds_tensor
-            if part is None or hasattr(part, "ds_quant_scale"):
-                raise SaveError(f"rank {rank}: param {name} has no plain partition (quantized or missing ds_tensor)")
-            status = getattr(part, "status", None)
-            if status is not None and getattr(status, "name", "") == "NOT_AVAILABLE":
-                raise SaveError(f"rank {rank}: param {name}'s partition is swapped out (NVMe offload): not supported")
-            numel, ps = int(t.ds_numel), int(part.ds_numel) if hasattr(part, "ds_numel") else part.numel()
-            if ps != expected_partition_numel(numel, ws) or part.numel() < ps:
-                raise SaveError(f"rank {rank}: param {name}: partition of {part.numel()} elements "
-                                f"(ds_numel {ps}) for {numel} elements over {ws} ranks")
-            start, valid = partition_span(numel, ps, rank)
-            mine = part.detach().reshape(-1)[:valid]
-            if mine.device.type != "cpu":
-                mine = mine.cpu()
-            ent.update(dtype=dtype_name(part.dtype), shape=[int(d) for d in t.ds_shape], numel=numel,
-                       partition_numel=ps)
-            ent["offset"], ent["length"], pos = _write_tensor(f, pos, mine)
-            tensors.append(ent)
-            stale += _staleness(name, t, start, valid, mine)
-        f.flush()
-        os.fsync(f.fileno())
+    tmp = _tmp(dpath)
+    try:
+        with open(tmp, "wb") as f:
+            tensors, stale, size = _write_data(f, entries, rank, ws)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        os.unlink(tmp)
+        raise
     os.replace(tmp, dpath)
     if rank == 0 and config is not None:
         _atomic_write_text(os.path.join(save_dir, "config.json"), _config_json(config))
@@ -285,7 +303,7 @@ def save_zero3(module, save_dir, tag=None, group=None, config=None):
         "tag": tag,
         "world_size": ws,
         "rank": rank,
-        "data": {"path": DATA.format(rank), "size": pos},
+        "data": {"path": DATA.format(rank), "size": size},
         "tensors": tensors,
         "stale": stale,
         "torch_version": torch.__version__,

@@ -33,7 +33,7 @@
 #define Z3_MAX_RANKS ((uint64_t)1 << 20)
 #define Z3_MAX_MANIFEST ((uint64_t)1 << 28)
 #define Z3_MAX_TENSORS ((uint64_t)1 << 24)
-#define Z3_MAX_SLOTS ((uint64_t)1 << 28) /* ranks x tensors */
+#define Z3_MAX_SLOTS ((uint64_t)1 << 24) /* ranks x tensors */
 #define Z3_STALE_NAMES 6
 
 /* One entry of the tensor table, as rank 0's manifest gives it. */
@@ -514,6 +514,10 @@ static gfs_err load_table(z3_save *s)
 		err = gfs_json_str(gfs_json_get(s->docs[0], "tag"), lbl, "tag", &s->tag);
 	if (err)
 		return err;
+	for (const char *c = s->tag; *c; c++) {
+		if ((unsigned char)*c < 0x20 || *c == 0x7f)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: the tag holds a control character", lbl);
+	}
 	if (s->world == 0 || s->world > Z3_MAX_RANKS)
 		return gfs_fail(GFS_ERR_LIMIT, "%s: world size %" PRIu64 " is not in 1..%" PRIu64, lbl,
 				s->world, Z3_MAX_RANKS);
@@ -631,6 +635,10 @@ gfs_err gfs_import_zero3(const char *dir, const char *tag, gfs_layout **out)
 			err = check_rank(&s, r, size);
 		if (!err)
 			note_stale(&s, r);
+		if (r) { /* only rank 0's table is kept: its names are the layout's */
+			cJSON_Delete(s.docs[r]);
+			s.docs[r] = NULL;
+		}
 	}
 	for (uint64_t r = 0; !err && r < s.world; r++)
 		err = add_manifest_source(&s, r);

@@ -68,17 +68,17 @@ def unit(g):
     check(g.partition_span(13, 5, 2) == (10, 3), "numel 13 over 3, rank 2")
 
     m = Small()
-    entries = g.plan_entries(m.state_dict(keep_vars=True), 0)
+    entries = g.plan_entries(m.state_dict(keep_vars=True))
     kinds = [(k, n) for k, n, _ in entries]
     check(kinds == [("full", "one"), ("full", "frozen"), ("full", "ids"), ("full", "bfbuf"),
                     ("full", "embed.weight"), ("full", "lin.weight"), ("full", "lin.bias"),
                     ("alias", "head.weight")], f"plan of a plain module: {kinds}")
     check(entries[-1][2] == "embed.weight", "alias target")
     m.lin.weight.ds_id, m.lin.weight.ds_tensor = 3, torch.zeros(15)
-    check([k for k, n, _ in g.plan_entries(m.state_dict(keep_vars=True), 0) if n == "lin.weight"] == ["part"],
+    check([k for k, n, _ in g.plan_entries(m.state_dict(keep_vars=True)) if n == "lin.weight"] == ["part"],
           "a param with ds_id and ds_tensor is partitioned")
     try:
-        g.plan_entries({"x": 3}, 0)
+        g.plan_entries({"x": 3})
         check(False, "a non-tensor entry must be refused")
     except g.SaveError as e:
         check("not a tensor" in str(e), str(e))
@@ -138,6 +138,8 @@ def worker(g, out, rank, ws, tag, fail_rank, store):
     except g.SaveError as e:
         check(rank == fail_rank, f"rank {rank}: unexpected {e}")
         check(not os.path.exists(os.path.join(out, f"zero3-rank-{rank}.json")), "a failed rank left a manifest")
+        check(not [f for f in os.listdir(out) if f.startswith(f"zero3-rank-{rank}.") and f.endswith(".tmp")],
+              "a failed rank left a temporary file")
         print(f"ok: rank {rank} failed as asked: {e}")
         return
     check(rank != fail_rank, f"rank {rank} should have failed")
