@@ -23,6 +23,7 @@ DeepSpeed.
 
 import ctypes
 import json
+import math
 import os
 import sys
 
@@ -124,22 +125,22 @@ def _write_tensor(f, pos, t):
 
 
 def _bits(t):
-    """t reinterpreted as integers of its element size, for exact comparison
-    (NaN == NaN, -0 != +0)."""
-    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-    if t.dtype == torch.bool:
-        return t
-    return t.contiguous().view(ints[t.element_size()])
+    """The bytes of t as a uint8 tensor, for exact comparison (NaN == NaN,
+    -0.0 != +0.0)."""
+    return t.contiguous().reshape(-1).view(torch.uint8)
 
 
 def _diff(a, b):
-    """(differs, max abs difference or None) of two equal-length 1-D tensors."""
+    """(differs, max abs difference) of two equal-length 1-D tensors; the
+    difference is None unless both are floating point and it is finite (the
+    manifest is strict JSON: no NaN or Infinity)."""
     if a.dtype != b.dtype:
         b = b.to(a.dtype)
     if torch.equal(_bits(a), _bits(b)):
         return False, 0.0
     if a.is_floating_point():
-        return True, float((a.double() - b.double()).abs().nan_to_num(float("inf")).max())
+        mx = float((a.double() - b.double()).abs().nan_to_num(nan=math.inf, posinf=math.inf).max())
+        return True, mx if math.isfinite(mx) else None
     return True, None
 
 
@@ -205,7 +206,13 @@ def _manifest_text(manifest):
         items = [f"  {json.dumps(x)}" for x in manifest[key]]
         lines.append(f' "{key}": [' + ("\n" + ",\n".join(items) + "\n ]" if items else "]")
                      + ("," if key == "tensors" else ""))
-    return "\n".join(lines) + "\n}\n"
+    text = "\n".join(lines) + "\n}\n"
+    json.loads(text, parse_constant=_refuse_constant)
+    return text
+
+
+def _refuse_constant(name):
+    raise SaveError(f"manifest would hold {name}, which is not JSON")
 
 
 def _write_data(f, entries, rank, ws):

@@ -88,6 +88,8 @@ def unit(g):
     check(g._diff(a, torch.tensor([1.0, float("nan"), 0.0]))[0], "-0.0 differs from 0.0")
     check(g._diff(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.5])) == (True, 0.5), "max abs diff")
     check(g._diff(torch.tensor([1, 2]), torch.tensor([1, 3])) == (True, None), "integer difference")
+    check(g._diff(torch.tensor([1.0]), torch.tensor([float("nan")])) == (True, None), "NaN: no difference value")
+    check(g._diff(torch.tensor([1.0]), torch.tensor([float("inf")])) == (True, None), "inf: no difference value")
     b = torch.tensor([1.5, 2.25], dtype=torch.bfloat16)
     check(bytes(g._flat_bytes(b)) == b"\xc0\x3f\x10\x40", "bf16 bytes little-endian")
     check(g.dtype_name(torch.bfloat16) == "bfloat16", "dtype name")
