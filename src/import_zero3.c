@@ -257,16 +257,19 @@ static bool same_entry(const z3_entry *a, const z3_entry *b)
 	       a->partition_numel == b->partition_numel;
 }
 
-/* span(): rank r's byte range [start, start + len) of partitioned entry e. */
-static void span(const z3_save *s, const z3_entry *e, uint64_t r, uint64_t *len)
+/*
+ * span_bytes(): how many bytes of partitioned entry e rank r holds: the
+ * valid elements of its partition, [r * ps, min((r + 1) * ps, numel)).
+ * No overflow: load_table() checked ps * W and numel * itemsize.
+ */
+static uint64_t span_bytes(const z3_entry *e, uint64_t r)
 {
-	const uint64_t start = e->partition_numel * r; /* no overflow: checked ps * W */
+	const uint64_t start = e->partition_numel * r;
 	const uint64_t valid = start >= e->numel ? 0
 			       : e->numel - start < e->partition_numel ? e->numel - start
 								       : e->partition_numel;
 
-	(void)s;
-	*len = valid * gfs_dtype_size(e->dtype);
+	return valid * gfs_dtype_size(e->dtype);
 }
 
 /* check_header(): rank r's manifest is of rank 0's save: same world size and tag. */
@@ -299,9 +302,11 @@ static gfs_err check_rank(z3_save *s, uint64_t r, uint64_t data_size)
 	size_t i = 0;
 	gfs_err err;
 
-	if (!cJSON_IsArray(tensors) || (size_t)cJSON_GetArraySize(tensors) != s->nents)
+	if (!cJSON_IsArray(tensors))
+		return gfs_fail(GFS_ERR_FORMAT, "%s: tensors must be an array", lbl);
+	if ((size_t)cJSON_GetArraySize(tensors) != s->nents)
 		return gfs_fail(GFS_ERR_FORMAT, "%s: %d tensors, but rank 0's manifest has %zu: a file of another save",
-				lbl, cJSON_IsArray(tensors) ? cJSON_GetArraySize(tensors) : -1, s->nents);
+				lbl, cJSON_GetArraySize(tensors), s->nents);
 	cJSON_ArrayForEach(t, tensors) {
 		const z3_entry *e = &s->ents[i];
 		z3_entry mine;
@@ -316,10 +321,7 @@ static gfs_err check_rank(z3_save *s, uint64_t r, uint64_t data_size)
 					"size differs from rank 0's (%s): a file of another save",
 					lbl, i, mine.name, e->name);
 		if (has_bytes) {
-			if (e->full)
-				want = e->numel * gfs_dtype_size(e->dtype);
-			else
-				span(s, e, r, &want);
+			want = e->full ? e->numel * gfs_dtype_size(e->dtype) : span_bytes(e, r);
 			err = gfs_json_u64(gfs_json_get(t, "offset"), lbl, "offset", &off);
 			if (!err)
 				err = gfs_json_u64(gfs_json_get(t, "length"), lbl, "length", &len);
@@ -376,7 +378,7 @@ static gfs_err add_data(z3_save *s, uint64_t r, uint64_t *size)
 	return err;
 }
 
-/* add_manifest_source(): pin manifest r as a source (never passed through, must not change). */
+/* add_manifest_source(): list manifest r as a source, so it is not passed through. */
 static gfs_err add_manifest_source(z3_save *s, uint64_t r)
 {
 	struct stat st;
@@ -490,10 +492,9 @@ static gfs_err build(z3_save *s)
 		}
 		err = gfs_layout_add_tensor(s->l, e->name, e->dtype, e->ndim, e->shape, &ti);
 		for (uint64_t r = 0; !err && r < (e->full ? 1 : s->world); r++) {
-			uint64_t len = e->numel * gfs_dtype_size(e->dtype);
+			const uint64_t len = e->full ? e->numel * gfs_dtype_size(e->dtype)
+						     : span_bytes(e, r);
 
-			if (!e->full)
-				span(s, e, r, &len);
 			if (len)
 				err = gfs_layout_add_piece(s->l, ti, (uint32_t)r,
 							   s->offs[r * s->nents + i], len);
@@ -539,7 +540,11 @@ static gfs_err load_table(z3_save *s)
 		err = parse_entry(t, lbl, i++, e);
 		if (err)
 			return err;
-		if (e->alias_of || e->full)
+		if (e->alias_of)
+			continue;
+		if (!gfs_mul_u64(e->numel, gfs_dtype_size(e->dtype), &ps_w))
+			return gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s: size overflows", lbl, e->name);
+		if (e->full)
 			continue;
 		/* DeepSpeed: every rank holds ceil(numel / W) elements, padding included */
 		if (!gfs_mul_u64(e->partition_numel, s->world, &ps_w) || ps_w < e->numel ||
