@@ -106,7 +106,8 @@ static void usage(FILE *out)
 	      "\n"
 	      "Look at a sharded checkpoint (a DeepSpeed ZeRO 1/2/3 save or tag directory,\n"
 	      "a PyTorch DCP directory, plain model files: model.safetensors,\n"
-	      "pytorch_model.bin, sharded, or a layout JSON file) without mounting it.\n"
+	      "pytorch_model.bin, sharded, a ZeRO-3 save of gatherfs_save.py, or a layout\n"
+	      "JSON file) without mounting it.\n"
 	      "\n"
 	      "Commands (all take --tag, --input-format, --prefix and --layout; the other\n"
 	      "options a command takes are shown in brackets):\n"
@@ -128,8 +129,9 @@ static void usage(FILE *out)
 	      "Options:\n"
 	      "  --tag TAG          DeepSpeed tag to use instead of the one in `latest`\n"
 	      "                     (default without `latest`: the only tag directory)\n"
-	      "  --input-format F   read DIR as dcp, deepspeed, plain or layout (default:\n"
-	      "                     auto; a directory with `.metadata` is dcp, one with\n"
+	      "  --input-format F   read DIR as dcp, deepspeed, plain, layout or zero3\n"
+	      "                     (default: auto; a directory with `.metadata` is dcp,\n"
+	      "                     one with zero3-rank-R.json a ZeRO-3 save, one with\n"
 	      "                     DeepSpeed files deepspeed, one with model.safetensors\n"
 	      "                     or pytorch_model.bin (or their index) plain)\n"
 	      "  --prefix P         (dcp, plain) keep the keys starting with P, named\n"
@@ -199,10 +201,12 @@ static gfs_err load(const inspect_opts *o, const char *dir, gfs_layout **l)
 	const gfs_import_opts io = {
 		.tag = o->tag, .format = o->input_format, .prefix = o->prefix,
 	};
+	gfs_err err;
 
 	if (o->layout)
 		return gfs_layout_load_file(o->layout, l);
-	return gfs_import(dir, &io, l);
+	err = gfs_import(dir, &io, l);
+	return err;
 }
 
 /*

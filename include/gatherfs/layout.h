@@ -193,7 +193,7 @@ typedef struct gfs_optim {
 typedef struct gfs_layout {
 	char *format;   /* source format: "deepspeed", "json", ... */
 	char *info;     /* one line describing the checkpoint, may be NULL */
-	char *note;     /* how the importer chose what it read (e.g. a tag without
+	char *note;     /* a line for the user: how the importer chose what it read (e.g. a tag without
 			   `latest`), for the user; not in the JSON; may be NULL */
 	char *base_dir; /* absolute directory relative source paths resolve against */
 	char *root_dir; /* absolute checkpoint directory whose other files are passed through, may be NULL */

@@ -1,0 +1,192 @@
+"""Tests of python/gatherfs_save.py without DeepSpeed (run with /usr/bin/python3).
+
+  zero3_saver_test.py SAVER unit
+      the saver's pure parts on real torch tensors and modules: partition
+      arithmetic, state-dict planning (tied names, buffers), exact comparison,
+      the manifest text.
+  zero3_saver_test.py SAVER save OUT W [--tag T] [--fail-rank R]
+      W real processes (torch.distributed, gloo) each partition a small model
+      by DeepSpeed's arithmetic (ceil(numel / W) elements per rank, NaN
+      padding) onto plain attributes (ds_id, ds_tensor, ds_numel, ds_shape,
+      ds_process_group), leave stale full copies in p.data for some params
+      and empty p.data for the others, and call save_zero3(model, OUT).
+      Each rank checks its result (stale list, nothing written back).  Rank 0
+      writes OUT.truth.pt, the model's state_dict as partitioned.  With
+      --fail-rank R, rank R holds a param with no partition, so its save
+      raises: it must leave no manifest.  LOCAL_RANK is 0 on every rank
+      (the saver must use the rank in the group).  The end-to-end check with
+      real DeepSpeed is the committed fixtures of tests/data/lomo/saves/.
+"""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+import torch.nn as nn
+
+
+def load_saver(path):
+    spec = importlib.util.spec_from_file_location("gatherfs_save", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class Small(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(7)
+        self.embed = nn.Embedding(11, 6)
+        self.lin = nn.Linear(6, 5)
+        self.one = nn.Parameter(torch.tensor([0.5]))
+        self.frozen = nn.Parameter(torch.randn(7), requires_grad=False)
+        self.head = nn.Linear(6, 11, bias=False)
+        self.head.weight = self.embed.weight
+        self.register_buffer("ids", torch.arange(9, dtype=torch.int64))
+        self.register_buffer("scratch", torch.ones(3), persistent=False)
+        self.register_buffer("bfbuf", torch.randn(4).to(torch.bfloat16))
+
+
+def check(cond, what):
+    if not cond:
+        print(f"FAIL: {what}", file=sys.stderr)
+        sys.exit(1)
+
+
+def unit(g):
+    for numel in (0, 1, 2, 7, 13, 64000, 2368):
+        for w in (1, 2, 3, 4, 5, 8):
+            ps = g.expected_partition_numel(numel, w)
+            spans = [g.partition_span(numel, ps, r) for r in range(w)]
+            got = [i for s, v in spans for i in range(s, s + v)]
+            check(got == list(range(numel)), f"spans of {numel} over {w}: {spans}")
+            check(ps * w - numel < w or numel == 0, f"padding of {numel} over {w}")
+    check(g.partition_span(1, 1, 2) == (2, 0), "numel 1, rank 2: nothing valid")
+    check(g.partition_span(13, 5, 2) == (10, 3), "numel 13 over 3, rank 2")
+
+    m = Small()
+    entries = g.plan_entries(m.state_dict(keep_vars=True))
+    kinds = [(k, n) for k, n, _ in entries]
+    check(kinds == [("full", "one"), ("full", "frozen"), ("full", "ids"), ("full", "bfbuf"),
+                    ("full", "embed.weight"), ("full", "lin.weight"), ("full", "lin.bias"),
+                    ("alias", "head.weight")], f"plan of a plain module: {kinds}")
+    check(entries[-1][2] == "embed.weight", "alias target")
+    m.lin.weight.ds_id, m.lin.weight.ds_tensor = 3, torch.zeros(15)
+    check([k for k, n, _ in g.plan_entries(m.state_dict(keep_vars=True)) if n == "lin.weight"] == ["part"],
+          "a param with ds_id and ds_tensor is partitioned")
+    try:
+        g.plan_entries({"x": 3})
+        check(False, "a non-tensor entry must be refused")
+    except g.SaveError as e:
+        check("not a tensor" in str(e), str(e))
+
+    a = torch.tensor([1.0, float("nan"), -0.0])
+    check(g._diff(a, a.clone()) == (False, 0.0), "NaN equals NaN bitwise")
+    check(g._diff(a, torch.tensor([1.0, float("nan"), 0.0]))[0], "-0.0 differs from 0.0")
+    check(g._diff(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.5])) == (True, 0.5), "max abs diff")
+    check(g._diff(torch.tensor([1, 2]), torch.tensor([1, 3])) == (True, None), "integer difference")
+    check(g._diff(torch.tensor([1.0]), torch.tensor([float("nan")])) == (True, None), "NaN: no difference value")
+    check(g._diff(torch.tensor([1.0]), torch.tensor([float("inf")])) == (True, None), "inf: no difference value")
+    b = torch.tensor([1.5, 2.25], dtype=torch.bfloat16)
+    check(bytes(g._flat_bytes(b)) == b"\xc0\x3f\x10\x40", "bf16 bytes little-endian")
+    check(g.dtype_name(torch.bfloat16) == "bfloat16", "dtype name")
+    man = {"gatherfs_zero3": 1, "tag": "t\"q", "world_size": 2, "rank": 1, "data": {"path": "p", "size": 0},
+           "tensors": [{"name": "a", "alias_of": "b"}], "stale": [], "torch_version": "x"}
+    check(json.loads(g._manifest_text(man)) == man, "manifest text round trip")
+    print("ok: saver unit tests")
+
+
+def partition(model, rank, ws, group, fail):
+    """DeepSpeed's partition layout on plain attributes.  Returns the truth
+    state dict and the names whose p.data is left stale."""
+    truth, stale = {}, []
+    memo = {}
+    for i, (name, p) in enumerate(model.named_parameters()):
+        flat = p.detach().reshape(-1).clone()
+        ps = (flat.numel() + ws - 1) // ws
+        padded = torch.full((ps * ws,), float("nan"), dtype=p.dtype)
+        padded[:flat.numel()] = flat
+        p.ds_id, p.ds_numel, p.ds_shape, p.ds_process_group = i, flat.numel(), p.shape, group
+        p.ds_tensor = padded[rank * ps:(rank + 1) * ps].clone()
+        p.ds_tensor.ds_numel = ps
+        if fail and name == "lin.bias":
+            p.ds_tensor = None
+        memo[id(p)] = flat.view(p.shape).clone()
+        if i % 2 == 0:  # a full copy that training left behind: stale by +1
+            p.data = p.data + 1
+            stale.append(name)
+        else:  # released: only the partition exists
+            p.data = torch.empty(0, dtype=p.dtype)
+    for k, v in model.state_dict(keep_vars=True).items():
+        truth[k] = memo.get(id(v), v.detach().clone())  # tied names: one tensor
+    return truth, stale
+
+
+def worker(g, out, rank, ws, tag, fail_rank, store):
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=ws)
+    group = dist.new_group(list(range(ws)))
+    model = Small()
+    truth, stale = partition(model, rank, ws, group, rank == fail_rank)
+    if rank == 0:
+        torch.save(truth, out + ".truth.pt")
+    before = {n: (p.data.clone(), None if p.ds_tensor is None else p.ds_tensor.clone())
+              for n, p in model.named_parameters()}
+    try:
+        res = g.save_zero3(model, out, tag=tag, config={"model_type": "small"} if rank == 0 else None)
+    except g.SaveError as e:
+        check(rank == fail_rank, f"rank {rank}: unexpected {e}")
+        check(not os.path.exists(os.path.join(out, f"zero3-rank-{rank}.json")), "a failed rank left a manifest")
+        check(not [f for f in os.listdir(out) if f.startswith(f"zero3-rank-{rank}.") and f.endswith(".tmp")],
+              "a failed rank left a temporary file")
+        print(f"ok: rank {rank} failed as asked: {e}")
+        return
+    check(rank != fail_rank, f"rank {rank} should have failed")
+    check(res["rank"] == rank and res["world_size"] == ws, f"rank/world {res}")
+    for n, p in model.named_parameters():
+        d, t = before[n]
+        check(torch.equal(g._bits(p.data), g._bits(d)), f"{n}: p.data changed")
+        check(torch.equal(g._bits(p.ds_tensor), g._bits(t)), f"{n}: ds_tensor changed")
+    # a stale copy is reported by each rank that holds some of the param
+    want = sorted(n for n in stale
+                  if g.partition_span(model.get_parameter(n).ds_numel,
+                                      model.get_parameter(n).ds_tensor.ds_numel, rank)[1])
+    got = sorted(s["name"] for s in res["stale"])
+    check(got == want and all(s["copy"] == "data" for s in res["stale"]), f"rank {rank}: stale {got}, want {want}")
+    print(f"ok: rank {rank} saved, stale {got}")
+
+
+def save(g, saver, out, ws, tag, fail_rank):
+    store = tempfile.mktemp(prefix="gfs-store-")
+    env = dict(os.environ, LOCAL_RANK="0")
+    procs = [subprocess.Popen([sys.executable, __file__, saver, "worker", out, str(r), str(ws), tag,
+                               str(fail_rank), store], env=env) for r in range(ws)]
+    rcs = [p.wait(timeout=120) for p in procs]
+    if os.path.exists(store):
+        os.unlink(store)
+    check(rcs == [0] * ws, f"workers exited {rcs}")
+
+
+def main():
+    saver, cmd = sys.argv[1], sys.argv[2]
+    g = load_saver(saver)
+    if cmd == "unit":
+        unit(g)
+    elif cmd == "save":
+        args = sys.argv[3:]
+        out, ws = args[0], int(args[1])
+        tag = args[args.index("--tag") + 1] if "--tag" in args else ""
+        fail_rank = int(args[args.index("--fail-rank") + 1]) if "--fail-rank" in args else -1
+        save(g, saver, out, ws, tag, fail_rank)
+    elif cmd == "worker":
+        out, rank, ws, tag, fail_rank, store = sys.argv[3:9]
+        worker(g, out, int(rank), int(ws), tag, int(fail_rank), store)
+    else:
+        sys.exit(f"unknown command {cmd}")
+
+
+if __name__ == "__main__":
+    main()
