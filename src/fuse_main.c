@@ -25,6 +25,7 @@
 
 #include "fuse_ll.h"
 #include "gatherfs/import.h"
+#include "gatherfs/lora.h"
 #include "gatherfs/shards.h"
 
 /* Options of our own, and fstab words to drop. */
@@ -43,6 +44,7 @@ typedef struct gfs_cli {
 	char *crc_cache;
 	unsigned readahead_kb;
 	bool max_threads_given;
+	char *lora, *merge, *base, *lora_tied;
 } gfs_cli;
 
 enum { KEY_MAX_THREADS, KEY_MAX_READ };
@@ -64,6 +66,10 @@ static const struct fuse_opt cli_opts[] = {
 	{ "prefix=%s", offsetof(gfs_cli, prefix), 0 },
 	{ "views=%s", offsetof(gfs_cli, views), 0 },
 	{ "shard_size=%s", offsetof(gfs_cli, shard_size), 0 },
+	{ "lora=%s", offsetof(gfs_cli, lora), 0 },
+	{ "merge=%s", offsetof(gfs_cli, merge), 0 },
+	{ "base=%s", offsetof(gfs_cli, base), 0 },
+	{ "lora_tied=%s", offsetof(gfs_cli, lora_tied), 0 },
 	FUSE_OPT_KEY("max_threads=", KEY_MAX_THREADS),
 	FUSE_OPT_KEY("max_read=", KEY_MAX_READ),
 	/* Words mount(8) and fstab pass along: the mount is always read-only. */
@@ -124,6 +130,15 @@ static void usage(const char *prog)
 	       "    -o shard_size=SIZE       show Hugging Face shards of at most SIZE (e.g. 5G,\n"
 	       "                             500MB, 2GiB) with their index files instead of\n"
 	       "                             single pytorch_model.bin / model.safetensors\n"
+	       "    -o lora=DIR              merge the PEFT LoRA adapter in DIR (adapter_config.json\n"
+	       "                             + adapter_model.safetensors or .bin) onto the model\n"
+	       "    -o merge=lora            merge the adapter of a PEFT-wrapped checkpoint (its\n"
+	       "                             adapter_config.json next to it) into the model\n"
+	       "    -o base=DIR              with merge=lora: the base model, for a checkpoint\n"
+	       "                             that holds only the adapter\n"
+	       "    -o lora_tied=peft        a targeted tied embedding changes its tied head too,\n"
+	       "                             as PEFT's merge does (default: untied, the head\n"
+	       "                             keeps the unmerged embedding)\n"
 	       "    -o max_threads=N         worker threads (default: 2 per CPU, 10 to 64)\n"
 	       "    -o nosplice              copy read data through the daemon instead of\n"
 	       "                             splicing it from the sources\n"
@@ -268,7 +283,8 @@ int main(int argc, char *argv[])
 	struct fuse_session *se;
 	struct fuse_loop_config *cfg;
 	gfs_fs_opts fso = { .views = GFS_VIEW_ALL };
-	bool dtype_ok;
+	gfs_lora_cli lora_cli;
+	bool dtype_ok, untied = false;
 	int ret = 1;
 
 	keep_stdio();
@@ -320,7 +336,10 @@ int main(int argc, char *argv[])
 	iopts.format = cli.format;
 	iopts.prefix = cli.prefix;
 	raise_nofile();
+	lora_cli = (gfs_lora_cli){ .lora = cli.lora, .merge = cli.merge, .base = cli.base,
+				   .tied = cli.lora_tied };
 	if (gfs_import(cli.source, &iopts, &layout) != GFS_OK ||
+	    gfs_lora_apply(&lora_cli, &layout, &untied) != GFS_OK ||
 	    gfs_srcset_open(layout, &src) != GFS_OK ||
 	    gfs_fs_new(layout, src, &fso, &fs) != GFS_OK) {
 		const bool emfile = strstr(gfs_errmsg(), strerror(EMFILE)) &&
@@ -386,6 +405,10 @@ out_args:
 	free(opts.mountpoint);
 	free(cli.source);
 	free(cli.dtype);
+	free(cli.lora);
+	free(cli.merge);
+	free(cli.base);
+	free(cli.lora_tied);
 	free(cli.tag);
 	free(cli.format);
 	free(cli.prefix);

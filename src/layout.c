@@ -60,7 +60,9 @@ void gfs_layout_free(gfs_layout *l)
 		free(l->tensors[i].name);
 		free(l->tensors[i].alias_target);
 		free(l->tensors[i].pieces);
+		free(l->tensors[i].comp);
 	}
+	gfs_layout_free(l->inputs);
 	for (size_t i = 0; i < l->nobjects; i++)
 		free(l->objects[i].name);
 	free(l->objects);
@@ -555,6 +557,8 @@ gfs_err gfs_layout_finish(gfs_layout *l, const char *label)
 	if (err)
 		return err;
 	err = resolve_aliases(l, label);
+	if (!err)
+		err = gfs_layout_check_computed(l, label);
 	if (err)
 		return err;
 	for (size_t i = 0; i < l->nobjects; i++) {
@@ -572,7 +576,7 @@ gfs_err gfs_layout_finish(gfs_layout *l, const char *label)
 		gfs_tensor *t = &l->tensors[i];
 		uint64_t reach = 0;
 
-		if (t->alias_of >= 0)
+		if (t->alias_of >= 0 || t->comp)
 			continue;
 		if (t->npieces > 1) /* qsort(NULL, 0) is undefined */
 			qsort(t->pieces, t->npieces, sizeof(*t->pieces), piece_cmp);

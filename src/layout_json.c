@@ -74,6 +74,25 @@ static cJSON *piece_json(const gfs_piece *p, bool general)
 	return o;
 }
 
+/* compute_json(): the "compute" member of computed tensor t (version 3). */
+static cJSON *compute_json(const gfs_layout *l, const gfs_compute *c)
+{
+	static const char *const roles[] = { "weight", "lora_A", "lora_B", "magnitude" };
+	cJSON *o = cJSON_CreateObject();
+	bool ok = o && cJSON_AddStringToObject(o, "op", gfs_op_name(c->op)) &&
+		  cJSON_AddNumberToObject(o, "scale", c->scale) &&
+		  cJSON_AddBoolToObject(o, "transpose", (c->flags & GFS_OPF_T) != 0);
+
+	for (int k = 0; ok && k < GFS_OPIN_COUNT; k++)
+		if (c->in[k] >= 0)
+			ok = cJSON_AddStringToObject(o, roles[k], l->inputs->tensors[c->in[k]].name);
+	if (!ok) {
+		cJSON_Delete(o);
+		return NULL;
+	}
+	return o;
+}
+
 static cJSON *tensor_json(const gfs_layout *l, const gfs_tensor *t)
 {
 	cJSON *o = cJSON_CreateObject();
@@ -93,6 +112,15 @@ static cJSON *tensor_json(const gfs_layout *l, const gfs_tensor *t)
 	if (!shape || !cJSON_AddItemToObject(o, "shape", shape))
 		goto fail;
 	shape = NULL;
+	if (t->comp) {
+		cJSON *c = compute_json(l, t->comp);
+
+		if (!c || !cJSON_AddItemToObject(o, "compute", c)) {
+			cJSON_Delete(c);
+			goto fail;
+		}
+		return o;
+	}
 	pieces = cJSON_CreateArray();
 	if (!pieces || !cJSON_AddItemToObject(o, "pieces", pieces)) {
 		cJSON_Delete(pieces);
@@ -120,12 +148,14 @@ gfs_err gfs_layout_to_json(const gfs_layout *l, char **text)
 	char *out;
 
 	bool v2 = l->nobjects > 0;
+	const bool v3 = l->inputs != NULL;
 
 	for (size_t i = 0; i < l->ntensors && !v2; i++)
 		v2 = tensor_is_general(&l->tensors[i]);
 	if (!root)
 		goto nomem;
-	if (!gfs_json_add_u64(root, LAYOUT_MAGIC, v2 ? GFS_LAYOUT_VERSION_MAX : GFS_LAYOUT_VERSION) ||
+	if (!gfs_json_add_u64(root, LAYOUT_MAGIC, v3 ? GFS_LAYOUT_VERSION_COMPUTE
+						 : v2 ? 2 : GFS_LAYOUT_VERSION) ||
 	    !cJSON_AddStringToObject(root, "format", l->format) ||
 	    (l->info && !cJSON_AddStringToObject(root, "info", l->info)) ||
 	    !cJSON_AddStringToObject(root, "base_dir", l->base_dir) ||
@@ -152,6 +182,20 @@ gfs_err gfs_layout_to_json(const gfs_layout *l, char **text)
 		if (!t || !cJSON_AddItemToArray(tensors, t)) {
 			cJSON_Delete(t);
 			goto nomem;
+		}
+	}
+	if (v3) {
+		cJSON *inputs = cJSON_AddArrayToObject(root, "inputs");
+
+		if (!inputs)
+			goto nomem;
+		for (size_t i = 0; i < l->inputs->ntensors; i++) {
+			cJSON *t = tensor_json(l->inputs, &l->inputs->tensors[i]);
+
+			if (!t || !cJSON_AddItemToArray(inputs, t)) {
+				cJSON_Delete(t);
+				goto nomem;
+			}
 		}
 	}
 	if (l->nobjects) {
@@ -331,6 +375,50 @@ static gfs_err parse_objects(gfs_layout *l, const cJSON *v, const char *label)
 	return GFS_OK;
 }
 
+/* parse_compute(): the "compute" member of tensor ti (version 3). */
+static gfs_err parse_compute(gfs_layout *l, size_t ti, const cJSON *c, const char *label,
+			     const char *name)
+{
+	static const char *const roles[] = { "weight", "lora_A", "lora_B", "magnitude" };
+	gfs_compute comp = { .in = { -1, -1, -1, -1 } };
+	const cJSON *scale = gfs_json_get(c, "scale");
+	const cJSON *tr = gfs_json_get(c, "transpose");
+	const char *op;
+	gfs_err err;
+
+	if (!cJSON_IsObject(c))
+		return gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s: compute must be an object", label, name);
+	err = gfs_json_str(gfs_json_get(c, "op"), label, "compute op", &op);
+	if (err)
+		return gfs_fail_prefix(err, "tensor %s", name);
+	comp.op = gfs_op_parse(op);
+	if (!comp.op)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s: unknown compute op '%s'", label, name, op);
+	if (!cJSON_IsNumber(scale))
+		return gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s: compute scale must be a number", label, name);
+	comp.scale = scale->valuedouble;
+	if (tr && !cJSON_IsBool(tr))
+		return gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s: compute transpose must be true or false",
+				label, name);
+	if (tr && cJSON_IsTrue(tr))
+		comp.flags |= GFS_OPF_T;
+	for (int k = 0; k < GFS_OPIN_COUNT; k++) {
+		const cJSON *v = gfs_json_get(c, roles[k]);
+		const char *in;
+
+		if (!v)
+			continue;
+		err = gfs_json_str(v, label, roles[k], &in);
+		if (err)
+			return gfs_fail_prefix(err, "tensor %s", name);
+		comp.in[k] = l->inputs ? gfs_layout_find(l->inputs, in) : -1;
+		if (comp.in[k] < 0)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s: %s '%s' is not in \"inputs\"",
+					label, name, roles[k], in);
+	}
+	return gfs_layout_set_compute(l, ti, &comp);
+}
+
 static gfs_err parse_tensor(gfs_layout *l, const cJSON *t, const char *label)
 {
 	const char *name, *alias, *dtname;
@@ -359,6 +447,12 @@ static gfs_err parse_tensor(gfs_layout *l, const cJSON *t, const char *label)
 	err = parse_shape(gfs_json_get(t, "shape"), label, name, &ndim, dims);
 	if (!err)
 		err = gfs_layout_add_tensor(l, name, dt, ndim, dims, &ti);
+	if (!err && gfs_json_get(t, "compute")) {
+		if (gfs_json_get(t, "pieces"))
+			return gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s: a computed tensor has no pieces",
+					label, name);
+		return parse_compute(l, ti, gfs_json_get(t, "compute"), label, name);
+	}
 	if (!err)
 		err = parse_pieces(l, ti, gfs_json_get(t, "pieces"), label, name);
 	return err;
@@ -422,6 +516,28 @@ static gfs_err parse_root(const cJSON *root, const char *label, const char *json
 			if (err)
 				break;
 		}
+	}
+	v = gfs_json_get(root, "inputs");
+	if (!err && v && version < GFS_LAYOUT_VERSION_COMPUTE)
+		err = gfs_fail(GFS_ERR_FORMAT, "%s: \"inputs\" needs layout version %d", label,
+			       GFS_LAYOUT_VERSION_COMPUTE);
+	if (!err && v && !cJSON_IsArray(v))
+		err = gfs_fail(GFS_ERR_FORMAT, "%s: \"inputs\" must be an array", label);
+	if (!err && v) {
+		err = gfs_layout_new("inputs", l->base_dir, &l->inputs);
+		for (size_t i = 0; !err && i < l->nsources; i++) {
+			uint32_t idx;
+
+			err = gfs_layout_add_source(l->inputs, l->sources[i].path, l->sources[i].size,
+						    &idx);
+		}
+		cJSON_ArrayForEach(t, v) {
+			if (err)
+				break;
+			err = parse_tensor(l->inputs, t, label);
+		}
+		if (!err)
+			err = gfs_layout_finish_inputs(l, label);
 	}
 	v = gfs_json_get(root, "tensors");
 	if (!err && !cJSON_IsArray(v))
