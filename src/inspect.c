@@ -17,6 +17,7 @@
 #include "gatherfs/export.h"
 #include "gatherfs/import.h"
 #include "gatherfs/json.h"
+#include "gatherfs/lora.h"
 #include "gatherfs/server.h"
 #include "gatherfs/shards.h"
 
@@ -31,6 +32,7 @@ typedef struct inspect_opts {
 	bool json;
 	gfs_format format;
 	uint64_t shard_size;
+	gfs_lora_cli lora;
 } inspect_opts;
 
 static void usage(FILE *out)
@@ -64,6 +66,10 @@ static void usage(FILE *out)
 	      "  --format FMT       (export) bin or safetensors, instead of OUT's extension\n"
 	      "                     (default with --shard-size: safetensors)\n"
 	      "  --shard-size SIZE  (export) shards of at most SIZE, e.g. 5G, 500MB, 2GiB\n"
+	      "  --lora DIR         merge the PEFT LoRA adapter in DIR onto the model\n"
+	      "  --merge lora       merge the adapter of a PEFT-wrapped checkpoint\n"
+	      "  --base DIR         (with --merge) the base model of an adapter-only checkpoint\n"
+	      "  --lora-tied peft   a targeted tied embedding changes its head too (PEFT)\n"
 	      "  -h, --help         show this help\n"
 	      "  -V, --version      show the version\n"
 	      "\n"
@@ -84,9 +90,31 @@ static gfs_err load(const inspect_opts *o, const char *dir, gfs_layout **l)
 		.tag = o->tag, .format = o->input_format, .prefix = o->prefix,
 	};
 
-	if (o->layout)
-		return gfs_layout_load_file(o->layout, l);
-	return gfs_import(dir, &io, l);
+	bool untied;
+	gfs_err err = o->layout ? gfs_layout_load_file(o->layout, l) : gfs_import(dir, &io, l);
+
+	if (!err)
+		err = gfs_lora_apply(&o->lora, l, &untied);
+	return err;
+}
+
+/*
+ * kind_of(): what ls shows of entry t: "merged:OP" for a computed tensor,
+ * "lora" for a LoRA tensor of an unmerged PEFT model, else "-".
+ */
+static const char *kind_of(const gfs_tensor *t, char *buf, size_t n)
+{
+	if (t->comp) {
+		snprintf(buf, n, "merged:%s", gfs_op_name(t->comp->op));
+		return buf;
+	}
+	return strstr(t->name, ".lora_") ? "lora" : "-";
+}
+
+/* has_kinds(): l has a computed or LoRA tensor (ls then shows a KIND column). */
+static bool has_kinds(const gfs_layout *l)
+{
+	return l->inputs || gfs_lora_count(l) > 0;
 }
 
 static void format_shape(const gfs_tensor *t, char *buf, size_t n)
@@ -134,6 +162,11 @@ static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 				if (!ok)
 					cJSON_Delete(v);
 			}
+			if (ok && has_kinds(l)) {
+				char kb[32];
+
+				ok = cJSON_AddStringToObject(e, "kind", kind_of(t, kb, sizeof(kb))) != NULL;
+			}
 			ok = ok && gfs_json_add_u64(e, "nbytes", t->numel * gfs_dtype_size(dt)) &&
 			     (t->alias_of >= 0
 				      ? cJSON_AddStringToObject(e, "alias_of",
@@ -164,16 +197,18 @@ static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 		free(text);
 		return 0;
 	}
-	printf("%-48s %-9s %-20s %14s  %s\n", "NAME", "DTYPE", "SHAPE", "BYTES", "ALIAS_OF");
+	printf("%-48s %-9s %-20s %14s  %s%s\n", "NAME", "DTYPE", "SHAPE", "BYTES", "ALIAS_OF",
+	       has_kinds(l) ? "  KIND" : "");
 	for (size_t i = 0; i < l->ntensors; i++) {
 		const gfs_tensor *t = &l->tensors[i];
 		const gfs_dtype dt = gfs_dtype_out(t->dtype, o->dtype);
-		char shape[512];
+		char shape[512], kb[32];
 
 		format_shape(t, shape, sizeof(shape));
-		printf("%-48s %-9s %-20s %14" PRIu64 "  %s\n", t->name, gfs_dtype_name(dt), shape,
+		printf("%-48s %-9s %-20s %14" PRIu64 "  %s%s%s\n", t->name, gfs_dtype_name(dt), shape,
 		       t->numel * gfs_dtype_size(dt),
-		       t->alias_of >= 0 ? l->tensors[t->alias_of].name : "-");
+		       t->alias_of >= 0 ? l->tensors[t->alias_of].name : "-",
+		       has_kinds(l) ? "  " : "", has_kinds(l) ? kind_of(t, kb, sizeof(kb)) : "");
 	}
 	/* non-tensor entries (DCP bytes): listed, never served as tensors */
 	for (size_t i = 0; i < l->nobjects; i++)
@@ -365,6 +400,10 @@ int main(int argc, char **argv)
 		{ "json", no_argument, NULL, 'j' },
 		{ "format", required_argument, NULL, 'f' },
 		{ "shard-size", required_argument, NULL, 's' },
+		{ "lora", required_argument, NULL, 'L' },
+		{ "merge", required_argument, NULL, 'M' },
+		{ "base", required_argument, NULL, 'B' },
+		{ "lora-tied", required_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -412,6 +451,18 @@ int main(int argc, char **argv)
 				fprintf(stderr, "gatherfs-inspect: --shard-size: %s\n", gfs_errmsg());
 				return 2;
 			}
+			break;
+		case 'L':
+			o.lora.lora = optarg;
+			break;
+		case 'M':
+			o.lora.merge = optarg;
+			break;
+		case 'B':
+			o.lora.base = optarg;
+			break;
+		case 'T':
+			o.lora.tied = optarg;
 			break;
 		case 'h':
 			usage(stdout);
