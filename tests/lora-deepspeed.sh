@@ -1,0 +1,94 @@
+#!/bin/sh
+# PEFT LoRA in real DeepSpeed ZeRO checkpoints (tests/data/lora-ds): the
+# merged view (-o merge=lora) within 2 ulps of the operands' scale of the
+# float64 merge (and of PEFT's), bit-exact against the float64 merge of the
+# fp32 masters; the layout.json of the mount read back; gatherfs-inspect
+# ls/export of the merge; bad adapter configs refused in one line.
+. "${top_srcdir:-.}/tests/lib.sh"
+. "$top_srcdir/tests/mount-lib.sh"
+mount_setup
+D="$top_srcdir/tests/data/lora-ds"
+CHECK="$top_srcdir/tests/tools/check_merged.py"
+mkdir "$T/mnt"
+
+for c in z3_ws2_bf16 z2_ws2_fp32; do
+	echo "== $c -o merge=lora"
+	gfs_mount "$D/$c/checkpoint" "$T/mnt" -o merge=lora || fail "mount $c"
+	"$PYTHON3" "$CHECK" "$T/mnt" "$D/$c" --scale-ulp 2 -q || fail "$c: tensors/"
+	"$PYTHON3" "$CHECK" "$T/mnt/model.safetensors" "$D/$c" --scale-ulp 2 -q ||
+		fail "$c: model.safetensors"
+	if [ -d "$D/$c/variant_fp32master" ]; then
+		# LoRA from the fp32 masters: exactly the float64 merge rounded once
+		"$PYTHON3" "$CHECK" "$T/mnt" "$D/$c/variant_fp32master" -q >"$T/v.txt" ||
+			fail "$c: against the fp32-master merge: $(cat "$T/v.txt")"
+		grep -q "MISMATCH\|FP64~" "$T/v.txt" && fail "$c: not bit-exact: $(cat "$T/v.txt")"
+	fi
+	grep -q '"gatherfs_layout":	3' "$T/mnt/layout.json" || fail "$c: layout.json is not version 3"
+	grep -q '"op":	"lora"' "$T/mnt/layout.json" || fail "$c: layout.json has no computed tensor"
+	if command -v unzip >/dev/null 2>&1; then
+		unzip -tq "$T/mnt/pytorch_model.bin" >/dev/null || fail "$c: unzip -t pytorch_model.bin"
+	fi
+	"$PYTHON3" - "$T/mnt" <<'PY' || fail "$c: torch.load of pytorch_model.bin"
+import sys, torch
+sd = torch.load(sys.argv[1] + "/pytorch_model.bin")
+assert not any("lora_" in k or "base_layer" in k or k.startswith("base_model.") for k in sd), list(sd)
+assert sd["lm_head.weight"].data_ptr() == sd["model.embed_tokens.weight"].data_ptr(), "not tied"
+q = open(sys.argv[1] + "/tensors/model.layers.0.self_attn.q_proj.weight", "rb").read()
+t = sd["model.layers.0.self_attn.q_proj.weight"]
+t = t.view(torch.int16) if t.dtype == torch.bfloat16 else t
+assert t.numpy().tobytes() == q
+PY
+	cp "$T/mnt/layout.json" "$T/layout.json"
+	gfs_umount "$T/mnt" || fail "unmount"
+	echo "== $c: its layout.json, mounted"
+	gfs_mount "$T/layout.json" "$T/mnt" || fail "mount layout.json of $c"
+	"$PYTHON3" "$CHECK" "$T/mnt" "$D/$c" --scale-ulp 2 -q || fail "$c: layout.json mount"
+	gfs_umount "$T/mnt" || fail "unmount"
+	echo "== $c: gatherfs-inspect --merge lora"
+	"$INSPECT" export --merge lora "$D/$c/checkpoint" "$T/m.safetensors" || fail "export $c"
+	"$PYTHON3" "$CHECK" "$T/m.safetensors" "$D/$c" --scale-ulp 2 -q || fail "$c: export"
+	"$INSPECT" ls --merge lora "$D/$c/checkpoint" >"$T/ls.txt" || fail "ls $c"
+	[ "$(grep -c 'merged:lora$' "$T/ls.txt")" -eq 4 ] || fail "$c: ls marks $(grep -c merged: "$T/ls.txt") merged tensors"
+	"$INSPECT" ls "$D/$c/checkpoint" >"$T/ls.txt" || fail "ls $c"
+	[ "$(grep -c ' lora$' "$T/ls.txt")" -eq 8 ] || fail "$c: ls marks $(grep -c ' lora$' "$T/ls.txt") LoRA tensors"
+done
+
+echo "== -o dtype=fp32 of a bf16 checkpoint: no 16-bit rounding"
+gfs_mount "$D/z3_ws2_bf16/checkpoint" "$T/mnt" -o merge=lora,dtype=fp32 || fail "mount fp32"
+"$PYTHON3" - "$T/mnt" "$D/z3_ws2_bf16" "$top_srcdir/tests/tools" <<'PY' || fail "dtype=fp32 merge"
+import os, sys
+sys.path.insert(0, sys.argv[3])
+import lora_ref
+mnt, case = sys.argv[1], sys.argv[2]
+base, _ = lora_ref.read_safetensors(case + "/base/model.safetensors")
+m64, info = lora_ref.merge_fp64(base, case + "/adapter_fp32_master")
+want = lora_ref.merged_state(base, m64, "F32")
+n = 0
+for name, (dt, shape, arr) in want.items():
+    got = open(os.path.join(mnt, "tensors", name), "rb").read()
+    assert got == arr.tobytes(), name
+    n += name in m64
+assert n == 4, n
+print("ok: fp32 view of the bf16 merge equals the float64 merge rounded once to fp32")
+PY
+gfs_umount "$T/mnt" || fail "unmount"
+
+echo "== bad adapter configs"
+cp -r "$D/z2_ws2_fp32/checkpoint" "$T/bad"
+chmod -R u+w "$T/bad"
+cfg="$T/bad/adapter_config.json"
+cp "$cfg" "$T/cfg.orig"
+edit() { "$PYTHON3" -c "import json,sys; c=json.load(open(sys.argv[1])); c[sys.argv[2]]=json.loads(sys.argv[3]); json.dump(c,open(sys.argv[1],'w'))" "$cfg" "$1" "$2"; }
+edit peft_type '"IA3"'
+expect_mount_fail 'peft_type is "IA3", not "LORA"' -o merge=lora "$T/bad" "$T/mnt"
+cp "$T/cfg.orig" "$cfg"; edit r 0
+expect_mount_fail 'r must be a positive integer' -o merge=lora "$T/bad" "$T/mnt"
+cp "$T/cfg.orig" "$cfg"; edit r 4
+expect_mount_fail 'r = 4 in the config, but its LoRA tensors have rank 8' -o merge=lora "$T/bad" "$T/mnt"
+cp "$T/cfg.orig" "$cfg"; printf '{"peft_type": "LORA", "r": 8, "lora_alpha": 1e999}' >"$cfg"
+expect_mount_fail 'lora_alpha must be a finite number' -o merge=lora "$T/bad" "$T/mnt"
+rm "$cfg"
+expect_mount_fail 'adapter_config.json: cannot open (a LoRA merge needs' -o merge=lora "$T/bad" "$T/mnt"
+expect_mount_fail 'merge=x: expected lora' -o merge=x "$T/bad" "$T/mnt"
+expect_mount_fail 'base= needs -o merge=lora' -o base=/nonexistent "$T/bad" "$T/mnt"
+echo "PASS"
