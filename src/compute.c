@@ -13,7 +13,7 @@
 #include "gatherfs/compute.h"
 #include "gatherfs/merge.h"
 
-enum { CSLOTS = 256 };
+enum { CSLOTS = 256, CPENDING = 64 };
 
 /* What every block of one computed tensor needs. */
 typedef struct prep {
@@ -33,11 +33,21 @@ typedef struct cslot {
 	uint64_t used;
 } cslot;
 
+/* A block being computed by some thread: others wait for it. */
+typedef struct cpend {
+	bool busy;
+	size_t ti;
+	uint64_t block;
+	gfs_dtype out;
+} cpend;
+
 struct gfs_ccache {
 	const gfs_layout *l;
 	pthread_mutex_t mu;
+	pthread_cond_t done; /* a pending block was finished (or given up) */
 	prep **prep; /* per tensor, NULL until first read */
 	cslot slot[CSLOTS];
+	cpend pend[CPENDING];
 	uint64_t bytes, budget, tick;
 };
 
@@ -63,6 +73,7 @@ gfs_err gfs_ccache_new(const gfs_layout *l, gfs_ccache **out)
 			c->budget = (uint64_t)mb << 20;
 	}
 	(void)pthread_mutex_init(&c->mu, NULL);
+	(void)pthread_cond_init(&c->done, NULL);
 	*out = c;
 	return GFS_OK;
 }
@@ -88,6 +99,7 @@ void gfs_ccache_free(gfs_ccache *c)
 		free(c->slot[i].data);
 	free(c->prep);
 	(void)pthread_mutex_destroy(&c->mu);
+	(void)pthread_cond_destroy(&c->done);
 	free(c);
 }
 
@@ -128,7 +140,7 @@ static double *transpose(double *a, size_t rows, size_t cols)
 }
 
 static gfs_err compute_block_f64(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
-				 const prep *p, uint64_t block, bool dora, double *v, double *acc);
+				 const prep *p, uint64_t block, bool dora, double *v);
 
 /* build_prep(): the factors of computed tensor t. */
 static gfs_err build_prep(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
@@ -180,23 +192,21 @@ static gfs_err build_prep(const gfs_layout *l, const gfs_srcset *s, const gfs_te
 		/* one norm per column: a pass over the whole tensor */
 		const size_t nb = (p->rows + p->rb - 1) / p->rb;
 		double *v = gfs_calloc(p->rb * p->cols, sizeof(*v));
-		double *acc = gfs_calloc(p->cols, sizeof(*acc));
 
 		p->colf = gfs_calloc(p->cols, sizeof(*p->colf));
-		if (!v || !acc || !p->colf)
+		if (!v || !p->colf)
 			err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
 		for (size_t b = 0; b < nb && !err; b++) {
 			const size_t i0 = b * p->rb;
 			const size_t n = p->rows - i0 < p->rb ? p->rows - i0 : p->rb;
 
-			err = compute_block_f64(l, s, t, p, b, false, v, acc);
+			err = compute_block_f64(l, s, t, p, b, false, v);
 			if (!err)
 				gfs_merge_sumsq_cols(n, p->cols, v, p->colf);
 		}
 		for (size_t j = 0; !err && j < p->cols; j++)
 			p->colf[j] = p->m[j] / sqrt(p->colf[j]);
 		free(v);
-		free(acc);
 	}
 	if (err) {
 		prep_free(p);
@@ -240,7 +250,7 @@ static gfs_err get_prep(const gfs_layout *l, const gfs_srcset *s, gfs_ccache *c,
  * W + s * delta, and with dora the DoRA scaling.
  */
 static gfs_err compute_block_f64(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
-				 const prep *p, uint64_t block, bool dora, double *v, double *acc)
+				 const prep *p, uint64_t block, bool dora, double *v)
 {
 	const gfs_compute *c = t->comp;
 	const gfs_tensor *W = &l->inputs->tensors[c->in[GFS_OPIN_W]];
@@ -255,7 +265,7 @@ static gfs_err compute_block_f64(const gfs_layout *l, const gfs_srcset *s, const
 	err = gfs_tensor_read_raw(l, s, W, (uint64_t)i0 * p->cols * es, raw, n * p->cols * es);
 	if (!err) {
 		gfs_merge_widen(W->dtype, raw, v, n * p->cols);
-		gfs_merge_lora_rows(n, p->cols, p->r, c->scale, p->C + i0 * p->r, p->R, v, acc);
+		gfs_merge_lora_rows(n, p->cols, p->r, c->scale, p->C + i0 * p->r, p->R, v);
 		if (dora && p->colf)
 			gfs_merge_scale_cols(n, p->cols, p->colf, v);
 		else if (dora)
@@ -265,13 +275,10 @@ static gfs_err compute_block_f64(const gfs_layout *l, const gfs_srcset *s, const
 	return err;
 }
 
-/* cache_copy(): copy [a, b) of a cached block out; true on a hit. */
-static bool cache_copy(gfs_ccache *c, size_t ti, uint64_t block, gfs_dtype out, size_t a,
-		       size_t b, uint8_t *buf)
+/* slot_copy(): with c->mu held, copy [a, b) of a cached block; true on a hit. */
+static bool slot_copy(gfs_ccache *c, size_t ti, uint64_t block, gfs_dtype out, size_t a,
+		      size_t b, uint8_t *buf)
 {
-	bool hit = false;
-
-	(void)pthread_mutex_lock(&c->mu);
 	for (size_t i = 0; i < CSLOTS; i++) {
 		cslot *z = &c->slot[i];
 
@@ -279,12 +286,58 @@ static bool cache_copy(gfs_ccache *c, size_t ti, uint64_t block, gfs_dtype out, 
 			assert(b <= z->len);
 			memcpy(buf, z->data + a, b - a);
 			z->used = ++c->tick;
-			hit = true;
-			break;
+			return true;
 		}
 	}
+	return false;
+}
+
+/*
+ * cache_get(): copy [a, b) of a block out of the cache (true), waiting while
+ * another thread computes it; on a miss (false), *claim is the pending entry
+ * this thread now owns (NULL if none was free: compute without one).
+ */
+static bool cache_get(gfs_ccache *c, size_t ti, uint64_t block, gfs_dtype out, size_t a,
+		      size_t b, uint8_t *buf, cpend **claim)
+{
+	*claim = NULL;
+	(void)pthread_mutex_lock(&c->mu);
+	for (;;) {
+		cpend *busy = NULL, *free_pend = NULL;
+
+		if (slot_copy(c, ti, block, out, a, b, buf)) {
+			(void)pthread_mutex_unlock(&c->mu);
+			return true;
+		}
+		for (size_t i = 0; i < CPENDING && !busy; i++) {
+			cpend *p = &c->pend[i];
+
+			if (p->busy && p->ti == ti && p->block == block && p->out == out)
+				busy = p;
+			else if (!p->busy && !free_pend)
+				free_pend = p;
+		}
+		if (!busy) {
+			if (free_pend) {
+				*free_pend = (cpend){ .busy = true, .ti = ti, .block = block, .out = out };
+				*claim = free_pend;
+			}
+			(void)pthread_mutex_unlock(&c->mu);
+			return false;
+		}
+		(void)pthread_cond_wait(&c->done, &c->mu);
+	}
+}
+
+/* cache_release(): the owner of claim is done with it (computed or failed). */
+static void cache_release(gfs_ccache *c, cpend *claim)
+{
+	if (!claim)
+		return;
+	(void)pthread_mutex_lock(&c->mu);
+	claim->busy = false;
+	(void)pthread_cond_broadcast(&c->done);
 	(void)pthread_mutex_unlock(&c->mu);
-	return hit;
 }
 
 /* cache_put(): keep data (len bytes) as block `block` of ti in dtype out. */
@@ -352,23 +405,24 @@ gfs_err gfs_compute_read(const gfs_layout *l, const gfs_srcset *s, gfs_ccache *c
 		const size_t blen = n * p->cols * os;
 		const size_t b = blen - a < len ? blen : a + len;
 
-		if (!cache_copy(c, ti, block, out, a, b, dst)) {
+		cpend *claim;
+
+		if (!cache_get(c, ti, block, out, a, b, dst, &claim)) {
 			double *v = malloc(n * p->cols * sizeof(*v) + 1);
-			double *acc = malloc(p->cols * sizeof(*acc) + 1);
 			uint8_t *data = malloc(blen);
 
-			err = v && acc && data ? GFS_OK : gfs_fail(GFS_ERR_NOMEM, "out of memory");
+			err = v && data ? GFS_OK : gfs_fail(GFS_ERR_NOMEM, "out of memory");
 			if (!err)
 				err = compute_block_f64(l, s, t, p, block,
-							t->comp->op == GFS_OP_DORA, v, acc);
+							t->comp->op == GFS_OP_DORA, v);
 			if (!err) {
 				gfs_merge_round(out, v, data, n * p->cols);
 				memcpy(dst, data + a, b - a);
 				cache_put(c, ti, block, out, data, blen);
 				data = NULL;
 			}
+			cache_release(c, claim);
 			free(v);
-			free(acc);
 			free(data);
 			if (err)
 				return gfs_fail_prefix(err, "tensor %s", t->name);

@@ -6,8 +6,8 @@
  * Precision.  Every operand (fp32, bf16, fp16, fp64 values of W, A, B, m)
  * is widened exactly to float64.  A product of two fp32/bf16/fp16 values
  * has at most 48 significant bits, so it is exact in float64 (53 bits).
- * The r products of a dot product are summed in float64 in k order, then
- * scaled by s and added to W: r + 1 roundings of relative size 2^-53 each,
+ * The r products of a dot product are summed in float64 (in a fixed order),
+ * then scaled by s and added to W: r + 1 roundings of relative size 2^-53 each,
  * so the float64 value differs from the exact merge by at most
  * (r + 1) * 2^-53 * max(|W|, |s| * sum_k |B_ik||A_kj|), the operands' scale.
  * That is (r + 1) * 2^-29 of one fp32 ulp at that scale (2^-21 for r = 255):
@@ -38,12 +38,11 @@ void gfs_merge_round(gfs_dtype dt, const double *src, void *dst, size_t n);
 
 /*
  * gfs_merge_lora_rows(): the low-rank update of rows rows of cols columns,
- * in place: v[i][j] += s * sum_{k < r} c[i][k] * R[k][j] (the sum in k
- * order).  c is [rows, r], R is [r, cols], v is [rows, cols], all row-major.
- * acc is scratch of cols doubles.
+ * in place: v[i][j] += s * sum_{k < r} c[i][k] * R[k][j].  c is [rows, r],
+ * R is [r, cols], v is [rows, cols], all row-major.
  */
 void gfs_merge_lora_rows(size_t rows, size_t cols, size_t r, double s, const double *c,
-			 const double *R, double *v, double *acc);
+			 const double *R, double *v);
 
 /*
  * gfs_merge_dora_rows(): DoRA with one norm per row: v[i][j] *= m[i] /
