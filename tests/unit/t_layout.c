@@ -284,9 +284,9 @@ int main(void)
 	expect_finish_error("an alias of nothing", 5, "does not exist");
 	{
 		gfs_layout *l = NULL;
-		const char *j = "{\"gatherfs_layout\": 3, \"sources\": [], \"tensors\": []}";
+		const char *j = "{\"gatherfs_layout\": 4, \"sources\": [], \"tensors\": []}";
 
-		tap_ok(gfs_layout_from_json(j, strlen(j), "v3.json", "/", &l) == GFS_ERR_UNSUPPORTED,
+		tap_ok(gfs_layout_from_json(j, strlen(j), "v4.json", "/", &l) == GFS_ERR_UNSUPPORTED,
 		       "a newer layout version is refused: %s", gfs_errmsg());
 	}
 	unlink(srcpath);
