@@ -25,6 +25,9 @@
 #define JSON_NAME "layout.json"
 #define TENSORS_NAME "tensors"
 #define INDEX_NAME "INDEX"
+#define ADAPTER_NAME "adapter"
+#define ADAPTER_ST "adapter_model.safetensors"
+#define ADAPTER_CFG "adapter_config.json"
 #define XATTR_DTYPE "user.gatherfs.dtype"
 #define XATTR_SHAPE "user.gatherfs.shape"
 #define XATTR_NAME "user.gatherfs.name"
@@ -65,11 +68,15 @@ typedef struct fs_virt {
 
 struct gfs_fs {
 	gfs_vctx ctx;
+	gfs_vctx actx;     /* the adapter/ view's tensors */
 	gfs_fs_opts opts;
 	gfs_node *nodes;
 	size_t nnodes;
 	fs_dir root;
 	fs_dir tensors;
+	fs_dir adapter;    /* adapter/ (n == 0: none) */
+	size_t nadapter;   /* nodes of adapter/ and its files */
+	int adapter_cfg_fd; /* adapter/adapter_config.json, or -1 */
 	fs_virt *virt;     /* the root's virtual files, in listing order */
 	size_t nvirt;
 	gfs_tzview **zips; /* torch zip views (they own their vfiles) */
@@ -300,6 +307,8 @@ static gfs_err build_views(gfs_fs *fs)
 	if (!err && (fs->opts.views & GFS_VIEW_SAFETENSORS))
 		err = add_format(fs, plan, ST_STEM, ST_EXT, false);
 	gfs_shard_plan_free(plan);
+	for (size_t i = 0; !err && i < fs->opts.nreplace; i++)
+		err = add_text(fs, fs->opts.replace[i].name, fs->opts.replace[i].text);
 	if (!err && (fs->opts.views & GFS_VIEW_LAYOUT)) {
 		char *json = NULL;
 
@@ -346,6 +355,8 @@ static gfs_err build_fixed(gfs_fs *fs)
 static bool is_virtual_name(const gfs_fs *fs, const char *name)
 {
 	if ((fs->opts.views & GFS_VIEW_TENSORS) && strcmp(name, TENSORS_NAME) == 0)
+		return true;
+	if (fs->opts.adapter && strcmp(name, ADAPTER_NAME) == 0)
 		return true;
 	for (size_t i = 0; i < fs->nvirt; i++)
 		if (strcmp(name, fs->virt[i].name) == 0)
@@ -514,6 +525,65 @@ static gfs_err build_tensors(gfs_fs *fs)
 	return GFS_OK;
 }
 
+/* adapter_node(): the node index of adapter/ (k 0) and its files (k 1, 2). */
+static size_t adapter_node(const gfs_fs *fs, size_t k)
+{
+	return N_FIXED + fs->nvirt + fs->npass + fs->ctx.layout->ntensors + k;
+}
+
+/*
+ * open_adapter_cfg(): adapter_config.json of the checkpoint root for
+ * adapter/, if there is one (fs->adapter_cfg_fd, else -1).
+ */
+static gfs_err open_adapter_cfg(gfs_fs *fs, const char *dir, struct stat *st)
+{
+	char path[4096];
+
+	fs->adapter_cfg_fd = -1;
+	if (!dir || snprintf(path, sizeof(path), "%s/%s", dir, ADAPTER_CFG) >= (int)sizeof(path))
+		return GFS_OK;
+	fs->adapter_cfg_fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fs->adapter_cfg_fd < 0) {
+		if (errno == ENOENT)
+			return GFS_OK;
+		return gfs_fail(GFS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+	}
+	if (fstat(fs->adapter_cfg_fd, st) != 0 || !S_ISREG(st->st_mode)) {
+		close(fs->adapter_cfg_fd);
+		fs->adapter_cfg_fd = -1;
+	}
+	return GFS_OK;
+}
+
+/* build_adapter(): adapter/ with adapter_model.safetensors and adapter_config.json. */
+static gfs_err build_adapter(gfs_fs *fs, const struct stat *cfg_st)
+{
+	gfs_vfile *st = NULL, *cfg = NULL;
+	gfs_err err = gfs_stview_new(&fs->actx, NULL, 0, &st);
+	const size_t dir = adapter_node(fs, 0);
+
+	if (!err)
+		err = own(fs, st);
+	if (!err && fs->adapter_cfg_fd >= 0) {
+		err = own_vfile(fs, &cfg);
+		if (!err)
+			err = gfs_vfile_add_fd(cfg, fs->adapter_cfg_fd, 0, (uint64_t)cfg_st->st_size,
+					       ADAPTER_NAME "/" ADAPTER_CFG);
+	}
+	if (err)
+		return gfs_fail_prefix(err, ADAPTER_NAME "/" ADAPTER_ST);
+	fs->nodes[dir] = (gfs_node){ .parent = GFS_FS_ROOT_INO, .name = ADAPTER_NAME,
+				     .type = GFS_NODE_DIR, .entry = -1, .perm = 0555,
+				     .mtime = fs->mtime };
+	fs->nodes[dir + 1] = (gfs_node){ .parent = dir + 1, .name = ADAPTER_ST, .type = GFS_NODE_REG,
+					 .vf = st, .entry = -1, .perm = 0444, .mtime = fs->mtime };
+	if (cfg)
+		fs->nodes[dir + 2] = (gfs_node){ .parent = dir + 1, .name = ADAPTER_CFG,
+						 .type = GFS_NODE_REG, .vf = cfg, .entry = -1,
+						 .perm = cfg_st->st_mode & 0555, .mtime = cfg_st->st_mtim };
+	return GFS_OK;
+}
+
 static int cmp_name(const void *a, const void *b)
 {
 	return strcmp(((const struct fs_name *)a)->name, ((const struct fs_name *)b)->name);
@@ -561,6 +631,10 @@ void gfs_fs_free(gfs_fs *fs)
 	free(fs->root.sorted);
 	free(fs->tensors.kids);
 	free(fs->tensors.sorted);
+	free(fs->adapter.kids);
+	free(fs->adapter.sorted);
+	if (fs->adapter_cfg_fd >= 0)
+		close(fs->adapter_cfg_fd);
 	free(fs->tnames);
 	free(fs->tlinks);
 	free(fs->owned);
@@ -578,7 +652,7 @@ static gfs_err build(gfs_fs *fs)
 	const bool tensors = fs->opts.views & GFS_VIEW_TENSORS;
 	uint32_t *root_fixed = NULL;
 	size_t nroot = 0;
-	struct stat st;
+	struct stat st, cfg_st;
 	gfs_err err;
 
 	if (stat(dir, &st) != 0)
@@ -589,13 +663,17 @@ static gfs_err build(gfs_fs *fs)
 	err = build_views(fs);
 	if (!err && l->root_dir)
 		err = scan_root(fs, l->root_dir);
+	if (!err && fs->opts.adapter) {
+		err = open_adapter_cfg(fs, l->root_dir, &cfg_st);
+		fs->nadapter = fs->adapter_cfg_fd >= 0 ? 3 : 2;
+	}
 	if (err)
 		return err;
-	fs->nnodes = N_FIXED + fs->nvirt + fs->npass + l->ntensors;
+	fs->nnodes = N_FIXED + fs->nvirt + fs->npass + l->ntensors + fs->nadapter;
 	fs->nodes = gfs_calloc(fs->nnodes, sizeof(*fs->nodes));
 	fs->tnames = gfs_calloc(l->ntensors, sizeof(*fs->tnames));
 	fs->tlinks = gfs_calloc(l->ntensors, sizeof(*fs->tlinks));
-	root_fixed = gfs_calloc(fs->nvirt + 1, sizeof(*root_fixed));
+	root_fixed = gfs_calloc(fs->nvirt + 2, sizeof(*root_fixed));
 	if (!fs->nodes || !fs->tnames || !fs->tlinks || !root_fixed) {
 		free(root_fixed);
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
@@ -604,8 +682,12 @@ static gfs_err build(gfs_fs *fs)
 		root_fixed[nroot++] = (uint32_t)(N_FIXED + i);
 	if (tensors)
 		root_fixed[nroot++] = N_TENSORS;
+	if (fs->nadapter)
+		root_fixed[nroot++] = (uint32_t)adapter_node(fs, 0);
 	/* tensor names first: INDEX lists them */
 	err = build_tensors(fs);
+	if (!err && fs->nadapter)
+		err = build_adapter(fs, &cfg_st);
 	if (!err)
 		err = build_pass(fs);
 	if (!err)
@@ -615,6 +697,8 @@ static gfs_err build(gfs_fs *fs)
 	if (!err)
 		err = build_dir(fs, &fs->tensors, tensors_fixed, ARRAY_LEN(tensors_fixed),
 				tensor_node(fs, 0), tensors ? l->ntensors : 0);
+	if (!err && fs->nadapter)
+		err = build_dir(fs, &fs->adapter, NULL, 0, adapter_node(fs, 1), fs->nadapter - 1);
 	for (size_t i = 0; i < fs->nnodes; i++)
 		fs->nodes[i].ino = i + 1;
 	free(root_fixed);
@@ -665,6 +749,8 @@ gfs_err gfs_fs_new(const gfs_layout *l, const gfs_srcset *src, const gfs_fs_opts
 	if (!fs)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	fs->ctx = (gfs_vctx){ .layout = l, .src = src, .want = o->want, .crc_cache = o->crc_cache };
+	fs->actx = (gfs_vctx){ .layout = o->adapter, .src = o->adapter_src, .want = o->want };
+	fs->adapter_cfg_fd = -1;
 	fs->opts = *o;
 	err = build(fs);
 	if (err) {
@@ -686,6 +772,8 @@ const gfs_node *gfs_fs_node(const gfs_fs *fs, uint64_t ino)
 static const fs_dir *dir_of(const gfs_fs *fs, const gfs_node *dir)
 {
 	assert(dir->type == GFS_NODE_DIR);
+	if (fs->nadapter && dir->ino == adapter_node(fs, 0) + 1)
+		return &fs->adapter;
 	return dir->ino == N_TENSORS + 1 ? &fs->tensors : &fs->root;
 }
 
@@ -724,7 +812,7 @@ void gfs_fs_stat(const gfs_fs *fs, const gfs_node *n, struct stat *st)
 	switch (n->type) {
 	case GFS_NODE_DIR:
 		st->st_mode = S_IFDIR | n->perm;
-		st->st_nlink = n->ino == GFS_FS_ROOT_INO ? 3 : 2;
+		st->st_nlink = n->ino == GFS_FS_ROOT_INO ? 3 + (fs->nadapter ? 1 : 0) : 2;
 		break;
 	case GFS_NODE_REG:
 		st->st_mode = S_IFREG | n->perm;

@@ -270,6 +270,21 @@ static void log_syslog(enum fuse_log_level level, const char *fmt, va_list ap)
 	vsyslog((int)level, fmt, ap);
 }
 
+/*
+ * adapter_view(): for a PEFT-wrapped checkpoint, the layout of its adapter
+ * (the adapter/ view) with its sources open; nothing for other sources.
+ */
+static gfs_err adapter_view(const gfs_layout *l, gfs_layout **out, gfs_srcset **src)
+{
+	gfs_err err = gfs_lora_adapter(l, out);
+
+	if (err == GFS_ERR_NOTFOUND)
+		return GFS_OK;
+	if (!err)
+		err = gfs_srcset_open(*out, src);
+	return err;
+}
+
 int main(int argc, char *argv[])
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -284,6 +299,11 @@ int main(int argc, char *argv[])
 	struct fuse_loop_config *cfg;
 	gfs_fs_opts fso = { .views = GFS_VIEW_ALL };
 	gfs_lora_cli lora_cli;
+	gfs_layout *adapter = NULL;
+	gfs_srcset *adapter_src = NULL;
+	gfs_fs_file untied_cfg = { .name = "config.json" };
+	char *cfg_text = NULL;
+	gfs_err err;
 	bool dtype_ok, untied = false;
 	int ret = 1;
 
@@ -338,10 +358,24 @@ int main(int argc, char *argv[])
 	raise_nofile();
 	lora_cli = (gfs_lora_cli){ .lora = cli.lora, .merge = cli.merge, .base = cli.base,
 				   .tied = cli.lora_tied };
-	if (gfs_import(cli.source, &iopts, &layout) != GFS_OK ||
-	    gfs_lora_apply(&lora_cli, &layout, &untied) != GFS_OK ||
-	    gfs_srcset_open(layout, &src) != GFS_OK ||
-	    gfs_fs_new(layout, src, &fso, &fs) != GFS_OK) {
+	err = gfs_import(cli.source, &iopts, &layout);
+	if (!err)
+		err = adapter_view(layout, &adapter, &adapter_src);
+	if (!err)
+		err = gfs_lora_apply(&lora_cli, &layout, &untied);
+	if (!err && untied)
+		err = gfs_lora_untied_config(layout, &cfg_text);
+	if (!err)
+		err = gfs_srcset_open(layout, &src);
+	if (!err) {
+		fso.adapter = adapter;
+		fso.adapter_src = adapter_src;
+		untied_cfg.text = cfg_text;
+		fso.replace = &untied_cfg;
+		fso.nreplace = cfg_text ? 1 : 0;
+		err = gfs_fs_new(layout, src, &fso, &fs);
+	}
+	if (err) {
 		const bool emfile = strstr(gfs_errmsg(), strerror(EMFILE)) &&
 				    !strstr(gfs_errmsg(), "ulimit");
 
@@ -400,6 +434,9 @@ out_fs:
 	free(m.conn_opts);
 	gfs_fs_free(fs);
 	gfs_srcset_close(src);
+	gfs_srcset_close(adapter_src);
+	gfs_layout_free(adapter);
+	free(cfg_text);
 	gfs_layout_free(layout);
 out_args:
 	free(opts.mountpoint);

@@ -683,3 +683,121 @@ gfs_err gfs_lora_apply(const gfs_lora_cli *c, gfs_layout **layout, bool *untied)
 	*layout = out;
 	return GFS_OK;
 }
+
+/* ------------------------------------------------------------ adapter view */
+
+/*
+ * file_name(): the adapter-file name of wrapped key name (role from
+ * classify(), module or merged name in norm): the adapter name dropped.
+ */
+static void file_name(const char *name, int role, const char *norm, char *out, size_t n)
+{
+	const char *pre = strncmp(name, PEFT_PREFIX, strlen(PEFT_PREFIX)) == 0 ? PEFT_PREFIX : "";
+
+	if (role >= 0) {
+		snprintf(out, n, "%s%s.%s", pre, norm, role_names[role]);
+	} else {
+		/* modules_to_save.<adapter>.<param> -> modules_to_save.<param> */
+		const char *m = strstr(name, ".modules_to_save.");
+		const char *next = m ? strchr(m + strlen(".modules_to_save."), '.') : NULL;
+
+		if (next)
+			snprintf(out, n, "%.*s.modules_to_save%s", (int)(m - name), name, next);
+		else
+			snprintf(out, n, "%s", name);
+	}
+}
+
+gfs_err gfs_lora_adapter(const gfs_layout *l, gfs_layout **out)
+{
+	lbuild b = { 0 };
+	gfs_err err;
+
+	if (gfs_lora_count(l) == 0)
+		return gfs_fail(GFS_ERR_NOTFOUND, "%s: no LoRA tensor", l->base_dir);
+	err = gfs_layout_new("peft-adapter", l->base_dir, &b.out);
+	if (!err)
+		err = add_sources(&b, l, &b.remap_base);
+	if (!err)
+		err = collect(&b, l);
+	for (size_t i = 0; i < l->ntensors && !err; i++) {
+		const gfs_tensor *t = &l->tensors[i];
+		char norm[NAME_MAX_ + 1], fname[NAME_MAX_ + 64];
+		int role;
+		bool keep;
+
+		err = classify(t->name, norm, &role);
+		if (err)
+			break;
+		keep = role >= 0 || strstr(t->name, ".modules_to_save.") != NULL;
+		if (!keep && role == R_BASE && strstr(t->name, ".base_layer.")) {
+			const lmod *m = module_of(&b, norm, ".weight");
+
+			keep = m && m->l[R_EA]; /* PEFT saves a targeted embedding's weight */
+		}
+		if (!keep || t->alias_of >= 0)
+			continue;
+		file_name(t->name, role, norm, fname, sizeof(fname));
+		err = add_plain(&b, fname, l, i, l);
+	}
+	if (!err)
+		err = gfs_layout_finish(b.out, l->base_dir);
+	for (size_t i = 0; i < b.nmods; i++)
+		free(b.mods[i].path);
+	free(b.mods);
+	free(b.remap_base);
+	if (err) {
+		gfs_layout_free(b.out);
+		return err;
+	}
+	*out = b.out;
+	return GFS_OK;
+}
+
+gfs_err gfs_lora_untied_config(const gfs_layout *l, char **text)
+{
+	char *path = l->root_dir ? path_join(l->root_dir, "config.json") : NULL;
+	struct stat st;
+	char *buf = NULL;
+	cJSON *root = NULL;
+	gfs_err err = GFS_OK;
+	int fd;
+
+	*text = NULL;
+	if (!l->root_dir)
+		return GFS_OK;
+	if (!path)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		free(path);
+		return GFS_OK;
+	}
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > CONFIG_MAX)
+		err = gfs_fail(GFS_ERR_FORMAT, "%s: not a regular file of at most 16 MiB", path);
+	if (!err && !(buf = malloc((size_t)st.st_size + 1)))
+		err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	if (!err)
+		err = gfs_pread_full(fd, buf, (size_t)st.st_size, 0, path);
+	close(fd);
+	if (!err)
+		err = gfs_json_parse(buf, (size_t)st.st_size, path, &root);
+	if (!err && !cJSON_IsObject(root))
+		err = gfs_fail(GFS_ERR_FORMAT, "%s: not a JSON object", path);
+	if (!err) {
+		cJSON *f = cJSON_CreateFalse();
+
+		if (!f || (cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings")
+				   ? !cJSON_ReplaceItemInObjectCaseSensitive(root, "tie_word_embeddings", f)
+				   : !cJSON_AddItemToObject(root, "tie_word_embeddings", f))) {
+			cJSON_Delete(f);
+			err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		}
+	}
+	if (!err && !(*text = cJSON_Print(root)))
+		err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	cJSON_Delete(root);
+	free(buf);
+	free(path);
+	return err;
+}

@@ -23,6 +23,23 @@ for c in z3_ws2_bf16 z2_ws2_fp32; do
 			fail "$c: against the fp32-master merge: $(cat "$T/v.txt")"
 		grep -q "MISMATCH\|FP64~" "$T/v.txt" && fail "$c: not bit-exact: $(cat "$T/v.txt")"
 	fi
+	"$PYTHON3" - "$T/mnt/adapter" "$D/$c/adapter_fp32_master" <<'PY' || fail "$c: adapter/"
+import json, os, struct, sys
+def tensors(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    h.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in h.items()}
+got = tensors(sys.argv[1] + "/adapter_model.safetensors")
+want = tensors(sys.argv[2] + "/adapter_model.safetensors")
+assert got == want, (sorted(set(got) ^ set(want)), [k for k in want if got.get(k) != want[k]])
+assert sorted(os.listdir(sys.argv[1])) == ["adapter_config.json", "adapter_model.safetensors"]
+print(f"ok: adapter/adapter_model.safetensors equals adapter_fp32_master ({len(got)} tensors)")
+PY
+	cmp "$T/mnt/adapter/adapter_config.json" "$D/$c/checkpoint/adapter_config.json" ||
+		fail "$c: adapter/adapter_config.json"
 	grep -q '"gatherfs_layout":	3' "$T/mnt/layout.json" || fail "$c: layout.json is not version 3"
 	grep -q '"op":	"lora"' "$T/mnt/layout.json" || fail "$c: layout.json has no computed tensor"
 	if command -v unzip >/dev/null 2>&1; then
@@ -52,6 +69,26 @@ PY
 	"$INSPECT" ls "$D/$c/checkpoint" >"$T/ls.txt" || fail "ls $c"
 	[ "$(grep -c ' lora$' "$T/ls.txt")" -eq 8 ] || fail "$c: ls marks $(grep -c ' lora$' "$T/ls.txt") LoRA tensors"
 done
+
+echo "== the unmerged mount has adapter/ too; -o dtype=bf16 converts it"
+gfs_mount "$D/z3_ws2_bf16/checkpoint" "$T/mnt" -o dtype=bf16 || fail "mount unmerged"
+"$PYTHON3" - "$T/mnt" <<'PY' || fail "adapter/ in bf16"
+import json, struct, sys, torch
+b = open(sys.argv[1] + "/adapter/adapter_model.safetensors", "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+h.pop("__metadata__", None)
+assert h and all(v["dtype"] == "BF16" for v in h.values()), h
+sd = torch.load(sys.argv[1] + "/pytorch_model.bin")
+for k, v in h.items():
+    w = k.replace("base_model.model.", "").replace(".weight", "")
+    src = [x for x in sd if x.startswith("base_model.model." + w.rsplit(".", 1)[0] + ".") and "." + w.rsplit(".", 1)[1] + "." in x]
+    assert len(src) == 1, (k, src)
+    raw = b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]
+    assert sd[src[0]].view(torch.int16).numpy().tobytes() == raw, k
+print(f"ok: adapter/ in bf16 equals the bf16 LoRA tensors of pytorch_model.bin ({len(h)})")
+PY
+gfs_umount "$T/mnt" || fail "unmount"
 
 echo "== -o dtype=fp32 of a bf16 checkpoint: no 16-bit rounding"
 gfs_mount "$D/z3_ws2_bf16/checkpoint" "$T/mnt" -o merge=lora,dtype=fp32 || fail "mount fp32"

@@ -11,7 +11,11 @@
  *   /tensors/INDEX      tab-separated text: a header line, then per tensor
  *                       name, dtype, shape, bytes, alias target ("-" if none)
  *   /<name>             each regular file of the checkpoint root directory
- *                       (layout->root_dir), passed through unchanged
+ *                       (layout->root_dir), passed through unchanged, or
+ *                       replaced by gfs_fs_opts.replace
+ *   /adapter/           with gfs_fs_opts.adapter: adapter_model.safetensors
+ *                       (a safetensors view of that layout) and, when the
+ *                       root has one, adapter_config.json
  *
  * With a shard size, pytorch_model.bin and model.safetensors are replaced by
  * Hugging Face shards and their index files (shards.h):
@@ -70,11 +74,21 @@ enum {
 	GFS_VIEW_ALL = 15,
 };
 
+/* A root file whose content the mount replaces (e.g. an edited config.json). */
+typedef struct gfs_fs_file {
+	const char *name;
+	const char *text; /* the whole content */
+} gfs_fs_file;
+
 typedef struct gfs_fs_opts {
 	gfs_dtype want;      /* GFS_DT_INVALID: tensors as stored */
 	unsigned views;      /* GFS_VIEW_* bits */
 	uint64_t shard_size; /* 0: single files; else HF shards of at most this many bytes */
 	const char *crc_cache; /* directory of the persistent CRC cache, NULL: none */
+	const gfs_layout *adapter;     /* the adapter/ view's tensors, NULL: no adapter/ */
+	const gfs_srcset *adapter_src; /* its open sources */
+	const gfs_fs_file *replace;    /* root files shown with other content (borrowed) */
+	size_t nreplace;
 } gfs_fs_opts;
 
 /*

@@ -55,6 +55,17 @@ gfs_err gfs_lora_merge(const gfs_layout *base, const gfs_layout *adapter,
  */
 size_t gfs_lora_count(const gfs_layout *l);
 
+/*
+ * gfs_lora_adapter(): the adapter of a PEFT-wrapped layout l as PEFT's
+ * save_pretrained() writes adapter_model.safetensors: its LoRA tensors (and
+ * modules_to_save copies, and the base weight of a targeted embedding),
+ * named without the adapter name (base_model.model.<path>.lora_A.weight,
+ * ...), with their pieces (so a ZeRO checkpoint gives the fp32 masters).
+ * @return GFS_OK and a finished layout in *out, or GFS_ERR_NOTFOUND when l
+ * holds no LoRA tensor.
+ */
+gfs_err gfs_lora_adapter(const gfs_layout *l, gfs_layout **out);
+
 /* The LoRA options of the front ends (-o lora=, merge=, base=, lora_tied=). */
 typedef struct gfs_lora_cli {
 	const char *lora;  /* a PEFT adapter directory to merge onto the source */
@@ -74,5 +85,14 @@ typedef struct gfs_lora_cli {
  * *untied as for gfs_lora_merge().  On error *layout is unchanged.
  */
 gfs_err gfs_lora_apply(const gfs_lora_cli *c, gfs_layout **layout, bool *untied);
+
+/*
+ * gfs_lora_untied_config(): for a merge that untied a head (*untied from
+ * gfs_lora_apply()), the config.json of l's root directory with
+ * "tie_word_embeddings": false, as a new string in *text (NULL when the
+ * root has no config.json).  An unreadable or malformed config.json is an
+ * error naming it.
+ */
+gfs_err gfs_lora_untied_config(const gfs_layout *l, char **text);
 
 #endif
