@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "gatherfs/fs.h"
+#include "gatherfs/import_plain.h"
 #include "gatherfs/shards.h"
 #include "gatherfs/view_safetensors.h"
 #include "gatherfs/view_torchzip.h"
@@ -448,8 +449,10 @@ static gfs_err scan_root(gfs_fs *fs, const char *dir)
 					       strerror(errno));
 			break;
 		}
+		/* plain model files are sources or shadowed by the views (import_plain.h) */
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
-		    is_virtual_name(fs, de->d_name) || is_source(fs, dir, de->d_name))
+		    is_virtual_name(fs, de->d_name) || is_source(fs, dir, de->d_name) ||
+		    gfs_plain_is_model_name(de->d_name))
 			continue;
 		if (!gfs_grow((void **)&fs->pass, &cap, fs->npass, sizeof(*fs->pass), 16)) {
 			err = gfs_fail(GFS_ERR_NOMEM, "out of memory");

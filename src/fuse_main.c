@@ -25,6 +25,7 @@
 
 #include "fuse_ll.h"
 #include "gatherfs/import.h"
+#include "gatherfs/import_plain.h"
 #include "gatherfs/lora.h"
 #include "gatherfs/shards.h"
 
@@ -114,16 +115,20 @@ static int cli_proc(void *data, const char *arg, int key, struct fuse_args *outa
 static void usage(const char *prog)
 {
 	printf("usage: %s [options] CHECKPOINT MOUNTPOINT\n\n"
-	       "Mounts a DeepSpeed ZeRO or PyTorch DCP checkpoint directory (or a gatherfs\n"
-	       "layout JSON file) read-only: pytorch_model.bin, model.safetensors, tensors/,\n"
+	       "Mounts a DeepSpeed ZeRO or PyTorch DCP checkpoint directory, plain model\n"
+	       "files (model.safetensors, pytorch_model.bin, sharded) or a gatherfs layout\n"
+	       "JSON file read-only: pytorch_model.bin, model.safetensors, tensors/,\n"
 	       "layout.json and the checkpoint's own files.  See gatherfs(1).\n\n"
 	       "gatherfs options:\n"
 	       "    -o dtype=bf16|fp16|fp32  present floating-point tensors in this dtype\n"
 	       "                             (default: as stored)\n"
 	       "    -o tag=TAG               DeepSpeed tag to mount (default: from `latest`)\n"
-	       "    -o format=FMT            input format: dcp, deepspeed, layout or auto\n"
-	       "                             (default: auto; `.metadata` means dcp)\n"
-	       "    -o prefix=P              DCP: keep the keys starting with P, without P\n"
+	       "    -o format=FMT            input format: dcp, deepspeed, plain, layout or\n"
+	       "                             auto (default: auto; `.metadata` means dcp,\n"
+	       "                             DeepSpeed files deepspeed, model.safetensors or\n"
+	       "                             pytorch_model.bin (or their index) plain)\n"
+	       "    -o prefix=P              DCP, plain: keep the keys starting with P,\n"
+	       "                             without P\n"
 	       "                             (e.g. prefix=model. for accelerate checkpoints)\n"
 	       "    -o views=V1+V2...        views to show, from bin, safetensors, tensors,\n"
 	       "                             layout (default: all)\n"
@@ -264,6 +269,16 @@ static bool nofile_ok(unsigned reserve)
 	return false;
 }
 
+/* note_hidden(): say which plain model files of the checkpoint dir the mount hides. */
+static void note_hidden(const gfs_layout *l)
+{
+	char *note = NULL;
+
+	if (gfs_plain_hidden_note(l, &note) == GFS_OK && note)
+		fprintf(stderr, "gatherfs: %s\n", note);
+	free(note);
+}
+
 __attribute__((format(printf, 2, 0)))
 static void log_syslog(enum fuse_log_level level, const char *fmt, va_list ap)
 {
@@ -385,6 +400,7 @@ int main(int argc, char *argv[])
 	}
 	if (!nofile_ok(GFS_FD_RESERVE + (opts.clone_fd ? opts.max_threads : 0)))
 		goto out_fs;
+	note_hidden(layout);
 	m.fs = fs;
 	m.max_read = cli.max_read;
 	m.nosplice = cli.nosplice != 0;

@@ -3,12 +3,14 @@
  */
 #include "config.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "gatherfs/import.h"
+#include "gatherfs/import_plain.h"
 
 /* is_dcp(): does directory path hold a `.metadata` file? */
 static bool is_dcp(const char *path)
@@ -21,6 +23,34 @@ static bool is_dcp(const char *path)
 	return stat(buf, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/*
+ * is_deepspeed(): does directory path look like a DeepSpeed save or tag
+ * directory: a `latest` file, or a ZeRO model or optimizer states file?
+ */
+static bool is_deepspeed(const char *path)
+{
+	struct stat st;
+	char buf[4096];
+	DIR *d;
+	const struct dirent *de;
+	bool found = false;
+
+	if ((size_t)snprintf(buf, sizeof(buf), "%s/latest", path) < sizeof(buf) &&
+	    stat(buf, &st) == 0 && S_ISREG(st.st_mode))
+		return true;
+	d = opendir(path);
+	if (!d)
+		return false;
+	while (!found && (de = readdir(d))) {
+		const size_t n = strlen(de->d_name);
+
+		found = (n > 16 && strcmp(de->d_name + n - 16, "_optim_states.pt") == 0) ||
+			(n > 16 && strcmp(de->d_name + n - 16, "_model_states.pt") == 0);
+	}
+	closedir(d);
+	return found;
+}
+
 gfs_err gfs_import(const char *path, const gfs_import_opts *opts, gfs_layout **out)
 {
 	struct stat st;
@@ -30,17 +60,23 @@ gfs_err gfs_import(const char *path, const gfs_import_opts *opts, gfs_layout **o
 	const char *prefix = opts && opts->prefix && opts->prefix[0] ? opts->prefix : NULL;
 
 	if (format && strcmp(format, "dcp") != 0 && strcmp(format, "deepspeed") != 0 &&
-	    strcmp(format, "layout") != 0)
+	    strcmp(format, "layout") != 0 && strcmp(format, "plain") != 0)
 		return gfs_fail(GFS_ERR_INVAL,
-				"unknown input format '%s' (dcp, deepspeed, layout or auto)", format);
+				"unknown input format '%s' (dcp, deepspeed, plain, layout or auto)",
+				format);
 	if (stat(path, &st) != 0)
 		return gfs_fail(errno == ENOENT ? GFS_ERR_NOTFOUND : GFS_ERR_IO, "%s: %s", path,
 				strerror(errno));
-	if (!format)
-		format = S_ISREG(st.st_mode) ? "layout"
-			 : S_ISDIR(st.st_mode) && is_dcp(path) ? "dcp" : "deepspeed";
-	if (prefix && strcmp(format, "dcp") != 0)
-		return gfs_fail(GFS_ERR_INVAL, "%s: a key prefix applies to a DCP checkpoint only",
+	if (!format && S_ISREG(st.st_mode))
+		format = gfs_plain_is_file(path) ? "plain" : "layout";
+	else if (!format)
+		format = !S_ISDIR(st.st_mode) ? "deepspeed"
+			 : is_dcp(path) ? "dcp"
+			 : tag || is_deepspeed(path) || !gfs_plain_has_model(path) ? "deepspeed"
+			 : "plain";
+	if (prefix && strcmp(format, "dcp") != 0 && strcmp(format, "plain") != 0)
+		return gfs_fail(GFS_ERR_INVAL,
+				"%s: a key prefix applies to a DCP checkpoint only, or to plain model files",
 				path);
 	if (tag && strcmp(format, "deepspeed") != 0 && strcmp(format, "layout") != 0)
 		return gfs_fail(GFS_ERR_INVAL, "%s: a tag applies to a DeepSpeed checkpoint only",
@@ -53,6 +89,9 @@ gfs_err gfs_import(const char *path, const gfs_import_opts *opts, gfs_layout **o
 					path);
 		return gfs_layout_load_file(path, out);
 	}
+	if (strcmp(format, "plain") == 0)
+		return S_ISREG(st.st_mode) ? gfs_import_plain_file(path, prefix, out)
+					   : gfs_import_plain_dir(path, prefix, out);
 	if (!S_ISDIR(st.st_mode))
 		return gfs_fail(GFS_ERR_INVAL, "%s: neither a checkpoint directory nor a layout file",
 				path);

@@ -11,8 +11,10 @@
  *   /tensors/INDEX      tab-separated text: a header line, then per tensor
  *                       name, dtype, shape, bytes, alias target ("-" if none)
  *   /<name>             each regular file of the checkpoint root directory
- *                       (layout->root_dir), passed through unchanged, or
- *                       replaced by gfs_fs_opts.replace
+ *                       (layout->root_dir), passed through unchanged (or
+ *                       replaced by gfs_fs_opts.replace), but the layout's
+ *                       sources and plain model files
+ *                       (gfs_plain_is_model_name())
  *   /adapter/           with gfs_fs_opts.adapter: adapter_model.safetensors
  *                       (a safetensors view of that layout) and, when the
  *                       root has one, adapter_config.json

@@ -13,8 +13,8 @@ typedef struct gfs_pickle gfs_pickle;
 
 typedef struct gfs_import_opts {
 	const char *tag;    /* DeepSpeed tag (e.g. "global_step3"); NULL: read `latest` */
-	const char *format; /* "dcp", "deepspeed", "layout"; NULL or "auto": detect */
-	const char *prefix; /* DCP: keep only keys starting with it, without it; NULL: all */
+	const char *format; /* "dcp", "deepspeed", "plain", "layout"; NULL or "auto": detect */
+	const char *prefix; /* DCP, plain: keep only keys starting with it, without it; NULL: all */
 } gfs_import_opts;
 
 /*
@@ -22,10 +22,15 @@ typedef struct gfs_import_opts {
  *   - a layout JSON file (docs/layout-json.md);
  *   - a PyTorch DCP directory (one holding `.metadata`);
  *   - a DeepSpeed save directory (holding `latest` and tag directories), a
- *     tag directory, or a save directory with opts->tag set.
- * opts->format forces one of them ("layout", "dcp", "deepspeed"); an
- * unknown name is GFS_ERR_INVAL.  opts->tag applies to DeepSpeed only,
- * opts->prefix to DCP only (GFS_ERR_INVAL otherwise).  opts may be NULL.
+ *     tag directory, or a save directory with opts->tag set;
+ *   - plain model files (import_plain.h): a directory holding
+ *     model.safetensors, pytorch_model.bin or their .index.json and no
+ *     DCP or DeepSpeed files (shards win over plain files), or one such
+ *     file (told from a layout JSON by its contents).
+ * opts->format forces one of them ("layout", "dcp", "deepspeed", "plain");
+ * an unknown name is GFS_ERR_INVAL.  opts->tag applies to DeepSpeed only,
+ * opts->prefix to DCP and plain files only (GFS_ERR_INVAL otherwise).
+ * opts may be NULL.
  * @return GFS_OK and a finished layout in *out.
  */
 gfs_err gfs_import(const char *path, const gfs_import_opts *opts, gfs_layout **out);
