@@ -667,7 +667,7 @@ static gfs_err build(gfs_fs *fs)
 	if (!err && l->root_dir)
 		err = scan_root(fs, l->root_dir);
 	if (!err && fs->opts.adapter) {
-		err = open_adapter_cfg(fs, l->root_dir, &cfg_st);
+		err = open_adapter_cfg(fs, fs->opts.adapter->root_dir, &cfg_st);
 		fs->nadapter = fs->adapter_cfg_fd >= 0 ? 3 : 2;
 	}
 	if (err)

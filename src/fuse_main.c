@@ -279,6 +279,16 @@ static void note_hidden(const gfs_layout *l)
 	free(note);
 }
 
+/* note_saved_adapter(): say when a PEFT checkpoint's saved adapter file is empty. */
+static void note_saved_adapter(const gfs_layout *l)
+{
+	char *note = NULL;
+
+	if (gfs_lora_saved_note(l, &note) == GFS_OK && note)
+		fprintf(stderr, "gatherfs: %s\n", note);
+	free(note);
+}
+
 __attribute__((format(printf, 2, 0)))
 static void log_syslog(enum fuse_log_level level, const char *fmt, va_list ap)
 {
@@ -374,6 +384,8 @@ int main(int argc, char *argv[])
 	lora_cli = (gfs_lora_cli){ .lora = cli.lora, .merge = cli.merge, .base = cli.base,
 				   .tied = cli.lora_tied };
 	err = gfs_import(cli.source, &iopts, &layout);
+	if (!err)
+		note_saved_adapter(layout);
 	if (!err)
 		err = adapter_view(layout, &adapter, &adapter_src);
 	if (!err)

@@ -957,6 +957,11 @@ static gfs_err build_entries(ds_ckpt *c)
 					m0->path, i);
 		if (target && gfs_pv_dict_get(module, target)) {
 			err = gfs_layout_add_alias(c->l, name, target);
+		} else if (target && !tmap_find(c, name)) {
+			/* a tied alias whose target was saved nowhere (save_checkpoint
+			 * with exclude_frozen_parameters, as HF Trainer does for PEFT
+			 * models): dropped, as zero_to_fp32 drops it */
+			continue;
 		} else if ((tp = tmap_find(c, name)) != NULL) {
 			err = emit_trainable(c, tp, it->value);
 			used++;

@@ -16,6 +16,7 @@
 
 #include "gatherfs/json.h"
 #include "gatherfs/import.h"
+#include "gatherfs/import_plain.h"
 #include "gatherfs/lora.h"
 
 #define PEFT_PREFIX "base_model.model."
@@ -293,6 +294,10 @@ static gfs_err collect(lbuild *b, const gfs_layout *l)
 			continue;
 		if (t->alias_of >= 0)
 			return gfs_fail(GFS_ERR_FORMAT, "%s: a LoRA tensor cannot be a tied alias", t->name);
+		if (t->numel == 0)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: an empty LoRA tensor (shape [0]: an adapter saved under ZeRO-3 without gathering its parameters)",
+					t->name);
 		m = find_mod(b, norm);
 		if (!m) {
 			if (!gfs_grow((void **)&b->mods, &b->cap_mods, b->nmods, sizeof(*m), 16))
@@ -481,11 +486,15 @@ static gfs_err build(lbuild *b, const gfs_layout *base, const gfs_layout *ad, bo
 		err = add_sources(b, base, &b->remap_base);
 	if (!err && ad)
 		err = add_sources(b, ad, &b->remap_ad);
-	if (!err)
+	if (!err) {
 		err = collect(b, ad ? ad : base);
+		if (err && ad)
+			err = gfs_fail_prefix(err, "%s", ad->base_dir);
+	}
 	if (!err && b->nmods == 0)
-		err = gfs_fail(GFS_ERR_FORMAT, "%s: the adapter holds no LoRA tensor",
-			       ad ? ad->base_dir : base->base_dir);
+		err = gfs_fail(GFS_ERR_FORMAT, "%s: the adapter holds no LoRA tensor%s",
+			       ad ? ad->base_dir : base->base_dir,
+			       ad && ad->ntensors == 0 ? " (an empty adapter file, as HF Trainer's fallback save writes)" : "");
 	for (size_t i = 0; i < base->ntensors && !err; i++) {
 		const gfs_tensor *t = &base->tensors[i];
 		char norm[NAME_MAX_ + 1];
@@ -652,7 +661,9 @@ gfs_err gfs_lora_apply(const gfs_lora_cli *c, gfs_layout **layout, bool *untied)
 	o.tied_peft = c->tied && strcmp(c->tied, "peft") == 0;
 	if (c->lora) {
 		base = *layout;
-		err = import_dir(c->lora, "-o lora", &ad);
+		err = gfs_import_plain_dir(c->lora, NULL, &ad);
+		if (err)
+			err = gfs_fail_prefix(err, "-o lora");
 		config = path_join(c->lora, "adapter_config.json");
 	} else {
 		dir = (*layout)->root_dir ? (*layout)->root_dir : (*layout)->base_dir;
@@ -716,6 +727,8 @@ gfs_err gfs_lora_adapter(const gfs_layout *l, gfs_layout **out)
 	if (gfs_lora_count(l) == 0)
 		return gfs_fail(GFS_ERR_NOTFOUND, "%s: no LoRA tensor", l->base_dir);
 	err = gfs_layout_new("peft-adapter", l->base_dir, &b.out);
+	if (!err && l->root_dir)
+		err = gfs_layout_set_root(b.out, l->root_dir);
 	if (!err)
 		err = add_sources(&b, l, &b.remap_base);
 	if (!err)
@@ -800,4 +813,38 @@ gfs_err gfs_lora_untied_config(const gfs_layout *l, char **text)
 	free(buf);
 	free(path);
 	return err;
+}
+
+gfs_err gfs_lora_saved_note(const gfs_layout *l, char **note)
+{
+	char *path = l->root_dir ? path_join(l->root_dir, "adapter_model.safetensors") : NULL;
+	gfs_layout *saved = NULL;
+	struct stat st;
+	size_t empty = 0, cap;
+
+	*note = NULL;
+	if (!path || stat(path, &st) != 0 || !S_ISREG(st.st_mode) || gfs_lora_count(l) == 0 ||
+	    gfs_import_plain_file(path, NULL, &saved) != GFS_OK) {
+		free(path);
+		return GFS_OK;
+	}
+	for (size_t i = 0; i < saved->ntensors; i++)
+		empty += saved->tensors[i].numel == 0;
+	cap = strlen(path) + 256;
+	if ((saved->ntensors == 0 || empty) && !(*note = malloc(cap))) {
+		gfs_layout_free(saved);
+		free(path);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	if (saved->ntensors == 0)
+		snprintf(*note, cap,
+			 "%s holds no tensor (%llu bytes: HF Trainer's fallback save); adapter/adapter_model.safetensors has the adapter from the checkpoint",
+			 path, (unsigned long long)st.st_size);
+	else if (empty)
+		snprintf(*note, cap,
+			 "%s has %zu of %zu tensors of shape [0] (saved under ZeRO-3 without gathering); adapter/adapter_model.safetensors has the adapter from the checkpoint",
+			 path, empty, saved->ntensors);
+	gfs_layout_free(saved);
+	free(path);
+	return GFS_OK;
 }

@@ -16,8 +16,8 @@
  *                       sources and plain model files
  *                       (gfs_plain_is_model_name())
  *   /adapter/           with gfs_fs_opts.adapter: adapter_model.safetensors
- *                       (a safetensors view of that layout) and, when the
- *                       root has one, adapter_config.json
+ *                       (a safetensors view of that layout) and, when its
+ *                       root_dir has one, adapter_config.json
  *
  * With a shard size, pytorch_model.bin and model.safetensors are replaced by
  * Hugging Face shards and their index files (shards.h):

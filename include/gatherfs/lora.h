@@ -60,7 +60,8 @@ size_t gfs_lora_count(const gfs_layout *l);
  * save_pretrained() writes adapter_model.safetensors: its LoRA tensors (and
  * modules_to_save copies, and the base weight of a targeted embedding),
  * named without the adapter name (base_model.model.<path>.lora_A.weight,
- * ...), with their pieces (so a ZeRO checkpoint gives the fp32 masters).
+ * ...), with their pieces (so a ZeRO checkpoint gives the fp32 masters),
+ * and l's root directory (where adapter_config.json is).
  * @return GFS_OK and a finished layout in *out, or GFS_ERR_NOTFOUND when l
  * holds no LoRA tensor.
  */
@@ -77,8 +78,8 @@ typedef struct gfs_lora_cli {
 /*
  * gfs_lora_apply(): replace *layout (the import of the mount's source) by
  * its merged model as the options ask: with c->lora, *layout is the base
- * and the adapter is imported from c->lora (any format gfs_import() reads,
- * so a PEFT adapter directory with adapter_model.safetensors or .bin) with
+ * and the adapter is the PEFT adapter directory c->lora
+ * (adapter_model.safetensors or .bin, read by gfs_import_plain_dir()) with
  * its adapter_config.json; with c->merge, the adapter is in *layout and
  * its adapter_config.json in the layout's root directory; c->base then
  * names the base (imported with gfs_import()).  Nothing asked: a no-op.
@@ -94,5 +95,14 @@ gfs_err gfs_lora_apply(const gfs_lora_cli *c, gfs_layout **layout, bool *untied)
  * error naming it.
  */
 gfs_err gfs_lora_untied_config(const gfs_layout *l, char **text);
+
+/*
+ * gfs_lora_saved_note(): for a PEFT-wrapped layout l, a one-line note when
+ * the adapter_model.safetensors saved in its root directory is empty (no
+ * tensors: HF Trainer's fallback) or has [0]-shaped tensors (a ZeRO-3 save
+ * without gathering).  *note is NULL otherwise (also when that file is
+ * absent or unreadable); the caller frees it.
+ */
+gfs_err gfs_lora_saved_note(const gfs_layout *l, char **note);
 
 #endif
