@@ -540,6 +540,10 @@ static gfs_err build(lbuild *b, const gfs_layout *base, const gfs_layout *ad, bo
 			err = add_plain(b, norm, wl, wi, base);
 		}
 	}
+	if (!err && !ad && b->out->ntensors == 0)
+		err = gfs_fail(GFS_ERR_NOTFOUND,
+			       "%s: the checkpoint holds only the adapter, no base weights (saved with exclude_frozen_parameters, as HF Trainer does): give the base model with -o base=DIR",
+			       base->root_dir ? base->root_dir : base->base_dir);
 	for (size_t i = 0; i < b->nmods && !err; i++) {
 		const lmod *m = &b->mods[i];
 

@@ -110,12 +110,45 @@ print("ok: fp32 view of the bf16 merge equals the float64 merge rounded once to 
 PY
 gfs_umount "$T/mnt" || fail "unmount"
 
+echo "== HF Trainer's checkpoint without base weights, with -o base="
+x="$D/z3_ws2_bf16_exclude_frozen"
+gfs_mount "$x/checkpoint" "$T/mnt" -o "merge=lora,base=$x/base" || fail "mount exclude_frozen"
+"$PYTHON3" "$CHECK" "$T/mnt" "$x" --scale-ulp 2 -q || fail "exclude_frozen merge"
+cmp "$T/mnt/adapter/adapter_config.json" "$x/checkpoint/adapter_config.json" ||
+	fail "exclude_frozen: adapter/adapter_config.json"
+gfs_umount "$T/mnt" || fail "unmount"
+expect_mount_fail 'holds only the adapter, no base weights .*give the base model with -o base=DIR' \
+	-o merge=lora "$x/checkpoint" "$T/mnt"
+
+echo "== empty saved adapters next to the checkpoint are noted"
+cp -r "$D/z3_ws2_bf16/checkpoint" "$T/note"
+chmod -R u+w "$T/note"
+cp "$D/z3_ws2_bf16/adapter_naive/adapter_model.safetensors" "$T/note/"
+gfs_mount "$T/note" "$T/mnt" -o merge=lora 2>"$T/note.err" || fail "mount with a [0]-shaped adapter file"
+grep -q "has 8 of 8 tensors of shape \[0\]" "$T/note.err" || fail "no note: $(cat "$T/note.err")"
+gfs_umount "$T/mnt" || fail "unmount"
+cp "$D/z3_ws2_bf16/adapter_trainer_fallback/adapter_model.safetensors" "$T/note/"
+gfs_mount "$T/note" "$T/mnt" 2>"$T/note.err" || fail "mount with a 40-byte adapter file"
+grep -q "holds no tensor (40 bytes" "$T/note.err" || fail "no note: $(cat "$T/note.err")"
+gfs_umount "$T/mnt" || fail "unmount"
+
 echo "== bad adapter configs"
 cp -r "$D/z2_ws2_fp32/checkpoint" "$T/bad"
 chmod -R u+w "$T/bad"
 cfg="$T/bad/adapter_config.json"
 cp "$cfg" "$T/cfg.orig"
 edit() { "$PYTHON3" -c "import json,sys; c=json.load(open(sys.argv[1])); c[sys.argv[2]]=json.loads(sys.argv[3]); json.dump(c,open(sys.argv[1],'w'))" "$cfg" "$1" "$2"; }
+if command -v unzip >/dev/null 2>&1; then
+	echo "== the CRC cache knows the merge: another lora_alpha, other CRCs"
+	gfs_mount "$T/bad" "$T/mnt" -o "merge=lora,crc_cache=$T/crc" || fail "mount for CRCs"
+	unzip -tq "$T/mnt/pytorch_model.bin" >/dev/null || fail "unzip -t (alpha 16)"
+	gfs_umount "$T/mnt" || fail "unmount"
+	edit lora_alpha 32
+	gfs_mount "$T/bad" "$T/mnt" -o "merge=lora,crc_cache=$T/crc" || fail "mount for CRCs"
+	unzip -tq "$T/mnt/pytorch_model.bin" >/dev/null || fail "unzip -t (alpha 32): stale CRCs"
+	gfs_umount "$T/mnt" || fail "unmount"
+	cp "$T/cfg.orig" "$cfg"
+fi
 edit peft_type '"IA3"'
 expect_mount_fail 'peft_type is "IA3", not "LORA"' -o merge=lora "$T/bad" "$T/mnt"
 cp "$T/cfg.orig" "$cfg"; edit r 0
