@@ -196,10 +196,12 @@ enum { TILE = 256 };
 
 /*
  * tile_update(): n columns (n <= TILE) of row ci's update, starting at R
- * (row stride cols).  Inlined with n == TILE for full tiles, so that the
- * loops have a constant trip count and vectorize at -O2.
+ * (row stride cols).  Always inlined (so each clone below has its own), with
+ * n == TILE for full tiles, so that the loops have a constant trip count and
+ * vectorize at -O2.
  */
-static inline void tile_update(size_t n, size_t r, size_t cols, double s,
+static inline __attribute__((always_inline)) void
+tile_update(size_t n, size_t r, size_t cols, double s,
 			       const double *restrict ci, const double *restrict R,
 			       double *restrict vi)
 {
@@ -246,8 +248,8 @@ static inline void tile_update(size_t n, size_t r, size_t cols, double s,
 #endif
 
 MERGE_CLONES
-void gfs_merge_lora_rows(size_t rows, size_t cols, size_t r, double s, const double *c,
-			 const double *R, double *v)
+static void lora_rows(size_t rows, size_t cols, size_t r, double s, const double *c,
+		      const double *R, double *v)
 {
 	/* tiles outermost: a tile of R (r x TILE) is reused by every row */
 	for (size_t j0 = 0; j0 < cols; j0 += TILE) {
@@ -260,6 +262,12 @@ void gfs_merge_lora_rows(size_t rows, size_t cols, size_t r, double s, const dou
 				tile_update(n, r, cols, s, c + i * r, R + j0, v + i * cols + j0);
 		}
 	}
+}
+
+void gfs_merge_lora_rows(size_t rows, size_t cols, size_t r, double s, const double *c,
+			 const double *R, double *v)
+{
+	lora_rows(rows, cols, r, s, c, R, v);
 }
 
 void gfs_merge_dora_rows(size_t rows, size_t cols, const double *m, double *v)
