@@ -723,6 +723,25 @@ static void file_name(const char *name, int role, const char *norm, char *out, s
 	}
 }
 
+/*
+ * is_adapter_file(): l already is an adapter file: only LoRA tensors, named
+ * as in a file (no adapter name to strip).
+ */
+static bool is_adapter_file(const gfs_layout *l)
+{
+	for (size_t i = 0; i < l->ntensors; i++) {
+		char norm[NAME_MAX_ + 1], fname[NAME_MAX_ + 64];
+		int role;
+
+		if (classify(l->tensors[i].name, norm, &role) != GFS_OK || role < 0)
+			return false;
+		file_name(l->tensors[i].name, role, norm, fname, sizeof(fname));
+		if (strcmp(fname, l->tensors[i].name) != 0)
+			return false;
+	}
+	return true;
+}
+
 gfs_err gfs_lora_adapter(const gfs_layout *l, gfs_layout **out)
 {
 	lbuild b = { 0 };
@@ -743,6 +762,10 @@ gfs_err gfs_lora_adapter(const gfs_layout *l, gfs_layout **out)
 		int role;
 		bool keep;
 
+		if (i == 0 && is_adapter_file(l)) {
+			err = gfs_fail(GFS_ERR_NOTFOUND, "%s: already a PEFT adapter file", l->base_dir);
+			break;
+		}
 		err = classify(t->name, norm, &role);
 		if (err)
 			break;

@@ -3,7 +3,10 @@
 # merged view (-o merge=lora) within 2 ulps of the operands' scale of the
 # float64 merge (and of PEFT's), bit-exact against the float64 merge of the
 # fp32 masters; the layout.json of the mount read back; gatherfs-inspect
-# ls/export of the merge; bad adapter configs refused in one line.
+# ls/export of the merge; adapter/ equal to PEFT's save of the fp32 masters;
+# a PEFT-wrapped state dict as plain model.safetensors; HF Trainer's
+# adapter-only checkpoint with -o base=; notes on empty saved adapters; bad
+# adapter configs refused in one line.
 . "${top_srcdir:-.}/tests/lib.sh"
 . "$top_srcdir/tests/mount-lib.sh"
 mount_setup
@@ -108,6 +111,26 @@ for name, (dt, shape, arr) in want.items():
 assert n == 4, n
 print("ok: fp32 view of the bf16 merge equals the float64 merge rounded once to fp32")
 PY
+gfs_umount "$T/mnt" || fail "unmount"
+
+echo "== a PEFT-wrapped state dict as a plain model.safetensors"
+w="$D/z2_ws2_fp32/wrapped_plain"
+gfs_mount "$w" "$T/mnt" -o merge=lora || fail "mount wrapped plain"
+"$PYTHON3" "$CHECK" "$T/mnt" "$D/z2_ws2_fp32" --scale-ulp 2 -q || fail "wrapped plain: merge"
+"$PYTHON3" "$CHECK" "$T/mnt/model.safetensors" "$D/z2_ws2_fp32" -q >/dev/null ||
+	fail "wrapped plain: model.safetensors"
+"$PYTHON3" - "$T/mnt/adapter/adapter_model.safetensors" "$D/z2_ws2_fp32/adapter_fp32_master/adapter_model.safetensors" <<'PY' || fail "wrapped plain: adapter/"
+import json, struct, sys
+def tensors(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    h.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in h.items()}
+assert tensors(sys.argv[1]) == tensors(sys.argv[2])
+PY
+cmp "$T/mnt/adapter/adapter_config.json" "$w/adapter_config.json" || fail "wrapped plain: adapter_config.json"
 gfs_umount "$T/mnt" || fail "unmount"
 
 echo "== HF Trainer's checkpoint without base weights, with -o base="

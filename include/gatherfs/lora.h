@@ -63,7 +63,8 @@ size_t gfs_lora_count(const gfs_layout *l);
  * ...), with their pieces (so a ZeRO checkpoint gives the fp32 masters),
  * and l's root directory (where adapter_config.json is).
  * @return GFS_OK and a finished layout in *out, or GFS_ERR_NOTFOUND when l
- * holds no LoRA tensor.
+ * holds no LoRA tensor or already is an adapter file (only LoRA tensors,
+ * named as in one).
  */
 gfs_err gfs_lora_adapter(const gfs_layout *l, gfs_layout **out);
 
