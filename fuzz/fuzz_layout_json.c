@@ -10,6 +10,7 @@
  */
 #include "config.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,12 +51,28 @@ static void check_tiling(const gfs_tensor *t)
 
 static void check_invariants(const gfs_layout *l)
 {
+	/* the operands of computed tensors: a finished layout of their own */
+	if (l->inputs) {
+		if (!l->inputs->finished || l->inputs->nsources != l->nsources)
+			abort();
+		check_invariants(l->inputs);
+	}
 	for (size_t i = 0; i < l->ntensors; i++) {
 		const gfs_tensor *t = &l->tensors[i];
 		uint64_t reach = 0;
 
 		if (t->alias_of >= 0) {
 			if ((size_t)t->alias_of >= l->ntensors || l->tensors[t->alias_of].alias_of >= 0)
+				abort();
+			continue;
+		}
+		if (t->comp) {
+			if (t->npieces || !l->inputs || !isfinite(t->comp->scale))
+				abort();
+			for (int k = 0; k < GFS_OPIN_COUNT; k++)
+				if (t->comp->in[k] >= (int64_t)l->inputs->ntensors)
+					abort();
+			if (gfs_layout_find(l, t->name) != (int64_t)i)
 				abort();
 			continue;
 		}

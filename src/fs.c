@@ -31,6 +31,9 @@
 #define TENSORS_NAME "tensors"
 #define INDEX_NAME "INDEX"
 #define OPTIM_NAME "optim"
+#define ADAPTER_NAME "adapter"
+#define ADAPTER_ST "adapter_model.safetensors"
+#define ADAPTER_CFG "adapter_config.json"
 #define XATTR_DTYPE "user.gatherfs.dtype"
 #define XATTR_SHAPE "user.gatherfs.shape"
 #define XATTR_NAME "user.gatherfs.name"
@@ -125,11 +128,15 @@ typedef struct fs_access {
 
 struct gfs_fs {
 	gfs_vctx ctx;
+	gfs_vctx actx;     /* the adapter/ view's tensors */
 	gfs_fs_opts opts;
 	gfs_node *nodes;
 	size_t nnodes;
 	fs_dir root;
 	fs_dir tensors;
+	fs_dir adapter;    /* adapter/ (n == 0: none) */
+	size_t nadapter;   /* nodes of adapter/ and its files */
+	int adapter_cfg_fd; /* adapter/adapter_config.json, or -1 */
 	fs_virt *virt;     /* the root's virtual files, in listing order */
 	size_t nvirt;
 	gfs_tzview **zips; /* torch zip views (they own their vfiles) */
@@ -479,15 +486,15 @@ static gfs_err access_begin(gfs_fs *fs)
 		return err;
 	a->src_ids = gfs_calloc(l->nsources + 1, sizeof(*a->src_ids));
 	a->src_mark = gfs_calloc(l->nsources + 1, sizeof(*a->src_mark));
-	a->meta_ids = gfs_calloc((l->ninputs ? l->ninputs : l->nsources) + 1, sizeof(*a->meta_ids));
+	a->meta_ids = gfs_calloc((l->nmetafiles ? l->nmetafiles : l->nsources) + 1, sizeof(*a->meta_ids));
 	if (!a->src_ids || !a->src_mark || !a->meta_ids)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	for (uint32_t i = 0; i < l->nsources && !err; i++)
 		err = gfs_perm_add_fd(a->perm, gfs_srcset_fd(fs->ctx.src, i), l->sources[i].abspath,
 				      &a->src_ids[i]);
-	for (size_t i = 0; i < l->ninputs && !err; i++)
-		err = gfs_perm_add_path(a->perm, l->inputs[i], GFS_NEED_R, &a->meta_ids[a->nmeta++]);
-	for (uint32_t i = 0; !l->ninputs && i < l->nsources; i++)
+	for (size_t i = 0; i < l->nmetafiles && !err; i++)
+		err = gfs_perm_add_path(a->perm, l->metafiles[i], GFS_NEED_R, &a->meta_ids[a->nmeta++]);
+	for (uint32_t i = 0; !l->nmetafiles && i < l->nsources; i++)
 		a->meta_ids[a->nmeta++] = a->src_ids[i];
 	if (!err && l->root_dir) {
 		err = gfs_perm_add_path(a->perm, l->root_dir, GFS_NEED_R | GFS_NEED_X, &a->root_id);
@@ -633,6 +640,8 @@ static gfs_err build_views(gfs_fs *fs)
 	if (!err && (fs->opts.views & GFS_VIEW_SAFETENSORS))
 		err = add_format(fs, plan, ST_STEM, ST_EXT, false);
 	gfs_shard_plan_free(plan);
+	for (size_t i = 0; !err && i < fs->opts.nreplace; i++)
+		err = add_text(fs, fs->opts.replace[i].name, fs->opts.replace[i].text);
 	if (!err && (fs->opts.views & GFS_VIEW_LAYOUT)) {
 		char *json = NULL;
 
@@ -714,7 +723,7 @@ static bool is_view_name(const char *name)
 {
 	static const char *const names[] = {
 		ZIP_STEM ZIP_EXT, ST_STEM ST_EXT, ZIP_STEM ZIP_EXT ".index.json",
-		ST_STEM ST_EXT ".index.json", JSON_NAME, TENSORS_NAME,
+		ST_STEM ST_EXT ".index.json", JSON_NAME, TENSORS_NAME, ADAPTER_NAME,
 	};
 
 	for (size_t i = 0; i < ARRAY_LEN(names); i++)
@@ -1015,6 +1024,71 @@ static gfs_err build_tensors(gfs_fs *fs)
 		if (err)
 			return gfs_fail_prefix(err, "tensor %s", t->name);
 	}
+	return GFS_OK;
+}
+
+/* adapter_node(): the node index of adapter/ (k 0) and its files (k 1, 2). */
+static size_t adapter_node(const gfs_fs *fs, size_t k)
+{
+	return N_FIXED + fs->nvirt + fs->npass + fs->ctx.layout->ntensors + k;
+}
+
+/*
+ * open_adapter_cfg(): adapter_config.json of the checkpoint root for
+ * adapter/, if there is one (fs->adapter_cfg_fd, else -1).
+ */
+static gfs_err open_adapter_cfg(gfs_fs *fs, const char *dir, struct stat *st)
+{
+	char path[4096];
+
+	fs->adapter_cfg_fd = -1;
+	if (!dir || snprintf(path, sizeof(path), "%s/%s", dir, ADAPTER_CFG) >= (int)sizeof(path))
+		return GFS_OK;
+	fs->adapter_cfg_fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fs->adapter_cfg_fd < 0) {
+		if (errno == ENOENT)
+			return GFS_OK;
+		return gfs_fail(GFS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+	}
+	if (fstat(fs->adapter_cfg_fd, st) != 0 || !S_ISREG(st->st_mode)) {
+		close(fs->adapter_cfg_fd);
+		fs->adapter_cfg_fd = -1;
+	}
+	return GFS_OK;
+}
+
+/* build_adapter(): adapter/ with adapter_model.safetensors and adapter_config.json. */
+static gfs_err build_adapter(gfs_fs *fs, const struct stat *cfg_st)
+{
+	gfs_vfile *st = NULL, *cfg = NULL;
+	gfs_err err = gfs_stview_new(&fs->actx, NULL, 0, &st);
+	const size_t dir = adapter_node(fs, 0);
+
+	if (!err)
+		err = own(fs, st);
+	if (!err && fs->adapter_cfg_fd >= 0) {
+		err = own_vfile(fs, &cfg);
+		if (!err)
+			err = gfs_vfile_add_fd(cfg, fs->adapter_cfg_fd, 0, (uint64_t)cfg_st->st_size,
+					       ADAPTER_NAME "/" ADAPTER_CFG);
+	}
+	if (err)
+		return gfs_fail_prefix(err, ADAPTER_NAME "/" ADAPTER_ST);
+	/* as private as every source together (the adapter's files are among them) */
+	fs->nodes[dir] = (gfs_node){ .parent = GFS_FS_ROOT_INO, .name = ADAPTER_NAME,
+				     .type = GFS_NODE_DIR, .entry = -1, .perm = fs->xdir_attr.perm,
+				     .uid = fs->xdir_attr.uid, .gid = fs->xdir_attr.gid,
+				     .mtime = fs->mtime };
+	fs->nodes[dir + 1] = (gfs_node){ .parent = dir + 1, .name = ADAPTER_ST, .type = GFS_NODE_REG,
+					 .vf = st, .entry = -1, .perm = fs->xfile_attr.perm,
+					 .uid = fs->xfile_attr.uid, .gid = fs->xfile_attr.gid,
+					 .mtime = fs->mtime };
+	if (cfg)
+		fs->nodes[dir + 2] = (gfs_node){ .parent = dir + 1, .name = ADAPTER_CFG,
+						 .type = GFS_NODE_REG, .vf = cfg, .entry = -1,
+						 .perm = cfg_st->st_mode & fs->xfile_attr.perm,
+						 .uid = fs->xfile_attr.uid, .gid = fs->xfile_attr.gid,
+						 .mtime = cfg_st->st_mtim };
 	return GFS_OK;
 }
 
@@ -1348,6 +1422,10 @@ void gfs_fs_free(gfs_fs *fs)
 	free(fs->root.sorted);
 	free(fs->tensors.kids);
 	free(fs->tensors.sorted);
+	free(fs->adapter.kids);
+	free(fs->adapter.sorted);
+	if (fs->adapter_cfg_fd >= 0)
+		close(fs->adapter_cfg_fd);
 	free(fs->tnames);
 	free(fs->tlinks);
 	free(fs->owned);
@@ -1365,7 +1443,7 @@ static gfs_err build(gfs_fs *fs)
 	const bool tensors = fs->opts.views & GFS_VIEW_TENSORS;
 	uint32_t *root_fixed = NULL;
 	size_t nroot = 0;
-	struct stat st;
+	struct stat st, cfg_st;
 	gfs_err err;
 
 	if (stat(dir, &st) != 0)
@@ -1396,7 +1474,11 @@ static gfs_err build(gfs_fs *fs)
 		err = build_universal(fs);
 	if (!err && l->root_dir)
 		err = scan_root(fs, l->root_dir);
-	fs->xfirst = N_FIXED + fs->nvirt + fs->npass + l->ntensors;
+	if (!err && fs->opts.adapter) {
+		err = open_adapter_cfg(fs, fs->opts.adapter->root_dir, &cfg_st);
+		fs->nadapter = fs->adapter_cfg_fd >= 0 ? 3 : 2;
+	}
+	fs->xfirst = N_FIXED + fs->nvirt + fs->npass + l->ntensors + fs->nadapter;
 	if (!err)
 		err = plan_xnodes(fs);
 	if (err)
@@ -1405,7 +1487,7 @@ static gfs_err build(gfs_fs *fs)
 	fs->nodes = gfs_calloc(fs->nnodes, sizeof(*fs->nodes));
 	fs->tnames = gfs_calloc(l->ntensors, sizeof(*fs->tnames));
 	fs->tlinks = gfs_calloc(l->ntensors, sizeof(*fs->tlinks));
-	root_fixed = gfs_calloc(fs->nvirt + 2 + fs->nxnodes, sizeof(*root_fixed));
+	root_fixed = gfs_calloc(fs->nvirt + 3 + fs->nxnodes, sizeof(*root_fixed));
 	if (!fs->nodes || !fs->tnames || !fs->tlinks || !root_fixed) {
 		free(root_fixed);
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
@@ -1414,11 +1496,15 @@ static gfs_err build(gfs_fs *fs)
 		root_fixed[nroot++] = (uint32_t)(N_FIXED + i);
 	if (tensors)
 		root_fixed[nroot++] = N_TENSORS;
+	if (fs->nadapter)
+		root_fixed[nroot++] = (uint32_t)adapter_node(fs, 0);
 	for (size_t i = 0; i < fs->nxnodes; i++)
 		if (fs->xnodes[i].parent == N_ROOT)
 			root_fixed[nroot++] = (uint32_t)(fs->xfirst + i);
 	/* tensor names first: INDEX lists them */
 	err = build_tensors(fs);
+	if (!err && fs->nadapter)
+		err = build_adapter(fs, &cfg_st);
 	if (!err)
 		err = build_xnodes(fs);
 	if (!err)
@@ -1430,6 +1516,8 @@ static gfs_err build(gfs_fs *fs)
 	if (!err)
 		err = build_dir(fs, &fs->tensors, tensors_fixed, ARRAY_LEN(tensors_fixed),
 				tensor_node(fs, 0), tensors ? l->ntensors : 0);
+	if (!err && fs->nadapter)
+		err = build_dir(fs, &fs->adapter, NULL, 0, adapter_node(fs, 1), fs->nadapter - 1);
 	for (size_t i = 0; i < fs->nnodes; i++)
 		fs->nodes[i].ino = i + 1;
 	free(root_fixed);
@@ -1482,6 +1570,8 @@ gfs_err gfs_fs_new(const gfs_layout *l, const gfs_srcset *src, const gfs_fs_opts
 	if (!fs)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	fs->ctx = (gfs_vctx){ .layout = l, .src = src, .want = o->want, .crc_cache = o->crc_cache };
+	fs->actx = (gfs_vctx){ .layout = o->adapter, .src = o->adapter_src, .want = o->want };
+	fs->adapter_cfg_fd = -1;
 	fs->opts = *o;
 	err = build(fs);
 	if (err) {
@@ -1503,6 +1593,8 @@ const gfs_node *gfs_fs_node(const gfs_fs *fs, uint64_t ino)
 static const fs_dir *dir_of(const gfs_fs *fs, const gfs_node *dir)
 {
 	assert(dir->type == GFS_NODE_DIR);
+	if (fs->nadapter && dir->ino == adapter_node(fs, 0) + 1)
+		return &fs->adapter;
 	if (dir->ino > fs->xfirst)
 		return &fs->xdirs[dir->ino - 1 - fs->xfirst];
 	return dir->ino == N_TENSORS + 1 ? &fs->tensors : &fs->root;
@@ -1555,7 +1647,7 @@ void gfs_fs_stat(const gfs_fs *fs, const gfs_node *n, struct stat *st)
 	switch (n->type) {
 	case GFS_NODE_DIR:
 		st->st_mode = S_IFDIR | n->perm;
-		st->st_nlink = n->ino == GFS_FS_ROOT_INO ? 3 : 2;
+		st->st_nlink = n->ino == GFS_FS_ROOT_INO ? 3 + (fs->nadapter ? 1 : 0) : 2;
 		break;
 	case GFS_NODE_REG:
 		st->st_mode = S_IFREG | n->perm;

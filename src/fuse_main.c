@@ -28,6 +28,7 @@
 #include "gatherfs/import.h"
 #include "gatherfs/import_plain.h"
 #include "gatherfs/integrity.h"
+#include "gatherfs/lora.h"
 #include "gatherfs/shards.h"
 
 /* Options of our own, and fstab words to drop. */
@@ -47,6 +48,7 @@ typedef struct gfs_cli {
 	char *crc_cache;
 	unsigned readahead_kb;
 	bool max_threads_given;
+	char *lora, *merge, *base, *lora_tied;
 } gfs_cli;
 
 enum { KEY_MAX_THREADS, KEY_MAX_READ };
@@ -70,6 +72,10 @@ static const struct fuse_opt cli_opts[] = {
 	{ "prefix=%s", offsetof(gfs_cli, prefix), 0 },
 	{ "views=%s", offsetof(gfs_cli, views), 0 },
 	{ "shard_size=%s", offsetof(gfs_cli, shard_size), 0 },
+	{ "lora=%s", offsetof(gfs_cli, lora), 0 },
+	{ "merge=%s", offsetof(gfs_cli, merge), 0 },
+	{ "base=%s", offsetof(gfs_cli, base), 0 },
+	{ "lora_tied=%s", offsetof(gfs_cli, lora_tied), 0 },
 	FUSE_OPT_KEY("max_threads=", KEY_MAX_THREADS),
 	FUSE_OPT_KEY("max_read=", KEY_MAX_READ),
 	/* Words mount(8) and fstab pass along: the mount is always read-only. */
@@ -138,6 +144,15 @@ static void usage(const char *prog)
 	       "    -o shard_size=SIZE       show Hugging Face shards of at most SIZE (e.g. 5G,\n"
 	       "                             500MB, 2GiB) with their index files instead of\n"
 	       "                             single pytorch_model.bin / model.safetensors\n"
+	       "    -o lora=DIR              merge the PEFT LoRA adapter in DIR (adapter_config.json\n"
+	       "                             + adapter_model.safetensors or .bin) onto the model\n"
+	       "    -o merge=lora            merge the adapter of a PEFT-wrapped checkpoint (its\n"
+	       "                             adapter_config.json next to it) into the model\n"
+	       "    -o base=DIR              with merge=lora: the base model, for a checkpoint\n"
+	       "                             that holds only the adapter\n"
+	       "    -o lora_tied=peft        a targeted tied embedding changes its tied head too,\n"
+	       "                             as PEFT's merge does (default: untied, the head\n"
+	       "                             keeps the unmerged embedding)\n"
 	       "    -o max_threads=N         worker threads (default: 2 per CPU, 10 to 64)\n"
 	       "    -o nosplice              copy read data through the daemon instead of\n"
 	       "                             splicing it from the sources\n"
@@ -427,10 +442,35 @@ static void note_hidden(const gfs_layout *l)
 	free(note);
 }
 
+/* note_saved_adapter(): say when a PEFT checkpoint's saved adapter file is empty. */
+static void note_saved_adapter(const gfs_layout *l)
+{
+	char *note = NULL;
+
+	if (gfs_lora_saved_note(l, &note) == GFS_OK && note)
+		fprintf(stderr, "gatherfs: %s\n", note);
+	free(note);
+}
+
 __attribute__((format(printf, 2, 0)))
 static void log_syslog(enum fuse_log_level level, const char *fmt, va_list ap)
 {
 	vsyslog((int)level, fmt, ap);
+}
+
+/*
+ * adapter_view(): for a PEFT-wrapped checkpoint, the layout of its adapter
+ * (the adapter/ view) with its sources open; nothing for other sources.
+ */
+static gfs_err adapter_view(const gfs_layout *l, gfs_layout **out, gfs_srcset **src)
+{
+	gfs_err err = gfs_lora_adapter(l, out);
+
+	if (err == GFS_ERR_NOTFOUND)
+		return GFS_OK;
+	if (!err)
+		err = gfs_srcset_open(*out, src);
+	return err;
 }
 
 int main(int argc, char *argv[])
@@ -448,7 +488,13 @@ int main(int argc, char *argv[])
 	struct fuse_session *se;
 	struct fuse_loop_config *cfg;
 	gfs_fs_opts fso = { .views = GFS_VIEW_ALL };
-	bool dtype_ok;
+	gfs_lora_cli lora_cli;
+	gfs_layout *adapter = NULL;
+	gfs_srcset *adapter_src = NULL;
+	gfs_fs_file untied_cfg = { .name = "config.json" };
+	char *cfg_text = NULL;
+	gfs_err err;
+	bool dtype_ok, untied = false;
 	int ret = 1;
 
 	keep_stdio();
@@ -521,11 +567,32 @@ int main(int argc, char *argv[])
 	iopts.format = cli.format;
 	iopts.prefix = cli.prefix;
 	raise_nofile();
-	if (gfs_import(cli.source, &iopts, &layout) == GFS_OK && latest_differs(layout, cli.tag))
+	lora_cli = (gfs_lora_cli){ .lora = cli.lora, .merge = cli.merge, .base = cli.base,
+				   .tied = cli.lora_tied };
+	err = gfs_import(cli.source, &iopts, &layout);
+	if (!err && latest_differs(layout, cli.tag))
 		fso.hide = hide_latest;
-	if (!layout || gfs_srcset_open(layout, &src) != GFS_OK ||
-	    (cli.verify && verify_sources(layout, src) != GFS_OK) ||
-	    gfs_fs_new(layout, src, &fso, &fs) != GFS_OK) {
+	if (!err)
+		note_saved_adapter(layout);
+	if (!err)
+		err = adapter_view(layout, &adapter, &adapter_src);
+	if (!err)
+		err = gfs_lora_apply(&lora_cli, &layout, &untied);
+	if (!err && untied)
+		err = gfs_lora_untied_config(layout, &cfg_text);
+	if (!err)
+		err = gfs_srcset_open(layout, &src);
+	if (!err && cli.verify)
+		err = verify_sources(layout, src);
+	if (!err) {
+		fso.adapter = adapter;
+		fso.adapter_src = adapter_src;
+		untied_cfg.text = cfg_text;
+		fso.replace = &untied_cfg;
+		fso.nreplace = cfg_text ? 1 : 0;
+		err = gfs_fs_new(layout, src, &fso, &fs);
+	}
+	if (err) {
 		const bool emfile = strstr(gfs_errmsg(), strerror(EMFILE)) &&
 				    !strstr(gfs_errmsg(), "ulimit");
 
@@ -595,11 +662,18 @@ out_fs:
 	free(m.conn_opts);
 	gfs_fs_free(fs);
 	gfs_srcset_close(src);
+	gfs_srcset_close(adapter_src);
+	gfs_layout_free(adapter);
+	free(cfg_text);
 	gfs_layout_free(layout);
 out_args:
 	free(opts.mountpoint);
 	free(cli.source);
 	free(cli.dtype);
+	free(cli.lora);
+	free(cli.merge);
+	free(cli.base);
+	free(cli.lora_tied);
 	free(cli.tag);
 	free(cli.format);
 	free(cli.prefix);

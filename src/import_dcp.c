@@ -800,7 +800,7 @@ gfs_err gfs_import_dcp(const char *dir, const char *prefix, gfs_layout **out)
 	if (!err)
 		err = gfs_layout_set_root(c.l, dir);
 	if (!err)
-		err = gfs_layout_add_input(c.l, c.meta_path);
+		err = gfs_layout_add_metafile(c.l, c.meta_path);
 	if (!err)
 		err = read_metadata(&c, &sdm);
 	for (size_t i = 0; !err && i < sdm->u.dict.len; i++) {

@@ -1001,6 +1001,11 @@ static gfs_err build_entries(ds_ckpt *c)
 					m0->path, i);
 		if (target && gfs_pv_dict_get(module, target)) {
 			err = gfs_layout_add_alias(c->l, name, target);
+		} else if (target && !tmap_find(c, name)) {
+			/* a tied alias whose target was saved nowhere (save_checkpoint
+			 * with exclude_frozen_parameters, as HF Trainer does for PEFT
+			 * models): dropped, as zero_to_fp32 drops it */
+			continue;
 		} else if ((tp = tmap_find(c, name)) != NULL) {
 			err = emit_trainable(c, tp, it->value);
 			used++;
@@ -1675,9 +1680,9 @@ gfs_err gfs_import_deepspeed(const char *dir, const char *tag, gfs_layout **out)
 	if (!err)
 		err = gfs_layout_set_root(c.l, root);
 	for (size_t r = 0; !err && r < c.noptim; r++)
-		err = gfs_layout_add_input(c.l, c.optim[r].path);
+		err = gfs_layout_add_metafile(c.l, c.optim[r].path);
 	for (size_t r = 0; !err && r < c.nmodel; r++)
-		err = gfs_layout_add_input(c.l, c.model[r].path);
+		err = gfs_layout_add_metafile(c.l, c.model[r].path);
 	if (!err)
 		err = gfs_layout_set_note(c.l, note);
 	if (!err)

@@ -19,6 +19,7 @@
 #include "gatherfs/import.h"
 #include "gatherfs/integrity.h"
 #include "gatherfs/json.h"
+#include "gatherfs/lora.h"
 #include "gatherfs/server.h"
 #include "gatherfs/shards.h"
 
@@ -98,6 +99,7 @@ typedef struct inspect_opts {
 	uint64_t shard_size;
 	bool optim;             /* --optim: optimizer state instead of model tensors */
 	const char *state;      /* --optim=STATE (cat): which state */
+	gfs_lora_cli lora;
 } inspect_opts;
 
 static void usage(FILE *out)
@@ -149,6 +151,10 @@ static void usage(FILE *out)
 	      "  --format FMT       (export) bin or safetensors, instead of OUT's extension\n"
 	      "                     (default with --shard-size: safetensors)\n"
 	      "  --shard-size SIZE  (export) shards of at most SIZE, e.g. 5G, 500MB, 2GiB\n"
+	      "  --lora DIR         merge the PEFT LoRA adapter in DIR onto the model\n"
+	      "  --merge lora       merge the adapter of a PEFT-wrapped checkpoint\n"
+	      "  --base DIR         (with --merge) the base model of an adapter-only checkpoint\n"
+	      "  --lora-tied peft   a targeted tied embedding changes its head too (PEFT)\n"
 	      "  -h, --help         show this help\n"
 	      "  -V, --version      show the version\n"
 	      "\n"
@@ -201,11 +207,11 @@ static gfs_err load(const inspect_opts *o, const char *dir, gfs_layout **l)
 	const gfs_import_opts io = {
 		.tag = o->tag, .format = o->input_format, .prefix = o->prefix,
 	};
-	gfs_err err;
+	bool untied;
+	gfs_err err = o->layout ? gfs_layout_load_file(o->layout, l) : gfs_import(dir, &io, l);
 
-	if (o->layout)
-		return gfs_layout_load_file(o->layout, l);
-	err = gfs_import(dir, &io, l);
+	if (!err)
+		err = gfs_lora_apply(&o->lora, l, &untied);
 	return err;
 }
 
@@ -229,6 +235,22 @@ static void say_source(const inspect_opts *o, const char *dir, const gfs_layout 
 			l->info ? l->info : "");
 	else
 		fprintf(stderr, "gatherfs-inspect: %s: %s\n", what, l->info ? l->info : l->format);
+ * kind_of(): what ls shows of entry t: "merged:OP" for a computed tensor,
+ * "lora" for a LoRA tensor of an unmerged PEFT model, else "-".
+ */
+static const char *kind_of(const gfs_tensor *t, char *buf, size_t n)
+{
+	if (t->comp) {
+		snprintf(buf, n, "merged:%s", gfs_op_name(t->comp->op));
+		return buf;
+	}
+	return strstr(t->name, ".lora_") ? "lora" : "-";
+}
+
+/* has_kinds(): l has a computed or LoRA tensor (ls then shows a KIND column). */
+static bool has_kinds(const gfs_layout *l)
+{
+	return l->inputs || gfs_lora_count(l) > 0;
 }
 
 static void format_shape(const gfs_tensor *t, char *buf, size_t n)
@@ -336,6 +358,11 @@ static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 				if (!ok)
 					cJSON_Delete(v);
 			}
+			if (ok && has_kinds(l)) {
+				char kb[32];
+
+				ok = cJSON_AddStringToObject(e, "kind", kind_of(t, kb, sizeof(kb))) != NULL;
+			}
 			ok = ok && gfs_json_add_u64(e, "nbytes", t->numel * gfs_dtype_size(dt)) &&
 			     (t->alias_of >= 0
 				      ? cJSON_AddStringToObject(e, "alias_of",
@@ -366,16 +393,18 @@ static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 		free(text);
 		return 0;
 	}
-	out_ok(printf("%-48s %-9s %-20s %14s  %s\n", "NAME", "DTYPE", "SHAPE", "BYTES", "ALIAS_OF"));
+	out_ok(printf("%-48s %-9s %-20s %14s  %s%s\n", "NAME", "DTYPE", "SHAPE", "BYTES", "ALIAS_OF",
+		      has_kinds(l) ? "  KIND" : ""));
 	for (size_t i = 0; i < l->ntensors && !out_errno; i++) {
 		const gfs_tensor *t = &l->tensors[i];
 		const gfs_dtype dt = gfs_dtype_out(t->dtype, o->dtype);
-		char shape[512];
+		char shape[512], kb[32];
 
 		format_shape(t, shape, sizeof(shape));
-		out_ok(printf("%-48s %-9s %-20s %14" PRIu64 "  %s\n", t->name, gfs_dtype_name(dt),
+		out_ok(printf("%-48s %-9s %-20s %14" PRIu64 "  %s%s%s\n", t->name, gfs_dtype_name(dt),
 			      shape, t->numel * gfs_dtype_size(dt),
-			      t->alias_of >= 0 ? l->tensors[t->alias_of].name : "-"));
+			      t->alias_of >= 0 ? l->tensors[t->alias_of].name : "-",
+			      has_kinds(l) ? "  " : "", has_kinds(l) ? kind_of(t, kb, sizeof(kb)) : ""));
 	}
 	/* non-tensor entries (DCP bytes): listed, never served as tensors */
 	for (size_t i = 0; i < l->nobjects && !out_errno; i++)
@@ -648,6 +677,10 @@ int main(int argc, char **argv)
 		{ "optim", optional_argument, NULL, 'o' },
 		{ "format", required_argument, NULL, 'f' },
 		{ "shard-size", required_argument, NULL, 's' },
+		{ "lora", required_argument, NULL, 'L' },
+		{ "merge", required_argument, NULL, 'M' },
+		{ "base", required_argument, NULL, 'B' },
+		{ "lora-tied", required_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -709,6 +742,18 @@ int main(int argc, char **argv)
 				fprintf(stderr, "gatherfs-inspect: --shard-size: %s\n", gfs_errmsg());
 				return 2;
 			}
+			break;
+		case 'L':
+			o.lora.lora = optarg;
+			break;
+		case 'M':
+			o.lora.merge = optarg;
+			break;
+		case 'B':
+			o.lora.base = optarg;
+			break;
+		case 'T':
+			o.lora.tied = optarg;
 			break;
 		case 'h':
 			usage(stdout);

@@ -61,8 +61,10 @@ void gfs_layout_free(gfs_layout *l)
 		free(l->tensors[i].alias_target);
 		free(l->tensors[i].pieces);
 		free(l->tensors[i].state);
+		free(l->tensors[i].comp);
 	}
 	gfs_optim_clear(&l->optim);
+	gfs_layout_free(l->inputs);
 	for (size_t i = 0; i < l->nobjects; i++)
 		free(l->objects[i].name);
 	for (size_t i = 0; i < l->nrecords; i++)
@@ -70,9 +72,9 @@ void gfs_layout_free(gfs_layout *l)
 	free(l->records);
 	free(l->rec_piece0);
 	free(l->rec_pieces);
-	for (size_t i = 0; i < l->ninputs; i++)
-		free(l->inputs[i]);
-	free(l->inputs);
+	for (size_t i = 0; i < l->nmetafiles; i++)
+		free(l->metafiles[i]);
+	free(l->metafiles);
 	free(l->objects);
 	free(l->sources);
 	free(l->tensors);
@@ -125,16 +127,17 @@ gfs_err gfs_layout_set_root(gfs_layout *l, const char *root_dir)
 	return GFS_OK;
 }
 
-gfs_err gfs_layout_add_input(gfs_layout *l, const char *path)
+gfs_err gfs_layout_add_metafile(gfs_layout *l, const char *path)
 {
 	char *abs;
 
-	if (!gfs_grow((void **)&l->inputs, &l->cap_inputs, l->ninputs, sizeof(*l->inputs), 4))
+	if (!gfs_grow((void **)&l->metafiles, &l->cap_metafiles, l->nmetafiles,
+		      sizeof(*l->metafiles), 4))
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	abs = make_absolute(path);
 	if (!abs)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	l->inputs[l->ninputs++] = abs;
+	l->metafiles[l->nmetafiles++] = abs;
 	return GFS_OK;
 }
 
@@ -884,6 +887,8 @@ gfs_err gfs_layout_finish(gfs_layout *l, const char *label)
 	if (err)
 		return err;
 	err = resolve_aliases(l, label);
+	if (!err)
+		err = gfs_layout_check_computed(l, label);
 	if (err)
 		return err;
 	for (size_t i = 0; i < l->nobjects; i++) {
@@ -901,7 +906,7 @@ gfs_err gfs_layout_finish(gfs_layout *l, const char *label)
 		gfs_tensor *t = &l->tensors[i];
 		uint64_t reach = 0;
 
-		if (t->alias_of >= 0)
+		if (t->alias_of >= 0 || t->comp)
 			continue;
 		if (t->npieces > 1) /* qsort(NULL, 0) is undefined */
 			qsort(t->pieces, t->npieces, sizeof(*t->pieces), piece_cmp);

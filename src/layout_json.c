@@ -75,6 +75,25 @@ static cJSON *piece_json(const gfs_piece *p, bool general)
 	return o;
 }
 
+/* compute_json(): the "compute" member of computed tensor t (version 3). */
+static cJSON *compute_json(const gfs_layout *l, const gfs_compute *c)
+{
+	static const char *const roles[] = { "weight", "lora_A", "lora_B", "magnitude" };
+	cJSON *o = cJSON_CreateObject();
+	bool ok = o && cJSON_AddStringToObject(o, "op", gfs_op_name(c->op)) &&
+		  cJSON_AddNumberToObject(o, "scale", c->scale) &&
+		  cJSON_AddBoolToObject(o, "transpose", (c->flags & GFS_OPF_T) != 0);
+
+	for (int k = 0; ok && k < GFS_OPIN_COUNT; k++)
+		if (c->in[k] >= 0)
+			ok = cJSON_AddStringToObject(o, roles[k], l->inputs->tensors[c->in[k]].name);
+	if (!ok) {
+		cJSON_Delete(o);
+		return NULL;
+	}
+	return o;
+}
+
 static cJSON *tensor_json(const gfs_layout *l, const gfs_tensor *t)
 {
 	cJSON *o = cJSON_CreateObject();
@@ -94,6 +113,15 @@ static cJSON *tensor_json(const gfs_layout *l, const gfs_tensor *t)
 	if (!shape || !cJSON_AddItemToObject(o, "shape", shape))
 		goto fail;
 	shape = NULL;
+	if (t->comp) {
+		cJSON *c = compute_json(l, t->comp);
+
+		if (!c || !cJSON_AddItemToObject(o, "compute", c)) {
+			cJSON_Delete(c);
+			goto fail;
+		}
+		return o;
+	}
 	pieces = cJSON_CreateArray();
 	if (!pieces || !cJSON_AddItemToObject(o, "pieces", pieces)) {
 		cJSON_Delete(pieces);
@@ -351,7 +379,8 @@ gfs_err gfs_layout_to_json(const gfs_layout *l, char **text)
 	cJSON *sources, *tensors;
 	char *out;
 
-	const bool v3 = l->noptim > 0 || l->optim.zero_stage > 0;
+	const bool optim = l->noptim > 0 || l->optim.zero_stage > 0;
+	const bool v3 = optim || l->inputs != NULL;
 	bool v2 = l->nobjects > 0;
 
 	for (size_t i = 0; i < gfs_layout_nentries(l) && !v2; i++)
@@ -387,7 +416,7 @@ gfs_err gfs_layout_to_json(const gfs_layout *l, char **text)
 			goto nomem;
 		}
 	}
-	if (v3) {
+	if (optim) {
 		cJSON *states = cJSON_AddArrayToObject(root, "optimizer_state");
 		cJSON *opt = optim_json(l);
 
@@ -400,6 +429,20 @@ gfs_err gfs_layout_to_json(const gfs_layout *l, char **text)
 
 			if (!t || !cJSON_AddStringToObject(t, "state", l->tensors[i].state) ||
 			    !cJSON_AddItemToArray(states, t)) {
+				cJSON_Delete(t);
+				goto nomem;
+			}
+		}
+	}
+	if (l->inputs) {
+		cJSON *inputs = cJSON_AddArrayToObject(root, "inputs");
+
+		if (!inputs)
+			goto nomem;
+		for (size_t i = 0; i < l->inputs->ntensors; i++) {
+			cJSON *t = tensor_json(l->inputs, &l->inputs->tensors[i]);
+
+			if (!t || !cJSON_AddItemToArray(inputs, t)) {
 				cJSON_Delete(t);
 				goto nomem;
 			}
@@ -569,6 +612,47 @@ static gfs_err parse_pieces(gfs_layout *l, size_t ti, const cJSON *pieces, const
 	return GFS_OK;
 }
 
+/* parse_compute(): the "compute" member of tensor ti (version 3). */
+static gfs_err parse_compute(gfs_layout *l, size_t ti, const cJSON *c, const char *name)
+{
+	static const char *const roles[] = { "weight", "lora_A", "lora_B", "magnitude" };
+	gfs_compute comp = { .in = { -1, -1, -1, -1 } };
+	const cJSON *scale = gfs_json_get(c, "scale");
+	const cJSON *tr = gfs_json_get(c, "transpose");
+	const char *op;
+	gfs_err err;
+
+	if (!cJSON_IsObject(c))
+		return gfs_fail(GFS_ERR_FORMAT, "tensor %s: compute must be an object", name);
+	err = gfs_json_str(gfs_json_get(c, "op"), NULL, "compute op", &op);
+	if (err)
+		return gfs_fail_prefix(err, "tensor %s", name);
+	comp.op = gfs_op_parse(op);
+	if (!comp.op)
+		return gfs_fail(GFS_ERR_FORMAT, "tensor %s: unknown compute op '%s'", name, op);
+	if (!cJSON_IsNumber(scale))
+		return gfs_fail(GFS_ERR_FORMAT, "tensor %s: compute scale must be a number", name);
+	comp.scale = scale->valuedouble;
+	if (tr && !cJSON_IsBool(tr))
+		return gfs_fail(GFS_ERR_FORMAT, "tensor %s: compute transpose must be true or false", name);
+	if (tr && cJSON_IsTrue(tr))
+		comp.flags |= GFS_OPF_T;
+	for (int k = 0; k < GFS_OPIN_COUNT; k++) {
+		const cJSON *v = gfs_json_get(c, roles[k]);
+		const char *in;
+
+		if (!v)
+			continue;
+		err = gfs_json_str(v, NULL, roles[k], &in);
+		if (err)
+			return gfs_fail_prefix(err, "tensor %s", name);
+		comp.in[k] = l->inputs ? gfs_layout_find(l->inputs, in) : -1;
+		if (comp.in[k] < 0)
+			return gfs_fail(GFS_ERR_FORMAT, "tensor %s: %s '%s' is not in \"inputs\"", name, roles[k], in);
+	}
+	return gfs_layout_set_compute(l, ti, &comp);
+}
+
 static gfs_err parse_objects(gfs_layout *l, const cJSON *v)
 {
 	const cJSON *o;
@@ -633,6 +717,12 @@ static gfs_err parse_tensor(gfs_layout *l, const cJSON *t, bool optim)
 	if (!err)
 		err = state ? gfs_layout_add_state(l, state, name, dt, ndim, dims, &ti)
 			    : gfs_layout_add_tensor(l, name, dt, ndim, dims, &ti);
+	if (!err && gfs_json_get(t, "compute")) {
+		if (gfs_json_get(t, "pieces"))
+			return gfs_fail(GFS_ERR_FORMAT, "tensor %s: a computed tensor has no pieces",
+					name);
+		return parse_compute(l, ti, gfs_json_get(t, "compute"), name);
+	}
 	if (!err)
 		err = parse_pieces(l, ti, gfs_json_get(t, "pieces"), ctx);
 	return err;
@@ -717,6 +807,28 @@ static gfs_err parse_root(const cJSON *root, const char *json_dir, gfs_layout **
 				break;
 		}
 	}
+	v = gfs_json_get(root, "inputs");
+	if (!err && v && version < GFS_LAYOUT_VERSION_COMPUTE)
+		err = gfs_fail(GFS_ERR_FORMAT, "\"inputs\" needs layout version %d",
+			       GFS_LAYOUT_VERSION_COMPUTE);
+	if (!err && v && !cJSON_IsArray(v))
+		err = gfs_fail(GFS_ERR_FORMAT, "\"inputs\" must be an array");
+	if (!err && v) {
+		err = gfs_layout_new("inputs", l->base_dir, &l->inputs);
+		for (size_t i = 0; !err && i < l->nsources; i++) {
+			uint32_t idx;
+
+			err = gfs_layout_add_source(l->inputs, l->sources[i].path, l->sources[i].size,
+						    &idx);
+		}
+		cJSON_ArrayForEach(t, v) {
+			if (err)
+				break;
+			err = parse_tensor(l->inputs, t, false);
+		}
+		if (!err)
+			err = gfs_layout_finish_inputs(l, "\"inputs\"");
+	}
 	v = gfs_json_get(root, "tensors");
 	if (!err && !cJSON_IsArray(v))
 		err = gfs_fail(GFS_ERR_FORMAT, "\"tensors\" must be an array");
@@ -799,7 +911,7 @@ gfs_err gfs_layout_load_file(const char *path, gfs_layout **out)
 	if (!err)
 		err = gfs_layout_from_json(text, (size_t)st.st_size, path, dirname(dir), out);
 	if (!err) {
-		err = gfs_layout_add_input(*out, path);
+		err = gfs_layout_add_metafile(*out, path);
 		if (err) {
 			gfs_layout_free(*out);
 			*out = NULL;

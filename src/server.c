@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <zstd.h>
 
+#include "gatherfs/compute.h"
 #include "gatherfs/server.h"
 
 /* What a source looked like when opened: any change makes reads fail. */
@@ -34,6 +35,7 @@ struct gfs_srcset {
 	size_t n;
 	src_id *ids;
 	struct rec_table *rt;
+	gfs_ccache *cc; /* computed tensors' cache, NULL if the layout has none */
 	int fds[];
 };
 
@@ -131,6 +133,7 @@ gfs_err gfs_srcset_open(const gfs_layout *l, gfs_srcset **out)
 	s->layout = l;
 	s->gen = ++srcset_gen;
 	s->n = 0;
+	s->cc = NULL;
 	s->ids = gfs_calloc(l->nsources, sizeof(*s->ids));
 	s->rt = rec_table_new(l);
 	if (!s->ids || !s->rt) {
@@ -176,6 +179,8 @@ gfs_err gfs_srcset_open(const gfs_layout *l, gfs_srcset **out)
 		}
 		s->ids[i] = id_of(&st);
 	}
+	if (!err && l->inputs)
+		err = gfs_ccache_new(l, &s->cc);
 	if (err) {
 		gfs_srcset_close(s);
 		return err;
@@ -191,6 +196,7 @@ void gfs_srcset_close(gfs_srcset *s)
 	for (size_t i = 0; i < s->n; i++)
 		close(s->fds[i]);
 	rec_table_free(s->rt);
+	gfs_ccache_free(s->cc);
 	free(s->ids);
 	free(s);
 }
@@ -826,6 +832,13 @@ static gfs_err read_native(const gfs_layout *l, const gfs_srcset *s,
 	return GFS_OK;
 }
 
+gfs_err gfs_tensor_read_raw(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
+			    uint64_t off, void *buf, size_t len)
+{
+	assert(s->layout == l && !t->comp && t->alias_of < 0 && off + len <= t->nbytes);
+	return read_native(l, s, t, off, buf, len);
+}
+
 gfs_err gfs_tensor_read(const gfs_layout *l, const gfs_srcset *s, size_t i,
 			gfs_dtype want, uint64_t off, void *buf, size_t len)
 {
@@ -840,6 +853,8 @@ gfs_err gfs_tensor_read(const gfs_layout *l, const gfs_srcset *s, size_t i,
 
 	assert(s->layout == l);
 	assert(off + len <= t->numel * os);
+	if (t->comp)
+		return gfs_compute_read(l, s, s->cc, (size_t)(t - l->tensors), out, off, buf, len);
 	if (out == t->dtype)
 		return read_native(l, s, t, off, dst, len);
 	while (len > 0) {

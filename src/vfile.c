@@ -296,7 +296,7 @@ static gfs_err map_tensor(const gfs_vfile *vf, const gfs_seg *seg, uint64_t off,
 		if (err)
 			return err;
 	}
-	if (t->strided || gfs_dtype_out(t->dtype, vf->ctx->want) != t->dtype)
+	if (t->strided || t->comp || gfs_dtype_out(t->dtype, vf->ctx->want) != t->dtype)
 		return GFS_ERR_LIMIT;
 	while (pos < end) {
 		const gfs_piece_span sp = gfs_piece_candidates(t, pos, end);

@@ -789,6 +789,43 @@ static void kh_str(keyhash *h, const char *s)
 	kh_put(h, s, strlen(s) + 1);
 }
 
+/* kh_pieces(): a tensor's pieces. */
+static void kh_pieces(keyhash *h, const gfs_tensor *t)
+{
+	kh_u64(h, t->npieces);
+	for (size_t p = 0; p < t->npieces; p++) {
+		const gfs_piece *pc = &t->pieces[p];
+		const uint64_t f[] = { (uint64_t)pc->kind, pc->src, pc->toff, pc->len,
+				       pc->src_off, pc->count, pc->dst_stride,
+				       pc->src_stride, pc->frame_off, pc->frame_len,
+				       pc->frame_size };
+
+		for (size_t k = 0; k < sizeof(f) / sizeof(f[0]); k++)
+			kh_u64(h, f[k]);
+	}
+}
+
+/* kh_compute(): a computed tensor's operation, scale and operands. */
+static void kh_compute(keyhash *h, const gfs_layout *l, const gfs_compute *c)
+{
+	uint64_t scale;
+
+	memcpy(&scale, &c->scale, sizeof(scale));
+	kh_u64(h, (uint64_t)c->op);
+	kh_u64(h, c->flags);
+	kh_u64(h, scale);
+	for (int k = 0; k < GFS_OPIN_COUNT; k++) {
+		const gfs_tensor *in = c->in[k] >= 0 ? &l->inputs->tensors[c->in[k]] : NULL;
+
+		kh_u64(h, in ? (uint64_t)in->dtype : UINT64_MAX);
+		if (in) {
+			for (uint32_t d = 0; d < in->ndim; d++)
+				kh_u64(h, in->shape[d]);
+			kh_pieces(h, in);
+		}
+	}
+}
+
 /* cache_key(): hash the key of z into z->key_*; false if a source is gone. */
 static bool cache_key(gfs_tzview *z)
 {
@@ -824,17 +861,9 @@ static bool cache_key(gfs_tzview *z)
 		kh_str(&h, t->name);
 		kh_u64(&h, (uint64_t)t->dtype);
 		kh_u64(&h, t->nbytes);
-		kh_u64(&h, t->npieces);
-		for (size_t p = 0; p < t->npieces; p++) {
-			const gfs_piece *pc = &t->pieces[p];
-			const uint64_t f[] = { (uint64_t)pc->kind, pc->src, pc->toff, pc->len,
-					       pc->src_off, pc->count, pc->dst_stride,
-					       pc->src_stride, pc->frame_off, pc->frame_len,
-					       pc->frame_size };
-
-			for (size_t k = 0; k < sizeof(f) / sizeof(f[0]); k++)
-				kh_u64(&h, f[k]);
-		}
+		kh_pieces(&h, t);
+		if (t->comp) /* a computed tensor: its operation and operands */
+			kh_compute(&h, l, t->comp);
 	}
 	z->key_fnv = h.fnv;
 	z->key_crc = (uint32_t)h.crc;

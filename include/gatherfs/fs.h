@@ -11,14 +11,18 @@
  *   /tensors/INDEX      tab-separated text: a header line, then per tensor
  *                       name, dtype, shape, bytes, alias target ("-" if none)
  *   /<name>             each regular file of the checkpoint root directory
- *                       (layout->root_dir), passed through unchanged, but
- *                       the layout's sources and plain model files
+ *                       (layout->root_dir), passed through unchanged (or
+ *                       replaced by gfs_fs_opts.replace), but the layout's
+ *                       sources and plain model files
  *                       (gfs_plain_is_model_name())
  *   /optim/<state>/<name>       optimizer state `state` of param `name` (raw
  *                               bytes in the output dtype, named as in tensors/)
  *   /optim/<state>.safetensors  every param's `state`, keyed by param name
  *   /latest_universal, /<tag>_universal/...
  *                       a DeepSpeed universal checkpoint (view_universal.h)
+ *   /adapter/           with gfs_fs_opts.adapter: adapter_model.safetensors
+ *                       (a safetensors view of that layout) and, when its
+ *                       root_dir has one, adapter_config.json
  *
  * With a shard size, pytorch_model.bin and model.safetensors are replaced by
  * Hugging Face shards and their index files (shards.h):
@@ -104,6 +108,12 @@ enum {
 	GFS_VIEW_ALL = 63,
 };
 
+/* A root file whose content the mount replaces (e.g. an edited config.json). */
+typedef struct gfs_fs_file {
+	const char *name;
+	const char *text; /* the whole content */
+} gfs_fs_file;
+
 typedef struct gfs_fs_opts {
 	gfs_dtype want;      /* GFS_DT_INVALID: tensors as stored */
 	unsigned views;      /* GFS_VIEW_* bits */
@@ -112,6 +122,10 @@ typedef struct gfs_fs_opts {
 	const char *const *hide; /* NULL-terminated names of checkpoint files not to pass
 				    through (the caller says why), or NULL */
 	void (*notice)(const char *line); /* told about every file left out; may be NULL */
+	const gfs_layout *adapter;     /* the adapter/ view's tensors, NULL: no adapter/ */
+	const gfs_srcset *adapter_src; /* its open sources */
+	const gfs_fs_file *replace;    /* root files shown with other content (borrowed) */
+	size_t nreplace;
 } gfs_fs_opts;
 
 /*

@@ -27,7 +27,8 @@
 
 #define GFS_MAX_DIMS 16
 #define GFS_LAYOUT_VERSION 1     /* written when a layout needs nothing newer */
-#define GFS_LAYOUT_VERSION_MAX 3 /* 2: strided and zstd pieces, objects; 3: optimizer state */
+#define GFS_LAYOUT_VERSION_MAX 3 /* 2: strided and zstd pieces, objects; 3: optimizer state, computed tensors */
+#define GFS_LAYOUT_VERSION_COMPUTE 3
 
 typedef enum gfs_piece_kind {
 	GFS_PIECE_FILE = 0, /* bytes from a source file */
@@ -110,6 +111,37 @@ typedef struct gfs_piece_ref {
 	size_t p;
 } gfs_piece_ref;
 
+/*
+ * A computed tensor (layout version 3) has no pieces: its bytes are a
+ * function of input tensors, evaluated on read (compute.h, merge.h).  The
+ * inputs are tensors of the layout's `inputs` table, which are never part of
+ * a view and whose pieces use the layout's own sources.
+ *
+ *   LORA       W + s * (B @ A), [R, C]: W [R, C], A [r, C], B [R, r]; with
+ *              GFS_OPF_T the transpose W + s * (B @ A)^T: A [r, R], B [C, r]
+ *              (HF Conv1D with fan_in_fan_out, nn.Embedding)
+ *   LORA_BIAS  W + s * A, all of shape [n] (a bias and lora_B.bias)
+ *   DORA       (M / ||V||) * V with V as for LORA: the norm of each output
+ *              feature, M [R] per row, or with GFS_OPF_T M [C] per column
+ */
+typedef enum gfs_op {
+	GFS_OP_LORA = 1,
+	GFS_OP_LORA_BIAS = 2,
+	GFS_OP_DORA = 3,
+} gfs_op;
+
+#define GFS_OPF_T 1u /* the delta is (B @ A)^T */
+#define GFS_MAX_LORA_RANK 65536
+
+enum { GFS_OPIN_W, GFS_OPIN_A, GFS_OPIN_B, GFS_OPIN_M, GFS_OPIN_COUNT };
+
+typedef struct gfs_compute {
+	gfs_op op;
+	uint32_t flags;                /* GFS_OPF_* */
+	double scale;                  /* s, finite */
+	int64_t in[GFS_OPIN_COUNT];    /* indices into the inputs table, -1: unused */
+} gfs_compute;
+
 typedef struct gfs_tensor {
 	char *name;
 	gfs_dtype dtype;
@@ -124,6 +156,7 @@ typedef struct gfs_tensor {
 	size_t npieces;
 	size_t cap_pieces;
 	char *state;      /* optimizer-state entries: the state ("exp_avg", "step"...); else NULL */
+	gfs_compute *comp; /* a computed tensor (no pieces), else NULL */
 } gfs_tensor;
 
 /*
@@ -197,9 +230,9 @@ typedef struct gfs_layout {
 			   `latest`), for the user; not in the JSON; may be NULL */
 	char *base_dir; /* absolute directory relative source paths resolve against */
 	char *root_dir; /* absolute checkpoint directory whose other files are passed through, may be NULL */
-	char **inputs;  /* absolute paths of the files the names, shapes and offsets were read from */
-	size_t ninputs;
-	size_t cap_inputs;
+	char **metafiles;/* absolute paths of the files the names, shapes and offsets were read from */
+	size_t nmetafiles;
+	size_t cap_metafiles;
 	gfs_object *objects; /* non-tensor entries, listed but not served as tensors */
 	size_t nobjects;
 	size_t cap_objects;
@@ -218,6 +251,10 @@ typedef struct gfs_layout {
 	 * rec_pieces[rec_piece0[r] .. rec_piece0[r + 1]) */
 	size_t *rec_piece0;
 	gfs_piece_ref *rec_pieces;
+	/* operands of computed tensors (layout version 3), NULL if none: a
+	 * layout whose sources are this layout's own (copied by
+	 * gfs_layout_finish_inputs()) */
+	struct gfs_layout *inputs;
 	/* name lookup, built by gfs_layout_finish() */
 	uint32_t *hash;
 	size_t hash_cap;
@@ -241,12 +278,12 @@ gfs_err gfs_layout_set_info(gfs_layout *l, const char *info);
 gfs_err gfs_layout_set_root(gfs_layout *l, const char *root_dir);
 
 /*
- * gfs_layout_add_input(): record that the importer read metadata (tensor
+ * gfs_layout_add_metafile(): record that the importer read metadata (tensor
  * names, shapes, offsets) from the file at path (made absolute): views
  * that show metadata are no more readable than it (see perm.h).  Allowed
  * on a finished layout by its creator, before the layout is shared.
  */
-gfs_err gfs_layout_add_input(gfs_layout *l, const char *path);
+gfs_err gfs_layout_add_metafile(gfs_layout *l, const char *path);
 
 /*
  * gfs_layout_add_source(): register a source file (deduplicated by path)
@@ -344,6 +381,42 @@ gfs_err gfs_layout_add_general(gfs_layout *l, size_t ti, const gfs_piece *p);
  * runs per layout).  label names the layout's origin in messages.
  */
 gfs_err gfs_layout_finish(gfs_layout *l, const char *label);
+
+/*
+ * gfs_layout_add_input(): append an operand tensor (no pieces yet) to l's
+ * inputs table, created on first use.  Its pieces are added with
+ * gfs_layout_add_piece(l->inputs, ...) etc. and name l's sources.
+ * @return GFS_OK and *idx (an index into l->inputs).
+ */
+gfs_err gfs_layout_add_input(gfs_layout *l, const char *name, gfs_dtype dtype,
+			     uint32_t ndim, const uint64_t *shape, size_t *idx);
+
+/*
+ * gfs_layout_finish_inputs(): copy l's sources into its inputs table and
+ * finish it (so that its names can be looked up); a no-op without inputs
+ * or when done already.  gfs_layout_finish() calls it.
+ */
+gfs_err gfs_layout_finish_inputs(gfs_layout *l, const char *label);
+
+/*
+ * gfs_layout_set_compute(): make tensor ti (no pieces) a computed tensor.
+ * gfs_layout_finish() checks the operation against its inputs' shapes and
+ * dtypes (floating point), the rank (1..GFS_MAX_LORA_RANK) and the scale
+ * (finite).
+ */
+gfs_err gfs_layout_set_compute(gfs_layout *l, size_t ti, const gfs_compute *c);
+
+/*
+ * gfs_layout_check_computed(): finish l's inputs and check every computed
+ * tensor of l (see gfs_layout_set_compute()); gfs_layout_finish() calls it.
+ */
+gfs_err gfs_layout_check_computed(gfs_layout *l, const char *label);
+
+/* gfs_op_name(): "lora", "lora_bias", "dora". */
+const char *gfs_op_name(gfs_op op);
+
+/* gfs_op_parse(): the op named s, or 0. */
+gfs_op gfs_op_parse(const char *s);
 
 /* A range [first, last) of a tensor's pieces. */
 typedef struct gfs_piece_span {

@@ -2,7 +2,8 @@
  * gatherfs — the byte server for tensors: open the sources of a layout once
  * and read any byte range of any tensor, optionally converted to another
  * floating-point dtype.  Thread-safe: reads use pread on shared descriptors
- * and take no lock.
+ * and take no lock; computed tensors (compute.h) are evaluated on read
+ * through a cache with its own lock.
  */
 #ifndef GATHERFS_SERVER_H
 #define GATHERFS_SERVER_H
@@ -110,5 +111,13 @@ uint64_t gfs_tensor_out_nbytes(const gfs_layout *l, size_t i, gfs_dtype want);
  */
 gfs_err gfs_tensor_read(const gfs_layout *l, const gfs_srcset *s, size_t i,
 			gfs_dtype want, uint64_t off, void *buf, size_t len);
+
+/*
+ * gfs_tensor_read_raw(): bytes [off, off + len) of tensor t with pieces (an
+ * entry of l or of its inputs table: its pieces name l's sources), in its
+ * own dtype.  Same checks as gfs_tensor_read().
+ */
+gfs_err gfs_tensor_read_raw(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
+			    uint64_t off, void *buf, size_t len);
 
 #endif

@@ -1,0 +1,313 @@
+/*
+ * Unit tests for the merge arithmetic and computed tensors: one rounding
+ * from float64 to bf16 / fp16 / fp32 against a brute-force nearest-value
+ * search (ties to even, subnormals, overflow, NaN); the low-rank update
+ * against exact integer arithmetic; computed tensors served from a layout
+ * (JSON round trip, every offset, dtype conversion) and their validation.
+ */
+#include "config.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gatherfs/layout.h"
+#include "gatherfs/merge.h"
+#include "gatherfs/server.h"
+#include "tap.h"
+
+/* The finite non-negative values of a 16-bit format, as doubles, ascending. */
+static double vals[2][0x7f81];
+static int nvals[2];
+
+static void make_tables(void)
+{
+	for (uint32_t h = 0; h < 0x7f81; h++) { /* bf16: up to +inf */
+		const uint32_t b = h << 16;
+		float f;
+
+		memcpy(&f, &b, 4);
+		vals[0][h] = f;
+	}
+	nvals[0] = 0x7f81;
+	for (uint32_t h = 0; h < 0x7c01; h++) { /* fp16: up to +inf */
+		const int e = (int)(h >> 10), m = (int)(h & 0x3ff);
+
+		vals[1][h] = e == 0x1f ? INFINITY : e ? ldexp(m | 0x400, e - 25) : ldexp(m, -24);
+	}
+	nvals[1] = 0x7c01;
+}
+
+/* ref16(): the correctly rounded bits of x (k 0: bf16, 1: fp16) by search. */
+static uint16_t ref16(int k, double x)
+{
+	const double ax = fabs(x);
+	const uint16_t sign = signbit(x) ? 0x8000 : 0;
+	const double *v = vals[k];
+	int lo = 0, hi = nvals[k] - 1, best;
+
+	/* largest index with v <= ax */
+	while (lo < hi) {
+		const int mid = (lo + hi + 1) / 2;
+
+		if (v[mid] <= ax)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	best = lo;
+	if (v[lo] != ax && lo + 1 < nvals[k]) {
+		const int top = nvals[k] - 2; /* the largest finite value */
+		double next = v[lo + 1];
+
+		if (lo + 1 == nvals[k] - 1) /* past the largest finite: the next would be 2^emax+1 */
+			next = 2 * v[top] - v[top - 1];
+		if (ax - v[lo] > next - ax || (ax - v[lo] == next - ax && (lo & 1)))
+			best = lo + 1;
+	}
+	return sign | (uint16_t)best;
+}
+
+static uint64_t rng = 88172645463325252ull;
+
+static uint64_t xorshift(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return rng;
+}
+
+static void test_rounding(void)
+{
+	int bad[3] = { 0, 0, 0 };
+	double first_bad[3] = { 0, 0, 0 };
+
+	make_tables();
+	for (int i = 0; i < 400000; i++) {
+		const uint64_t u = xorshift();
+		/* exponents around both formats' ranges, and halfway points */
+		const int e = (int)(u % 300) - 160;
+		double x = ldexp(1.0 + (double)(xorshift() >> 11) * 0x1p-53, e);
+		uint8_t out[2];
+		float f;
+
+		if (u & 0x100) { /* an exact midpoint of bf16 or fp16 values */
+			const int k = (u >> 9) & 1;
+			const int j = (int)(xorshift() % (uint64_t)(nvals[k] - 2));
+
+			x = (vals[k][j] + vals[k][j + 1]) / 2;
+		}
+		if (u & 0x200)
+			x = -x;
+		for (int k = 0; k < 2; k++) {
+			uint16_t got;
+
+			gfs_merge_round(k ? GFS_DT_F16 : GFS_DT_BF16, &x, out, 1);
+			got = (uint16_t)(out[0] | out[1] << 8);
+			if (got != ref16(k, x) && !bad[k]++)
+				first_bad[k] = x;
+		}
+		gfs_merge_round(GFS_DT_F32, &x, &f, 1);
+		if (f != (float)x && !bad[2]++)
+			first_bad[2] = x;
+	}
+	tap_ok(!bad[0], "bf16: 400000 values rounded once to nearest even (%d wrong, first %a)",
+	       bad[0], first_bad[0]);
+	tap_ok(!bad[1], "fp16: 400000 values rounded once to nearest even (%d wrong, first %a)",
+	       bad[1], first_bad[1]);
+	tap_ok(!bad[2], "fp32: as the C conversion (%d wrong)", bad[2]);
+	{
+		const double sp[] = { NAN, INFINITY, -INFINITY, 0.0, -0.0, 1e300, -1e300 };
+		const uint16_t bf[] = { 0x7fc0, 0x7f80, 0xff80, 0, 0x8000, 0x7f80, 0xff80 };
+		const uint16_t hf[] = { 0x7e00, 0x7c00, 0xfc00, 0, 0x8000, 0x7c00, 0xfc00 };
+		uint8_t o[14], p[14];
+		int ok = 1;
+
+		gfs_merge_round(GFS_DT_BF16, sp, o, 7);
+		gfs_merge_round(GFS_DT_F16, sp, p, 7);
+		for (int i = 0; i < 7; i++)
+			ok &= (o[2 * i] | o[2 * i + 1] << 8) == bf[i] &&
+			      (p[2 * i] | p[2 * i + 1] << 8) == hf[i];
+		tap_ok(ok, "NaN, infinities, signed zeros and overflow");
+	}
+	{
+		/* 1 + 2^-8 + 2^-40: above the bf16 midpoint, so it rounds up; through
+		 * fp32 first it would round to the midpoint, then down to even */
+		const double x = 1.0 + 0x1p-8 + 0x1p-40;
+		uint8_t o[2];
+
+		gfs_merge_round(GFS_DT_BF16, &x, o, 1);
+		tap_ok((o[0] | o[1] << 8) == 0x3f81, "bf16 is rounded from float64 directly, not via fp32");
+	}
+}
+
+static void test_update(void)
+{
+	/* small integers: every operation is exact, so the result must be too */
+	enum { ROWS = 3, COLS = 700, RK = 7 };
+	static double c[ROWS * RK], R[RK * COLS], v[ROWS * COLS], want[ROWS * COLS];
+	int ok = 1;
+
+	for (int i = 0; i < ROWS * RK; i++)
+		c[i] = (double)((int)(xorshift() % 17) - 8);
+	for (int i = 0; i < RK * COLS; i++)
+		R[i] = (double)((int)(xorshift() % 33) - 16);
+	for (int i = 0; i < ROWS; i++)
+		for (int j = 0; j < COLS; j++) {
+			double sum = 0;
+
+			for (int k = 0; k < RK; k++)
+				sum += c[i * RK + k] * R[k * COLS + j];
+			v[i * COLS + j] = i - j;
+			want[i * COLS + j] = (i - j) + 0.5 * sum;
+		}
+	gfs_merge_lora_rows(ROWS, COLS, RK, 0.5, c, R, v);
+	for (int i = 0; i < ROWS * COLS; i++)
+		ok &= v[i] == want[i];
+	tap_ok(ok, "low-rank update of 3 x 700 at rank 7 (tail tile, odd rank) is exact");
+}
+
+/* A source of 4096 bytes: float32 values k / 64 - 8 at element k. */
+static char tmpdir[] = "/tmp/gfs-t-merge-XXXXXX";
+static char srcpath[512];
+
+static void make_source(void)
+{
+	float buf[1024];
+	FILE *f;
+
+	for (int i = 0; i < 1024; i++)
+		buf[i] = (float)i / 64 - 8;
+	if (!mkdtemp(tmpdir))
+		abort();
+	snprintf(srcpath, sizeof(srcpath), "%s/src.bin", tmpdir);
+	f = fopen(srcpath, "wb");
+	if (!f || fwrite(buf, 1, sizeof(buf), f) != sizeof(buf) || fclose(f) != 0)
+		abort();
+}
+
+/* layout_json(): W [6, 5] at element 0, A [2, 5] at 100, B [6, 2] at 200; op, transpose. */
+static void layout_json(char *j, size_t n, const char *op, const char *extra, const char *ashape,
+			const char *scale)
+{
+	const int abytes = strcmp(ashape, "[2, 5]") == 0 ? 40 : strcmp(ashape, "[2, 4]") == 0 ? 32 : 0;
+	char apieces[128] = "[]";
+
+	if (abytes)
+		snprintf(apieces, sizeof(apieces), "[{\"source\": 0, \"offset\": 400, \"length\": %d}]",
+			 abytes);
+	snprintf(j, n,
+		 "{\"gatherfs_layout\": 3, \"sources\": [{\"path\": \"%s\", \"size\": 4096}],"
+		 " \"inputs\": ["
+		 "{\"name\": \"W\", \"dtype\": \"float32\", \"shape\": [6, 5], \"pieces\": [{\"source\": 0, \"offset\": 0, \"length\": 120}]},"
+		 "{\"name\": \"A\", \"dtype\": \"float32\", \"shape\": %s, \"pieces\": %s},"
+		 "{\"name\": \"B\", \"dtype\": \"float32\", \"shape\": [6, 2], \"pieces\": [{\"source\": 0, \"offset\": 800, \"length\": 48}]},"
+		 "{\"name\": \"M\", \"dtype\": \"float32\", \"shape\": [6], \"pieces\": [{\"source\": 0, \"offset\": 1200, \"length\": 24}]}],"
+		 " \"tensors\": [{\"name\": \"merged\", \"dtype\": \"float32\", \"shape\": [6, 5],"
+		 " \"compute\": {\"op\": \"%s\", \"scale\": %s, \"weight\": \"W\", \"lora_A\": \"A\", \"lora_B\": \"B\"%s}}]}",
+		 srcpath, ashape, apieces, op, scale, extra);
+}
+
+static float src_val(int k)
+{
+	return (float)k / 64 - 8;
+}
+
+static void test_computed(void)
+{
+	char j[4096];
+	gfs_layout *l = NULL, *l2 = NULL;
+	gfs_srcset *s = NULL;
+	char *text = NULL;
+	double want[30];
+	int ok = 1;
+
+	for (int i = 0; i < 6; i++)
+		for (int jj = 0; jj < 5; jj++) {
+			double sum = 0;
+
+			for (int k = 0; k < 2; k++)
+				sum += (double)src_val(200 + i * 2 + k) * (double)src_val(100 + k * 5 + jj);
+			want[i * 5 + jj] = (double)src_val(i * 5 + jj) + 0.375 * sum;
+		}
+	layout_json(j, sizeof(j), "lora", "", "[2, 5]", "0.375");
+	tap_ok(gfs_layout_from_json(j, strlen(j), "t.json", "/", &l) == GFS_OK, "a computed tensor loads: %s",
+	       gfs_errmsg());
+	if (!l)
+		return;
+	tap_ok(l->tensors[0].comp && l->tensors[0].comp->op == GFS_OP_LORA && l->inputs &&
+		       l->inputs->ntensors == 4,
+	       "it is computed, with its inputs");
+	tap_ok(gfs_layout_to_json(l, &text) == GFS_OK && strstr(text, "\"gatherfs_layout\":\t3") &&
+		       gfs_layout_from_json(text, strlen(text), "rt.json", "/", &l2) == GFS_OK,
+	       "JSON round trip (version 3): %s", gfs_errmsg());
+	free(text);
+	gfs_layout_free(l2);
+	if (gfs_srcset_open(l, &s) == GFS_OK) {
+		float got[30];
+		uint16_t bf[30];
+
+		/* every offset and length */
+		for (size_t off = 0; off < 120 && ok; off += 4)
+			for (size_t len = 4; off + len <= 120 && ok; len += 4) {
+				ok = gfs_tensor_read(l, s, 0, GFS_DT_INVALID, off, (uint8_t *)got + off, len) ==
+				     GFS_OK;
+				for (size_t e = off / 4; ok && e < (off + len) / 4; e++)
+					ok = got[e] == (float)want[e];
+			}
+		tap_ok(ok, "reads at every offset give the float64 merge rounded once to fp32");
+		ok = gfs_tensor_read(l, s, 0, GFS_DT_BF16, 0, bf, sizeof(bf)) == GFS_OK;
+		for (int e = 0; ok && e < 30; e++) {
+			uint8_t o[2];
+
+			gfs_merge_round(GFS_DT_BF16, &want[e], o, 1);
+			ok = bf[e] == (uint16_t)(o[0] | o[1] << 8);
+		}
+		tap_ok(ok, "-o dtype=bf16: rounded once from float64");
+		gfs_srcset_close(s);
+	}
+	gfs_layout_free(l);
+
+	layout_json(j, sizeof(j), "lora", "", "[2, 4]", "0.375");
+	tap_ok(gfs_layout_from_json(j, strlen(j), "t.json", "/", &l) == GFS_ERR_FORMAT &&
+		       strstr(gfs_errmsg(), "do not fit"),
+	       "a lora_A of the wrong shape is refused: %s", gfs_errmsg());
+	layout_json(j, sizeof(j), "lora", "", "[0, 5]", "0.375");
+	tap_ok(gfs_layout_from_json(j, strlen(j), "t.json", "/", &l) == GFS_ERR_FORMAT &&
+		       strstr(gfs_errmsg(), "rank 0"),
+	       "rank 0 is refused: %s", gfs_errmsg());
+	layout_json(j, sizeof(j), "lora", "", "[2, 5]", "1e999");
+	tap_ok(gfs_layout_from_json(j, strlen(j), "t.json", "/", &l) == GFS_ERR_FORMAT &&
+		       strstr(gfs_errmsg(), "not finite"),
+	       "an infinite scale is refused: %s", gfs_errmsg());
+	layout_json(j, sizeof(j), "dora", "", "[2, 5]", "1");
+	tap_ok(gfs_layout_from_json(j, strlen(j), "t.json", "/", &l) == GFS_ERR_FORMAT &&
+		       strstr(gfs_errmsg(), "missing operand magnitude"),
+	       "dora without a magnitude is refused: %s", gfs_errmsg());
+	layout_json(j, sizeof(j), "dora", ", \"magnitude\": \"M\"", "[2, 5]", "1");
+	tap_ok(gfs_layout_from_json(j, strlen(j), "t.json", "/", &l) == GFS_OK, "dora with one: %s",
+	       gfs_errmsg());
+	gfs_layout_free(l);
+	layout_json(j, sizeof(j), "lora", ", \"magnitude\": \"nope\"", "[2, 5]", "1");
+	tap_ok(gfs_layout_from_json(j, strlen(j), "t.json", "/", &l) == GFS_ERR_FORMAT,
+	       "an operand that is no input is refused: %s", gfs_errmsg());
+	layout_json(j, sizeof(j), "mystery", "", "[2, 5]", "1");
+	tap_ok(gfs_layout_from_json(j, strlen(j), "t.json", "/", &l) == GFS_ERR_FORMAT,
+	       "an unknown op is refused: %s", gfs_errmsg());
+	snprintf(j, sizeof(j), "{\"gatherfs_layout\": 2, \"sources\": [], \"inputs\": [], \"tensors\": []}");
+	tap_ok(gfs_layout_from_json(j, strlen(j), "t.json", "/", &l) == GFS_ERR_FORMAT,
+	       "inputs in a version-2 layout are refused: %s", gfs_errmsg());
+}
+
+int main(void)
+{
+	test_rounding();
+	test_update();
+	make_source();
+	test_computed();
+	unlink(srcpath);
+	rmdir(tmpdir);
+	return tap_done();
+}
