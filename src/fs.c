@@ -627,6 +627,24 @@ static gfs_err add_format(gfs_fs *fs, const gfs_shard_plan *plan, const char *st
 }
 
 /* build_views(): the root's virtual files, in listing order. */
+/*
+ * replaced_attr(): the attributes of a root file shown with other content
+ * (gfs_fs_opts.replace): those of every source together, and no more
+ * readable than the checkpoint's own file of that name.
+ */
+static fs_attr replaced_attr(const gfs_fs *fs, const char *name)
+{
+	const gfs_layout *l = fs->ctx.layout;
+	fs_attr attr = fs->xfile_attr;
+	char path[PATH_MAX];
+	struct stat st;
+
+	if (l->root_dir && (size_t)snprintf(path, sizeof(path), "%s/%s", l->root_dir, name) <
+				   sizeof(path) && stat(path, &st) == 0)
+		attr.perm &= st.st_mode & 0444;
+	return attr;
+}
+
 static gfs_err build_views(gfs_fs *fs)
 {
 	const gfs_layout *l = fs->ctx.layout;
@@ -641,7 +659,8 @@ static gfs_err build_views(gfs_fs *fs)
 		err = add_format(fs, plan, ST_STEM, ST_EXT, false);
 	gfs_shard_plan_free(plan);
 	for (size_t i = 0; !err && i < fs->opts.nreplace; i++)
-		err = add_text(fs, fs->opts.replace[i].name, fs->opts.replace[i].text);
+		err = add_text(fs, fs->opts.replace[i].name, fs->opts.replace[i].text,
+			       replaced_attr(fs, fs->opts.replace[i].name));
 	if (!err && (fs->opts.views & GFS_VIEW_LAYOUT)) {
 		char *json = NULL;
 
@@ -732,11 +751,17 @@ static bool is_view_name(const char *name)
 	return is_shard_name(name, ZIP_STEM, ZIP_EXT) || is_shard_name(name, ST_STEM, ST_EXT);
 }
 
-/* is_hidden(): a name the caller asked to leave out (gfs_fs_opts.hide). */
+/*
+ * is_hidden(): a name the caller asked to leave out (gfs_fs_opts.hide) or
+ * to show with other content (gfs_fs_opts.replace).
+ */
 static bool is_hidden(const gfs_fs *fs, const char *name)
 {
 	for (const char *const *h = fs->opts.hide; h && *h; h++)
 		if (strcmp(name, *h) == 0)
+			return true;
+	for (size_t i = 0; i < fs->opts.nreplace; i++)
+		if (strcmp(name, fs->opts.replace[i].name) == 0)
 			return true;
 	return false;
 }

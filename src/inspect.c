@@ -235,6 +235,9 @@ static void say_source(const inspect_opts *o, const char *dir, const gfs_layout 
 			l->info ? l->info : "");
 	else
 		fprintf(stderr, "gatherfs-inspect: %s: %s\n", what, l->info ? l->info : l->format);
+}
+
+/*
  * kind_of(): what ls shows of entry t: "merged:OP" for a computed tensor,
  * "lora" for a LoRA tensor of an unmerged PEFT model, else "-".
  */

@@ -470,7 +470,8 @@ static gfs_err crc_range(const gfs_vctx *ctx, size_t entry, uint64_t off,
  * crc_from_sources(): the CRC-32 of record r combined from the CRC-32s the
  * source checks recorded for its pieces, without reading them again:
  * possible when the tensor is served as stored (no dtype conversion) from
- * contiguous FILE pieces of records found OK.
+ * contiguous FILE pieces of records found OK (never for a computed
+ * tensor: its bytes are in no source record).
  */
 static bool crc_from_sources(const gfs_tzview *z, size_t r, uint32_t *out)
 {
@@ -479,7 +480,7 @@ static bool crc_from_sources(const gfs_tzview *z, size_t r, uint32_t *out)
 	const size_t ti = (size_t)(t - l->tensors);
 	uLong crc = crc32(0, Z_NULL, 0);
 
-	if (t->strided || gfs_dtype_out(t->dtype, z->ctx->want) != t->dtype)
+	if (t->strided || t->comp || gfs_dtype_out(t->dtype, z->ctx->want) != t->dtype)
 		return false;
 	for (size_t p = 0; p < t->npieces; p++) {
 		uint32_t c;

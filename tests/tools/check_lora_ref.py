@@ -31,7 +31,7 @@ def main():
     assert set(index) == want, f"names: extra {sorted(set(index) - want)}, missing {sorted(want - set(index))}"
     exact = close = 0
     for name, (dt, shape, arr) in ref.items():
-        _, gdt, gshape, nbytes, _ = index[name]
+        _, gdt, gshape, nbytes, _ = index[name][:5]
         assert lora_ref.TORCH_TO_ST[gdt] == dt and json.loads(gshape) == shape, (name, gdt, gshape)
         got = np.frombuffer(open(os.path.join(mnt, "tensors", name), "rb").read(),
                             dtype=lora_ref._ST_NP[dt]).reshape(shape)
