@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "gatherfs/server.h"
+#include "gatherfs/server/server.h"
 
 /*
  * fuzz_read_all(): read every entry of an imported layout, in chunks, as

@@ -19,9 +19,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gatherfs/import.h"
-#include "gatherfs/pickle.h"
-#include "gatherfs/server.h"
+#include "gatherfs/importers/import.h"
+#include "gatherfs/readers/pickle.h"
+#include "gatherfs/server/server.h"
 
 #include "fuzz_common.h"
 

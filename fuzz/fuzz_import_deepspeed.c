@@ -22,8 +22,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "gatherfs/import.h"
-#include "gatherfs/server.h"
+#include "gatherfs/importers/import.h"
+#include "gatherfs/server/server.h"
 
 #include "fuzz_common.h"
 

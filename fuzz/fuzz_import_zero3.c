@@ -18,8 +18,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gatherfs/import.h"
-#include "gatherfs/server.h"
+#include "gatherfs/importers/import.h"
+#include "gatherfs/server/server.h"
 
 #include "fuzz_common.h"
 

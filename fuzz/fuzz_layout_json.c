@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gatherfs/layout.h"
+#include "gatherfs/index/layout.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "gatherfs/pickle.h"
+#include "gatherfs/readers/pickle.h"
 
 #define WALK_MAX_DEPTH 64
 #define WALK_MAX_NODES 100000

@@ -1,5 +1,5 @@
 /*
- * gatherfs — libFuzzer target for the byte server (src/server.c).
+ * gatherfs — libFuzzer target for the byte server (src/server/server.c).
  *
  * The input bytes describe a layout over two temporary source files: up to
  * 8 tensors of any dtype and a small shape, each tiled by random FILE and
@@ -17,8 +17,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gatherfs/layout.h"
-#include "gatherfs/server.h"
+#include "gatherfs/index/layout.h"
+#include "gatherfs/server/server.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);

@@ -15,7 +15,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "gatherfs/torchzip.h"
+#include "gatherfs/readers/torchzip.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

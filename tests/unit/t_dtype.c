@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "gatherfs/dtype.h"
+#include "gatherfs/arith/dtype.h"
 #include "tap.h"
 
 static float f32(uint32_t u)

@@ -16,8 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gatherfs/layout.h"
-#include "gatherfs/server.h"
+#include "gatherfs/index/layout.h"
+#include "gatherfs/server/server.h"
 #include "tap.h"
 
 static char tmpdir[] = "/tmp/gfs-t-faults-XXXXXX";

@@ -12,10 +12,10 @@
 
 #include <zlib.h>
 
-#include "gatherfs/integrity.h"
-#include "gatherfs/json.h"
-#include "gatherfs/layout.h"
-#include "gatherfs/server.h"
+#include "gatherfs/server/integrity.h"
+#include "gatherfs/util/json.h"
+#include "gatherfs/index/layout.h"
+#include "gatherfs/server/server.h"
 #include "tap.h"
 
 static char tmpdir[] = "/tmp/gfs-t-layout-XXXXXX";

@@ -12,9 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gatherfs/layout.h"
-#include "gatherfs/merge.h"
-#include "gatherfs/server.h"
+#include "gatherfs/index/layout.h"
+#include "gatherfs/arith/merge.h"
+#include "gatherfs/server/server.h"
 #include "tap.h"
 
 /* The finite non-negative values of a 16-bit format, as doubles, ascending. */

@@ -1,5 +1,5 @@
 /*
- * gatherfs — unit tests for the safe pickle reader (src/pickle.c).
+ * gatherfs — unit tests for the safe pickle reader (src/readers/pickle.c).
  *
  * Prints one "ok N - ..." / "not ok N - ..." line per check and exits
  * non-zero if any check failed.  Real torch pickles are read from
@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gatherfs/pickle.h"
+#include "gatherfs/readers/pickle.h"
 
 /* A string literal as (buffer, length) arguments, without its NUL. */
 #define PK(lit) (const uint8_t *)(lit), sizeof(lit) - 1

@@ -1,5 +1,5 @@
 /*
- * gatherfs — unit test of the torch zip reader (src/torchzip.c).
+ * gatherfs — unit test of the torch zip reader (src/readers/torchzip.c).
  *
  * Real torch.save files (torch 1.13 and 2.x) and crafted zips live in
  * $top_srcdir/tests/data/zips; their expected records were computed with
@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "gatherfs/torchzip.h"
+#include "gatherfs/readers/torchzip.h"
 
 #define LOCATOR_SIG 0x07064b50u
 

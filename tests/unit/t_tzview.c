@@ -17,9 +17,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "gatherfs/pickle.h"
-#include "gatherfs/torchzip.h"
-#include "gatherfs/view_torchzip.h"
+#include "gatherfs/readers/pickle.h"
+#include "gatherfs/readers/torchzip.h"
+#include "gatherfs/views/view_torchzip.h"
 #include "tap.h"
 
 #define SRC_SIZE 8192

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gatherfs/vfile.h"
+#include "gatherfs/server/vfile.h"
 #include "tap.h"
 
 #define SRC_SIZE 4096

@@ -1,0 +1,49 @@
+/*
+ * gatherfs — export: write a view of a layout to regular files, streaming
+ * through the same byte server the mount uses, with memory independent of
+ * the model size and an atomic finish (temporary name, fsync, rename).
+ */
+#ifndef GATHERFS_EXPORT_H
+#define GATHERFS_EXPORT_H
+
+#include "gatherfs/server/server.h"
+
+typedef enum gfs_format {
+	GFS_FORMAT_NONE = 0,
+	GFS_FORMAT_BIN,         /* torch zip (pytorch_model.bin) */
+	GFS_FORMAT_SAFETENSORS, /* model.safetensors */
+} gfs_format;
+
+typedef struct gfs_export_opts {
+	gfs_format format;
+	gfs_dtype want;      /* GFS_DT_INVALID: tensors in their own dtype */
+	uint64_t shard_size; /* 0: one file; else HF shards + index in a directory */
+	bool progress;       /* draw a progress bar on stderr */
+	bool signals;        /* on SIGINT/SIGTERM/SIGHUP remove every temporary file,
+				then die of the signal (see export.c) */
+} gfs_export_opts;
+
+/*
+ * gfs_format_from_name(): "bin"/"pt"/"torch" or "safetensors"/"st", or a
+ * file name ending in .bin, .pt, .pth or .safetensors.  GFS_FORMAT_NONE if
+ * unknown.
+ */
+gfs_format gfs_format_from_name(const char *s);
+
+/*
+ * gfs_export(): write the view.  Without shard_size, out is the file to
+ * write; with it, out is a directory (created if missing) that receives the
+ * shard files and the index, named as transformers names them.  Every file
+ * is written under a temporary name (.NAME.XXXXXX), all are flushed with
+ * fsync(), then renamed into place, the index last; a previous index in the
+ * directory is removed before the first rename.  On any error, or with
+ * o->signals on SIGINT/SIGTERM/SIGHUP, every temporary file (and the
+ * directory, if this call created it) is removed: nothing new is left.
+ * Only a crash (SIGKILL, power loss) can leave a .NAME.XXXXXX file, or,
+ * during the renames, shards without an index; an index is only ever
+ * visible together with every shard it names.
+ */
+gfs_err gfs_export(const gfs_layout *l, const gfs_srcset *s, const char *out,
+		   const gfs_export_opts *o);
+
+#endif

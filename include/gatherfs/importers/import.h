@@ -1,0 +1,91 @@
+/*
+ * gatherfs — importers: turn a checkpoint on disk into a layout index.
+ *
+ * Importers read metadata only (pickles, zip central directories, local
+ * headers); they never read tensor payloads.
+ */
+#ifndef GATHERFS_IMPORT_H
+#define GATHERFS_IMPORT_H
+
+#include "gatherfs/index/layout.h"
+
+typedef struct gfs_pickle gfs_pickle;
+
+typedef struct gfs_import_opts {
+	const char *tag;    /* DeepSpeed tag (e.g. "global_step3"); NULL: read `latest` */
+	const char *format; /* "dcp", "deepspeed", "plain", "layout", "zero3"; NULL or "auto": detect */
+	const char *prefix; /* DCP, plain: keep only keys starting with it, without it; NULL: all */
+} gfs_import_opts;
+
+/*
+ * gfs_import(): detect the format of path and import it.  path may be
+ *   - a layout JSON file (docs/layout-json.md);
+ *   - a PyTorch DCP directory (one holding `.metadata`);
+ *   - a rank-local ZeRO-3 save (zero3-rank-*.json/.bin, written by
+ *     python/gatherfs_save.py);
+ *   - a directory holding `layout.json` and no `latest` (a hand-written
+ *     layout over files of that directory);
+ *   - a DeepSpeed save directory (holding `latest` and tag directories), a
+ *     tag directory, or a save directory with opts->tag set;
+ *   - plain model files (import_plain.h): a directory holding
+ *     model.safetensors, pytorch_model.bin or their .index.json and no
+ *     DCP or DeepSpeed files (shards win over plain files), or one such
+ *     file (told from a layout JSON by its contents).
+ * opts->format forces one of them ("layout", "dcp", "deepspeed", "plain",
+ * "zero3"); an unknown name is GFS_ERR_INVAL.  opts->tag applies to
+ * DeepSpeed and zero3 saves only, opts->prefix to DCP and plain files only
+ * (GFS_ERR_INVAL otherwise).
+ * opts may be NULL.
+ * @return GFS_OK and a finished layout in *out.
+ */
+gfs_err gfs_import(const char *path, const gfs_import_opts *opts, gfs_layout **out);
+
+/*
+ * gfs_import_deepspeed(): import a DeepSpeed ZeRO 1/2/3 (or BF16_Optimizer)
+ * checkpoint; dir and tag as for gfs_import().  The output follows DESIGN.md
+ * §2: model key order, fp32 masters for trainable params, frozen params and
+ * buffers in their stored dtype, tied aliases, no padding.
+ */
+gfs_err gfs_import_deepspeed(const char *dir, const char *tag, gfs_layout **out);
+
+/*
+ * gfs_import_dcp(): import the PyTorch Distributed Checkpoint in dir (its
+ * `.metadata` and the .distcp files it names).  Tensors come in
+ * state_dict_metadata order with their stored dtypes; chunks split on an
+ * inner dimension become strided pieces, zstd-transformed items ZSTD
+ * pieces; BytesStorageMetadata entries become layout objects.  With prefix
+ * (may be NULL), only keys starting with it are kept, named without it; no
+ * such key is GFS_ERR_NOTFOUND.  Validates that the chunks of each tensor
+ * tile it exactly and that every item lies inside its file.
+ */
+gfs_err gfs_import_dcp(const char *dir, const char *prefix, gfs_layout **out);
+
+/*
+ * gfs_dcp_parse_metadata(): parse a DCP `.metadata` pickle held in
+ * buf[0..len) and check its shape: a Metadata object whose
+ * state_dict_metadata has string keys and whose storage_data maps
+ * MetadataIndex objects (fqn string, offset tuple or None) to _StorageInfo
+ * objects (relative_path string, non-negative offset and length).  Key,
+ * fqn and relative_path strings must hold no NUL or control character.  label
+ * names the file in messages.  @return GFS_OK and the pickle in *out (the
+ * caller frees it with gfs_pickle_free()).
+ */
+gfs_err gfs_dcp_parse_metadata(const uint8_t *buf, size_t len, const char *label,
+			       gfs_pickle **out);
+
+/*
+ * gfs_import_zero3(): import the rank-local ZeRO-3 save in dir
+ * (docs/zero3-save.md): rank 0's manifest gives the tag, the world size W
+ * and the tensor table; the manifests of ranks 1..W-1 must agree with it,
+ * no file of a rank >= W may be present, each data file must have the
+ * size its manifest records and each rank's byte ranges must be those the
+ * partition arithmetic gives.  With tag (may be NULL), the save must carry
+ * that tag.  The stale live copies the ranks report are summarised in the
+ * layout's info.  Passes the directory's other files through (config.json).
+ */
+gfs_err gfs_import_zero3(const char *dir, const char *tag, gfs_layout **out);
+
+/* gfs_zero3_detect(): does directory dir hold a file named zero3-rank-R.json or .bin? */
+bool gfs_zero3_detect(const char *dir);
+
+#endif

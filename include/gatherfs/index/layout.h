@@ -1,0 +1,488 @@
+/*
+ * gatherfs — the layout index: the table of output tensors.
+ *
+ * For each output tensor, in output order: its name, dtype, shape, and the
+ * pieces that make up its contiguous row-major little-endian bytes.  A piece
+ * says "these len bytes come from source file src at offset src_off", "len
+ * zero bytes" or "these len bytes come from offset src_off of the
+ * decompressed zstd frame stored at frame_off in source src".  A piece may
+ * be strided: count runs of len bytes, run k at toff + k * dst_stride in the
+ * tensor and src_off + k * src_stride in the source (an N-D box of a
+ * tensor split on an inner dimension).  Strided pieces interleave, so
+ * pieces are sorted by toff and tile [0, nbytes) exactly as a set: every
+ * byte is covered by exactly one run.  An alias
+ * (a tied weight) names its target instead of having pieces; it has the
+ * target's dtype and shape.
+ *
+ * Importers build a layout with gfs_layout_new(), gfs_layout_add_*() and
+ * gfs_layout_finish(), which validates it.  A finished layout is immutable
+ * and safe to share between threads.  The JSON form is documented in
+ * docs/layout-json.md.
+ */
+#ifndef GATHERFS_LAYOUT_H
+#define GATHERFS_LAYOUT_H
+
+#include "gatherfs/util/common.h"
+#include "gatherfs/arith/dtype.h"
+
+#define GFS_MAX_DIMS 16
+#define GFS_LAYOUT_VERSION 1     /* written when a layout needs nothing newer */
+#define GFS_LAYOUT_VERSION_MAX 3 /* 2: strided and zstd pieces, objects; 3: optimizer state, computed tensors */
+#define GFS_LAYOUT_VERSION_COMPUTE 3
+
+typedef enum gfs_piece_kind {
+	GFS_PIECE_FILE = 0, /* bytes from a source file */
+	GFS_PIECE_ZERO = 1, /* zero bytes */
+	GFS_PIECE_ZSTD = 2, /* bytes of a zstd frame's decompressed content */
+} gfs_piece_kind;
+
+/* Upper bound on the runs a layout's validation walks (GFS_ERR_LIMIT past it). */
+#define GFS_MAX_RUNS ((uint64_t)1 << 28)
+
+typedef struct gfs_piece {
+	uint64_t toff;       /* offset of the (first) run inside the tensor's bytes */
+	uint64_t len;        /* bytes per run, > 0 */
+	uint64_t src_off;    /* FILE: offset in the source file; ZSTD: in the decompressed frame */
+	uint64_t count;      /* runs, >= 1; 1 is a contiguous piece */
+	uint64_t dst_stride; /* count > 1: distance between runs in the tensor, > len */
+	uint64_t src_stride; /* count > 1: distance between runs in the source, >= len */
+	uint64_t frame_off;  /* ZSTD: offset of the frame in the source file */
+	uint64_t frame_len;  /* ZSTD: compressed size of the frame */
+	uint64_t frame_size; /* ZSTD: decompressed size of the frame */
+	uint64_t reach;      /* set by gfs_layout_finish(): max end of pieces [0, this] */
+	uint32_t src;        /* FILE, ZSTD: index into gfs_layout.sources */
+	uint32_t rec;        /* set by gfs_layout_finish(): the checksummed record holding
+				all the piece's bytes (index into gfs_layout.records), or
+				GFS_NO_RECORD */
+	gfs_piece_kind kind;
+} gfs_piece;
+
+#define GFS_NO_RECORD UINT32_MAX
+
+/*
+ * gfs_piece_end(): one past the last tensor byte of piece p's last run.
+ */
+static inline uint64_t gfs_piece_end(const gfs_piece *p)
+{
+	return p->toff + (p->count - 1) * p->dst_stride + p->len;
+}
+
+/*
+ * gfs_piece_src_end(): one past the last source byte p reads (in the file for
+ * FILE, in the decompressed frame for ZSTD).
+ */
+static inline uint64_t gfs_piece_src_end(const gfs_piece *p)
+{
+	return p->src_off + (p->count - 1) * p->src_stride + p->len;
+}
+
+typedef struct gfs_source {
+	char *path;    /* as written in the layout (relative to base_dir, or absolute) */
+	char *abspath; /* resolved */
+	uint64_t size; /* expected file size in bytes */
+} gfs_source;
+
+/*
+ * A checksummed record of a source: the bytes of one zip record (a
+ * torch.save storage data/<key>, whole, padding included) and the CRC-32
+ * its central directory stores.  FILE: bytes [off, off + len) of source
+ * src.  ZSTD: bytes [off, off + len) of the decompressed content of the
+ * zstd frame at frame_off (frame_len bytes, frame_size decompressed) of
+ * src; checking such a record decompresses the whole frame, which also
+ * checks the frame's content checksum when it has one.  Importers register
+ * the records tensor bytes may come from; gfs_layout_finish() keeps those
+ * holding bytes of some piece.  Metadata only: O(records).
+ */
+typedef struct gfs_record {
+	char *name;          /* names the record in messages ("archive/data/3") */
+	uint32_t src;
+	gfs_piece_kind kind; /* FILE or ZSTD */
+	uint64_t off;
+	uint64_t len;
+	uint64_t frame_off;  /* ZSTD */
+	uint64_t frame_len;
+	uint64_t frame_size;
+	uint32_t crc32;      /* stored CRC-32 of the len bytes */
+} gfs_record;
+
+/* Piece p of tensor ti. */
+typedef struct gfs_piece_ref {
+	size_t ti;
+	size_t p;
+} gfs_piece_ref;
+
+/*
+ * A computed tensor (layout version 3) has no pieces: its bytes are a
+ * function of input tensors, evaluated on read (compute.h, merge.h).  The
+ * inputs are tensors of the layout's `inputs` table, which are never part of
+ * a view and whose pieces use the layout's own sources.
+ *
+ *   LORA       W + s * (B @ A), [R, C]: W [R, C], A [r, C], B [R, r]; with
+ *              GFS_OPF_T the transpose W + s * (B @ A)^T: A [r, R], B [C, r]
+ *              (HF Conv1D with fan_in_fan_out, nn.Embedding)
+ *   LORA_BIAS  W + s * A, all of shape [n] (a bias and lora_B.bias)
+ *   DORA       (M / ||V||) * V with V as for LORA: the norm of each output
+ *              feature, M [R] per row, or with GFS_OPF_T M [C] per column
+ */
+typedef enum gfs_op {
+	GFS_OP_LORA = 1,
+	GFS_OP_LORA_BIAS = 2,
+	GFS_OP_DORA = 3,
+} gfs_op;
+
+#define GFS_OPF_T 1u /* the delta is (B @ A)^T */
+#define GFS_MAX_LORA_RANK 65536
+
+enum { GFS_OPIN_W, GFS_OPIN_A, GFS_OPIN_B, GFS_OPIN_M, GFS_OPIN_COUNT };
+
+typedef struct gfs_compute {
+	gfs_op op;
+	uint32_t flags;                /* GFS_OPF_* */
+	double scale;                  /* s, finite */
+	int64_t in[GFS_OPIN_COUNT];    /* indices into the inputs table, -1: unused */
+} gfs_compute;
+
+typedef struct gfs_tensor {
+	char *name;
+	gfs_dtype dtype;
+	uint32_t ndim;
+	uint64_t shape[GFS_MAX_DIMS];
+	uint64_t numel;
+	uint64_t nbytes;  /* numel * dtype size */
+	bool strided;     /* set by gfs_layout_finish(): some piece has count > 1 */
+	int64_t alias_of; /* index of the target tensor, or -1 */
+	char *alias_target; /* while building: name of the alias target, else NULL */
+	gfs_piece *pieces;
+	size_t npieces;
+	size_t cap_pieces;
+	char *state;      /* optimizer-state entries: the state ("exp_avg", "step"...); else NULL */
+	gfs_compute *comp; /* a computed tensor (no pieces), else NULL */
+} gfs_tensor;
+
+/*
+ * A non-tensor entry of the checkpoint (a DCP BytesStorageMetadata value:
+ * torch.save bytes of a Python object).  Listed by `gatherfs-inspect ls`,
+ * never part of a tensor view.
+ */
+typedef struct gfs_object {
+	char *name;
+	uint32_t src;     /* index into gfs_layout.sources */
+	uint64_t src_off; /* bytes as stored (possibly transformed) */
+	uint64_t len;
+} gfs_object;
+
+/*
+ * Optimizer state (docs/layout-json.md, "optimizer").  An optimizer-state
+ * entry is a gfs_tensor with a `state`, named after its parameter: the
+ * per-parameter slice of one per-element state of the flat groups
+ * ("exp_avg", "exp_avg_sq", "momentum_buffer"...), or "step", the 0-d step
+ * of the parameter's group.  They follow the model tensors in
+ * gfs_layout.tensors: entries [ntensors, ntensors + noptim).  Views that
+ * iterate [0, ntensors) never see them.  The fp32 masters are the model
+ * tensors themselves.
+ *
+ * gfs_optim carries what is not a tensor: how the states were partitioned
+ * and the optimizer's param_groups (hyper-parameters, without "params"),
+ * as plain values.
+ */
+typedef enum gfs_hkind {
+	GFS_HV_NONE, GFS_HV_BOOL, GFS_HV_INT, GFS_HV_FLOAT, GFS_HV_STR, GFS_HV_TUPLE,
+	GFS_HV_LIST,
+} gfs_hkind;
+
+typedef struct gfs_hval {
+	gfs_hkind kind;
+	bool b;
+	int64_t i;
+	double f;
+	char *s;                /* STR */
+	struct gfs_hval *items; /* TUPLE, LIST */
+	size_t n;
+} gfs_hval;
+
+typedef struct gfs_hparam {
+	char *key;
+	gfs_hval v;
+} gfs_hparam;
+
+typedef struct gfs_pgroup {
+	gfs_hparam *items;
+	size_t n;
+} gfs_pgroup;
+
+typedef struct gfs_optim {
+	int zero_stage;       /* DeepSpeed ZeRO stage 1, 2, 3; 0: no optimizer metadata */
+	bool bf16_optimizer;  /* DeepSpeed's BF16_Optimizer (stage 1 layout) */
+	bool round_robin;     /* round_robin_gradients: flat order is not module order */
+	uint32_t world_size;  /* ranks the states are partitioned over */
+	uint32_t nflat;       /* flat groups: stage 1/2 param groups, stage 3 sub-groups */
+	char *version;        /* ds_version, or NULL */
+	gfs_pgroup *groups;   /* the optimizer's param_groups, or NULL */
+	size_t ngroups;
+	uint32_t *model_srcs; /* sources that are model-states files, in rank order */
+	size_t nmodel_srcs;
+} gfs_optim;
+
+typedef struct gfs_layout {
+	char *format;   /* source format: "deepspeed", "json", ... */
+	char *info;     /* one line describing the checkpoint, may be NULL */
+	char *note;     /* a line for the user: how the importer chose what it read (e.g. a tag without
+			   `latest`), for the user; not in the JSON; may be NULL */
+	char *base_dir; /* absolute directory relative source paths resolve against */
+	char *root_dir; /* absolute checkpoint directory whose other files are passed through, may be NULL */
+	char **metafiles;/* absolute paths of the files the names, shapes and offsets were read from */
+	size_t nmetafiles;
+	size_t cap_metafiles;
+	gfs_object *objects; /* non-tensor entries, listed but not served as tensors */
+	size_t nobjects;
+	size_t cap_objects;
+	gfs_source *sources;
+	size_t nsources;
+	size_t cap_sources;
+	gfs_tensor *tensors;
+	size_t ntensors;   /* model tensors: entries [0, ntensors) */
+	size_t cap_tensors;
+	size_t noptim;     /* optimizer-state entries: [ntensors, ntensors + noptim) */
+	gfs_optim optim;   /* filled by importers directly; freed with the layout */
+	gfs_record *records; /* sorted by (src, kind, frame_off, off) once finished */
+	size_t nrecords;
+	size_t cap_records;
+	/* set by gfs_layout_finish(): the pieces in record r are
+	 * rec_pieces[rec_piece0[r] .. rec_piece0[r + 1]) */
+	size_t *rec_piece0;
+	gfs_piece_ref *rec_pieces;
+	/* operands of computed tensors (layout version 3), NULL if none: a
+	 * layout whose sources are this layout's own (copied by
+	 * gfs_layout_finish_inputs()) */
+	struct gfs_layout *inputs;
+	/* name lookup, built by gfs_layout_finish() */
+	uint32_t *hash;
+	size_t hash_cap;
+	bool finished;
+} gfs_layout;
+
+/*
+ * gfs_layout_new(): an empty layout for the given format name and base
+ * directory (made absolute).  @return GFS_OK and *out.
+ */
+gfs_err gfs_layout_new(const char *format, const char *base_dir, gfs_layout **out);
+
+/* gfs_layout_free(): free everything; NULL allowed. */
+void gfs_layout_free(gfs_layout *l);
+
+/* gfs_layout_set_note(): set (or, with NULL, clear) the note; one line. */
+gfs_err gfs_layout_set_note(gfs_layout *l, const char *note);
+
+/* gfs_layout_set_info(), gfs_layout_set_root(): optional descriptive fields. */
+gfs_err gfs_layout_set_info(gfs_layout *l, const char *info);
+gfs_err gfs_layout_set_root(gfs_layout *l, const char *root_dir);
+
+/*
+ * gfs_layout_add_metafile(): record that the importer read metadata (tensor
+ * names, shapes, offsets) from the file at path (made absolute): views
+ * that show metadata are no more readable than it (see perm.h).  Allowed
+ * on a finished layout by its creator, before the layout is shared.
+ */
+gfs_err gfs_layout_add_metafile(gfs_layout *l, const char *path);
+
+/*
+ * gfs_layout_add_source(): register a source file (deduplicated by path)
+ * with its expected size.  @return GFS_OK and *idx.
+ */
+gfs_err gfs_layout_add_source(gfs_layout *l, const char *path, uint64_t size,
+			      uint32_t *idx);
+
+/*
+ * gfs_layout_add_tensor(): append a tensor with no pieces yet.  numel and
+ * nbytes are computed with overflow checks.  @return GFS_OK and *idx.
+ */
+gfs_err gfs_layout_add_tensor(gfs_layout *l, const char *name, gfs_dtype dtype,
+			      uint32_t ndim, const uint64_t *shape, size_t *idx);
+
+/*
+ * gfs_layout_add_object(): record a non-tensor entry: len bytes at src_off
+ * of source src (checked against the source size by gfs_layout_finish()).
+ */
+gfs_err gfs_layout_add_object(gfs_layout *l, const char *name, uint32_t src,
+			      uint64_t src_off, uint64_t len);
+
+/*
+ * gfs_layout_add_state(): append the optimizer-state entry `state` of
+ * parameter `param` (no pieces yet).  Model tensors cannot be added after
+ * it.  (state, param) pairs are unique.  @return GFS_OK and *idx.
+ */
+gfs_err gfs_layout_add_state(gfs_layout *l, const char *state, const char *param,
+			     gfs_dtype dtype, uint32_t ndim, const uint64_t *shape,
+			     size_t *idx);
+
+/* gfs_layout_nentries(): model tensors plus optimizer-state entries. */
+static inline size_t gfs_layout_nentries(const gfs_layout *l)
+{
+	return l->ntensors + l->noptim;
+}
+
+/*
+ * gfs_layout_find_state(): index of the optimizer-state entry (state,
+ * param), or -1.  O(1).
+ */
+int64_t gfs_layout_find_state(const gfs_layout *l, const char *state, const char *param);
+
+/* gfs_hval_clear(): free what v owns (recursively); v becomes NONE. */
+void gfs_hval_clear(gfs_hval *v);
+
+/* gfs_optim_clear(): free what o owns; o becomes empty (zero_stage 0). */
+void gfs_optim_clear(gfs_optim *o);
+
+/*
+ * gfs_layout_add_alias(): append an alias entry named name for target.  The
+ * target may be added later; gfs_layout_finish() resolves it (it must be a
+ * tensor, not an alias) and gives the alias the target's dtype and shape.
+ */
+gfs_err gfs_layout_add_alias(gfs_layout *l, const char *name, const char *target);
+
+/*
+ * gfs_layout_add_piece(): append a FILE piece to tensor ti, right after its
+ * previous piece.  Adjacent pieces from one source are merged.
+ */
+gfs_err gfs_layout_add_piece(gfs_layout *l, size_t ti, uint32_t src,
+			     uint64_t src_off, uint64_t len);
+
+/*
+ * gfs_layout_add_record(): register a checksummed record r named name
+ * (copied; r->name is ignored) that pieces may read.  Registering one twice is harmless.
+ * gfs_layout_finish() drops the records no piece reads and gives each
+ * piece lying wholly inside a record that record's index.
+ */
+gfs_err gfs_layout_add_record(gfs_layout *l, const gfs_record *r, const char *name);
+
+/* gfs_layout_add_zero(): append a ZERO piece of len bytes to tensor ti. */
+gfs_err gfs_layout_add_zero(gfs_layout *l, size_t ti, uint64_t len);
+
+/*
+ * gfs_layout_add_general(): add any piece to tensor ti at p->toff (pieces
+ * may come in any order; gfs_layout_finish() sorts them by toff).  Checks
+ * the piece's own fields (kind, source index, count >= 1, len > 0, strides
+ * larger than a run, extents without overflow, inside the tensor); whether
+ * the pieces tile the tensor is checked by gfs_layout_finish().  p->reach is
+ * ignored.  Contiguous FILE and ZERO pieces may also come from
+ * gfs_layout_add_piece() / gfs_layout_add_zero(), which append at the end
+ * of the pieces added in order so far.
+ */
+gfs_err gfs_layout_add_general(gfs_layout *l, size_t ti, const gfs_piece *p);
+
+/*
+ * gfs_layout_finish(): validate and seal: unique names, pieces tile each
+ * tensor exactly (every byte in exactly one run: no gap, no overlap), every
+ * FILE piece lies inside its source's recorded size, every ZSTD piece's
+ * frame lies inside its source and its bytes inside the frame's
+ * decompressed size, alias targets are tensors.  Sorts pieces by toff and
+ * sets each piece's reach.  The tiling check of a tensor with strided
+ * pieces walks its runs (O(runs x interleaved pieces), at most GFS_MAX_RUNS
+ * runs per layout).  label names the layout's origin in messages.
+ */
+gfs_err gfs_layout_finish(gfs_layout *l, const char *label);
+
+/*
+ * gfs_layout_add_input(): append an operand tensor (no pieces yet) to l's
+ * inputs table, created on first use.  Its pieces are added with
+ * gfs_layout_add_piece(l->inputs, ...) etc. and name l's sources.
+ * @return GFS_OK and *idx (an index into l->inputs).
+ */
+gfs_err gfs_layout_add_input(gfs_layout *l, const char *name, gfs_dtype dtype,
+			     uint32_t ndim, const uint64_t *shape, size_t *idx);
+
+/*
+ * gfs_layout_finish_inputs(): copy l's sources into its inputs table and
+ * finish it (so that its names can be looked up); a no-op without inputs
+ * or when done already.  gfs_layout_finish() calls it.
+ */
+gfs_err gfs_layout_finish_inputs(gfs_layout *l, const char *label);
+
+/*
+ * gfs_layout_set_compute(): make tensor ti (no pieces) a computed tensor.
+ * gfs_layout_finish() checks the operation against its inputs' shapes and
+ * dtypes (floating point), the rank (1..GFS_MAX_LORA_RANK) and the scale
+ * (finite).
+ */
+gfs_err gfs_layout_set_compute(gfs_layout *l, size_t ti, const gfs_compute *c);
+
+/*
+ * gfs_layout_check_computed(): finish l's inputs and check every computed
+ * tensor of l (see gfs_layout_set_compute()); gfs_layout_finish() calls it.
+ */
+gfs_err gfs_layout_check_computed(gfs_layout *l, const char *label);
+
+/* gfs_op_name(): "lora", "lora_bias", "dora". */
+const char *gfs_op_name(gfs_op op);
+
+/* gfs_op_parse(): the op named s, or 0. */
+gfs_op gfs_op_parse(const char *s);
+
+/* A range [first, last) of a tensor's pieces. */
+typedef struct gfs_piece_span {
+	size_t first;
+	size_t last;
+} gfs_piece_span;
+
+/*
+ * gfs_piece_candidates(): of a finished tensor's pieces, the range that may
+ * hold bytes of [off, end): pieces starting before end whose reach passes
+ * off.  Every piece with a run intersecting [off, end) is in the range (some
+ * in it may have none).  O(log npieces).
+ */
+gfs_piece_span gfs_piece_candidates(const gfs_tensor *t, uint64_t off, uint64_t end);
+
+/*
+ * gfs_piece_run_at(): if a run of p holds tensor byte pos, true and its
+ * [*start, *end).
+ */
+bool gfs_piece_run_at(const gfs_piece *p, uint64_t pos, uint64_t *start, uint64_t *end);
+
+/*
+ * gfs_piece_next_run(): the first run of p starting at or after pos:
+ * true and its [*start, *end), or false if none.
+ */
+bool gfs_piece_next_run(const gfs_piece *p, uint64_t pos, uint64_t *start, uint64_t *end);
+
+/*
+ * gfs_record_tensors(): the entries of a finished layout with bytes in
+ * record r (tensors with a piece in it, and their aliases), in layout
+ * order: up to max indices into out; @return how many there are in all.
+ * O(tensors log pieces).
+ */
+size_t gfs_record_tensors(const gfs_layout *l, uint32_t r, size_t *out, size_t max);
+
+/*
+ * gfs_record_describe(): "SOURCE: record NAME (tensors A, B, ...)" into
+ * buf[0..n), at most max_names names (then "and K more").  @return buf.
+ */
+const char *gfs_record_describe(const gfs_layout *l, uint32_t r, size_t max_names,
+				char *buf, size_t n);
+
+/* gfs_layout_find(): index of the model tensor named name, or -1.  O(1). */
+int64_t gfs_layout_find(const gfs_layout *l, const char *name);
+
+/*
+ * gfs_layout_target(): the tensor holding the bytes of entry i (itself, or
+ * its alias target); i < gfs_layout_nentries().
+ */
+const gfs_tensor *gfs_layout_target(const gfs_layout *l, size_t i);
+
+/*
+ * gfs_layout_to_json(): serialise to the documented JSON schema.  The caller
+ * frees *text with free().
+ */
+gfs_err gfs_layout_to_json(const gfs_layout *l, char **text);
+
+/*
+ * gfs_layout_from_json(): parse and validate a layout JSON held in
+ * text[0..len).  Relative source paths resolve against the "base_dir" field
+ * or, if absent, json_dir.  label names the file in messages.
+ */
+gfs_err gfs_layout_from_json(const char *text, size_t len, const char *label,
+			     const char *json_dir, gfs_layout **out);
+
+/* gfs_layout_load_file(): read a layout JSON file (see gfs_layout_from_json). */
+gfs_err gfs_layout_load_file(const char *path, gfs_layout **out);
+
+#endif

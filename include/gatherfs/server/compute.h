@@ -1,0 +1,39 @@
+/*
+ * gatherfs — serving computed tensors (layout.h, layout version 3): each is
+ * evaluated lazily, one block of rows at a time, from its inputs read
+ * through the byte server, with the arithmetic of merge.h, and rounded once
+ * to the output dtype.
+ *
+ * Memory: per computed tensor, once first read, its low-rank factors as
+ * float64 (8 * r * (rows + cols) bytes) and, for DoRA with per-column norms,
+ * one float64 per column (computed by one pass over the whole tensor); plus
+ * a cache of computed row blocks shared by all threads, at most
+ * GFS_CCACHE_BUDGET bytes (GATHERFS_MERGE_CACHE_MB overrides it), least
+ * recently used out first.  A block is about GFS_CBLOCK_ELEMS elements (at
+ * least one row).  Thread-safe; the computation runs outside any lock.
+ */
+#ifndef GATHERFS_COMPUTE_H
+#define GATHERFS_COMPUTE_H
+
+#include "gatherfs/server/server.h"
+
+#define GFS_CCACHE_BUDGET ((uint64_t)64 << 20)
+#define GFS_CBLOCK_ELEMS 65536
+
+typedef struct gfs_ccache gfs_ccache;
+
+/* gfs_ccache_new(): the (empty) cache for finished layout l. */
+gfs_err gfs_ccache_new(const gfs_layout *l, gfs_ccache **out);
+
+/* gfs_ccache_free(): free everything; NULL allowed. */
+void gfs_ccache_free(gfs_ccache *c);
+
+/*
+ * gfs_compute_read(): bytes [off, off + len) of computed tensor l->tensors[ti]
+ * presented in floating-point dtype out (which need not be its own), its
+ * inputs read from s.  A failing input read is returned (naming the file).
+ */
+gfs_err gfs_compute_read(const gfs_layout *l, const gfs_srcset *s, gfs_ccache *c, size_t ti,
+			 gfs_dtype out, uint64_t off, void *buf, size_t len);
+
+#endif

@@ -1,0 +1,58 @@
+/*
+ * gatherfs — the universal view: a DeepSpeed checkpoint's optimizer state
+ * presented as the "universal checkpoint" that DeepSpeed's
+ * `"checkpoint": {"load_universal": true}` loads at any world size (the
+ * v0.14.5 loader; format: ds_to_universal.py's output), served from the
+ * shards without conversion:
+ *
+ *   latest_universal                 "<tag>_universal" (no newline)
+ *   <tag>_universal/<model states>   the model-states file(s), passed through
+ *   <tag>_universal/zero/optimizer_state.pt
+ *       stage 1/2: {'ds_version', 'param_groups'}; stage 3:
+ *       {'optimizer_state_dict': {'state': {0: {'step'}}, 'param_groups'}}
+ *       (only what the loader reads)
+ *   <tag>_universal/zero/<param>/fp32.pt, <state>.pt (exp_avg, exp_avg_sq...)
+ *       stage 1/2: {'cat_dim': 0, 'param': T} with T in the param's shape
+ *       (a 0-d param as shape (1,), which the loader can chunk); stage 3:
+ *       the 1-D tensor [numel] (exactly numel: no padding)
+ *   <tag>_universal/zero/<param>/step.pt   stage 1/2: the group's 0-d step
+ *
+ * Every .pt is a torch zip (view_torchzip.h) whose tensor bytes are layout
+ * entries: the fp32 master (the model tensor) and the optimizer-state
+ * entries (layout.h).  Always fp32, whatever the mount's output dtype.
+ * <param> is the DeepSpeed name (the first name of a tied parameter).
+ */
+#ifndef GATHERFS_VIEW_UNIVERSAL_H
+#define GATHERFS_VIEW_UNIVERSAL_H
+
+#include "gatherfs/server/vfile.h"
+
+typedef struct gfs_uview gfs_uview;
+
+/*
+ * gfs_uview_new(): compose the universal checkpoint of the finished layout
+ * l whose sources are open in src (both must outlive the view).  crc_cache
+ * as in gfs_vctx (may be NULL).  Reads no tensor data.
+ * @return GFS_OK and *out (freed with gfs_uview_free());
+ * GFS_ERR_NOTFOUND if l holds no DeepSpeed optimizer state;
+ * GFS_ERR_UNSUPPORTED, with one line saying why, for what DeepSpeed
+ * v0.14.5's universal loader cannot consume correctly (round-robin
+ * gradients, ZeRO-3 with several param groups or sub-groups, states other
+ * than exp_avg/exp_avg_sq at stage 3, no step, non-fp32 state).
+ */
+gfs_err gfs_uview_new(const gfs_layout *l, const gfs_srcset *src, const char *crc_cache,
+		      gfs_uview **out);
+
+/* gfs_uview_free(): NULL allowed. */
+void gfs_uview_free(gfs_uview *u);
+
+/*
+ * gfs_uview_nfiles(), gfs_uview_path(), gfs_uview_vfile(): the files, in
+ * listing order, by path relative to the mount root ("latest_universal",
+ * "global_step3_universal/zero/embed.weight/fp32.pt"...).
+ */
+size_t gfs_uview_nfiles(const gfs_uview *u);
+const char *gfs_uview_path(const gfs_uview *u, size_t i);
+const gfs_vfile *gfs_uview_vfile(const gfs_uview *u, size_t i);
+
+#endif

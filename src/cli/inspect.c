@@ -1,0 +1,825 @@
+/*
+ * gatherfs-inspect — look at a sharded checkpoint without FUSE: list its
+ * tensors, print one tensor's bytes, print or load its layout index, verify
+ * that every byte can be served.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gatherfs/cli/export.h"
+#include "gatherfs/importers/import.h"
+#include "gatherfs/server/integrity.h"
+#include "gatherfs/util/json.h"
+#include "gatherfs/importers/lora.h"
+#include "gatherfs/server/server.h"
+#include "gatherfs/views/shards.h"
+
+#define IO_CHUNK ((size_t)1 << 20)
+
+/* The options, as bits: what was given, what a command takes. */
+enum {
+	OPT_TAG = 1 << 0,
+	OPT_INPUT_FORMAT = 1 << 1,
+	OPT_PREFIX = 1 << 2,
+	OPT_LAYOUT = 1 << 3,
+	OPT_DTYPE = 1 << 4,
+	OPT_JSON = 1 << 5,
+	OPT_FORMAT = 1 << 6,
+	OPT_SHARD_SIZE = 1 << 7,
+	OPT_OPTIM = 1 << 8,
+	OPT_IMPORT = OPT_TAG | OPT_INPUT_FORMAT | OPT_PREFIX | OPT_LAYOUT,
+};
+
+/* Each command and the options it takes; any other option is refused. */
+static const struct command {
+	const char *name;
+	unsigned opts;
+} commands[] = {
+	{ "ls", OPT_IMPORT | OPT_DTYPE | OPT_JSON | OPT_OPTIM },
+	{ "cat", OPT_IMPORT | OPT_DTYPE | OPT_OPTIM },
+	{ "layout", OPT_IMPORT },
+	{ "verify", OPT_IMPORT },
+	{ "export", OPT_IMPORT | OPT_DTYPE | OPT_FORMAT | OPT_SHARD_SIZE },
+};
+
+static const struct option_name {
+	unsigned bit;
+	const char *name;
+} option_names[] = {
+	{ OPT_TAG, "--tag" },       { OPT_INPUT_FORMAT, "--input-format" },
+	{ OPT_PREFIX, "--prefix" }, { OPT_LAYOUT, "--layout" },
+	{ OPT_DTYPE, "--dtype" },   { OPT_JSON, "--json" },
+	{ OPT_FORMAT, "--format" }, { OPT_SHARD_SIZE, "--shard-size" },
+	{ OPT_OPTIM, "--optim" },
+};
+
+/*
+ * check_options(): refuse an option cmd does not take, naming the commands
+ * that take it.  @return 0, or 2 (usage error) after one line on stderr.
+ */
+static int check_options(const struct command *cmd, unsigned given)
+{
+	const unsigned extra = given & ~cmd->opts;
+
+	for (size_t i = 0; i < sizeof(option_names) / sizeof(option_names[0]); i++) {
+		char takers[64] = "";
+		size_t used = 0;
+
+		if (!(extra & option_names[i].bit))
+			continue;
+		for (size_t c = 0; c < sizeof(commands) / sizeof(commands[0]); c++)
+			if (commands[c].opts & option_names[i].bit)
+				used += (size_t)snprintf(takers + used, sizeof(takers) - used, "%s%s",
+							 used ? ", " : "", commands[c].name);
+		fprintf(stderr, "gatherfs-inspect: %s does not take %s (only %s do%s)\n", cmd->name,
+			option_names[i].name, takers, strchr(takers, ',') ? "" : "es");
+		return 2;
+	}
+	return 0;
+}
+
+typedef struct inspect_opts {
+	unsigned given; /* OPT_* */
+	const char *tag;
+	const char *input_format;
+	const char *prefix;
+	const char *layout;
+	gfs_dtype dtype;
+	bool json;
+	gfs_format format;
+	uint64_t shard_size;
+	bool optim;             /* --optim: optimizer state instead of model tensors */
+	const char *state;      /* --optim=STATE (cat): which state */
+	gfs_lora_cli lora;
+} inspect_opts;
+
+static void usage(FILE *out)
+{
+	fputs("Usage: gatherfs-inspect COMMAND [OPTIONS] (DIR | --layout FILE) [NAME | OUT]\n"
+	      "\n"
+	      "Look at a sharded checkpoint (a DeepSpeed ZeRO 1/2/3 save or tag directory,\n"
+	      "a PyTorch DCP directory, plain model files: model.safetensors,\n"
+	      "pytorch_model.bin, sharded, a ZeRO-3 save of gatherfs_save.py, or a layout\n"
+	      "JSON file) without mounting it.\n"
+	      "\n"
+	      "Commands (all take --tag, --input-format, --prefix and --layout; the other\n"
+	      "options a command takes are shown in brackets):\n"
+	      "  ls DIR             list tensors in output order: name, dtype, shape, bytes,\n"
+	      "                     alias target  [--json] [--dtype]\n"
+	      "  cat DIR NAME       write tensor NAME's raw little-endian contiguous bytes\n"
+	      "                     to standard output  [--dtype]\n"
+	      "  layout DIR         print the layout index as JSON\n"
+	      "  verify DIR         check the stored CRC-32 of every zip record tensor\n"
+	      "                     bytes come from, then read every piece once; report\n"
+	      "                     each corrupt record with the tensors it affects\n"
+	      "  export DIR OUT     write a view to regular files: OUT.bin (torch zip) or\n"
+	      "                     OUT.safetensors; with --shard-size, OUT is a directory\n"
+	      "                     that receives Hugging Face shards and their index\n"
+	      "                     [--dtype] [--format] [--shard-size]\n"
+	      "ls and verify say on stderr what they read (format, tag).  An option a\n"
+	      "command does not take is refused.\n"
+	      "\n"
+	      "Options:\n"
+	      "  --tag TAG          DeepSpeed tag to use instead of the one in `latest`\n"
+	      "                     (default without `latest`: the only tag directory)\n"
+	      "  --input-format F   read DIR as dcp, deepspeed, plain, layout or zero3\n"
+	      "                     (default: auto; a directory with `.metadata` is dcp,\n"
+	      "                     one with zero3-rank-R.json a ZeRO-3 save, one with\n"
+	      "                     DeepSpeed files deepspeed, one with model.safetensors\n"
+	      "                     or pytorch_model.bin (or their index) plain)\n"
+	      "  --prefix P         (dcp, plain) keep the keys starting with P, named\n"
+	      "                     without it\n"
+	      "  --layout FILE      read the layout from FILE (as written by `layout`)\n"
+	      "                     instead of importing DIR\n"
+	      "  --dtype DTYPE      (ls, cat, export) present floating-point tensors as\n"
+	      "                     bf16, fp16 or fp32 (round to nearest even; integers\n"
+	      "                     never change)\n"
+	      "  --json             (ls) print a JSON array instead of a table\n"
+	      "  --optim            (ls) list the optimizer state instead: state, param\n"
+	      "                     name, dtype, shape, bytes\n"
+	      "  --optim=STATE      (cat) write NAME's optimizer state STATE (exp_avg,\n"
+	      "                     exp_avg_sq, step...) instead of the tensor\n"
+	      "  --format FMT       (export) bin or safetensors, instead of OUT's extension\n"
+	      "                     (default with --shard-size: safetensors)\n"
+	      "  --shard-size SIZE  (export) shards of at most SIZE, e.g. 5G, 500MB, 2GiB\n"
+	      "  --lora DIR         merge the PEFT LoRA adapter in DIR onto the model\n"
+	      "  --merge lora       merge the adapter of a PEFT-wrapped checkpoint\n"
+	      "  --base DIR         (with --merge) the base model of an adapter-only checkpoint\n"
+	      "  --lora-tied peft   a targeted tied embedding changes its head too (PEFT)\n"
+	      "  -h, --help         show this help\n"
+	      "  -V, --version      show the version\n"
+	      "\n"
+	      "Exit status: 0 on success, 1 if the checkpoint is unusable or an output\n"
+	      "cannot be written, 2 on bad usage.\n"
+	      "See gatherfs-inspect(1).\n",
+	      out);
+}
+
+static int fail(void)
+{
+	fprintf(stderr, "gatherfs-inspect: %s\n", gfs_errmsg());
+	return 1;
+}
+
+/*
+ * Standard output goes through stdio (ls, layout, verify, --help) or
+ * write(2) (cat).  out_errno keeps the first stdio error; finish_stdout()
+ * flushes and closes stdout at the end, so that a full disk, /dev/full or a
+ * closed pipe is one line and exit status 1, never a silently cut output.
+ */
+static int out_errno;
+
+/* out_ok(): record a failed stdio call's errno; false once anything failed. */
+static bool out_ok(int rc)
+{
+	if ((rc < 0 || ferror(stdout)) && !out_errno)
+		out_errno = errno ? errno : EIO;
+	return out_errno == 0;
+}
+
+static int finish_stdout(int rc)
+{
+	errno = 0;
+	if (fflush(stdout) != 0 && !out_errno)
+		out_errno = errno ? errno : EIO;
+	if (ferror(stdout) && !out_errno)
+		out_errno = EIO;
+	errno = 0;
+	if (fclose(stdout) != 0 && !out_errno)
+		out_errno = errno ? errno : EIO;
+	if (!out_errno)
+		return rc;
+	fprintf(stderr, "gatherfs-inspect: writing to standard output: %s\n", strerror(out_errno));
+	return 1;
+}
+
+static gfs_err load(const inspect_opts *o, const char *dir, gfs_layout **l)
+{
+	const gfs_import_opts io = {
+		.tag = o->tag, .format = o->input_format, .prefix = o->prefix,
+	};
+	bool untied;
+	gfs_err err = o->layout ? gfs_layout_load_file(o->layout, l) : gfs_import(dir, &io, l);
+
+	if (!err)
+		err = gfs_lora_apply(&o->lora, l, &untied);
+	return err;
+}
+
+/*
+ * say_source(): on stderr, the note of the import (a tag chosen without
+ * `latest`) and, for ls and verify (tell = true), what was read: format and
+ * tag (the layout's info line).  Standard output stays machine-readable.
+ */
+static void say_source(const inspect_opts *o, const char *dir, const gfs_layout *l, bool tell)
+{
+	struct stat st;
+	const char *what = o->layout ? o->layout : dir;
+	const bool file = o->layout || (stat(dir, &st) == 0 && S_ISREG(st.st_mode));
+
+	if (l->note)
+		fprintf(stderr, "gatherfs-inspect: note: %s\n", l->note);
+	if (!tell)
+		return;
+	if (file)
+		fprintf(stderr, "gatherfs-inspect: %s: layout JSON%s%s\n", what, l->info ? ": " : "",
+			l->info ? l->info : "");
+	else
+		fprintf(stderr, "gatherfs-inspect: %s: %s\n", what, l->info ? l->info : l->format);
+}
+
+/*
+ * kind_of(): what ls shows of entry t: "merged:OP" for a computed tensor,
+ * "lora" for a LoRA tensor of an unmerged PEFT model, else "-".
+ */
+static const char *kind_of(const gfs_tensor *t, char *buf, size_t n)
+{
+	if (t->comp) {
+		snprintf(buf, n, "merged:%s", gfs_op_name(t->comp->op));
+		return buf;
+	}
+	return strstr(t->name, ".lora_") ? "lora" : "-";
+}
+
+/* has_kinds(): l has a computed or LoRA tensor (ls then shows a KIND column). */
+static bool has_kinds(const gfs_layout *l)
+{
+	return l->inputs || gfs_lora_count(l) > 0;
+}
+
+static void format_shape(const gfs_tensor *t, char *buf, size_t n)
+{
+	size_t used = 0;
+
+	used += (size_t)snprintf(buf, n, "[");
+	for (uint32_t d = 0; d < t->ndim && used < n; d++)
+		used += (size_t)snprintf(buf + used, n - used, "%s%" PRIu64, d ? ", " : "",
+					 t->shape[d]);
+	if (used < n)
+		snprintf(buf + used, n - used, "]");
+}
+
+/* cmd_ls_optim(): ls --optim: the optimizer-state entries. */
+static int cmd_ls_optim(const inspect_opts *o, const gfs_layout *l)
+{
+	if (o->json) {
+		cJSON *arr = cJSON_CreateArray();
+		char *text;
+		bool ok = arr != NULL;
+
+		for (size_t i = l->ntensors; ok && i < gfs_layout_nentries(l); i++) {
+			const gfs_tensor *t = &l->tensors[i];
+			cJSON *e = cJSON_CreateObject();
+			cJSON *shape = cJSON_CreateArray();
+
+			ok = e && shape && cJSON_AddItemToArray(arr, e);
+			if (!ok) {
+				cJSON_Delete(e);
+				cJSON_Delete(shape);
+				break;
+			}
+			ok = cJSON_AddStringToObject(e, "state", t->state) &&
+			     cJSON_AddStringToObject(e, "name", t->name) &&
+			     cJSON_AddStringToObject(e, "dtype", gfs_dtype_name(t->dtype)) &&
+			     cJSON_AddItemToObject(e, "shape", shape);
+			if (!ok) {
+				cJSON_Delete(shape);
+				break;
+			}
+			for (uint32_t d = 0; ok && d < t->ndim; d++) {
+				cJSON *v = gfs_json_u64_item(t->shape[d]);
+
+				ok = v && cJSON_AddItemToArray(shape, v);
+				if (!ok)
+					cJSON_Delete(v);
+			}
+			ok = ok && gfs_json_add_u64(e, "nbytes", t->nbytes);
+		}
+		text = ok ? cJSON_Print(arr) : NULL;
+		cJSON_Delete(arr);
+		if (!text) {
+			fputs("gatherfs-inspect: out of memory\n", stderr);
+			return 1;
+		}
+		puts(text);
+		free(text);
+		return 0;
+	}
+	printf("%-12s %-48s %-9s %-20s %14s\n", "STATE", "NAME", "DTYPE", "SHAPE", "BYTES");
+	for (size_t i = l->ntensors; i < gfs_layout_nentries(l); i++) {
+		const gfs_tensor *t = &l->tensors[i];
+		char shape[512];
+
+		format_shape(t, shape, sizeof(shape));
+		printf("%-12s %-48s %-9s %-20s %14" PRIu64 "\n", t->state, t->name,
+		       gfs_dtype_name(t->dtype), shape, t->nbytes);
+	}
+	return 0;
+}
+
+static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
+{
+	if (o->optim)
+		return cmd_ls_optim(o, l);
+	if (o->json) {
+		cJSON *arr = cJSON_CreateArray();
+		char *text;
+		bool ok = arr != NULL;
+
+		for (size_t i = 0; ok && i < l->ntensors; i++) {
+			const gfs_tensor *t = &l->tensors[i];
+			const gfs_dtype dt = gfs_dtype_out(t->dtype, o->dtype);
+			cJSON *e = cJSON_CreateObject();
+			cJSON *shape = cJSON_CreateArray();
+
+			ok = e && shape && cJSON_AddItemToArray(arr, e);
+			if (!ok) {
+				cJSON_Delete(e);
+				cJSON_Delete(shape);
+				break;
+			}
+			ok = cJSON_AddStringToObject(e, "name", t->name) &&
+			     cJSON_AddStringToObject(e, "dtype", gfs_dtype_name(dt)) &&
+			     cJSON_AddItemToObject(e, "shape", shape);
+			if (!ok) {
+				cJSON_Delete(shape);
+				break;
+			}
+			for (uint32_t d = 0; ok && d < t->ndim; d++) {
+				cJSON *v = gfs_json_u64_item(t->shape[d]);
+
+				ok = v && cJSON_AddItemToArray(shape, v);
+				if (!ok)
+					cJSON_Delete(v);
+			}
+			if (ok && has_kinds(l)) {
+				char kb[32];
+
+				ok = cJSON_AddStringToObject(e, "kind", kind_of(t, kb, sizeof(kb))) != NULL;
+			}
+			ok = ok && gfs_json_add_u64(e, "nbytes", t->numel * gfs_dtype_size(dt)) &&
+			     (t->alias_of >= 0
+				      ? cJSON_AddStringToObject(e, "alias_of",
+								l->tensors[t->alias_of].name) != NULL
+				      : cJSON_AddNullToObject(e, "alias_of") != NULL);
+		}
+		for (size_t i = 0; ok && i < l->nobjects; i++) {
+			cJSON *e = cJSON_CreateObject();
+
+			ok = e && cJSON_AddItemToArray(arr, e);
+			if (!ok) {
+				cJSON_Delete(e);
+				break;
+			}
+			ok = cJSON_AddStringToObject(e, "name", l->objects[i].name) &&
+			     cJSON_AddStringToObject(e, "dtype", "object") &&
+			     cJSON_AddNullToObject(e, "shape") &&
+			     gfs_json_add_u64(e, "nbytes", l->objects[i].len) &&
+			     cJSON_AddNullToObject(e, "alias_of");
+		}
+		text = ok ? cJSON_Print(arr) : NULL;
+		cJSON_Delete(arr);
+		if (!text) {
+			fputs("gatherfs-inspect: out of memory\n", stderr);
+			return 1;
+		}
+		out_ok(puts(text));
+		free(text);
+		return 0;
+	}
+	out_ok(printf("%-48s %-9s %-20s %14s  %s%s\n", "NAME", "DTYPE", "SHAPE", "BYTES", "ALIAS_OF",
+		      has_kinds(l) ? "  KIND" : ""));
+	for (size_t i = 0; i < l->ntensors && !out_errno; i++) {
+		const gfs_tensor *t = &l->tensors[i];
+		const gfs_dtype dt = gfs_dtype_out(t->dtype, o->dtype);
+		char shape[512], kb[32];
+
+		format_shape(t, shape, sizeof(shape));
+		out_ok(printf("%-48s %-9s %-20s %14" PRIu64 "  %s%s%s\n", t->name, gfs_dtype_name(dt),
+			      shape, t->numel * gfs_dtype_size(dt),
+			      t->alias_of >= 0 ? l->tensors[t->alias_of].name : "-",
+			      has_kinds(l) ? "  " : "", has_kinds(l) ? kind_of(t, kb, sizeof(kb)) : ""));
+	}
+	/* non-tensor entries (DCP bytes): listed, never served as tensors */
+	for (size_t i = 0; i < l->nobjects && !out_errno; i++)
+		out_ok(printf("%-48s %-9s %-20s %14" PRIu64 "  %s\n", l->objects[i].name, "object",
+			      "-", l->objects[i].len, "-"));
+	return 0;
+}
+
+static gfs_err write_all(int fd, const uint8_t *p, size_t n)
+{
+	while (n > 0) {
+		const ssize_t w = write(fd, p, n);
+
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return gfs_fail(GFS_ERR_IO, "writing to standard output: %s", strerror(errno));
+		}
+		p += w;
+		n -= (size_t)w;
+	}
+	return GFS_OK;
+}
+
+static int cmd_cat(const inspect_opts *o, const gfs_layout *l, const char *name)
+{
+	const int64_t i = o->state ? gfs_layout_find_state(l, o->state, name)
+				   : gfs_layout_find(l, name);
+	gfs_srcset *s = NULL;
+	uint8_t *buf = NULL;
+	uint64_t size, off = 0;
+	gfs_err err;
+
+	if (i < 0 && o->state) {
+		fprintf(stderr, "gatherfs-inspect: no optimizer state %s of '%s' (see `gatherfs-inspect ls --optim`)\n",
+			o->state, name);
+		return 1;
+	}
+	if (i < 0) {
+		fprintf(stderr, "gatherfs-inspect: no tensor named '%s' (see `gatherfs-inspect ls`)\n",
+			name);
+		return 1;
+	}
+	err = gfs_srcset_open(l, &s);
+	if (err)
+		return fail();
+	buf = malloc(IO_CHUNK);
+	if (!buf) {
+		gfs_srcset_close(s);
+		fputs("gatherfs-inspect: out of memory\n", stderr);
+		return 1;
+	}
+	size = gfs_tensor_out_nbytes(l, (size_t)i, o->dtype);
+	while (!err && off < size) {
+		const size_t n = size - off < IO_CHUNK ? (size_t)(size - off) : IO_CHUNK;
+
+		err = gfs_tensor_read(l, s, (size_t)i, o->dtype, off, buf, n);
+		if (!err)
+			err = write_all(STDOUT_FILENO, buf, n);
+		off += n;
+	}
+	free(buf);
+	gfs_srcset_close(s);
+	return err ? fail() : 0;
+}
+
+static int cmd_layout(const gfs_layout *l)
+{
+	char *text;
+
+	if (gfs_layout_to_json(l, &text))
+		return fail();
+	out_ok(puts(text));
+	free(text);
+	return 0;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* count_nonfinite(): NaN and infinity count of n float32 values. */
+static uint64_t count_nonfinite(gfs_dtype dt, const uint8_t *p, size_t n)
+{
+	uint64_t bad = 0;
+
+	for (size_t k = 0; k < n; k++) {
+		uint32_t exp_mask, bits;
+
+		switch (dt) {
+		case GFS_DT_F32:
+			bits = gfs_le32(p + 4 * k);
+			exp_mask = 0x7f800000u;
+			break;
+		case GFS_DT_BF16:
+			bits = gfs_le16(p + 2 * k);
+			exp_mask = 0x7f80u;
+			break;
+		case GFS_DT_F16:
+			bits = gfs_le16(p + 2 * k);
+			exp_mask = 0x7c00u;
+			break;
+		default:
+			return 0;
+		}
+		bad += (bits & exp_mask) == exp_mask;
+	}
+	return bad;
+}
+
+static int cmd_export(const inspect_opts *o, const gfs_layout *l, const char *out)
+{
+	gfs_export_opts eo = {
+		.format = o->format, .want = o->dtype, .shard_size = o->shard_size,
+		.progress = isatty(STDERR_FILENO), .signals = true,
+	};
+	gfs_srcset *s = NULL;
+	gfs_err err;
+
+	if (eo.format == GFS_FORMAT_NONE)
+		eo.format = o->shard_size ? GFS_FORMAT_SAFETENSORS : gfs_format_from_name(out);
+	if (eo.format == GFS_FORMAT_NONE) {
+		fprintf(stderr, "gatherfs-inspect: %s: name it .bin or .safetensors, or give --format\n",
+			out);
+		return 2;
+	}
+	err = gfs_srcset_open(l, &s);
+	if (!err)
+		err = gfs_export(l, s, out, &eo);
+	gfs_srcset_close(s);
+	return err ? fail() : 0;
+}
+
+/*
+ * report_bad(): one line per corrupt record of l in s: its file, its name
+ * and every tensor with bytes in it.  @return how many.
+ */
+static size_t report_bad(const gfs_layout *l, const gfs_srcset *s)
+{
+	size_t nbad = 0;
+	size_t *idx = gfs_calloc(l->ntensors ? l->ntensors : 1, sizeof(*idx));
+
+	for (uint32_t r = 0; r < l->nrecords; r++) {
+		const gfs_record *rec = &l->records[r];
+		size_t n;
+
+		if (gfs_srcset_rec_state(s, r) != GFS_REC_BAD)
+			continue;
+		nbad++;
+		printf("CORRUPT: %s: record %s does not match its stored CRC-32%s; tensors affected:",
+		       l->sources[rec->src].abspath, rec->name,
+		       rec->kind == GFS_PIECE_ZSTD ? " (or its zstd frame does not decode)" : "");
+		n = idx ? gfs_record_tensors(l, r, idx, l->ntensors) : 0;
+		for (size_t k = 0; k < n; k++)
+			printf("%s %s", k ? "," : "", l->tensors[idx[k]].name);
+		putchar('\n');
+	}
+	free(idx);
+	return nbad;
+}
+
+/* unchecked_bytes(): bytes of tensor pieces in no checksummed record, and their tensors. */
+static uint64_t unchecked_bytes(const gfs_layout *l, size_t *ntensors)
+{
+	uint64_t bytes = 0;
+
+	*ntensors = 0;
+	for (size_t i = 0; i < l->ntensors; i++) {
+		const gfs_tensor *t = &l->tensors[i];
+		bool any = false;
+
+		for (size_t p = 0; t->alias_of < 0 && p < t->npieces; p++) {
+			const gfs_piece *pc = &t->pieces[p];
+
+			if (pc->kind != GFS_PIECE_ZERO && pc->rec == GFS_NO_RECORD) {
+				bytes += pc->len * pc->count;
+				any = true;
+			}
+		}
+		*ntensors += any;
+	}
+	return bytes;
+}
+
+static int cmd_verify(const gfs_layout *l)
+{
+	gfs_srcset *s = NULL;
+	uint8_t *buf = malloc(IO_CHUNK);
+	uint64_t bytes = 0, pieces = 0, aliases = 0, nonfinite = 0, unchecked;
+	gfs_integrity_stats st = { 0 };
+	size_t nbad = 0, nunchecked;
+	const double t0 = now_s();
+	gfs_err err;
+	double dt, dt_crc = 0;
+
+	if (!buf) {
+		fputs("gatherfs-inspect: out of memory\n", stderr);
+		return 1;
+	}
+	err = gfs_srcset_open(l, &s);
+	if (!err) {
+		err = gfs_integrity_check(l, s, NULL, 0, 0, &nbad, &st);
+		dt_crc = now_s() - t0;
+	}
+	if (!err && nbad) {
+		report_bad(l, s);
+		free(buf);
+		gfs_srcset_close(s);
+		fprintf(stderr, "gatherfs-inspect: %zu of %zu checksummed records are corrupt\n", nbad,
+			l->nrecords);
+		return 1;
+	}
+	for (size_t i = 0; !err && i < l->ntensors; i++) {
+		const gfs_tensor *t = &l->tensors[i];
+		const size_t es = gfs_dtype_size(t->dtype);
+		uint64_t off = 0;
+
+		if (t->alias_of >= 0) {
+			aliases++;
+			continue;
+		}
+		pieces += t->npieces;
+		while (!err && off < t->nbytes) {
+			size_t n = t->nbytes - off < IO_CHUNK ? (size_t)(t->nbytes - off) : IO_CHUNK;
+
+			n -= n % es;
+			err = gfs_tensor_read(l, s, i, GFS_DT_INVALID, off, buf, n);
+			if (!err)
+				nonfinite += count_nonfinite(t->dtype, buf, n / es);
+			off += n;
+		}
+		bytes += off;
+	}
+	free(buf);
+	gfs_srcset_close(s);
+	if (err)
+		return fail();
+	dt = now_s() - t0;
+	out_ok(printf("OK: %zu entries (%" PRIu64 " aliases), %" PRIu64 " pieces, %" PRIu64
+		      " bytes read from %zu files in %.3f s (%.1f MB/s)\n",
+		      l->ntensors, aliases, pieces, bytes, l->nsources, dt,
+		      dt > 0 ? (double)bytes / dt / 1e6 : 0.0));
+	out_ok(printf("OK: %zu zip records match their stored CRC-32 (%" PRIu64
+		      " source bytes read, %zu zstd frames decompressed, %zu of them with a content checksum) in %.3f s\n",
+		      st.checked, st.bytes, st.frames, st.frames_sum, dt_crc));
+	unchecked = unchecked_bytes(l, &nunchecked);
+	if (unchecked)
+		out_ok(printf("note: %" PRIu64 " bytes of %zu tensors lie in no checksummed zip record "
+			      "(safetensors, raw or layout JSON sources): not verified, but for the "
+			      "content checksum of a zstd frame that has one\n",
+			      unchecked, nunchecked));
+	if (nonfinite)
+		out_ok(printf("note: %" PRIu64 " NaN or infinite floating-point values\n", nonfinite));
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "tag", required_argument, NULL, 't' },
+		{ "input-format", required_argument, NULL, 'i' },
+		{ "prefix", required_argument, NULL, 'p' },
+		{ "layout", required_argument, NULL, 'l' },
+		{ "dtype", required_argument, NULL, 'd' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "optim", optional_argument, NULL, 'o' },
+		{ "format", required_argument, NULL, 'f' },
+		{ "shard-size", required_argument, NULL, 's' },
+		{ "lora", required_argument, NULL, 'L' },
+		{ "merge", required_argument, NULL, 'M' },
+		{ "base", required_argument, NULL, 'B' },
+		{ "lora-tied", required_argument, NULL, 'T' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	inspect_opts o = { .dtype = GFS_DT_INVALID };
+	const struct command *command = NULL;
+	const char *cmd, *dir = NULL, *name = NULL;
+	gfs_layout *l = NULL;
+	int c, rc, npos;
+
+	while ((c = getopt_long(argc, argv, "hV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 't':
+			o.given |= OPT_TAG;
+			o.tag = optarg;
+			break;
+		case 'i':
+			o.given |= OPT_INPUT_FORMAT;
+			o.input_format = optarg;
+			break;
+		case 'p':
+			o.given |= OPT_PREFIX;
+			o.prefix = optarg;
+			break;
+		case 'l':
+			o.given |= OPT_LAYOUT;
+			o.layout = optarg;
+			break;
+		case 'd':
+			o.given |= OPT_DTYPE;
+			o.dtype = gfs_dtype_parse(optarg);
+			if (!gfs_dtype_is_float(o.dtype) || o.dtype == GFS_DT_F64) {
+				fprintf(stderr, "gatherfs-inspect: --dtype must be bf16, fp16 or fp32, not '%s'\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case 'j':
+			o.given |= OPT_JSON;
+			o.json = true;
+			break;
+		case 'o':
+			o.given |= OPT_OPTIM;
+			o.optim = true;
+			o.state = optarg;
+			break;
+		case 'f':
+			o.given |= OPT_FORMAT;
+			o.format = gfs_format_from_name(optarg);
+			if (o.format == GFS_FORMAT_NONE) {
+				fprintf(stderr, "gatherfs-inspect: --format must be bin or safetensors, not '%s'\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case 's':
+			o.given |= OPT_SHARD_SIZE;
+			if (gfs_parse_size(optarg, &o.shard_size) != GFS_OK) {
+				fprintf(stderr, "gatherfs-inspect: --shard-size: %s\n", gfs_errmsg());
+				return 2;
+			}
+			break;
+		case 'L':
+			o.lora.lora = optarg;
+			break;
+		case 'M':
+			o.lora.merge = optarg;
+			break;
+		case 'B':
+			o.lora.base = optarg;
+			break;
+		case 'T':
+			o.lora.tied = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			return finish_stdout(0);
+		case 'V':
+			out_ok(puts(PACKAGE_STRING));
+			return finish_stdout(0);
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind >= argc) {
+		usage(stderr);
+		return 2;
+	}
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]) && !command; i++)
+		if (strcmp(argv[optind], commands[i].name) == 0)
+			command = &commands[i];
+	if (!command) {
+		fprintf(stderr, "gatherfs-inspect: unknown command '%s' (try --help)\n", argv[optind]);
+		return 2;
+	}
+	cmd = argv[optind++];
+	npos = argc - optind;
+	rc = check_options(command, o.given);
+	if (rc)
+		return rc;
+	if (o.layout && (o.tag || o.prefix ||
+			 (o.input_format && strcmp(o.input_format, "layout") != 0 &&
+			  strcmp(o.input_format, "auto") != 0))) {
+		fprintf(stderr, "gatherfs-inspect: %s applies to a checkpoint directory, not to --layout FILE\n",
+			o.tag ? "--tag" : o.prefix ? "--prefix" : "--input-format");
+		return 2;
+	}
+	if (strcmp(cmd, "cat") == 0 || strcmp(cmd, "export") == 0) {
+		if (npos != (o.layout ? 1 : 2)) {
+			fprintf(stderr, "gatherfs-inspect: usage: %s (DIR | --layout FILE) %s\n", cmd,
+				strcmp(cmd, "cat") == 0 ? "NAME" : "OUT");
+			return 2;
+		}
+		dir = o.layout ? NULL : argv[optind];
+		name = argv[argc - 1];
+	} else {
+		if (npos != (o.layout ? 0 : 1)) {
+			fprintf(stderr, "gatherfs-inspect: usage: %s (DIR | --layout FILE)\n", cmd);
+			return 2;
+		}
+		dir = o.layout ? NULL : argv[optind];
+	}
+	if (load(&o, dir, &l))
+		return fail();
+	say_source(&o, dir, l, strcmp(cmd, "ls") == 0 || strcmp(cmd, "verify") == 0);
+	if (strcmp(cmd, "ls") == 0)
+		rc = cmd_ls(&o, l);
+	else if (strcmp(cmd, "cat") == 0)
+		rc = cmd_cat(&o, l, name);
+	else if (strcmp(cmd, "layout") == 0)
+		rc = cmd_layout(l);
+	else if (strcmp(cmd, "export") == 0)
+		rc = cmd_export(&o, l, name);
+	else
+		rc = cmd_verify(l);
+	gfs_layout_free(l);
+	return finish_stdout(rc);
+}

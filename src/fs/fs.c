@@ -1,0 +1,1779 @@
+/*
+ * gatherfs — the mounted namespace: inode table, directories, attributes,
+ * the tensors/ view, the index file and passed-through checkpoint files.
+ */
+#include "config.h"
+
+#include <assert.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gatherfs/fs/fs.h"
+#include "gatherfs/importers/import_plain.h"
+#include "gatherfs/fs/perm.h"
+#include "gatherfs/views/shards.h"
+#include "gatherfs/views/view_safetensors.h"
+#include "gatherfs/views/view_torchzip.h"
+#include "gatherfs/views/view_universal.h"
+
+#define ZIP_STEM "pytorch_model"
+#define ZIP_EXT ".bin"
+#define ST_STEM "model"
+#define ST_EXT ".safetensors"
+#define JSON_NAME "layout.json"
+#define TENSORS_NAME "tensors"
+#define INDEX_NAME "INDEX"
+#define OPTIM_NAME "optim"
+#define ADAPTER_NAME "adapter"
+#define ADAPTER_ST "adapter_model.safetensors"
+#define ADAPTER_CFG "adapter_config.json"
+#define XATTR_DTYPE "user.gatherfs.dtype"
+#define XATTR_SHAPE "user.gatherfs.shape"
+#define XATTR_NAME "user.gatherfs.name"
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+enum {
+	/* node indices of the fixed entries (ino = index + 1); the root's
+	 * virtual files follow, then the passed-through files, then tensors/ */
+	N_ROOT, N_TENSORS, N_INDEX, N_FIXED,
+	SHAPE_BUF = GFS_MAX_DIMS * 22 + 3,
+	BLKSIZE = 1 << 20, /* st_blksize: invites large reads */
+	NAME_MAX_BYTES = 255,                     /* what statfs() promises */
+	CUT_SUFFIX = 18,                          /* "%~" and 16 hex digits */
+	CUT_PREFIX = NAME_MAX_BYTES - CUT_SUFFIX, /* bytes kept of a long name */
+};
+
+/* A directory: children in listing order, and sorted by name for lookup. */
+typedef struct fs_dir {
+	uint32_t *kids;
+	struct fs_name {
+		const char *name;
+		uint32_t node;
+	} *sorted;
+	size_t n;
+} fs_dir;
+
+/* Owner, group and permission bits of a node. */
+typedef struct fs_attr {
+	uid_t uid;
+	gid_t gid;
+	mode_t perm;
+} fs_attr;
+
+/* A passed-through file. */
+typedef struct fs_pass {
+	char *name;
+	char *path;
+	int fd;
+	struct stat st;
+	fs_attr attr;
+} fs_pass;
+
+/* A file of the optim/ and universal views, by its path under the root. */
+typedef struct fs_xfile {
+	char *path;
+	const gfs_vfile *vf;
+	int64_t entry; /* optim/<state>/<name>: its layout entry; else -1 */
+} fs_xfile;
+
+/* An extra node (a directory or file of those views), in creation order. */
+typedef struct fs_xnode {
+	char *path;      /* owned; the node's name is its last component */
+	size_t parent;   /* node index of the parent directory */
+	int64_t file;    /* index into xfiles, or -1 for a directory */
+} fs_xnode;
+
+/* A virtual file at the root: a view of the layout. */
+typedef struct fs_virt {
+	char *name;
+	const gfs_vfile *vf;
+	bool zip; /* a torch zip view */
+	fs_attr attr;
+} fs_virt;
+
+/*
+ * The files behind a node, while its attributes are derived: perm objects,
+ * and whether the metadata inputs count (see fs.h).
+ */
+typedef struct fs_set {
+	uint32_t *ids;
+	size_t n;
+	size_t cap;
+	bool meta;
+} fs_set;
+
+/* Access derivation state, for the build only. */
+typedef struct fs_access {
+	gfs_perm *perm;
+	uint32_t *src_ids;  /* perm object of each source */
+	uint32_t *src_mark; /* per source: set.mark if already in the set */
+	uint32_t mark;
+	uint32_t *meta_ids; /* the metadata inputs (all sources if none recorded) */
+	size_t nmeta;
+	bool root_listed;   /* root_id is the checkpoint directory's listing */
+	uint32_t root_id;
+	fs_set set;
+	bool meta_memo;     /* meta_bits valid for (meta_uid, meta_gid) */
+	uid_t meta_uid;
+	gid_t meta_gid;
+	unsigned meta_bits;
+} fs_access;
+
+struct gfs_fs {
+	gfs_vctx ctx;
+	gfs_vctx actx;     /* the adapter/ view's tensors */
+	gfs_fs_opts opts;
+	gfs_node *nodes;
+	size_t nnodes;
+	fs_dir root;
+	fs_dir tensors;
+	fs_dir adapter;    /* adapter/ (n == 0: none) */
+	size_t nadapter;   /* nodes of adapter/ and its files */
+	int adapter_cfg_fd; /* adapter/adapter_config.json, or -1 */
+	fs_virt *virt;     /* the root's virtual files, in listing order */
+	size_t nvirt;
+	gfs_tzview **zips; /* torch zip views (they own their vfiles) */
+	size_t nzips;
+	gfs_vfile **owned; /* other vfiles to free */
+	size_t nowned;
+	size_t cap_owned;
+	fs_pass *pass;
+	size_t npass;
+	char **tnames;     /* tensors/ entry names, per layout entry */
+	char **tlinks;     /* alias link targets, per layout entry (NULL if none) */
+	gfs_uview *uview;
+	fs_xfile *xfiles;  /* files of the optim/ and universal views */
+	size_t nxfiles, cap_xfiles;
+	fs_xnode *xnodes;  /* their nodes, from node index xfirst on */
+	size_t nxnodes, cap_xnodes;
+	size_t xfirst;
+	fs_dir *xdirs;     /* per extra node (used by directories) */
+	char **notes;
+	size_t nnotes;
+	fs_access acc;     /* during the build */
+	fs_attr root_attr, tensors_attr, index_attr;
+	fs_attr xfile_attr, xdir_attr; /* of the optim/ and universal nodes */
+	struct timespec mtime;
+};
+
+static bool is_extra_top(const gfs_fs *fs, const char *name);
+static int cmp_name(const void *a, const void *b);
+static gfs_err add_note(gfs_fs *fs, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* ------------------------------------------------------------ tensor names */
+
+/* escape_full(): the escaped key, whatever its length. */
+static gfs_err escape_full(const char *name, char **out)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	static const char *const reserved[][2] = {
+		{ ".", "%2E" }, { "..", "%2E%2E" }, { INDEX_NAME, "%49NDEX" },
+	};
+	char *s, *p;
+
+	for (size_t i = 0; i < ARRAY_LEN(reserved); i++) {
+		if (strcmp(name, reserved[i][0]) == 0) {
+			*out = gfs_strdup(reserved[i][1]);
+			return *out ? GFS_OK : gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		}
+	}
+	s = malloc(3 * strlen(name) + 1);
+	if (!s)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	p = s;
+	for (const unsigned char *c = (const unsigned char *)name; *c; c++) {
+		if (*c == '%' || *c == '/' || *c < 0x20 || *c == 0x7f) {
+			*p++ = '%';
+			*p++ = hex[*c >> 4];
+			*p++ = hex[*c & 15];
+		} else {
+			*p++ = (char)*c;
+		}
+	}
+	*p = '\0';
+	*out = s;
+	return GFS_OK;
+}
+
+/*
+ * cut_point(): the length of the longest prefix of escaped name s (longer
+ * than CUT_PREFIX) of at most CUT_PREFIX bytes that splits neither a %XX
+ * escape nor a UTF-8 sequence.
+ */
+static size_t cut_point(const char *s)
+{
+	size_t k = 0;
+
+	for (;;) {
+		size_t unit = 1;
+
+		if (s[k] == '%') {
+			unit = 3;
+		} else {
+			while (((unsigned char)s[k + unit] & 0xC0) == 0x80)
+				unit++;
+		}
+		if (k + unit > CUT_PREFIX)
+			return k;
+		k += unit;
+	}
+}
+
+gfs_err gfs_fs_escape_name(const char *name, char **out)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	char *s = NULL;
+	const gfs_err err = escape_full(name, &s);
+	size_t k;
+
+	if (err || strlen(s) <= NAME_MAX_BYTES) {
+		*out = s;
+		return err;
+	}
+	for (const unsigned char *c = (const unsigned char *)name; *c; c++)
+		h = (h ^ *c) * 0x100000001b3ull;
+	k = cut_point(s);
+	(void)snprintf(s + k, CUT_SUFFIX + 1, "%%~%016llx", (unsigned long long)h);
+	*out = s;
+	return GFS_OK;
+}
+
+/* format_shape(): "[d0, d1, ...]" ("[]" for a scalar). */
+static void format_shape(const gfs_tensor *t, char *buf)
+{
+	char *p = buf;
+
+	*p++ = '[';
+	for (uint32_t d = 0; d < t->ndim; d++)
+		p += sprintf(p, "%s%llu", d ? ", " : "", (unsigned long long)t->shape[d]);
+	*p++ = ']';
+	*p = '\0';
+	assert((size_t)(p - buf) < SHAPE_BUF);
+}
+
+/* ------------------------------------------------------------------ build */
+
+/* own(): make fs responsible for freeing vf. */
+static gfs_err own(gfs_fs *fs, gfs_vfile *vf)
+{
+	if (!gfs_grow((void **)&fs->owned, &fs->cap_owned, fs->nowned, sizeof(*fs->owned), 64)) {
+		gfs_vfile_free(vf);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	fs->owned[fs->nowned++] = vf;
+	return GFS_OK;
+}
+
+/* own_vfile(): a new empty vfile owned by fs. */
+static gfs_err own_vfile(gfs_fs *fs, gfs_vfile **vf)
+{
+	const gfs_err err = gfs_vfile_new(&fs->ctx, vf);
+
+	return err ? err : own(fs, *vf);
+}
+
+/* tensor_node(): the node index of layout entry i under tensors/. */
+static size_t tensor_node(const gfs_fs *fs, size_t i)
+{
+	return N_FIXED + fs->nvirt + fs->npass + i;
+}
+
+/* add_str(): append a NUL-terminated string to a MEM vfile. */
+static gfs_err add_str(gfs_vfile *vf, const char *s)
+{
+	return gfs_vfile_add_mem(vf, s, strlen(s));
+}
+
+/* index_line(): one line of tensors/INDEX. */
+static gfs_err index_line(gfs_fs *fs, gfs_vfile *vf, size_t i)
+{
+	const gfs_layout *l = fs->ctx.layout;
+	const gfs_tensor *t = gfs_layout_target(l, i);
+	const gfs_node *n = &fs->nodes[tensor_node(fs, i)];
+	char shape[SHAPE_BUF];
+	char bytes[24];
+	char *key = NULL;
+	gfs_err err = escape_full(l->tensors[i].name, &key);
+	const char *const fields[] = {
+		n->name, "\t", gfs_dtype_name(gfs_dtype_out(t->dtype, fs->ctx.want)), "\t",
+		shape, "\t", bytes, "\t", n->type == GFS_NODE_LNK ? n->link : "-", "\t",
+		key, "\n",
+	};
+
+	format_shape(t, shape);
+	snprintf(bytes, sizeof(bytes), "%llu",
+		 (unsigned long long)gfs_tensor_out_nbytes(l, i, fs->ctx.want));
+	for (size_t k = 0; k < ARRAY_LEN(fields) && !err; k++)
+		err = add_str(vf, fields[k]);
+	free(key);
+	return err;
+}
+
+/* ------------------------------------------------------------- access */
+
+__attribute__((format(printf, 2, 3)))
+static void notice(const gfs_fs *fs, const char *fmt, ...)
+{
+	char line[PATH_MAX + 256];
+	va_list ap;
+
+	if (!fs->opts.notice)
+		return;
+	va_start(ap, fmt);
+	(void)vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	fs->opts.notice(line);
+}
+
+/* set_begin(): an empty set of files behind a node; meta: with the metadata inputs. */
+static void set_begin(gfs_fs *fs, bool meta)
+{
+	fs->acc.set.n = 0;
+	fs->acc.set.meta = meta;
+	fs->acc.mark++;
+}
+
+static gfs_err set_add(gfs_fs *fs, uint32_t id)
+{
+	fs_set *s = &fs->acc.set;
+
+	if (!gfs_grow((void **)&s->ids, &s->cap, s->n, sizeof(*s->ids), 16))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	s->ids[s->n++] = id;
+	return GFS_OK;
+}
+
+/* set_add_source(): source src, once. */
+static gfs_err set_add_source(gfs_fs *fs, uint32_t src)
+{
+	if (fs->acc.src_mark[src] == fs->acc.mark)
+		return GFS_OK;
+	fs->acc.src_mark[src] = fs->acc.mark;
+	return set_add(fs, fs->acc.src_ids[src]);
+}
+
+/* set_add_entry(): the sources of layout entry i's bytes. */
+static gfs_err set_add_entry(gfs_fs *fs, size_t i)
+{
+	const gfs_tensor *t = gfs_layout_target(fs->ctx.layout, i);
+	gfs_err err = GFS_OK;
+
+	for (size_t k = 0; k < t->npieces && !err; k++)
+		if (t->pieces[k].kind != GFS_PIECE_ZERO)
+			err = set_add_source(fs, t->pieces[k].src);
+	return err;
+}
+
+/* set_add_entries(): the sources of entries[0..n), or of every source if entries is NULL. */
+static gfs_err set_add_entries(gfs_fs *fs, const size_t *entries, size_t n)
+{
+	const gfs_layout *l = fs->ctx.layout;
+	gfs_err err = GFS_OK;
+
+	if (!entries) {
+		for (uint32_t k = 0; k < l->nsources && !err; k++)
+			err = set_add_source(fs, k);
+		return err;
+	}
+	for (size_t k = 0; k < n && !err; k++)
+		err = set_add_entry(fs, entries[k]);
+	return err;
+}
+
+/* merge_owner(): fold an object's owner and group into the common ones. */
+static void merge_owner(const gfs_perm *p, uint32_t id, bool *any, uid_t *uid, gid_t *gid,
+			bool *uid_mixed, bool *gid_mixed)
+{
+	uid_t u;
+	gid_t g;
+
+	gfs_perm_owner(p, id, &u, &g);
+	*uid_mixed |= *any && u != *uid;
+	*gid_mixed |= *any && g != *gid;
+	*uid = u;
+	*gid = g;
+	*any = true;
+}
+
+/* meta_bits(): the classes of uid:gid that may read every metadata input. */
+static unsigned meta_bits(gfs_fs *fs, uid_t uid, gid_t gid)
+{
+	fs_access *a = &fs->acc;
+	unsigned bits = GFS_CLASS_ALL;
+
+	if (a->meta_memo && a->meta_uid == uid && a->meta_gid == gid)
+		return a->meta_bits;
+	for (size_t k = 0; k < a->nmeta; k++)
+		bits &= gfs_perm_bits(a->perm, a->meta_ids[k], uid, gid);
+	a->meta_memo = true;
+	a->meta_uid = uid;
+	a->meta_gid = gid;
+	a->meta_bits = bits;
+	return bits;
+}
+
+/*
+ * set_attr(): the attributes of a node exposing the set's files: their
+ * common owner and group (else ours), and read (dir: read and search) for
+ * each class that may read them all.
+ */
+static fs_attr set_attr(gfs_fs *fs, bool dir)
+{
+	fs_access *a = &fs->acc;
+	const fs_set *s = &a->set;
+	bool any = false, uid_mixed = false, gid_mixed = false;
+	uid_t uid = 0;
+	gid_t gid = 0;
+	unsigned bits;
+	const mode_t r = dir ? 5 : 4;
+
+	for (size_t k = 0; s->meta && k < a->nmeta; k++)
+		merge_owner(a->perm, a->meta_ids[k], &any, &uid, &gid, &uid_mixed, &gid_mixed);
+	for (size_t k = 0; k < s->n; k++)
+		merge_owner(a->perm, s->ids[k], &any, &uid, &gid, &uid_mixed, &gid_mixed);
+	if (!any || uid_mixed)
+		uid = geteuid();
+	if (!any || gid_mixed)
+		gid = getegid();
+	bits = s->meta ? meta_bits(fs, uid, gid) : GFS_CLASS_ALL;
+	for (size_t k = 0; k < s->n && bits; k++)
+		bits &= gfs_perm_bits(a->perm, s->ids[k], uid, gid);
+	return (fs_attr){
+		.uid = uid, .gid = gid,
+		.perm = ((bits & GFS_CLASS_OWNER) ? r << 6 : 0) |
+			((bits & GFS_CLASS_GROUP) ? r << 3 : 0) | ((bits & GFS_CLASS_OTHER) ? r : 0),
+	};
+}
+
+/* entries_attr(): a file showing entries[0..n) (all if NULL) and the metadata. */
+static gfs_err entries_attr(gfs_fs *fs, const size_t *entries, size_t n, fs_attr *out)
+{
+	gfs_err err;
+
+	set_begin(fs, true);
+	err = set_add_entries(fs, entries, n);
+	if (!err)
+		*out = set_attr(fs, false);
+	return err;
+}
+
+/* meta_attr(): a node showing metadata only. */
+static fs_attr meta_attr(gfs_fs *fs, bool dir)
+{
+	set_begin(fs, true);
+	return set_attr(fs, dir);
+}
+
+/*
+ * access_begin(): the perm objects of the sources, the metadata inputs and
+ * the checkpoint directory's listing.
+ */
+static gfs_err access_begin(gfs_fs *fs)
+{
+	const gfs_layout *l = fs->ctx.layout;
+	fs_access *a = &fs->acc;
+	gfs_err err = gfs_perm_new(geteuid(), &a->perm);
+
+	if (err)
+		return err;
+	a->src_ids = gfs_calloc(l->nsources + 1, sizeof(*a->src_ids));
+	a->src_mark = gfs_calloc(l->nsources + 1, sizeof(*a->src_mark));
+	a->meta_ids = gfs_calloc((l->nmetafiles ? l->nmetafiles : l->nsources) + 1, sizeof(*a->meta_ids));
+	if (!a->src_ids || !a->src_mark || !a->meta_ids)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (uint32_t i = 0; i < l->nsources && !err; i++)
+		err = gfs_perm_add_fd(a->perm, gfs_srcset_fd(fs->ctx.src, i), l->sources[i].abspath,
+				      &a->src_ids[i]);
+	for (size_t i = 0; i < l->nmetafiles && !err; i++)
+		err = gfs_perm_add_path(a->perm, l->metafiles[i], GFS_NEED_R, &a->meta_ids[a->nmeta++]);
+	for (uint32_t i = 0; !l->nmetafiles && i < l->nsources; i++)
+		a->meta_ids[a->nmeta++] = a->src_ids[i];
+	if (!err && l->root_dir) {
+		err = gfs_perm_add_path(a->perm, l->root_dir, GFS_NEED_R | GFS_NEED_X, &a->root_id);
+		a->root_listed = !err;
+	}
+	return err;
+}
+
+/* access_end(): free the derivation state. */
+static void access_end(gfs_fs *fs)
+{
+	fs_access *a = &fs->acc;
+
+	gfs_perm_free(a->perm);
+	free(a->src_ids);
+	free(a->src_mark);
+	free(a->meta_ids);
+	free(a->set.ids);
+	memset(a, 0, sizeof(*a));
+}
+
+/*
+ * add_virt(): a root file named name (copied) with contents vf and
+ * attributes attr; zip: a torch zip view.
+ */
+static gfs_err add_virt(gfs_fs *fs, const char *name, const gfs_vfile *vf, bool zip,
+			fs_attr attr)
+{
+	fs_virt *v = gfs_reallocarray(fs->virt, fs->nvirt + 1, sizeof(*v));
+
+	if (!v)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	fs->virt = v;
+	v[fs->nvirt].name = gfs_strdup(name);
+	if (!v[fs->nvirt].name)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	v[fs->nvirt].zip = zip;
+	v[fs->nvirt].attr = attr;
+	v[fs->nvirt++].vf = vf;
+	return GFS_OK;
+}
+
+/* add_text(): a root file holding text, with attributes attr. */
+static gfs_err add_text(gfs_fs *fs, const char *name, const char *text, fs_attr attr)
+{
+	gfs_vfile *vf = NULL;
+	gfs_err err = own_vfile(fs, &vf);
+
+	if (!err)
+		err = add_str(vf, text);
+	if (!err)
+		err = gfs_vfile_add_mem(vf, "\n", 1);
+	if (!err)
+		err = add_virt(fs, name, vf, false, attr);
+	return err ? gfs_fail_prefix(err, "%s", name) : GFS_OK;
+}
+
+/* add_zip(): a torch zip of entries[0..n) (all if NULL) named name. */
+static gfs_err add_zip(gfs_fs *fs, const char *name, const size_t *entries, size_t n)
+{
+	char prefix[256];
+	gfs_tzview **z = gfs_reallocarray(fs->zips, fs->nzips + 1, sizeof(*z));
+	fs_attr attr;
+	gfs_err err;
+
+	if (!z)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	fs->zips = z;
+	err = entries_attr(fs, entries, n, &attr);
+	if (err)
+		return err;
+	/* torch names the archive after the file, without its extension */
+	snprintf(prefix, sizeof(prefix), "%.*s", (int)(strlen(name) - strlen(ZIP_EXT)), name);
+	err = gfs_tzview_new(&fs->ctx, prefix, entries, n, &z[fs->nzips]);
+	if (err)
+		return gfs_fail_prefix(err, "%s", name);
+	fs->nzips++;
+	return add_virt(fs, name, gfs_tzview_vfile(z[fs->nzips - 1]), true, attr);
+}
+
+/* add_st(): a safetensors file of entries[0..n) (all if NULL) named name. */
+static gfs_err add_st(gfs_fs *fs, const char *name, const size_t *entries, size_t n)
+{
+	gfs_vfile *vf = NULL;
+	fs_attr attr;
+	gfs_err err = entries_attr(fs, entries, n, &attr);
+
+	if (!err)
+		err = gfs_stview_new(&fs->ctx, entries, n, &vf);
+	if (!err)
+		err = own(fs, vf);
+	if (!err)
+		err = add_virt(fs, name, vf, false, attr);
+	return err ? gfs_fail_prefix(err, "%s", name) : GFS_OK;
+}
+
+/*
+ * add_format(): the single file stem+ext, or with a shard size the HF
+ * shards stem-0000i-of-0000N+ext and their index stem+ext.index.json.
+ */
+static gfs_err add_format(gfs_fs *fs, const gfs_shard_plan *plan, const char *stem,
+			  const char *ext, bool zip)
+{
+	char name[256];
+	char *index = NULL;
+	gfs_err err = GFS_OK;
+
+	if (!plan) {
+		snprintf(name, sizeof(name), "%s%s", stem, ext);
+		return zip ? add_zip(fs, name, NULL, 0) : add_st(fs, name, NULL, 0);
+	}
+	for (size_t i = 0; !err && i < plan->nshards; i++) {
+		char *shard = NULL;
+		const gfs_shard *sh = &plan->shards[i];
+
+		err = gfs_shard_name(plan, i, stem, ext, &shard);
+		if (!err)
+			err = zip ? add_zip(fs, shard, sh->entries, sh->n)
+				  : add_st(fs, shard, sh->entries, sh->n);
+		free(shard);
+	}
+	if (!err)
+		err = gfs_shard_index_json(fs->ctx.layout, plan, stem, ext, zip, &index);
+	if (!err) {
+		snprintf(name, sizeof(name), "%s%s.index.json", stem, ext);
+		err = add_text(fs, name, index, meta_attr(fs, false));
+	}
+	free(index);
+	return err;
+}
+
+/* build_views(): the root's virtual files, in listing order. */
+/*
+ * replaced_attr(): the attributes of a root file shown with other content
+ * (gfs_fs_opts.replace): those of every source together, and no more
+ * readable than the checkpoint's own file of that name.
+ */
+static fs_attr replaced_attr(const gfs_fs *fs, const char *name)
+{
+	const gfs_layout *l = fs->ctx.layout;
+	fs_attr attr = fs->xfile_attr;
+	char path[PATH_MAX];
+	struct stat st;
+
+	if (l->root_dir && (size_t)snprintf(path, sizeof(path), "%s/%s", l->root_dir, name) <
+				   sizeof(path) && stat(path, &st) == 0)
+		attr.perm &= st.st_mode & 0444;
+	return attr;
+}
+
+static gfs_err build_views(gfs_fs *fs)
+{
+	const gfs_layout *l = fs->ctx.layout;
+	gfs_shard_plan *plan = NULL;
+	gfs_err err = GFS_OK;
+
+	if (fs->opts.shard_size)
+		err = gfs_shard_plan_new(l, fs->ctx.want, fs->opts.shard_size, &plan);
+	if (!err && (fs->opts.views & GFS_VIEW_BIN))
+		err = add_format(fs, plan, ZIP_STEM, ZIP_EXT, true);
+	if (!err && (fs->opts.views & GFS_VIEW_SAFETENSORS))
+		err = add_format(fs, plan, ST_STEM, ST_EXT, false);
+	gfs_shard_plan_free(plan);
+	for (size_t i = 0; !err && i < fs->opts.nreplace; i++)
+		err = add_text(fs, fs->opts.replace[i].name, fs->opts.replace[i].text,
+			       replaced_attr(fs, fs->opts.replace[i].name));
+	if (!err && (fs->opts.views & GFS_VIEW_LAYOUT)) {
+		char *json = NULL;
+
+		fs_attr attr = { 0 };
+
+		/* it lists every source's path, size and offsets */
+		set_begin(fs, true);
+		err = set_add_entries(fs, NULL, 0);
+		if (!err)
+			attr = set_attr(fs, false);
+		if (!err)
+			err = gfs_layout_to_json(l, &json);
+		if (!err)
+			err = add_text(fs, JSON_NAME, json, attr);
+		free(json);
+	}
+	return err;
+}
+
+/* build_fixed(): the root, tensors/, INDEX and the virtual files' nodes. */
+static gfs_err build_fixed(gfs_fs *fs)
+{
+	const gfs_layout *l = fs->ctx.layout;
+	gfs_vfile *index_vf = NULL;
+	gfs_err err;
+
+	err = own_vfile(fs, &index_vf);
+	if (!err)
+		err = add_str(index_vf, "name\tdtype\tshape\tbytes\ttarget\tkey\n");
+	for (size_t i = 0; i < l->ntensors && !err; i++)
+		err = index_line(fs, index_vf, i);
+	if (err)
+		return gfs_fail_prefix(err, TENSORS_NAME "/" INDEX_NAME);
+	fs->nodes[N_ROOT] = (gfs_node){ .name = "", .type = GFS_NODE_DIR,
+					.perm = fs->root_attr.perm, .uid = fs->root_attr.uid,
+					.gid = fs->root_attr.gid };
+	fs->nodes[N_TENSORS] = (gfs_node){ .name = TENSORS_NAME, .type = GFS_NODE_DIR,
+					   .perm = fs->tensors_attr.perm,
+					   .uid = fs->tensors_attr.uid, .gid = fs->tensors_attr.gid };
+	fs->nodes[N_INDEX] = (gfs_node){ .name = INDEX_NAME, .type = GFS_NODE_REG,
+					 .vf = index_vf, .perm = fs->index_attr.perm,
+					 .uid = fs->index_attr.uid, .gid = fs->index_attr.gid };
+	for (size_t i = 0; i < fs->nvirt; i++) {
+		const fs_virt *v = &fs->virt[i];
+
+		fs->nodes[N_FIXED + i] = (gfs_node){ .name = v->name, .type = GFS_NODE_REG,
+						     .vf = v->vf, .zip_view = v->zip,
+						     .perm = v->attr.perm, .uid = v->attr.uid,
+						     .gid = v->attr.gid };
+	}
+	for (size_t i = N_ROOT; i < N_FIXED + fs->nvirt; i++) {
+		fs->nodes[i].parent = i == N_INDEX ? N_TENSORS + 1 : GFS_FS_ROOT_INO;
+		fs->nodes[i].entry = -1;
+		fs->nodes[i].mtime = fs->mtime;
+	}
+	return GFS_OK;
+}
+
+/* is_shard_name(): name is stem-<digits>-of-<digits>ext. */
+static bool is_shard_name(const char *name, const char *stem, const char *ext)
+{
+	const size_t n = strlen(stem), e = strlen(ext), len = strlen(name);
+	const char *p = name + n;
+	size_t d;
+
+	if (len <= n + e || strncmp(name, stem, n) != 0 || strcmp(name + len - e, ext) != 0 ||
+	    *p++ != '-')
+		return false;
+	d = strspn(p, "0123456789");
+	if (d == 0 || strncmp(p + d, "-of-", 4) != 0)
+		return false;
+	p += d + 4;
+	d = strspn(p, "0123456789");
+	return d > 0 && p + d == name + len - e;
+}
+
+/* is_view_name(): a root entry name some view may take, whatever the options. */
+static bool is_view_name(const char *name)
+{
+	static const char *const names[] = {
+		ZIP_STEM ZIP_EXT, ST_STEM ST_EXT, ZIP_STEM ZIP_EXT ".index.json",
+		ST_STEM ST_EXT ".index.json", JSON_NAME, TENSORS_NAME, ADAPTER_NAME,
+	};
+
+	for (size_t i = 0; i < ARRAY_LEN(names); i++)
+		if (strcmp(name, names[i]) == 0)
+			return true;
+	return is_shard_name(name, ZIP_STEM, ZIP_EXT) || is_shard_name(name, ST_STEM, ST_EXT);
+}
+
+/*
+ * is_hidden(): a name the caller asked to leave out (gfs_fs_opts.hide) or
+ * to show with other content (gfs_fs_opts.replace).
+ */
+static bool is_hidden(const gfs_fs *fs, const char *name)
+{
+	for (const char *const *h = fs->opts.hide; h && *h; h++)
+		if (strcmp(name, *h) == 0)
+			return true;
+	for (size_t i = 0; i < fs->opts.nreplace; i++)
+		if (strcmp(name, fs->opts.replace[i].name) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * is_source(): dir/name is one of the layout's source files (the shards of a
+ * DCP checkpoint live in its root): the views show their contents, so the
+ * raw shards are not passed through.
+ */
+static bool is_source(const gfs_fs *fs, const char *dir, const char *name)
+{
+	const gfs_layout *l = fs->ctx.layout;
+	const size_t dlen = strlen(dir);
+
+	for (size_t i = 0; i < l->nsources; i++) {
+		const char *p = l->sources[i].abspath;
+
+		if (strncmp(p, dir, dlen) == 0 && p[dlen] == '/' && strcmp(p + dlen + 1, name) == 0)
+			return true;
+	}
+	return false;
+}
+
+static int cmp_pass(const void *a, const void *b)
+{
+	return strcmp(((const fs_pass *)a)->name, ((const fs_pass *)b)->name);
+}
+
+/*
+ * open_beneath(): open name, a symbolic link in directory dfd (at the
+ * canonical path dir), for reading if it resolves to a path beneath dir:
+ * the resolved path is walked from dfd one component at a time with
+ * O_NOFOLLOW, so a link swapped in meanwhile fails instead of being
+ * followed.  @return the descriptor, or -1 with errno (EXDEV: it leads out).
+ */
+static int open_beneath(int dfd, const char *dir, const char *name)
+{
+	char link[PATH_MAX], real[PATH_MAX];
+	const size_t dlen = strlen(dir);
+	char *p, *slash;
+	int fd;
+
+	if ((size_t)snprintf(link, sizeof(link), "%s/%s", dir, name) >= sizeof(link)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	if (!realpath(link, real))
+		return -1;
+	if (strcmp(real, dir) == 0) {
+		errno = EISDIR;
+		return -1;
+	}
+	if (strncmp(real, dir, dlen) != 0 || real[dlen] != '/' || dlen == 1) {
+		errno = EXDEV;
+		return -1;
+	}
+	fd = dup(dfd);
+	for (p = real + dlen + 1; fd >= 0; p = slash + 1) {
+		int next;
+
+		slash = strchr(p, '/');
+		if (slash)
+			*slash = '\0';
+		next = openat(fd, p, O_CLOEXEC | O_NOFOLLOW |
+			      (slash ? O_PATH | O_DIRECTORY : O_RDONLY | O_NOCTTY | O_NONBLOCK));
+		close(fd);
+		fd = next;
+		if (!slash)
+			break;
+	}
+	return fd;
+}
+
+/*
+ * open_pass(): open name in directory dfd (dir as given, real canonical)
+ * as a passed-through file; *skip (after telling why, unless it is a
+ * directory) if it is none.
+ */
+static gfs_err open_pass(const gfs_fs *fs, int dfd, const char *dir, const char *real,
+			 const char *name, fs_pass *p, bool *skip)
+{
+	struct stat st;
+
+	*skip = true;
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+		if (errno == ENOENT) /* gone since the listing */
+			return GFS_OK;
+		return gfs_fail(GFS_ERR_IO, "%s/%s: cannot stat: %s", dir, name, strerror(errno));
+	}
+	if (S_ISDIR(st.st_mode))
+		return GFS_OK;
+	if (!S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
+		notice(fs, "%s/%s: not shown: not a regular file", dir, name);
+		return GFS_OK;
+	}
+	p->fd = S_ISREG(st.st_mode)
+		? openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW)
+		: open_beneath(dfd, real, name);
+	if (p->fd < 0) {
+		if (errno == EXDEV)
+			notice(fs, "%s/%s: not shown: a symbolic link that leaves the checkpoint directory",
+			       dir, name);
+		else if (errno == ENOENT)
+			notice(fs, "%s/%s: not shown: a dangling symbolic link", dir, name);
+		else if (errno == ELOOP || errno == ENOTDIR)
+			notice(fs, "%s/%s: not shown: a symbolic link that loops or changed while resolved",
+			       dir, name);
+		else if (errno != EISDIR)
+			return gfs_fail(GFS_ERR_IO, "%s/%s: cannot open: %s", dir, name,
+					strerror(errno));
+		return GFS_OK;
+	}
+	if (fstat(p->fd, &p->st) != 0) {
+		const int e = errno;
+
+		close(p->fd);
+		return gfs_fail(GFS_ERR_IO, "%s/%s: cannot stat: %s", dir, name, strerror(e));
+	}
+	if (!S_ISREG(p->st.st_mode)) {
+		if (!S_ISDIR(p->st.st_mode))
+			notice(fs, "%s/%s: not shown: not a regular file", dir, name);
+		close(p->fd);
+		return GFS_OK;
+	}
+	*skip = false;
+	p->name = gfs_strdup(name);
+	p->path = malloc(strlen(dir) + strlen(name) + 2);
+	if (!p->name || !p->path) {
+		close(p->fd);
+		free(p->name);
+		free(p->path);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	sprintf(p->path, "%s/%s", dir, name);
+	return GFS_OK;
+}
+
+/*
+ * pass_attr(): a passed-through file's attributes: its owner and group,
+ * read for each class that may read it along its path, and its execute
+ * bits where read is granted.
+ */
+static gfs_err pass_attr(gfs_fs *fs, fs_pass *p)
+{
+	uint32_t id;
+	gfs_err err = gfs_perm_add_fd(fs->acc.perm, p->fd, p->path, &id);
+
+	if (err)
+		return err;
+	set_begin(fs, false);
+	err = set_add(fs, id);
+	if (err)
+		return err;
+	p->attr = set_attr(fs, false);
+	p->attr.perm |= p->st.st_mode & 0111 & (p->attr.perm >> 2);
+	return GFS_OK;
+}
+
+/* scan_root(): open every regular file of the checkpoint root directory. */
+static gfs_err scan_root(gfs_fs *fs, const char *dir)
+{
+	DIR *d = opendir(dir);
+	char real[PATH_MAX];
+	size_t cap = 0;
+	gfs_err err = GFS_OK;
+
+	if (!d)
+		return gfs_fail(GFS_ERR_IO, "%s: cannot open directory: %s", dir, strerror(errno));
+	if (!realpath(dir, real)) {
+		err = gfs_fail(GFS_ERR_IO, "%s: cannot resolve: %s", dir, strerror(errno));
+		closedir(d);
+		return err;
+	}
+	for (;;) {
+		const struct dirent *de;
+		bool skip;
+
+		errno = 0;
+		de = readdir(d);
+		if (!de) {
+			if (errno)
+				err = gfs_fail(GFS_ERR_IO, "%s: cannot list: %s", dir,
+					       strerror(errno));
+			break;
+		}
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
+		    is_source(fs, dir, de->d_name) || is_hidden(fs, de->d_name))
+			continue;
+		if (is_extra_top(fs, de->d_name)) {
+			err = add_note(fs, "%s/%s: hidden behind the %s view", dir, de->d_name,
+				       strcmp(de->d_name, OPTIM_NAME) == 0 ? "optim" : "universal");
+			if (err)
+				break;
+			continue;
+		}
+		if (is_view_name(de->d_name)) {
+			if (de->d_type != DT_DIR)
+				notice(fs, "%s/%s: not shown: the name belongs to a gatherfs view",
+				       dir, de->d_name);
+			continue;
+		}
+		/* plain model files are sources or shadowed by the views (import_plain.h) */
+		if (gfs_plain_is_model_name(de->d_name))
+			continue;
+		if (!gfs_grow((void **)&fs->pass, &cap, fs->npass, sizeof(*fs->pass), 16)) {
+			err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+			break;
+		}
+		err = open_pass(fs, dirfd(d), dir, real, de->d_name, &fs->pass[fs->npass], &skip);
+		if (!err && !skip) {
+			err = pass_attr(fs, &fs->pass[fs->npass]);
+			fs->npass++;
+		}
+		if (err)
+			break;
+	}
+	closedir(d);
+	if (!err && fs->npass)
+		qsort(fs->pass, fs->npass, sizeof(*fs->pass), cmp_pass);
+	return err;
+}
+
+/* build_pass(): nodes of the passed-through files. */
+static gfs_err build_pass(gfs_fs *fs)
+{
+	for (size_t i = 0; i < fs->npass; i++) {
+		const fs_pass *p = &fs->pass[i];
+		gfs_vfile *vf = NULL;
+		gfs_err err = own_vfile(fs, &vf);
+
+		if (!err)
+			err = gfs_vfile_add_fd(vf, p->fd, 0, (uint64_t)p->st.st_size, p->path);
+		if (err)
+			return gfs_fail_prefix(err, "%s", p->path);
+		fs->nodes[N_FIXED + fs->nvirt + i] = (gfs_node){
+			.parent = GFS_FS_ROOT_INO, .name = p->name, .type = GFS_NODE_REG,
+			.vf = vf, .entry = -1, .perm = p->attr.perm, .uid = p->attr.uid,
+			.gid = p->attr.gid, .mtime = p->st.st_mtim,
+		};
+	}
+	return GFS_OK;
+}
+
+/* build_tensors(): one node per layout entry under tensors/. */
+static gfs_err build_tensors(gfs_fs *fs)
+{
+	const gfs_layout *l = fs->ctx.layout;
+	char **names = fs->tnames, **links = fs->tlinks;
+
+	for (size_t i = 0; i < l->ntensors; i++) {
+		const gfs_tensor *t = &l->tensors[i];
+		gfs_node *n = &fs->nodes[tensor_node(fs, i)];
+		gfs_err err = gfs_fs_escape_name(t->name, &names[i]);
+
+		if (err)
+			return err;
+		*n = (gfs_node){ .parent = N_TENSORS + 1, .name = names[i],
+				 .entry = (int64_t)i, .mtime = fs->mtime };
+		if (t->alias_of >= 0) {
+			err = gfs_fs_escape_name(l->tensors[t->alias_of].name, &links[i]);
+			n->type = GFS_NODE_LNK;
+			n->link = links[i];
+			n->perm = 0777;
+			n->uid = fs->tensors_attr.uid;
+			n->gid = fs->tensors_attr.gid;
+		} else {
+			const uint64_t nbytes = gfs_tensor_out_nbytes(l, i, fs->ctx.want);
+			gfs_vfile *vf = NULL;
+			fs_attr attr = { 0 };
+
+			set_begin(fs, true);
+			err = set_add_entry(fs, i);
+			if (!err)
+				attr = set_attr(fs, false);
+			if (!err)
+				err = own_vfile(fs, &vf);
+			if (!err)
+				err = gfs_vfile_add_tensor(vf, i, 0, nbytes);
+			n->type = GFS_NODE_REG;
+			n->vf = vf;
+			n->perm = attr.perm;
+			n->uid = attr.uid;
+			n->gid = attr.gid;
+		}
+		if (err)
+			return gfs_fail_prefix(err, "tensor %s", t->name);
+	}
+	return GFS_OK;
+}
+
+/* adapter_node(): the node index of adapter/ (k 0) and its files (k 1, 2). */
+static size_t adapter_node(const gfs_fs *fs, size_t k)
+{
+	return N_FIXED + fs->nvirt + fs->npass + fs->ctx.layout->ntensors + k;
+}
+
+/*
+ * open_adapter_cfg(): adapter_config.json of the checkpoint root for
+ * adapter/, if there is one (fs->adapter_cfg_fd, else -1).
+ */
+static gfs_err open_adapter_cfg(gfs_fs *fs, const char *dir, struct stat *st)
+{
+	char path[4096];
+
+	fs->adapter_cfg_fd = -1;
+	if (!dir || snprintf(path, sizeof(path), "%s/%s", dir, ADAPTER_CFG) >= (int)sizeof(path))
+		return GFS_OK;
+	fs->adapter_cfg_fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fs->adapter_cfg_fd < 0) {
+		if (errno == ENOENT)
+			return GFS_OK;
+		return gfs_fail(GFS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+	}
+	if (fstat(fs->adapter_cfg_fd, st) != 0 || !S_ISREG(st->st_mode)) {
+		close(fs->adapter_cfg_fd);
+		fs->adapter_cfg_fd = -1;
+	}
+	return GFS_OK;
+}
+
+/* build_adapter(): adapter/ with adapter_model.safetensors and adapter_config.json. */
+static gfs_err build_adapter(gfs_fs *fs, const struct stat *cfg_st)
+{
+	gfs_vfile *st = NULL, *cfg = NULL;
+	gfs_err err = gfs_stview_new(&fs->actx, NULL, 0, &st);
+	const size_t dir = adapter_node(fs, 0);
+
+	if (!err)
+		err = own(fs, st);
+	if (!err && fs->adapter_cfg_fd >= 0) {
+		err = own_vfile(fs, &cfg);
+		if (!err)
+			err = gfs_vfile_add_fd(cfg, fs->adapter_cfg_fd, 0, (uint64_t)cfg_st->st_size,
+					       ADAPTER_NAME "/" ADAPTER_CFG);
+	}
+	if (err)
+		return gfs_fail_prefix(err, ADAPTER_NAME "/" ADAPTER_ST);
+	/* as private as every source together (the adapter's files are among them) */
+	fs->nodes[dir] = (gfs_node){ .parent = GFS_FS_ROOT_INO, .name = ADAPTER_NAME,
+				     .type = GFS_NODE_DIR, .entry = -1, .perm = fs->xdir_attr.perm,
+				     .uid = fs->xdir_attr.uid, .gid = fs->xdir_attr.gid,
+				     .mtime = fs->mtime };
+	fs->nodes[dir + 1] = (gfs_node){ .parent = dir + 1, .name = ADAPTER_ST, .type = GFS_NODE_REG,
+					 .vf = st, .entry = -1, .perm = fs->xfile_attr.perm,
+					 .uid = fs->xfile_attr.uid, .gid = fs->xfile_attr.gid,
+					 .mtime = fs->mtime };
+	if (cfg)
+		fs->nodes[dir + 2] = (gfs_node){ .parent = dir + 1, .name = ADAPTER_CFG,
+						 .type = GFS_NODE_REG, .vf = cfg, .entry = -1,
+						 .perm = cfg_st->st_mode & fs->xfile_attr.perm,
+						 .uid = fs->xfile_attr.uid, .gid = fs->xfile_attr.gid,
+						 .mtime = cfg_st->st_mtim };
+	return GFS_OK;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+	return strcmp(((const struct fs_name *)a)->name, ((const struct fs_name *)b)->name);
+}
+
+/* ------------------------------------------------- optim/ and universal */
+
+/* add_note(): record one line for gfs_fs_note(). */
+static gfs_err add_note(gfs_fs *fs, const char *fmt, ...)
+{
+	char **n = gfs_reallocarray(fs->notes, fs->nnotes + 1, sizeof(*n));
+	char line[1024];
+	va_list ap;
+
+	if (!n)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	fs->notes = n;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	n[fs->nnotes] = gfs_strdup(line);
+	if (!n[fs->nnotes])
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	fs->nnotes++;
+	return GFS_OK;
+}
+
+/* add_xfile(): a file of the extra views at path (copied). */
+static gfs_err add_xfile(gfs_fs *fs, const char *path, const gfs_vfile *vf, int64_t entry)
+{
+	char *p = gfs_strdup(path);
+
+	if (!p || !gfs_grow((void **)&fs->xfiles, &fs->cap_xfiles, fs->nxfiles,
+			    sizeof(*fs->xfiles), 64)) {
+		free(p);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	fs->xfiles[fs->nxfiles++] = (fs_xfile){ .path = p, .vf = vf, .entry = entry };
+	return GFS_OK;
+}
+
+/*
+ * build_optim(): optim/<state>/<name> per optimizer-state entry and
+ * optim/<state>.safetensors per state, states in first-seen order.
+ */
+static gfs_err build_optim(gfs_fs *fs)
+{
+	const gfs_layout *l = fs->ctx.layout;
+	const size_t first = l->ntensors, n = gfs_layout_nentries(l);
+	size_t *entries = gfs_calloc(l->noptim + 1, sizeof(*entries));
+	bool *done = gfs_calloc(l->noptim + 1, sizeof(*done));
+	gfs_err err = entries && done ? GFS_OK : gfs_fail(GFS_ERR_NOMEM, "out of memory");
+
+	for (size_t i = first; !err && i < n; i++) {
+		char *state = NULL, *name = NULL, *path = NULL;
+		gfs_vfile *vf = NULL;
+
+		err = gfs_fs_escape_name(l->tensors[i].state, &state);
+		if (!err)
+			err = gfs_fs_escape_name(l->tensors[i].name, &name);
+		if (!err && !(path = malloc(strlen(state) + strlen(name) + sizeof(OPTIM_NAME) + 2)))
+			err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		if (!err) {
+			sprintf(path, OPTIM_NAME "/%s/%s", state, name);
+			err = own_vfile(fs, &vf);
+		}
+		if (!err)
+			err = gfs_vfile_add_tensor(vf, i, 0, gfs_tensor_out_nbytes(l, i, fs->ctx.want));
+		if (!err)
+			err = add_xfile(fs, path, vf, (int64_t)i);
+		free(state);
+		free(name);
+		free(path);
+	}
+	for (size_t i = first; !err && i < n; i++) {
+		const char *st = l->tensors[i].state;
+		char *state = NULL, *path = NULL;
+		gfs_vfile *vf = NULL;
+		size_t k = 0;
+
+		if (done[i - first])
+			continue;
+		for (size_t j = i; j < n; j++) {
+			if (strcmp(l->tensors[j].state, st) == 0) {
+				entries[k++] = j;
+				done[j - first] = true;
+			}
+		}
+		err = gfs_fs_escape_name(st, &state);
+		if (!err && !(path = malloc(strlen(state) + sizeof(OPTIM_NAME ST_EXT) + 2)))
+			err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		if (!err) {
+			sprintf(path, OPTIM_NAME "/%s" ST_EXT, state);
+			err = gfs_stview_new(&fs->ctx, entries, k, &vf);
+		}
+		if (!err)
+			err = own(fs, vf);
+		if (!err)
+			err = add_xfile(fs, path, vf, -1);
+		if (err)
+			err = gfs_fail_prefix(err, "%s", path ? path : OPTIM_NAME);
+		free(state);
+		free(path);
+	}
+	free(entries);
+	free(done);
+	return err;
+}
+
+/* build_universal(): the universal view's files, or a note saying why not. */
+static gfs_err build_universal(gfs_fs *fs)
+{
+	const gfs_layout *l = fs->ctx.layout;
+	gfs_err err = gfs_uview_new(l, fs->ctx.src, fs->ctx.crc_cache, &fs->uview);
+
+	if (err == GFS_ERR_NOTFOUND)
+		return GFS_OK;
+	if (err == GFS_ERR_UNSUPPORTED)
+		return add_note(fs, "%s: no DeepSpeed universal checkpoint view: %s", l->base_dir,
+				gfs_errmsg());
+	for (size_t i = 0; !err && i < gfs_uview_nfiles(fs->uview); i++)
+		err = add_xfile(fs, gfs_uview_path(fs->uview, i), gfs_uview_vfile(fs->uview, i), -1);
+	return err;
+}
+
+/* is_extra_top(): name is the first component of an extra view's file. */
+static bool is_extra_top(const gfs_fs *fs, const char *name)
+{
+	const size_t n = strlen(name);
+
+	for (size_t i = 0; i < fs->nxfiles; i++) {
+		const char *p = fs->xfiles[i].path;
+
+		if (strncmp(p, name, n) == 0 && (p[n] == '/' || p[n] == '\0'))
+			return true;
+	}
+	return false;
+}
+
+/* xnode_add(): a new extra node for path[0..len) under parent (node index). */
+static gfs_err xnode_add(gfs_fs *fs, const char *path, size_t len, size_t parent, int64_t file)
+{
+	char *p = malloc(len + 1);
+
+	if (!p || !gfs_grow((void **)&fs->xnodes, &fs->cap_xnodes, fs->nxnodes,
+			    sizeof(*fs->xnodes), 64)) {
+		free(p);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	memcpy(p, path, len);
+	p[len] = '\0';
+	fs->xnodes[fs->nxnodes++] = (fs_xnode){ .path = p, .parent = parent, .file = file };
+	return GFS_OK;
+}
+
+/*
+ * find_xdir(): node index of the extra directory path[0..len), or SIZE_MAX.
+ * Searches the newest nodes first.
+ */
+static size_t find_xdir(const gfs_fs *fs, const char *path, size_t len)
+{
+	for (size_t i = fs->nxnodes; i-- > 0;) {
+		const fs_xnode *x = &fs->xnodes[i];
+
+		if (x->file < 0 && strlen(x->path) == len && memcmp(x->path, path, len) == 0)
+			return fs->xfirst + i;
+	}
+	return SIZE_MAX;
+}
+
+/*
+ * plan_xnodes(): one node per directory and file of the extra views, in
+ * file order (a directory before its contents).  Files come grouped by
+ * directory, so the directory sought is nearly always the last one made.
+ */
+static gfs_err plan_xnodes(gfs_fs *fs)
+{
+	for (size_t f = 0; f < fs->nxfiles; f++) {
+		const char *path = fs->xfiles[f].path;
+		size_t parent = N_ROOT;
+		gfs_err err;
+
+		for (const char *s = strchr(path, '/'); s; s = strchr(s + 1, '/')) {
+			const size_t len = (size_t)(s - path);
+			size_t d = find_xdir(fs, path, len);
+
+			if (d == SIZE_MAX) {
+				err = xnode_add(fs, path, len, parent, -1);
+				if (err)
+					return err;
+				d = fs->xfirst + fs->nxnodes - 1;
+			}
+			parent = d;
+		}
+		err = xnode_add(fs, path, strlen(path), parent, (int64_t)f);
+		if (err)
+			return err;
+	}
+	return GFS_OK;
+}
+
+/* build_xnodes(): fill the extra nodes and their directories. */
+static gfs_err build_xnodes(gfs_fs *fs)
+{
+	size_t *count;
+
+	fs->xdirs = gfs_calloc(fs->nxnodes + 1, sizeof(*fs->xdirs));
+	count = gfs_calloc(fs->nxnodes + 1, sizeof(*count));
+	if (!fs->xdirs || !count) {
+		free(count);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < fs->nxnodes; i++) {
+		const fs_xnode *x = &fs->xnodes[i];
+		const char *slash = strrchr(x->path, '/');
+		gfs_node *n = &fs->nodes[fs->xfirst + i];
+
+		*n = (gfs_node){ .parent = x->parent + 1, .name = slash ? slash + 1 : x->path,
+				 .entry = -1, .mtime = fs->mtime };
+		if (x->file < 0) {
+			n->type = GFS_NODE_DIR;
+			n->perm = fs->xdir_attr.perm;
+			n->uid = fs->xdir_attr.uid;
+			n->gid = fs->xdir_attr.gid;
+		} else {
+			n->type = GFS_NODE_REG;
+			n->vf = fs->xfiles[x->file].vf;
+			n->entry = fs->xfiles[x->file].entry;
+			n->perm = fs->xfile_attr.perm;
+			n->uid = fs->xfile_attr.uid;
+			n->gid = fs->xfile_attr.gid;
+		}
+		if (x->parent != N_ROOT)
+			count[x->parent - fs->xfirst]++;
+	}
+	for (size_t i = 0; i < fs->nxnodes; i++) {
+		fs_dir *d = &fs->xdirs[i];
+
+		if (fs->xnodes[i].file >= 0)
+			continue;
+		d->kids = gfs_calloc(count[i] + 1, sizeof(*d->kids));
+		d->sorted = gfs_calloc(count[i] + 1, sizeof(*d->sorted));
+		if (!d->kids || !d->sorted) {
+			free(count);
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		}
+	}
+	free(count);
+	for (size_t i = 0; i < fs->nxnodes; i++) {
+		const size_t parent = fs->xnodes[i].parent;
+		fs_dir *d;
+
+		if (parent == N_ROOT)
+			continue;
+		d = &fs->xdirs[parent - fs->xfirst];
+		d->kids[d->n] = (uint32_t)(fs->xfirst + i);
+		d->sorted[d->n] = (struct fs_name){ fs->nodes[fs->xfirst + i].name,
+						    (uint32_t)(fs->xfirst + i) };
+		d->n++;
+	}
+	for (size_t i = 0; i < fs->nxnodes; i++)
+		if (fs->xdirs[i].n > 1)
+			qsort(fs->xdirs[i].sorted, fs->xdirs[i].n, sizeof(*fs->xdirs[i].sorted),
+			      cmp_name);
+	return GFS_OK;
+}
+
+/* build_dir(): directory d holding nodes first..first+n-1 after `fixed`. */
+static gfs_err build_dir(gfs_fs *fs, fs_dir *d, const uint32_t *fixed, size_t nfixed,
+			 size_t first, size_t n)
+{
+	d->n = nfixed + n;
+	d->kids = gfs_calloc(d->n, sizeof(*d->kids));
+	d->sorted = gfs_calloc(d->n, sizeof(*d->sorted));
+	if (!d->kids || !d->sorted)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t i = 0; i < d->n; i++) {
+		d->kids[i] = i < nfixed ? fixed[i] : (uint32_t)(first + i - nfixed);
+		d->sorted[i] = (struct fs_name){ fs->nodes[d->kids[i]].name, d->kids[i] };
+	}
+	qsort(d->sorted, d->n, sizeof(*d->sorted), cmp_name);
+	for (size_t i = 1; i < d->n; i++) /* only cut names can collide */
+		if (strcmp(d->sorted[i - 1].name, d->sorted[i].name) == 0)
+			return gfs_fail(GFS_ERR_UNSUPPORTED, "two entries are both named %s",
+					d->sorted[i].name);
+	return GFS_OK;
+}
+
+void gfs_fs_free(gfs_fs *fs)
+{
+	if (!fs)
+		return;
+	access_end(fs);
+	for (size_t i = 0; fs->tnames && fs->tlinks && i < fs->ctx.layout->ntensors; i++) {
+		free(fs->tnames[i]);
+		free(fs->tlinks[i]);
+	}
+	for (size_t i = 0; i < fs->npass; i++) {
+		close(fs->pass[i].fd);
+		free(fs->pass[i].name);
+		free(fs->pass[i].path);
+	}
+	for (size_t i = 0; i < fs->nowned; i++)
+		gfs_vfile_free(fs->owned[i]);
+	for (size_t i = 0; i < fs->nzips; i++)
+		gfs_tzview_free(fs->zips[i]);
+	for (size_t i = 0; i < fs->nvirt; i++)
+		free(fs->virt[i].name);
+	for (size_t i = 0; i < fs->nxfiles; i++)
+		free(fs->xfiles[i].path);
+	for (size_t i = 0; i < fs->nxnodes; i++) {
+		free(fs->xnodes[i].path);
+		if (fs->xdirs) {
+			free(fs->xdirs[i].kids);
+			free(fs->xdirs[i].sorted);
+		}
+	}
+	for (size_t i = 0; i < fs->nnotes; i++)
+		free(fs->notes[i]);
+	free(fs->notes);
+	free(fs->xfiles);
+	free(fs->xnodes);
+	free(fs->xdirs);
+	gfs_uview_free(fs->uview);
+	free(fs->zips);
+	free(fs->virt);
+	free(fs->root.kids);
+	free(fs->root.sorted);
+	free(fs->tensors.kids);
+	free(fs->tensors.sorted);
+	free(fs->adapter.kids);
+	free(fs->adapter.sorted);
+	if (fs->adapter_cfg_fd >= 0)
+		close(fs->adapter_cfg_fd);
+	free(fs->tnames);
+	free(fs->tlinks);
+	free(fs->owned);
+	free(fs->pass);
+	free(fs->nodes);
+	free(fs);
+}
+
+/* build(): everything but the allocation of fs itself. */
+static gfs_err build(gfs_fs *fs)
+{
+	static const uint32_t tensors_fixed[] = { N_INDEX };
+	const gfs_layout *l = fs->ctx.layout;
+	const char *dir = l->root_dir ? l->root_dir : l->base_dir;
+	const bool tensors = fs->opts.views & GFS_VIEW_TENSORS;
+	uint32_t *root_fixed = NULL;
+	size_t nroot = 0;
+	struct stat st, cfg_st;
+	gfs_err err;
+
+	if (stat(dir, &st) != 0)
+		return gfs_fail(GFS_ERR_IO, "%s: cannot stat: %s", dir, strerror(errno));
+	fs->mtime = st.st_mtim;
+	err = access_begin(fs);
+	if (err)
+		return err;
+	set_begin(fs, true);
+	if (fs->acc.root_listed)
+		err = set_add(fs, fs->acc.root_id);
+	if (err)
+		return err;
+	fs->root_attr = set_attr(fs, true);
+	fs->tensors_attr = meta_attr(fs, true);
+	fs->index_attr = meta_attr(fs, false);
+	/* optim/ and the universal view: as private as every source together */
+	set_begin(fs, true);
+	err = set_add_entries(fs, NULL, 0);
+	if (err)
+		return err;
+	fs->xfile_attr = set_attr(fs, false);
+	fs->xdir_attr = set_attr(fs, true);
+	err = build_views(fs);
+	if (!err && (fs->opts.views & GFS_VIEW_OPTIM))
+		err = build_optim(fs);
+	if (!err && (fs->opts.views & GFS_VIEW_UNIVERSAL))
+		err = build_universal(fs);
+	if (!err && l->root_dir)
+		err = scan_root(fs, l->root_dir);
+	if (!err && fs->opts.adapter) {
+		err = open_adapter_cfg(fs, fs->opts.adapter->root_dir, &cfg_st);
+		fs->nadapter = fs->adapter_cfg_fd >= 0 ? 3 : 2;
+	}
+	fs->xfirst = N_FIXED + fs->nvirt + fs->npass + l->ntensors + fs->nadapter;
+	if (!err)
+		err = plan_xnodes(fs);
+	if (err)
+		return err;
+	fs->nnodes = fs->xfirst + fs->nxnodes;
+	fs->nodes = gfs_calloc(fs->nnodes, sizeof(*fs->nodes));
+	fs->tnames = gfs_calloc(l->ntensors, sizeof(*fs->tnames));
+	fs->tlinks = gfs_calloc(l->ntensors, sizeof(*fs->tlinks));
+	root_fixed = gfs_calloc(fs->nvirt + 3 + fs->nxnodes, sizeof(*root_fixed));
+	if (!fs->nodes || !fs->tnames || !fs->tlinks || !root_fixed) {
+		free(root_fixed);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < fs->nvirt; i++)
+		root_fixed[nroot++] = (uint32_t)(N_FIXED + i);
+	if (tensors)
+		root_fixed[nroot++] = N_TENSORS;
+	if (fs->nadapter)
+		root_fixed[nroot++] = (uint32_t)adapter_node(fs, 0);
+	for (size_t i = 0; i < fs->nxnodes; i++)
+		if (fs->xnodes[i].parent == N_ROOT)
+			root_fixed[nroot++] = (uint32_t)(fs->xfirst + i);
+	/* tensor names first: INDEX lists them */
+	err = build_tensors(fs);
+	if (!err && fs->nadapter)
+		err = build_adapter(fs, &cfg_st);
+	if (!err)
+		err = build_xnodes(fs);
+	if (!err)
+		err = build_pass(fs);
+	if (!err)
+		err = build_fixed(fs);
+	if (!err)
+		err = build_dir(fs, &fs->root, root_fixed, nroot, N_FIXED + fs->nvirt, fs->npass);
+	if (!err)
+		err = build_dir(fs, &fs->tensors, tensors_fixed, ARRAY_LEN(tensors_fixed),
+				tensor_node(fs, 0), tensors ? l->ntensors : 0);
+	if (!err && fs->nadapter)
+		err = build_dir(fs, &fs->adapter, NULL, 0, adapter_node(fs, 1), fs->nadapter - 1);
+	for (size_t i = 0; i < fs->nnodes; i++)
+		fs->nodes[i].ino = i + 1;
+	free(root_fixed);
+	access_end(fs);
+	return err;
+}
+
+gfs_err gfs_views_parse(const char *s, unsigned *views)
+{
+	static const struct {
+		const char *name;
+		unsigned bit;
+	} names[] = {
+		{ "bin", GFS_VIEW_BIN }, { "safetensors", GFS_VIEW_SAFETENSORS },
+		{ "tensors", GFS_VIEW_TENSORS }, { "layout", GFS_VIEW_LAYOUT },
+		{ "optim", GFS_VIEW_OPTIM }, { "universal", GFS_VIEW_UNIVERSAL },
+		{ "all", GFS_VIEW_ALL },
+	};
+	unsigned v = 0;
+
+	while (*s) {
+		const size_t n = strcspn(s, ":+ ");
+		size_t k = 0;
+
+		while (k < ARRAY_LEN(names) &&
+		       (strlen(names[k].name) != n || strncmp(s, names[k].name, n) != 0))
+			k++;
+		if (k == ARRAY_LEN(names))
+			return gfs_fail(GFS_ERR_INVAL,
+					"unknown view '%.*s' (views: bin, safetensors, tensors, layout, optim, universal, all)",
+					(int)n, s);
+		v |= names[k].bit;
+		s += n;
+		if (*s)
+			s++;
+	}
+	if (!v)
+		return gfs_fail(GFS_ERR_INVAL, "no view given");
+	*views = v;
+	return GFS_OK;
+}
+
+gfs_err gfs_fs_new(const gfs_layout *l, const gfs_srcset *src, const gfs_fs_opts *o,
+		   gfs_fs **out)
+{
+	gfs_fs *fs = calloc(1, sizeof(*fs));
+	gfs_err err;
+
+	assert(l->finished);
+	if (!fs)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	fs->ctx = (gfs_vctx){ .layout = l, .src = src, .want = o->want, .crc_cache = o->crc_cache };
+	fs->actx = (gfs_vctx){ .layout = o->adapter, .src = o->adapter_src, .want = o->want };
+	fs->adapter_cfg_fd = -1;
+	fs->opts = *o;
+	err = build(fs);
+	if (err) {
+		gfs_fs_free(fs);
+		return err;
+	}
+	*out = fs;
+	return GFS_OK;
+}
+
+/* ----------------------------------------------------------------- access */
+
+const gfs_node *gfs_fs_node(const gfs_fs *fs, uint64_t ino)
+{
+	return ino >= 1 && ino <= fs->nnodes ? &fs->nodes[ino - 1] : NULL;
+}
+
+/* dir_of(): the fs_dir of directory node dir. */
+static const fs_dir *dir_of(const gfs_fs *fs, const gfs_node *dir)
+{
+	assert(dir->type == GFS_NODE_DIR);
+	if (fs->nadapter && dir->ino == adapter_node(fs, 0) + 1)
+		return &fs->adapter;
+	if (dir->ino > fs->xfirst)
+		return &fs->xdirs[dir->ino - 1 - fs->xfirst];
+	return dir->ino == N_TENSORS + 1 ? &fs->tensors : &fs->root;
+}
+
+size_t gfs_fs_nnotes(const gfs_fs *fs)
+{
+	return fs->nnotes;
+}
+
+const char *gfs_fs_note(const gfs_fs *fs, size_t i)
+{
+	assert(i < fs->nnotes);
+	return fs->notes[i];
+}
+
+const gfs_node *gfs_fs_lookup(const gfs_fs *fs, const gfs_node *dir,
+			      const char *name)
+{
+	const fs_dir *d = dir_of(fs, dir);
+	const struct fs_name key = { name, 0 };
+	const struct fs_name *hit = bsearch(&key, d->sorted, d->n, sizeof(*d->sorted),
+					    cmp_name);
+
+	return hit ? &fs->nodes[hit->node] : NULL;
+}
+
+size_t gfs_fs_dir_count(const gfs_fs *fs, const gfs_node *dir)
+{
+	return dir_of(fs, dir)->n;
+}
+
+const gfs_node *gfs_fs_dir_entry(const gfs_fs *fs, const gfs_node *dir, size_t i)
+{
+	const fs_dir *d = dir_of(fs, dir);
+
+	assert(i < d->n);
+	return &fs->nodes[d->kids[i]];
+}
+
+void gfs_fs_stat(const gfs_fs *fs, const gfs_node *n, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	(void)fs;
+	st->st_ino = n->ino;
+	st->st_uid = n->uid;
+	st->st_gid = n->gid;
+	st->st_blksize = BLKSIZE;
+	st->st_atim = st->st_mtim = st->st_ctim = n->mtime;
+	switch (n->type) {
+	case GFS_NODE_DIR:
+		st->st_mode = S_IFDIR | n->perm;
+		st->st_nlink = n->ino == GFS_FS_ROOT_INO ? 3 + (fs->nadapter ? 1 : 0) : 2;
+		break;
+	case GFS_NODE_REG:
+		st->st_mode = S_IFREG | n->perm;
+		st->st_nlink = 1;
+		st->st_size = (off_t)gfs_vfile_size(n->vf);
+		break;
+	case GFS_NODE_LNK:
+		st->st_mode = S_IFLNK | n->perm;
+		st->st_nlink = 1;
+		st->st_size = (off_t)strlen(n->link);
+		break;
+	}
+	st->st_blocks = (st->st_size + 511) / 512;
+}
+
+void gfs_fs_statfs(const gfs_fs *fs, struct statvfs *sv)
+{
+	uint64_t bytes = 0;
+
+	for (size_t i = 0; i < fs->nnodes; i++)
+		if (fs->nodes[i].type == GFS_NODE_REG)
+			bytes += gfs_vfile_size(fs->nodes[i].vf);
+	memset(sv, 0, sizeof(*sv));
+	sv->f_bsize = BLKSIZE;
+	sv->f_frsize = 4096;
+	sv->f_blocks = (fsblkcnt_t)((bytes + 4095) / 4096);
+	sv->f_files = (fsfilcnt_t)fs->nnodes;
+	sv->f_namemax = 255;
+	sv->f_flag = ST_RDONLY;
+}
+
+gfs_err gfs_fs_read(const gfs_fs *fs, const gfs_node *n, uint64_t off,
+		    void *buf, size_t len, size_t *got)
+{
+	gfs_err err;
+
+	assert(n->type == GFS_NODE_REG);
+	err = gfs_vfile_read(n->vf, off, buf, len, got);
+	if (err && n->ino > fs->xfirst)
+		return gfs_fail_prefix(err, "%s", fs->xnodes[n->ino - 1 - fs->xfirst].path);
+	if (err)
+		return gfs_fail_prefix(err, "%s%s",
+				       n->parent == GFS_FS_ROOT_INO ? "" : TENSORS_NAME "/", n->name);
+	return GFS_OK;
+}
+
+/* reply_attr(): copy value v to buf following the getxattr size protocol. */
+static gfs_err reply_attr(const char *v, size_t vlen, char *buf, size_t size,
+			  size_t *len)
+{
+	*len = vlen;
+	if (size == 0)
+		return GFS_OK;
+	if (size < vlen)
+		return gfs_fail(GFS_ERR_LIMIT, "attribute value longer than %zu bytes", size);
+	memcpy(buf, v, vlen);
+	return GFS_OK;
+}
+
+/* has_xattrs(): tensor files carry attributes; links, dirs and others not. */
+static bool has_xattrs(const gfs_node *n)
+{
+	return n->entry >= 0 && n->type == GFS_NODE_REG;
+}
+
+gfs_err gfs_fs_getxattr(const gfs_fs *fs, const gfs_node *n, const char *name,
+			char *buf, size_t size, size_t *len)
+{
+	const gfs_layout *l = fs->ctx.layout;
+	const gfs_tensor *t;
+	char shape[SHAPE_BUF];
+
+	if (!has_xattrs(n))
+		return gfs_fail(GFS_ERR_NOTFOUND, "%s: no attribute %s", n->name, name);
+	t = gfs_layout_target(l, (size_t)n->entry);
+	if (strcmp(name, XATTR_DTYPE) == 0) {
+		const char *v = gfs_dtype_name(gfs_dtype_out(t->dtype, fs->ctx.want));
+
+		return reply_attr(v, strlen(v), buf, size, len);
+	}
+	if (strcmp(name, XATTR_SHAPE) == 0) {
+		format_shape(t, shape);
+		return reply_attr(shape, strlen(shape), buf, size, len);
+	}
+	if (strcmp(name, XATTR_NAME) == 0) {
+		const char *v = l->tensors[n->entry].name;
+
+		return reply_attr(v, strlen(v), buf, size, len);
+	}
+	return gfs_fail(GFS_ERR_NOTFOUND, "%s: no attribute %s", n->name, name);
+}
+
+gfs_err gfs_fs_listxattr(const gfs_fs *fs, const gfs_node *n, char *buf,
+			 size_t size, size_t *len)
+{
+	static const char names[] = XATTR_DTYPE "\0" XATTR_SHAPE "\0" XATTR_NAME;
+
+	(void)fs;
+	if (!has_xattrs(n)) {
+		*len = 0;
+		return GFS_OK;
+	}
+	return reply_attr(names, sizeof(names), buf, size, len);
+}

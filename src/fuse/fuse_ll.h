@@ -1,0 +1,73 @@
+/*
+ * gatherfs — private header of the FUSE front end (fuse_ll.c, fuse_main.c),
+ * the only place where libfuse is visible.
+ */
+#ifndef GATHERFS_FUSE_LL_H
+#define GATHERFS_FUSE_LL_H
+
+#define FUSE_USE_VERSION 312
+
+#include <fuse_lowlevel.h>
+#include <stdbool.h>
+
+#include "gatherfs/fs/fs.h"
+
+/*
+ * Largest read request (and -o max_read) we ask the kernel for: replies
+ * of up to 768 KiB are spliced (see fuse_ll.c), larger ones copied.
+ * Direct-I/O reads (the zip views) come in requests of this size.
+ */
+#define GFS_LL_MAX_READ 786432 /* 768 KiB */
+
+/*
+ * Default read-ahead window of a mount (-o readahead_kb): the kernel
+ * sends buffered reads in requests of at most this size, so 512 KiB.
+ */
+#define GFS_LL_READAHEAD_KB 512
+
+/* Largest -o readahead_kb: init() offers the kernel a 64 MiB read-ahead at most. */
+#define GFS_LL_READAHEAD_KB_MAX 65536
+
+/*
+ * gfs_ll_set_readahead(): set the read-ahead window of the FUSE mount at
+ * mountpoint (absolute) to kb KiB through /sys/class/bdi (needs root).
+ * @return true if set or kb is 0; false, with the kernel's default
+ * (128 KiB) kept, if not permitted or the mount is not found in
+ * /proc/self/mountinfo.  Call after mounting; it sends no request to the
+ * file system.
+ */
+bool gfs_ll_set_readahead(const char *mountpoint, unsigned kb);
+
+/*
+ * gfs_ll_mount_type(): if something is mounted at mountpoint (absolute),
+ * true and the type of the last mount there ("fuse.gatherfs", "autofs")
+ * in type[0..len).
+ */
+bool gfs_ll_mount_type(const char *mountpoint, char *type, size_t len);
+
+/*
+ * gfs_ll_crc_cache_dir(): the default directory of the persistent CRC
+ * cache: $XDG_CACHE_HOME/gatherfs, else $HOME/.cache/gatherfs, else
+ * /var/cache/gatherfs.  Freed by the caller; NULL if out of memory.
+ */
+char *gfs_ll_crc_cache_dir(void);
+
+/* The session's userdata. */
+typedef struct gfs_mount {
+	const gfs_fs *fs;
+	const gfs_srcset *src;                 /* the sources fs reads */
+	unsigned max_read;                     /* -o max_read, repeated in init() */
+	struct fuse_conn_info_opts *conn_opts; /* -o overrides for init() */
+	bool nosplice;                         /* -o nosplice: always copy reads */
+	bool bin_cache;                        /* -o bin_cache: no direct_io for zip views */
+	bool splice;                           /* set by init(): splice reads */
+} gfs_mount;
+
+/*
+ * gfs_ll_ops: the low-level operations.  Read-only, stateless: inode
+ * numbers are gfs_fs's, forget is a no-op, reads take no lock.  Every
+ * modifying operation fails with EROFS.
+ */
+extern const struct fuse_lowlevel_ops gfs_ll_ops;
+
+#endif

@@ -1,0 +1,135 @@
+/*
+ * gatherfs — importer dispatch: detect what a path holds.
+ */
+#include "config.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "gatherfs/importers/import.h"
+#include "gatherfs/importers/import_plain.h"
+
+/* has_file(): does directory path hold a regular file called name? */
+static bool has_file(const char *path, const char *name)
+{
+	struct stat st;
+	char buf[4096];
+
+	if ((size_t)snprintf(buf, sizeof(buf), "%s/%s", path, name) >= sizeof(buf))
+		return false;
+	return stat(buf, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/*
+ * is_deepspeed(): does directory path look like a DeepSpeed save or tag
+ * directory: a `latest` file, or a ZeRO model or optimizer states file?
+ */
+static bool is_deepspeed(const char *path)
+{
+	struct stat st;
+	char buf[4096];
+	DIR *d;
+	const struct dirent *de;
+	bool found = false;
+
+	if ((size_t)snprintf(buf, sizeof(buf), "%s/latest", path) < sizeof(buf) &&
+	    stat(buf, &st) == 0 && S_ISREG(st.st_mode))
+		return true;
+	d = opendir(path);
+	if (!d)
+		return false;
+	while (!found && (de = readdir(d))) {
+		const size_t n = strlen(de->d_name);
+
+		found = (n > 16 && strcmp(de->d_name + n - 16, "_optim_states.pt") == 0) ||
+			(n > 16 && strcmp(de->d_name + n - 16, "_model_states.pt") == 0);
+	}
+	closedir(d);
+	return found;
+}
+
+/* is_dcp(): does directory path hold a `.metadata` file? */
+static bool is_dcp(const char *path)
+{
+	return has_file(path, ".metadata");
+}
+
+/*
+ * dir_format(): the format of directory path: DCP, a zero3 save, DeepSpeed
+ * (shards win over plain files), a layout.json, plain model files.
+ */
+static const char *dir_format(const char *path, const char *tag)
+{
+	if (is_dcp(path))
+		return "dcp";
+	if (gfs_zero3_detect(path))
+		return "zero3";
+	if (tag || is_deepspeed(path))
+		return "deepspeed";
+	if (has_file(path, "layout.json"))
+		return "layout";
+	return gfs_plain_has_model(path) ? "plain" : "deepspeed";
+}
+
+gfs_err gfs_import(const char *path, const gfs_import_opts *opts, gfs_layout **out)
+{
+	struct stat st;
+	const char *tag = opts ? opts->tag : NULL;
+	const char *format = opts && opts->format && strcmp(opts->format, "auto") != 0
+				     ? opts->format : NULL;
+	const char *prefix = opts && opts->prefix && opts->prefix[0] ? opts->prefix : NULL;
+
+	if (format && strcmp(format, "dcp") != 0 && strcmp(format, "deepspeed") != 0 &&
+	    strcmp(format, "layout") != 0 && strcmp(format, "plain") != 0 &&
+	    strcmp(format, "zero3") != 0)
+		return gfs_fail(GFS_ERR_INVAL,
+				"unknown input format '%s' (dcp, deepspeed, plain, layout, zero3 or auto)",
+				format);
+	if (stat(path, &st) != 0)
+		return gfs_fail(errno == ENOENT ? GFS_ERR_NOTFOUND : GFS_ERR_IO, "%s: %s", path,
+				strerror(errno));
+	if (!format && S_ISREG(st.st_mode))
+		format = gfs_plain_is_file(path) ? "plain" : "layout";
+	else if (!format)
+		format = S_ISDIR(st.st_mode) ? dir_format(path, tag) : "deepspeed";
+	if (prefix && strcmp(format, "dcp") != 0 && strcmp(format, "plain") != 0)
+		return gfs_fail(GFS_ERR_INVAL,
+				"%s: a key prefix applies to a DCP checkpoint only, or to plain model files",
+				path);
+	if (tag && strcmp(format, "deepspeed") != 0 && strcmp(format, "layout") != 0 &&
+	    strcmp(format, "zero3") != 0)
+		return gfs_fail(GFS_ERR_INVAL, "%s: a tag applies to a DeepSpeed checkpoint only",
+				path);
+	if (strcmp(format, "layout") == 0 && S_ISDIR(st.st_mode) && has_file(path, "layout.json")) {
+		char buf[4096];
+
+		if (tag)
+			return gfs_fail(GFS_ERR_INVAL, "%s: a tag applies to a checkpoint directory, not to a layout file",
+					path);
+		if ((size_t)snprintf(buf, sizeof(buf), "%s/layout.json", path) >= sizeof(buf))
+			return gfs_fail(GFS_ERR_INVAL, "%s: path too long", path);
+		return gfs_layout_load_file(buf, out);
+	}
+	if (strcmp(format, "layout") == 0) {
+		if (!S_ISREG(st.st_mode))
+			return gfs_fail(GFS_ERR_INVAL, "%s: not a layout file", path);
+		if (tag)
+			return gfs_fail(GFS_ERR_INVAL, "%s: a tag applies to a checkpoint directory, not to a layout file",
+					path);
+		return gfs_layout_load_file(path, out);
+	}
+	if (strcmp(format, "plain") == 0)
+		return S_ISREG(st.st_mode) ? gfs_import_plain_file(path, prefix, out)
+					   : gfs_import_plain_dir(path, prefix, out);
+	if (!S_ISDIR(st.st_mode))
+		return gfs_fail(GFS_ERR_INVAL, "%s: neither a checkpoint directory nor a layout file",
+				path);
+	if (strcmp(format, "dcp") == 0)
+		return gfs_import_dcp(path, prefix, out);
+	if (strcmp(format, "zero3") == 0)
+		return gfs_import_zero3(path, tag, out);
+	return gfs_import_deepspeed(path, tag, out);
+}

@@ -1,0 +1,844 @@
+/*
+ * gatherfs — PyTorch Distributed Checkpoint (DCP) importer.
+ *
+ * Reads `.metadata` (a pickled torch.distributed.checkpoint Metadata) with
+ * the safe pickle reader.  For every key of state_dict_metadata, in order:
+ *   - TensorStorageMetadata: its global size, dtype and chunks (N-D boxes).
+ *     Each chunk's _StorageInfo names a .distcp file, an offset and a length
+ *     holding a complete torch.save zip of the chunk (optionally one zstd
+ *     frame of it: transform "stream.zstd/1").  The inner zip's data.pkl
+ *     gives the storage record and offset of the chunk's bytes.  A chunk
+ *     becomes one contiguous piece, or strided pieces when it is split on an
+ *     inner dimension (count runs of a row block each).
+ *   - BytesStorageMetadata: a non-tensor entry (gfs_layout.objects).
+ * Chunks must tile each tensor exactly; items must lie inside their files.
+ * Tensor payloads are never read; a zstd item is decompressed once (into
+ * an anonymous memory file, then dropped) to read its zip directory.
+ */
+#define _GNU_SOURCE
+#include "config.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include "gatherfs/importers/import.h"
+#include "gatherfs/readers/pickle.h"
+#include "gatherfs/readers/torchzip.h"
+
+#define DCP_MAX_METADATA ((uint64_t)1 << 30)
+#define DCP_MAX_INNER_PICKLE ((uint64_t)1 << 24)
+#define DCP_MAX_FRAME ((uint64_t)1 << 34)
+#define DCP_MAX_PIECES ((uint64_t)1 << 24)
+#define DCP_ZSTD_DESCRIPTOR "stream.zstd/1"
+
+/* One .distcp file named by the storage data. */
+typedef struct dcp_file {
+	char *rel;   /* relative_path as stored */
+	char *path;  /* dir/rel, for messages */
+	int fd;
+	uint64_t size;
+	uint32_t src; /* layout source index */
+} dcp_file;
+
+/* A storage_data entry: the MetadataIndex and its _StorageInfo. */
+typedef struct dcp_item {
+	const char *fqn;
+	const gfs_pv *offset; /* TUPLE, or NULL (bytes entries) */
+	const gfs_pv *info;   /* _StorageInfo fields (DICT) */
+} dcp_item;
+
+typedef struct dcp_ckpt {
+	const char *dir;
+	char *meta_path;
+	gfs_pickle *pk;
+	dcp_item *items;   /* sorted by fqn, offsets */
+	size_t nitems;
+	dcp_file *files;
+	size_t nfiles, cap_files;
+	gfs_layout *l;
+	uint64_t npieces;
+	bool zstd;
+} dcp_ckpt;
+
+/* Where the bytes of one chunk are. */
+typedef struct chunk_loc {
+	gfs_piece_kind kind;
+	uint32_t src;
+	uint64_t off;        /* FILE: file offset; ZSTD: decompressed offset */
+	uint64_t frame_off;
+	uint64_t frame_len;
+	uint64_t frame_size;
+} chunk_loc;
+
+/* ------------------------------------------------------------ pickle helpers */
+
+/* fields(): the field dict of a dataclass OBJECT (BUILD state, or its slots part). */
+static const gfs_pv *fields(const gfs_pv *v)
+{
+	const gfs_pv *st;
+
+	if (!v || v->kind != GFS_PV_OBJECT)
+		return NULL;
+	st = v->u.obj.state;
+	if (st && st->kind == GFS_PV_TUPLE && gfs_pv_seq_len(st) == 2)
+		st = gfs_pv_seq_at(st, gfs_pv_seq_at(st, 0)->kind == GFS_PV_DICT ? 0 : 1);
+	return st && st->kind == GFS_PV_DICT ? st : NULL;
+}
+
+/* class_is(): v is an OBJECT of a class called name (any module). */
+static bool class_is(const gfs_pv *v, const char *name)
+{
+	const gfs_pv *cls;
+
+	if (!v || v->kind != GFS_PV_OBJECT)
+		return false;
+	cls = v->u.obj.cls;
+	return cls && cls->kind == GFS_PV_GLOBAL && strcmp(cls->u.global.name, name) == 0;
+}
+
+/* ints(): a TUPLE (torch.Size) of non-negative ints into out[]. */
+static bool ints(const gfs_pv *v, uint32_t *n, uint64_t *out)
+{
+	const size_t len = gfs_pv_seq_len(v);
+
+	if (!v || v->kind != GFS_PV_TUPLE || len > GFS_MAX_DIMS)
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		int64_t x;
+
+		if (!gfs_pv_int(gfs_pv_seq_at(v, i), &x) || x < 0)
+			return false;
+		out[i] = (uint64_t)x;
+	}
+	*n = (uint32_t)len;
+	return true;
+}
+
+/* tuple_cmp(): order two int tuples (NULL first). */
+static int tuple_cmp(const gfs_pv *a, const gfs_pv *b)
+{
+	const size_t na = gfs_pv_seq_len(a), nb = gfs_pv_seq_len(b);
+
+	if (!a || !b)
+		return (a != NULL) - (b != NULL);
+	for (size_t i = 0; i < na && i < nb; i++) {
+		int64_t x = 0, y = 0;
+
+		(void)gfs_pv_int(gfs_pv_seq_at(a, i), &x);
+		(void)gfs_pv_int(gfs_pv_seq_at(b, i), &y);
+		if (x != y)
+			return x < y ? -1 : 1;
+	}
+	return (na > nb) - (na < nb);
+}
+
+static int item_cmp(const void *pa, const void *pb)
+{
+	const dcp_item *a = pa, *b = pb;
+	const int c = strcmp(a->fqn, b->fqn);
+
+	return c ? c : tuple_cmp(a->offset, b->offset);
+}
+
+static const dcp_item *item_find(const dcp_ckpt *c, const char *fqn, const gfs_pv *offset)
+{
+	const dcp_item key = { .fqn = fqn, .offset = offset };
+
+	return bsearch(&key, c->items, c->nitems, sizeof(key), item_cmp);
+}
+
+/* ------------------------------------------------------------ metadata */
+
+static gfs_err read_metadata(dcp_ckpt *c, const gfs_pv **sdm)
+{
+	const gfs_pv *root, *meta, *sd;
+	uint8_t *buf = NULL;
+	struct stat st;
+	gfs_err err;
+	const int fd = open(c->meta_path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return gfs_fail(errno == ENOENT ? GFS_ERR_NOTFOUND : GFS_ERR_IO,
+				"%s: cannot open: %s", c->meta_path, strerror(errno));
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return gfs_fail(GFS_ERR_FORMAT, "%s: not a regular file", c->meta_path);
+	}
+	if ((uint64_t)st.st_size > DCP_MAX_METADATA || st.st_size == 0) {
+		close(fd);
+		return gfs_fail(st.st_size ? GFS_ERR_LIMIT : GFS_ERR_FORMAT,
+				"%s: %lld bytes is not a plausible DCP .metadata", c->meta_path,
+				(long long)st.st_size);
+	}
+	buf = malloc((size_t)st.st_size);
+	if (!buf) {
+		close(fd);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	err = gfs_pread_full(fd, buf, (size_t)st.st_size, 0, c->meta_path);
+	close(fd);
+	if (!err)
+		err = gfs_dcp_parse_metadata(buf, (size_t)st.st_size, c->meta_path, &c->pk);
+	free(buf);
+	if (err)
+		return err;
+	root = gfs_pickle_root(c->pk);
+	meta = fields(root);
+	*sdm = gfs_pv_dict_get(meta, "state_dict_metadata");
+	sd = gfs_pv_dict_get(meta, "storage_data");
+	assert(*sdm && sd); /* checked by gfs_dcp_parse_metadata() */
+	c->items = gfs_calloc(sd->u.dict.len ? sd->u.dict.len : 1, sizeof(*c->items));
+	if (!c->items)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t i = 0; i < sd->u.dict.len; i++) {
+		const gfs_pv *k = fields(sd->u.dict.items[i].key);
+		const gfs_pv *v = fields(sd->u.dict.items[i].value);
+		const gfs_pv *off = gfs_pv_dict_get(k, "offset");
+
+		c->items[i] = (dcp_item){
+			.fqn = gfs_pv_str(gfs_pv_dict_get(k, "fqn")),
+			.offset = off && off->kind == GFS_PV_TUPLE ? off : NULL,
+			.info = v,
+		};
+	}
+	c->nitems = sd->u.dict.len;
+	qsort(c->items, c->nitems, sizeof(*c->items), item_cmp);
+	for (size_t i = 1; i < c->nitems; i++)
+		if (item_cmp(&c->items[i - 1], &c->items[i]) == 0)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: storage data lists %s twice at one offset",
+					c->meta_path, c->items[i].fqn);
+	return GFS_OK;
+}
+
+gfs_err gfs_dcp_parse_metadata(const uint8_t *buf, size_t len, const char *label,
+			       gfs_pickle **out)
+{
+	const gfs_pv *root, *meta, *sdm, *sd;
+	gfs_pickle *pk = NULL;
+	gfs_err err;
+
+	*out = NULL;
+	err = gfs_pickle_load(buf, len, label, NULL, &pk);
+	if (err)
+		return err;
+	root = gfs_pickle_root(pk);
+	meta = fields(root);
+	sdm = gfs_pv_dict_get(meta, "state_dict_metadata");
+	sd = gfs_pv_dict_get(meta, "storage_data");
+	if (!class_is(root, "Metadata") || !meta)
+		err = gfs_fail(GFS_ERR_FORMAT, "%s: not a DCP .metadata (no Metadata object)", label);
+	else if (!sdm || sdm->kind != GFS_PV_DICT || !sd || sd->kind != GFS_PV_DICT)
+		err = gfs_fail(GFS_ERR_FORMAT,
+			       "%s: Metadata lacks a state_dict_metadata or storage_data dict", label);
+	for (size_t i = 0; !err && i < sd->u.dict.len; i++) {
+		const gfs_pv *k = fields(sd->u.dict.items[i].key);
+		const gfs_pv *v = fields(sd->u.dict.items[i].value);
+		const gfs_pv *off = gfs_pv_dict_get(k, "offset");
+		int64_t x;
+
+		if (!gfs_pv_name(gfs_pv_dict_get(k, "fqn")) ||
+		    (off && off->kind != GFS_PV_TUPLE && off->kind != GFS_PV_NONE))
+			err = gfs_fail(GFS_ERR_FORMAT,
+				       "%s: storage data entry %zu: key is not a MetadataIndex with a plain name",
+				       label, i);
+		else if (!gfs_pv_name(gfs_pv_dict_get(v, "relative_path")) ||
+			 !gfs_pv_int(gfs_pv_dict_get(v, "offset"), &x) || x < 0 ||
+			 !gfs_pv_int(gfs_pv_dict_get(v, "length"), &x) || x < 0)
+			err = gfs_fail(GFS_ERR_FORMAT,
+				       "%s: storage data entry %zu: value is not a _StorageInfo",
+				       label, i);
+	}
+	for (size_t i = 0; !err && i < sdm->u.dict.len; i++)
+		if (!gfs_pv_name(sdm->u.dict.items[i].key))
+			err = gfs_fail(GFS_ERR_FORMAT,
+				       "%s: state_dict_metadata key %zu is not a string without control characters",
+				       label, i);
+	if (err) {
+		gfs_pickle_free(pk);
+		return err;
+	}
+	*out = pk;
+	return GFS_OK;
+}
+
+/* ------------------------------------------------------------ files */
+
+static gfs_err file_get(dcp_ckpt *c, const char *rel, dcp_file **out)
+{
+	dcp_file *f;
+	struct stat st;
+	size_t n;
+
+	for (size_t i = 0; i < c->nfiles; i++) {
+		if (strcmp(c->files[i].rel, rel) == 0) {
+			*out = &c->files[i];
+			return GFS_OK;
+		}
+	}
+	if (rel[0] == '\0' || rel[0] == '/' || strstr(rel, "..") || strchr(rel, '/'))
+		return gfs_fail(GFS_ERR_FORMAT, "%s: storage file name '%s' is not a file of the checkpoint directory",
+				c->meta_path, rel);
+	if (!gfs_grow((void **)&c->files, &c->cap_files, c->nfiles, sizeof(*c->files), 8))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	f = &c->files[c->nfiles];
+	memset(f, 0, sizeof(*f));
+	f->fd = -1;
+	f->rel = gfs_strdup(rel);
+	n = strlen(c->dir) + 1 + strlen(rel) + 1;
+	f->path = malloc(n);
+	if (!f->rel || !f->path) {
+		free(f->rel);
+		free(f->path);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	snprintf(f->path, n, "%s/%s", c->dir, rel);
+	c->nfiles++;
+	f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+	if (f->fd < 0)
+		return gfs_fail(errno == ENOENT ? GFS_ERR_NOTFOUND : GFS_ERR_IO,
+				"%s: cannot open: %s (named by %s)", f->path, strerror(errno),
+				c->meta_path);
+	if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode))
+		return gfs_fail(GFS_ERR_FORMAT, "%s: not a regular file", f->path);
+	f->size = (uint64_t)st.st_size;
+	*out = f;
+	return gfs_layout_add_source(c->l, rel, f->size, &f->src);
+}
+
+/* item_file(): the file and byte range of a storage item, checked. */
+static gfs_err item_file(dcp_ckpt *c, const dcp_item *it, dcp_file **f, uint64_t *off,
+			 uint64_t *len)
+{
+	int64_t o = 0, n = 0;
+	uint64_t end;
+	gfs_err err;
+
+	(void)gfs_pv_int(gfs_pv_dict_get(it->info, "offset"), &o);
+	(void)gfs_pv_int(gfs_pv_dict_get(it->info, "length"), &n);
+	err = file_get(c, gfs_pv_str(gfs_pv_dict_get(it->info, "relative_path")), f);
+	if (err)
+		return err;
+	*off = (uint64_t)o;
+	*len = (uint64_t)n;
+	if (!gfs_add_u64(*off, *len, &end) || end > (*f)->size)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: item of %s at bytes %llu..+%llu lies past its end (%llu bytes): truncated",
+				(*f)->path, it->fqn, (unsigned long long)*off,
+				(unsigned long long)*len, (unsigned long long)(*f)->size);
+	return GFS_OK;
+}
+
+/* item_transform(): false for none, true for zstd; other transforms fail. */
+static gfs_err item_transform(const dcp_ckpt *c, const dcp_item *it, bool *zstd)
+{
+	const gfs_pv *td = gfs_pv_dict_get(it->info, "transform_descriptors");
+	const size_t n = gfs_pv_seq_len(td);
+	const char *first;
+
+	*zstd = false;
+	if (!td || td->kind == GFS_PV_NONE || n == 0)
+		return GFS_OK;
+	if (n == 1 && gfs_pv_str(gfs_pv_seq_at(td, 0)) &&
+	    strcmp(gfs_pv_str(gfs_pv_seq_at(td, 0)), DCP_ZSTD_DESCRIPTOR) == 0) {
+		*zstd = true;
+		return GFS_OK;
+	}
+	first = gfs_pv_str(gfs_pv_seq_at(td, 0));
+	return gfs_fail(GFS_ERR_UNSUPPORTED,
+			"%s: %s: unsupported stream transforms (%zu, the first '%s'); only a single %s is",
+			c->meta_path, it->fqn, n, first ? first : "?", DCP_ZSTD_DESCRIPTOR);
+}
+
+/*
+ * unzstd(): decompress the single frame at [off, off + len) of f into a new
+ * anonymous memory file (*mfd) of *size bytes.
+ */
+static gfs_err unzstd(const dcp_file *f, const char *fqn, uint64_t off, uint64_t len,
+		      int *mfd, uint64_t *size)
+{
+	enum { IN = 1 << 17, OUT = 1 << 18 };
+	ZSTD_DCtx *d = ZSTD_createDCtx();
+	uint8_t *in = malloc(IN), *outb = malloc(OUT);
+	uint64_t done = 0, total = 0;
+	bool ended = false;
+	gfs_err err = GFS_OK;
+	const int fd = memfd_create("gatherfs-dcp", MFD_CLOEXEC);
+
+	*mfd = -1;
+	if (!d || !in || !outb || fd < 0) {
+		err = fd < 0 ? gfs_fail(GFS_ERR_IO, "memfd_create: %s", strerror(errno))
+			     : gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		goto out;
+	}
+	(void)ZSTD_DCtx_setParameter(d, ZSTD_d_windowLogMax, 27);
+	while (!err && !ended && done < len) {
+		const size_t n = len - done < IN ? (size_t)(len - done) : IN;
+		ZSTD_inBuffer ib = { in, n, 0 };
+
+		err = gfs_pread_full(f->fd, in, n, off + done, f->path);
+		while (!err) {
+			ZSTD_outBuffer ob = { outb, OUT, 0 };
+			const size_t ret = ZSTD_decompressStream(d, &ob, &ib);
+
+			if (ZSTD_isError(ret)) {
+				err = gfs_fail(GFS_ERR_FORMAT, "%s: %s: zstd frame at offset %llu: %s",
+					       f->path, fqn, (unsigned long long)off,
+					       ZSTD_getErrorName(ret));
+				break;
+			}
+			if (total + ob.pos > DCP_MAX_FRAME) {
+				err = gfs_fail(GFS_ERR_LIMIT, "%s: %s: zstd frame decompresses past %llu bytes",
+					       f->path, fqn, (unsigned long long)DCP_MAX_FRAME);
+				break;
+			}
+			if (ob.pos && write(fd, outb, ob.pos) != (ssize_t)ob.pos) {
+				err = gfs_fail(GFS_ERR_IO, "memory file: write failed: %s", strerror(errno));
+				break;
+			}
+			total += ob.pos;
+			if (ret == 0) {
+				ended = true;
+				break;
+			}
+			if (ib.pos == ib.size && ob.pos < ob.size)
+				break; /* needs more input */
+		}
+		done += ib.pos;
+	}
+	if (!err && (!ended || done != len))
+		err = gfs_fail(GFS_ERR_FORMAT,
+			       "%s: %s: item at offset %llu is not exactly one zstd frame of %llu bytes (truncated or corrupt)",
+			       f->path, fqn, (unsigned long long)off, (unsigned long long)len);
+out:
+	ZSTD_freeDCtx(d);
+	free(in);
+	free(outb);
+	if (err) {
+		if (fd >= 0)
+			close(fd);
+		return err;
+	}
+	*mfd = fd;
+	*size = total;
+	return GFS_OK;
+}
+
+/*
+ * inner_tensor(): open the torch.save zip occupying [base, base + len) of
+ * zfd and find the bytes of its single tensor, which must have dtype dt,
+ * shape sizes[0..ndim) and be contiguous.  *data_off: offset in zfd.
+ * *whole receives the offset, size and stored CRC-32 of the storage
+ * record holding it, and rname (rname_n bytes) its name.
+ */
+static gfs_err inner_tensor(const char *label, int zfd, uint64_t base, uint64_t len,
+			    gfs_dtype dt, uint32_t ndim, const uint64_t *sizes,
+			    uint64_t *data_off, gfs_record *whole, char *rname, size_t rname_n)
+{
+	gfs_tzip *z = NULL;
+	gfs_pickle *pk = NULL;
+	const gfs_tzip_record *rec, *srec;
+	const gfs_pv *v;
+	const gfs_pv_tensor *t;
+	uint8_t *buf = NULL;
+	size_t blen = 0;
+	uint64_t rec_off, rec_size, expect = 1, nbytes = gfs_dtype_size(dt), first, end;
+	gfs_dtype got;
+	gfs_err err = gfs_tzip_open(zfd, base, len, label, NULL, &z);
+
+	if (err)
+		return err;
+	rec = gfs_tzip_find(z, "data.pkl");
+	if (!rec) {
+		err = gfs_fail(GFS_ERR_FORMAT, "%s: no data.pkl in the chunk's archive", label);
+		goto out;
+	}
+	err = gfs_tzip_read_record(z, rec, DCP_MAX_INNER_PICKLE, &buf, &blen);
+	if (!err)
+		err = gfs_pickle_load(buf, blen, label, NULL, &pk);
+	if (err)
+		goto out;
+	v = gfs_pickle_root(pk);
+	if (!v || v->kind != GFS_PV_TENSOR) {
+		err = gfs_fail(GFS_ERR_FORMAT, "%s: the chunk's data.pkl holds %s, not a tensor",
+			       label, v ? gfs_pv_kind_name(v->kind) : "nothing");
+		goto out;
+	}
+	t = v->u.tensor;
+	got = t->dtype ? gfs_dtype_parse(t->dtype) : gfs_dtype_from_storage_class(t->storage.cls);
+	if (got != dt) {
+		err = gfs_fail(GFS_ERR_FORMAT, "%s: chunk dtype %s, the metadata says %s", label,
+			       t->dtype ? t->dtype : t->storage.cls, gfs_dtype_name(dt));
+		goto out;
+	}
+	if (t->ndim != ndim) {
+		err = gfs_fail(GFS_ERR_FORMAT, "%s: chunk has %u dimensions, the metadata says %u",
+			       label, t->ndim, ndim);
+		goto out;
+	}
+	for (uint32_t d = ndim; d-- > 0;) {
+		if (t->size[d] < 0 || (uint64_t)t->size[d] != sizes[d]) {
+			err = gfs_fail(GFS_ERR_FORMAT,
+				       "%s: chunk size %lld in dimension %u, the metadata says %llu",
+				       label, (long long)t->size[d], d, (unsigned long long)sizes[d]);
+			goto out;
+		}
+		if (sizes[d] > 1 && t->stride[d] != (int64_t)expect) {
+			err = gfs_fail(GFS_ERR_UNSUPPORTED,
+				       "%s: chunk is not contiguous (stride %lld in dimension %u)",
+				       label, (long long)t->stride[d], d);
+			goto out;
+		}
+		expect *= sizes[d] ? sizes[d] : 1;
+		nbytes *= sizes[d];
+	}
+	err = gfs_tzip_storage_record(z, t->storage.key, &srec);
+	if (err) {
+		err = gfs_fail_prefix(err, "%s", label);
+		goto out;
+	}
+	rec_off = srec->data_off;
+	rec_size = srec->size;
+	whole->off = rec_off;
+	whole->len = rec_size;
+	whole->crc32 = srec->crc32;
+	snprintf(rname, rname_n, "%s", srec->name);
+	if (t->offset < 0 || !gfs_mul_u64((uint64_t)t->offset, gfs_dtype_size(dt), &first) ||
+	    !gfs_add_u64(first, nbytes, &end) || end > rec_size) {
+		err = gfs_fail(GFS_ERR_FORMAT,
+			       "%s: chunk bytes lie outside its storage record (%llu bytes): truncated or corrupt",
+			       label, (unsigned long long)rec_size);
+		goto out;
+	}
+	*data_off = rec_off + first;
+out:
+	free(buf);
+	gfs_pickle_free(pk);
+	gfs_tzip_close(z);
+	return err;
+}
+
+/* ------------------------------------------------------------ chunks */
+
+/* box_overlap(): do two N-D boxes intersect? */
+static bool box_overlap(uint32_t n, const uint64_t *ao, const uint64_t *as,
+			const uint64_t *bo, const uint64_t *bs)
+{
+	for (uint32_t d = 0; d < n; d++)
+		if (ao[d] + as[d] <= bo[d] || bo[d] + bs[d] <= ao[d])
+			return false;
+	return true;
+}
+
+/*
+ * emit_chunk(): pieces for a contiguous chunk box (offsets o, sizes s) of a
+ * tensor of shape S whose bytes are at loc.  The innermost split dimension d
+ * gives runs of s[d] * prod(S[d+1..]) elements; dims before it whose inner
+ * neighbour is full merge into one strided piece; the rest enumerate.
+ */
+static gfs_err emit_chunk(dcp_ckpt *c, size_t ti, uint32_t n, const uint64_t *S,
+			  const uint64_t *o, const uint64_t *s, gfs_dtype dt,
+			  const chunk_loc *loc)
+{
+	const uint64_t es = gfs_dtype_size(dt);
+	uint64_t dstride[GFS_MAX_DIMS], sstride[GFS_MAX_DIMS], idx[GFS_MAX_DIMS] = { 0 };
+	uint64_t numel = 1, run, count = 1;
+	int d = (int)n - 1, m;
+
+	for (uint32_t k = 0; k < n; k++)
+		numel *= s[k];
+	if (numel == 0)
+		return GFS_OK;
+	for (int k = (int)n - 1; k >= 0; k--) {
+		dstride[k] = k == (int)n - 1 ? es : dstride[k + 1] * S[k + 1];
+		sstride[k] = k == (int)n - 1 ? es : sstride[k + 1] * s[k + 1];
+	}
+	while (d >= 0 && s[d] == S[d])
+		d--;
+	if (d < 0) { /* the whole tensor (or a scalar) */
+		const gfs_piece p = {
+			.len = numel * es, .count = 1, .kind = loc->kind, .src = loc->src,
+			.src_off = loc->off, .frame_off = loc->frame_off,
+			.frame_len = loc->frame_len, .frame_size = loc->frame_size,
+		};
+
+		c->npieces++;
+		return gfs_layout_add_general(c->l, ti, &p);
+	}
+	run = s[d] * dstride[d];
+	m = d - 1;
+	if (m >= 0) {
+		count = s[m];
+		while (m >= 1 && s[m] == S[m]) {
+			count *= s[m - 1];
+			m--;
+		}
+	}
+	/* enumerate dims [0, m) ; dim m.. merged into count runs of stride dstride[d - 1] */
+	for (;;) {
+		gfs_piece p = {
+			.len = run, .count = count, .kind = loc->kind, .src = loc->src,
+			.dst_stride = d > 0 ? dstride[d - 1] : 0,
+			.src_stride = d > 0 ? sstride[d - 1] : 0,
+			.frame_off = loc->frame_off, .frame_len = loc->frame_len,
+			.frame_size = loc->frame_size,
+		};
+		uint64_t toff = 0, soff = 0;
+		gfs_err err;
+		int k;
+
+		for (uint32_t j = 0; j < n; j++) {
+			const uint64_t ij = (int)j < m ? idx[j] : 0;
+
+			toff += (o[j] + ij) * dstride[j];
+			soff += ij * sstride[j];
+		}
+		p.toff = toff;
+		p.src_off = loc->off + soff;
+		if (++c->npieces > DCP_MAX_PIECES)
+			return gfs_fail(GFS_ERR_LIMIT, "%s: more than %llu pieces", c->meta_path,
+					(unsigned long long)DCP_MAX_PIECES);
+		err = gfs_layout_add_general(c->l, ti, &p);
+		if (err)
+			return err;
+		for (k = m - 1; k >= 0; k--) {
+			if (++idx[k] < s[k])
+				break;
+			idx[k] = 0;
+		}
+		if (k < 0)
+			break;
+	}
+	return GFS_OK;
+}
+
+static gfs_err chunk_locate(dcp_ckpt *c, const dcp_item *it, gfs_dtype dt, uint32_t n,
+			    const uint64_t *sizes, chunk_loc *loc)
+{
+	dcp_file *f;
+	uint64_t off, len, data = 0, size = 0;
+	char label[8192], rname[512], name[1024];
+	gfs_record rec = { 0 };
+	bool zstd;
+	int mfd;
+	gfs_err err = item_file(c, it, &f, &off, &len);
+
+	if (!err)
+		err = item_transform(c, it, &zstd);
+	if (err)
+		return err;
+	snprintf(label, sizeof(label), "%s@%llu (%s)", f->path, (unsigned long long)off, it->fqn);
+	memset(loc, 0, sizeof(*loc));
+	loc->src = f->src;
+	if (!zstd) {
+		err = inner_tensor(label, f->fd, off, len, dt, n, sizes, &data, &rec, rname,
+				   sizeof(rname));
+		loc->kind = GFS_PIECE_FILE;
+		loc->off = data;
+	} else {
+		err = unzstd(f, it->fqn, off, len, &mfd, &size);
+		if (err)
+			return err;
+		err = inner_tensor(label, mfd, 0, size, dt, n, sizes, &data, &rec, rname,
+				   sizeof(rname));
+		close(mfd);
+		c->zstd = true;
+		loc->kind = GFS_PIECE_ZSTD;
+		loc->off = data;
+		loc->frame_off = off;
+		loc->frame_len = len;
+		loc->frame_size = size;
+	}
+	if (err)
+		return err;
+	rec.src = loc->src;
+	rec.kind = loc->kind;
+	rec.frame_off = loc->frame_off;
+	rec.frame_len = loc->frame_len;
+	rec.frame_size = loc->frame_size;
+	snprintf(name, sizeof(name), "%s of the item at offset %llu", rname,
+		 (unsigned long long)off);
+	return gfs_layout_add_record(c->l, &rec, name);
+}
+
+static gfs_err import_tensor(dcp_ckpt *c, const char *fqn, const char *name, const gfs_pv *tsm)
+{
+	const gfs_pv *tf = fields(tsm);
+	const gfs_pv *props = gfs_pv_dict_get(tf, "properties");
+	const gfs_pv *chunks = gfs_pv_dict_get(tf, "chunks");
+	const gfs_pv *pst = props && props->kind == GFS_PV_OBJECT ? props->u.obj.state : NULL;
+	const gfs_pv *dtv = NULL;
+	const size_t nch = gfs_pv_seq_len(chunks);
+	uint64_t shape[GFS_MAX_DIMS], numel = 1, covered = 0;
+	uint64_t (*box)[2][GFS_MAX_DIMS] = NULL;
+	uint32_t ndim;
+	gfs_dtype dt = GFS_DT_INVALID;
+	size_t ti;
+	gfs_err err;
+
+	if (pst && pst->kind == GFS_PV_TUPLE)
+		dtv = gfs_pv_seq_at(pst, 0);
+	else if (pst && pst->kind == GFS_PV_DICT)
+		dtv = gfs_pv_dict_get(pst, "dtype");
+	if (dtv && dtv->kind == GFS_PV_GLOBAL && strcmp(dtv->u.global.module, "torch") == 0)
+		dt = gfs_dtype_parse(dtv->u.global.name);
+	if (dt == GFS_DT_INVALID)
+		return gfs_fail(GFS_ERR_UNSUPPORTED, "%s: %s: missing or unsupported dtype %s",
+				c->meta_path, fqn,
+				dtv && dtv->kind == GFS_PV_GLOBAL ? dtv->u.global.name : "");
+	if (!ints(gfs_pv_dict_get(tf, "size"), &ndim, shape))
+		return gfs_fail(GFS_ERR_FORMAT, "%s: %s: bad size", c->meta_path, fqn);
+	if (!chunks || chunks->kind != GFS_PV_LIST)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: %s: chunks is not a list", c->meta_path, fqn);
+	err = gfs_layout_add_tensor(c->l, name, dt, ndim, shape, &ti);
+	if (err)
+		return gfs_fail_prefix(err, "%s", c->meta_path);
+	numel = c->l->tensors[ti].numel;
+	box = gfs_calloc(nch ? nch : 1, sizeof(*box));
+	if (!box)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t k = 0; k < nch && !err; k++) {
+		const gfs_pv *cf = fields(gfs_pv_seq_at(chunks, k));
+		const gfs_pv *offs = gfs_pv_dict_get(cf, "offsets");
+		uint32_t n1 = 0, n2 = 0;
+		uint64_t vol = 1;
+		const dcp_item *it;
+		chunk_loc loc;
+
+		if (!ints(offs, &n1, box[k][0]) ||
+		    !ints(gfs_pv_dict_get(cf, "sizes"), &n2, box[k][1]) || n1 != ndim || n2 != ndim) {
+			err = gfs_fail(GFS_ERR_FORMAT, "%s: %s: chunk %zu has bad offsets or sizes",
+				       c->meta_path, fqn, k);
+			break;
+		}
+		for (uint32_t d = 0; d < ndim; d++) {
+			if (box[k][0][d] > shape[d] || box[k][1][d] > shape[d] - box[k][0][d]) {
+				err = gfs_fail(GFS_ERR_FORMAT,
+					       "%s: %s: chunk %zu reaches past the tensor in dimension %u",
+					       c->meta_path, fqn, k, d);
+				break;
+			}
+			vol *= box[k][1][d];
+		}
+		for (size_t j = 0; !err && j < k; j++)
+			if (vol && box_overlap(ndim, box[j][0], box[j][1], box[k][0], box[k][1]))
+				err = gfs_fail(GFS_ERR_FORMAT, "%s: %s: chunks %zu and %zu overlap",
+					       c->meta_path, fqn, j, k);
+		if (err)
+			break;
+		covered += vol;
+		if (vol == 0)
+			continue;
+		it = item_find(c, fqn, offs);
+		if (!it) {
+			err = gfs_fail(GFS_ERR_FORMAT, "%s: %s: chunk %zu has no storage data entry",
+				       c->meta_path, fqn, k);
+			break;
+		}
+		err = chunk_locate(c, it, dt, ndim, box[k][1], &loc);
+		if (!err)
+			err = emit_chunk(c, ti, ndim, shape, box[k][0], box[k][1], dt, &loc);
+	}
+	free(box);
+	if (!err && covered != numel)
+		err = gfs_fail(GFS_ERR_FORMAT,
+			       "%s: %s: chunks cover %llu of its %llu elements (they do not tile it)",
+			       c->meta_path, fqn, (unsigned long long)covered,
+			       (unsigned long long)numel);
+	return err;
+}
+
+static gfs_err import_object(dcp_ckpt *c, const char *fqn, const char *name)
+{
+	const dcp_item *it = item_find(c, fqn, NULL);
+	dcp_file *f;
+	uint64_t off, len;
+	gfs_err err;
+
+	if (!it)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: %s: no storage data entry", c->meta_path, fqn);
+	err = item_file(c, it, &f, &off, &len);
+	return err ? err : gfs_layout_add_object(c->l, name, f->src, off, len);
+}
+
+static void ckpt_free(dcp_ckpt *c)
+{
+	for (size_t i = 0; i < c->nfiles; i++) {
+		if (c->files[i].fd >= 0)
+			close(c->files[i].fd);
+		free(c->files[i].rel);
+		free(c->files[i].path);
+	}
+	free(c->files);
+	free(c->items);
+	free(c->meta_path);
+	gfs_pickle_free(c->pk);
+	gfs_layout_free(c->l);
+}
+
+gfs_err gfs_import_dcp(const char *dir, const char *prefix, gfs_layout **out)
+{
+	dcp_ckpt c = { .dir = dir };
+	const gfs_pv *sdm = NULL;
+	const size_t plen = prefix ? strlen(prefix) : 0;
+	size_t ntensors = 0, nobjects = 0;
+	char info[512];
+	gfs_err err;
+
+	c.meta_path = malloc(strlen(dir) + sizeof("/.metadata"));
+	if (!c.meta_path)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	sprintf(c.meta_path, "%s/.metadata", dir);
+	err = gfs_layout_new("dcp", dir, &c.l);
+	if (!err)
+		err = gfs_layout_set_root(c.l, dir);
+	if (!err)
+		err = gfs_layout_add_metafile(c.l, c.meta_path);
+	if (!err)
+		err = read_metadata(&c, &sdm);
+	for (size_t i = 0; !err && i < sdm->u.dict.len; i++) {
+		const char *fqn = gfs_pv_str(sdm->u.dict.items[i].key);
+		const gfs_pv *v = sdm->u.dict.items[i].value;
+
+		if (plen && strncmp(fqn, prefix, plen) != 0)
+			continue;
+		if (class_is(v, "TensorStorageMetadata")) {
+			err = import_tensor(&c, fqn, fqn + plen, v);
+			ntensors++;
+		} else if (class_is(v, "BytesStorageMetadata")) {
+			err = import_object(&c, fqn, fqn + plen);
+			nobjects++;
+		} else {
+			err = gfs_fail(GFS_ERR_FORMAT,
+				       "%s: %s is neither TensorStorageMetadata nor BytesStorageMetadata",
+				       c.meta_path, fqn);
+		}
+	}
+	if (!err && plen && ntensors + nobjects == 0)
+		err = gfs_fail(GFS_ERR_NOTFOUND, "%s: no key starts with the prefix '%s'",
+			       c.meta_path, prefix);
+	if (!err) {
+		const char *ver = gfs_pv_str(gfs_pv_dict_get(fields(gfs_pickle_root(c.pk)), "version"));
+
+		snprintf(info, sizeof(info),
+			 "PyTorch DCP%s%s, %zu tensors, %zu objects, %zu files%s%s%s",
+			 ver ? " " : "", ver ? ver : "", ntensors, nobjects, c.nfiles,
+			 c.zstd ? ", zstd" : "", plen ? ", prefix " : "", plen ? prefix : "");
+		err = gfs_layout_set_info(c.l, info);
+	}
+	if (!err)
+		err = gfs_layout_finish(c.l, c.meta_path);
+	if (!err) {
+		*out = c.l;
+		c.l = NULL;
+	}
+	ckpt_free(&c);
+	return err;
+}

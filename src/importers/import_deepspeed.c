@@ -1,0 +1,1719 @@
+/*
+ * gatherfs — DeepSpeed ZeRO 1/2/3 (and BF16_Optimizer) importer.
+ *
+ * Reads the pickles of every *_model_states.pt and *_optim_states.pt of one
+ * tag and maps every output byte to ranges of those files (DESIGN.md §2):
+ *   - key order: rank 0's `module` keys;
+ *   - trainable params: fp32 masters from the optimizer partitions
+ *     (stage 1/2: single_partition_of_fp32_groups, one flat per param group
+ *     split across ranks; stage 3: fp32_flat_groups, each param split into
+ *     ceil(numel / ws) elements per rank);
+ *   - frozen params: stage 3 gathered from every rank's
+ *     frozen_param_fragments, stage 2 from rank 0's, stage 1 and
+ *     BF16_Optimizer from `module`, in their stored dtype;
+ *   - buffers from `module` in their stored dtype;
+ *   - `shared_params` aliases.
+ * Padding elements are never mapped.  Tensor payloads are never read.
+ */
+#include "config.h"
+
+#include <assert.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gatherfs/importers/import.h"
+#include "gatherfs/readers/pickle.h"
+#include "gatherfs/readers/torchzip.h"
+
+#define DS_MAX_PICKLE ((uint64_t)1 << 30)
+#define DS_MAX_RANKS 65536
+
+/* One opened .pt file of the checkpoint. */
+typedef struct ds_file {
+	char *name;     /* file name inside the tag directory */
+	char *path;     /* full path, for messages */
+	int fd;
+	uint64_t size;
+	gfs_tzip *zip;
+	gfs_pickle *pk;
+	const gfs_pv *root;
+	int64_t src;    /* layout source index once used, else -1 */
+} ds_file;
+
+/* A 1-D run of elements made of consecutive pieces of source files. */
+typedef struct flat_seg {
+	uint32_t src;
+	uint64_t off;   /* byte offset in the source */
+	uint64_t start; /* first element of this segment in the flat */
+	uint64_t nelem;
+} flat_seg;
+
+typedef struct flat {
+	flat_seg *segs;
+	size_t n, cap;
+	uint64_t total; /* elements */
+	gfs_dtype dtype;
+} flat;
+
+/* Where a tensor's bytes are, as read from a pickle. */
+typedef struct tview {
+	gfs_dtype dtype;
+	uint32_t ndim;
+	uint64_t shape[GFS_MAX_DIMS];
+	uint64_t numel;
+	uint32_t src;
+	uint64_t off; /* byte offset of element 0 in the source */
+} tview;
+
+typedef enum plan_kind { PLAN_MODULE, PLAN_TRAIN, PLAN_FROZEN, PLAN_ALIAS } plan_kind;
+
+/* What to do with a trainable param: its place in the flats. */
+typedef struct train_param {
+	const char *name;
+	const gfs_pv *shape;
+	size_t group;    /* stage 1/2: param group index */
+	uint64_t offset; /* stage 1/2: element offset in the group flat; stage 3: per-rank offset */
+} train_param;
+
+typedef struct ds_ckpt {
+	const char *label;   /* the directory the user named */
+	char *tagdir;
+	int stage;           /* 1, 2, 3; BF16_Optimizer imports as 1 */
+	bool bf16_optimizer;
+	uint64_t ws;
+	ds_file *optim;      /* [noptim] by rank */
+	size_t noptim;
+	ds_file *model;      /* stage 3: [ws] by rank; else [1] */
+	size_t nmodel;
+	gfs_layout *l;
+	train_param *train;
+	size_t ntrain;
+	/* name -> index into train, open addressing */
+	uint32_t *tmap;
+	size_t tmap_cap;
+	flat *rank_flats;    /* stage 3: [ws] */
+	flat *group_flats;   /* stage 1/2: [ngroups] */
+	size_t ngroups;
+	size_t nsub;         /* stage 3: sub-groups (fp32_flat_groups per rank) */
+	struct ds_state *states; /* optimizer states, in rank 0's order */
+	size_t nstates;
+} ds_ckpt;
+
+/*
+ * One optimizer state of the torch optimizer DeepSpeed wraps.  Per-element
+ * states are flats laid out like the fp32 masters; a 0-d tensor state (the
+ * step) is a value per flat group, taken from rank 0.
+ */
+typedef struct ds_state {
+	const char *name;   /* borrowed from rank 0's pickle */
+	bool scalar;
+	flat *flats;        /* per-element: stage 1/2 [ngroups], stage 3 [ws] */
+	tview *values;      /* scalar: per flat group (stage 1/2 ngroups, stage 3 nsub) */
+} ds_state;
+
+/* ------------------------------------------------------------------ files */
+
+/* kind_phrase(): "a dict", "an object"... for messages. */
+static const char *kind_phrase(const gfs_pv *v, char *buf, size_t n)
+{
+	const char *k = v ? gfs_pv_kind_name(v->kind) : "nothing";
+
+	snprintf(buf, n, "%s%s", !v ? "" : strchr("aeiou", k[0]) ? "an " : "a ", k);
+	return buf;
+}
+
+static gfs_err file_open(ds_file *f, const char *dir, const char *name)
+{
+	struct stat st;
+	const gfs_tzip_record *rec;
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	char label[4096 + 64];
+	gfs_err err;
+	const size_t plen = strlen(dir) + 1 + strlen(name) + 1;
+
+	f->fd = -1;
+	f->src = -1;
+	f->name = gfs_strdup(name);
+	f->path = malloc(plen);
+	if (!f->name || !f->path)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	snprintf(f->path, plen, "%s/%s", dir, name);
+	f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+	if (f->fd < 0)
+		return gfs_fail(errno == ENOENT ? GFS_ERR_NOTFOUND : GFS_ERR_IO,
+				"%s: cannot open: %s", f->path, strerror(errno));
+	if (fstat(f->fd, &st) != 0)
+		return gfs_fail(GFS_ERR_IO, "%s: stat failed: %s", f->path, strerror(errno));
+	if (!S_ISREG(st.st_mode))
+		return gfs_fail(GFS_ERR_FORMAT, "%s: not a regular file", f->path);
+	f->size = (uint64_t)st.st_size;
+	if (f->size == 0)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: empty file (0 bytes), not a torch checkpoint",
+				f->path);
+	err = gfs_tzip_open(f->fd, 0, f->size, f->path, NULL, &f->zip);
+	if (err)
+		return err;
+	rec = gfs_tzip_find(f->zip, "data.pkl");
+	if (!rec)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: no data.pkl in the archive", f->path);
+	err = gfs_tzip_read_record(f->zip, rec, DS_MAX_PICKLE, &buf, &len);
+	if (err)
+		return err;
+	snprintf(label, sizeof(label), "%s:%s", f->path, rec->name);
+	err = gfs_pickle_load(buf, len, label, NULL, &f->pk);
+	free(buf);
+	if (err)
+		return err;
+	f->root = gfs_pickle_root(f->pk);
+	if (!f->root || f->root->kind != GFS_PV_DICT)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: not a DeepSpeed checkpoint file: its pickle holds %s, not a dict",
+				f->path, kind_phrase(f->root, label, sizeof(label)));
+	return GFS_OK;
+}
+
+static void file_close(ds_file *f)
+{
+	gfs_pickle_free(f->pk);
+	gfs_tzip_close(f->zip);
+	if (f->fd >= 0)
+		close(f->fd);
+	free(f->name);
+	free(f->path);
+}
+
+static gfs_err file_source(ds_ckpt *c, ds_file *f, uint32_t *src)
+{
+	if (f->src < 0) {
+		uint32_t idx;
+		const gfs_err err = gfs_layout_add_source(c->l, f->name, f->size, &idx);
+
+		if (err)
+			return err;
+		f->src = idx;
+	}
+	*src = (uint32_t)f->src;
+	return GFS_OK;
+}
+
+/* ---------------------------------------------------------------- tensors */
+
+static gfs_err shape_from_pv(const gfs_pv *v, const char *path, const char *what,
+			     uint32_t *ndim, uint64_t *shape, uint64_t *numel)
+{
+	const size_t n = gfs_pv_seq_len(v);
+	uint64_t total = 1;
+
+	if (!v || v->kind != GFS_PV_TUPLE)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: %s: shape is not a tuple", path, what);
+	if (n > GFS_MAX_DIMS)
+		return gfs_fail(GFS_ERR_LIMIT, "%s: %s: %zu dimensions", path, what, n);
+	for (size_t d = 0; d < n; d++) {
+		int64_t x;
+
+		if (!gfs_pv_int(gfs_pv_seq_at(v, d), &x) || x < 0)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: %s: bad shape dimension", path, what);
+		shape[d] = (uint64_t)x;
+		if (!gfs_mul_u64(total, shape[d], &total))
+			return gfs_fail(GFS_ERR_FORMAT, "%s: %s: shape overflows", path, what);
+	}
+	*ndim = (uint32_t)n;
+	*numel = total;
+	return GFS_OK;
+}
+
+/*
+ * tensor_view(): locate the bytes of a pickled tensor of file f.  The tensor
+ * must be C-contiguous and lie inside its storage record.
+ */
+static gfs_err tensor_view(ds_ckpt *c, ds_file *f, const gfs_pv *v, const char *what,
+			   tview *out)
+{
+	const gfs_pv_tensor *t;
+	const gfs_tzip_record *rec;
+	uint64_t rec_off, rec_size, esize, expect = 1, first, nbytes, end;
+	gfs_err err;
+
+	if (!v || v->kind != GFS_PV_TENSOR) {
+		char kind[32];
+
+		return gfs_fail(GFS_ERR_FORMAT, "%s: %s is %s, not a tensor", f->path, what,
+				v ? kind_phrase(v, kind, sizeof(kind)) : "missing");
+	}
+	t = v->u.tensor;
+	out->dtype = t->dtype ? gfs_dtype_parse(t->dtype)
+			      : gfs_dtype_from_storage_class(t->storage.cls);
+	if (out->dtype == GFS_DT_INVALID)
+		return gfs_fail(GFS_ERR_UNSUPPORTED, "%s: %s: unsupported storage type %s", f->path,
+				what, t->dtype ? t->dtype : t->storage.cls);
+	esize = gfs_dtype_size(out->dtype);
+	if (t->ndim > GFS_MAX_DIMS)
+		return gfs_fail(GFS_ERR_LIMIT, "%s: %s: too many dimensions", f->path, what);
+	out->ndim = t->ndim;
+	out->numel = 1;
+	for (uint32_t d = 0; d < t->ndim; d++) {
+		if (t->size[d] < 0)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: %s: negative size", f->path, what);
+		out->shape[d] = (uint64_t)t->size[d];
+		if (!gfs_mul_u64(out->numel, out->shape[d], &out->numel))
+			return gfs_fail(GFS_ERR_FORMAT, "%s: %s: size overflows", f->path, what);
+	}
+	for (uint32_t d = t->ndim; d-- > 0;) {
+		if (out->shape[d] > 1 && t->stride[d] != (int64_t)expect && out->numel > 0)
+			return gfs_fail(GFS_ERR_UNSUPPORTED,
+					"%s: %s is not contiguous (stride %lld in dimension %u)",
+					f->path, what, (long long)t->stride[d], d);
+		(void)gfs_mul_u64(expect, out->shape[d] ? out->shape[d] : 1, &expect);
+	}
+	if (t->offset < 0)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: %s: negative storage offset", f->path, what);
+	err = gfs_tzip_storage_record(f->zip, t->storage.key, &rec);
+	if (err)
+		return gfs_fail_prefix(err, "%s", what);
+	rec_off = rec->data_off;
+	rec_size = rec->size;
+	if (!gfs_mul_u64((uint64_t)t->offset, esize, &first) ||
+	    !gfs_mul_u64(out->numel, esize, &nbytes) || !gfs_add_u64(first, nbytes, &end) ||
+	    end > rec_size)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: %s: elements %lld..+%llu lie outside storage data/%s (%llu bytes): truncated or corrupt",
+				f->path, what, (long long)t->offset, (unsigned long long)out->numel,
+				t->storage.key, (unsigned long long)rec_size);
+	err = file_source(c, f, &out->src);
+	if (!err) {
+		/* the whole record is checked: a CRC covers it all */
+		const gfs_record r = {
+			.src = out->src, .kind = GFS_PIECE_FILE,
+			.off = rec_off, .len = rec_size, .crc32 = rec->crc32,
+		};
+
+		err = gfs_layout_add_record(c->l, &r, rec->name);
+	}
+	if (err)
+		return err;
+	out->off = rec_off + first;
+	return GFS_OK;
+}
+
+/* ------------------------------------------------------------------ flats */
+
+static gfs_err flat_append(flat *fl, const tview *tv, uint64_t nelem, const char *what)
+{
+	if (fl->n == 0 && fl->dtype == GFS_DT_INVALID)
+		fl->dtype = tv->dtype;
+	if (tv->dtype != fl->dtype)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: dtype %s differs from %s", what,
+				gfs_dtype_name(tv->dtype), gfs_dtype_name(fl->dtype));
+	if (nelem == 0)
+		return GFS_OK;
+	if (!gfs_grow((void **)&fl->segs, &fl->cap, fl->n, sizeof(*fl->segs), 8))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	fl->segs[fl->n++] = (flat_seg){
+		.src = tv->src, .off = tv->off, .start = fl->total, .nelem = nelem,
+	};
+	fl->total += nelem;
+	return GFS_OK;
+}
+
+/* flat_emit(): add pieces for elements [start, start + n) of fl to tensor ti. */
+static gfs_err flat_emit(gfs_layout *l, size_t ti, const flat *fl, uint64_t start,
+			 uint64_t n)
+{
+	const uint64_t es = gfs_dtype_size(fl->dtype);
+	size_t lo = 0, hi = fl->n;
+
+	assert(start + n <= fl->total);
+	if (n == 0)
+		return GFS_OK;
+	while (hi - lo > 1) {
+		const size_t mid = lo + (hi - lo) / 2;
+
+		if (fl->segs[mid].start <= start)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	for (size_t s = lo; n > 0; s++) {
+		const flat_seg *sg = &fl->segs[s];
+		const uint64_t in = start - sg->start;
+		const uint64_t take = sg->nelem - in < n ? sg->nelem - in : n;
+		const gfs_err err = gfs_layout_add_piece(l, ti, sg->src, sg->off + in * es,
+							 take * es);
+
+		assert(s < fl->n && start >= sg->start && in < sg->nelem);
+		if (err)
+			return err;
+		start += take;
+		n -= take;
+	}
+	return GFS_OK;
+}
+
+static void flats_free(flat *fl, size_t n)
+{
+	for (size_t i = 0; fl && i < n; i++)
+		free(fl[i].segs);
+	free(fl);
+}
+
+/* ------------------------------------------------------- name -> param map */
+
+static uint64_t str_hash(const char *s)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	for (; *s; s++) {
+		h ^= (uint8_t)*s;
+		h *= 1099511628211ull;
+	}
+	return h;
+}
+
+static gfs_err tmap_build(ds_ckpt *c)
+{
+	size_t cap = 16;
+
+	while (cap < c->ntrain * 2)
+		cap *= 2;
+	c->tmap = malloc(cap * sizeof(*c->tmap));
+	if (!c->tmap)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	memset(c->tmap, 0xff, cap * sizeof(*c->tmap));
+	c->tmap_cap = cap;
+	for (size_t i = 0; i < c->ntrain; i++) {
+		size_t h = (size_t)str_hash(c->train[i].name) & (cap - 1);
+
+		while (c->tmap[h] != UINT32_MAX) {
+			if (strcmp(c->train[c->tmap[h]].name, c->train[i].name) == 0)
+				return gfs_fail(GFS_ERR_FORMAT, "%s: param %s appears twice in param_shapes",
+						c->model[0].path, c->train[i].name);
+			h = (h + 1) & (cap - 1);
+		}
+		c->tmap[h] = (uint32_t)i;
+	}
+	return GFS_OK;
+}
+
+static const train_param *tmap_find(const ds_ckpt *c, const char *name)
+{
+	size_t h = (size_t)str_hash(name) & (c->tmap_cap - 1);
+
+	while (c->tmap[h] != UINT32_MAX) {
+		if (strcmp(c->train[c->tmap[h]].name, name) == 0)
+			return &c->train[c->tmap[h]];
+		h = (h + 1) & (c->tmap_cap - 1);
+	}
+	return NULL;
+}
+
+static gfs_err train_push(ds_ckpt *c, const char *name, const gfs_pv *shape, size_t group,
+			  uint64_t offset, size_t *cap)
+{
+	if (!gfs_grow((void **)&c->train, cap, c->ntrain, sizeof(*c->train), 64))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	c->train[c->ntrain++] = (train_param){
+		.name = name, .shape = shape, .group = group, .offset = offset,
+	};
+	return GFS_OK;
+}
+
+/* --------------------------------------------------------- discovery */
+
+typedef struct ds_name {
+	char *name;
+	uint64_t rank;
+	bool model;
+} ds_name;
+
+/* parse_u64(): decimal digits at *p, advancing; false if none or overflow. */
+static bool parse_u64(const char **p, uint64_t *out)
+{
+	uint64_t v = 0;
+	const char *s = *p;
+
+	if (*s < '0' || *s > '9')
+		return false;
+	for (; *s >= '0' && *s <= '9'; s++)
+		if (!gfs_mul_u64(v, 10, &v) || !gfs_add_u64(v, (uint64_t)(*s - '0'), &v))
+			return false;
+	*p = s;
+	*out = v;
+	return true;
+}
+
+static bool eat(const char **p, const char *lit)
+{
+	const size_t n = strlen(lit);
+
+	if (strncmp(*p, lit, n) != 0)
+		return false;
+	*p += n;
+	return true;
+}
+
+/*
+ * classify(): recognise [bf16_]zero_pp_rank_R_mp_rank_MM_optim_states.pt,
+ * zero_pp_rank_R_mp_rank_MM_model_states.pt and mp_rank_MM_model_states.pt.
+ * @return 0 not ours, 1 optim, 2 zero model states, 3 mp model states.
+ */
+static int classify(const char *name, uint64_t *rank, uint64_t *mp)
+{
+	const char *p = name;
+
+	*rank = 0;
+	if (eat(&p, "mp_rank_"))
+		return parse_u64(&p, mp) && strcmp(p, "_model_states.pt") == 0 ? 3 : 0;
+	(void)eat(&p, "bf16_");
+	if (!eat(&p, "zero_pp_rank_") || !parse_u64(&p, rank) || !eat(&p, "_mp_rank_") ||
+	    !parse_u64(&p, mp))
+		return 0;
+	if (strcmp(p, "_optim_states.pt") == 0)
+		return 1;
+	if (strcmp(p, "_model_states.pt") == 0 && strncmp(name, "bf16_", 5) != 0)
+		return 2;
+	return 0;
+}
+
+typedef struct ds_listing {
+	char **optim;   /* [n_optim_slots] by rank, NULL where absent */
+	size_t noptim;  /* highest rank + 1 */
+	char **zmodel;  /* by rank */
+	size_t nzmodel;
+	char *mpmodel;
+	size_t count_optim, count_zmodel;
+} ds_listing;
+
+static void listing_free(ds_listing *ls)
+{
+	for (size_t i = 0; i < ls->noptim; i++)
+		free(ls->optim[i]);
+	for (size_t i = 0; i < ls->nzmodel; i++)
+		free(ls->zmodel[i]);
+	free(ls->optim);
+	free(ls->zmodel);
+	free(ls->mpmodel);
+}
+
+static gfs_err slot_put(char ***arr, size_t *n, uint64_t rank, const char *name,
+			const char *dir)
+{
+	if (rank >= DS_MAX_RANKS)
+		return gfs_fail(GFS_ERR_LIMIT, "%s/%s: rank %llu is too large", dir, name,
+				(unsigned long long)rank);
+	if (rank >= *n) {
+		char **a = gfs_reallocarray(*arr, (size_t)rank + 1, sizeof(*a));
+
+		if (!a)
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		memset(a + *n, 0, ((size_t)rank + 1 - *n) * sizeof(*a));
+		*arr = a;
+		*n = (size_t)rank + 1;
+	}
+	if ((*arr)[rank])
+		return gfs_fail(GFS_ERR_FORMAT, "%s: two files for rank %llu: %s and %s", dir,
+				(unsigned long long)rank, (*arr)[rank], name);
+	(*arr)[rank] = gfs_strdup(name);
+	return (*arr)[rank] ? GFS_OK : gfs_fail(GFS_ERR_NOMEM, "out of memory");
+}
+
+static gfs_err list_tagdir(const char *dir, ds_listing *ls)
+{
+	DIR *d = opendir(dir);
+	const struct dirent *de;
+	gfs_err err = GFS_OK;
+
+	memset(ls, 0, sizeof(*ls));
+	if (!d)
+		return gfs_fail(errno == ENOENT ? GFS_ERR_NOTFOUND : GFS_ERR_IO,
+				"%s: cannot open directory: %s", dir, strerror(errno));
+	while (!err && (de = readdir(d)) != NULL) {
+		uint64_t rank, mp;
+		const int kind = classify(de->d_name, &rank, &mp);
+
+		if (kind == 0)
+			continue;
+		if (mp != 0) {
+			err = gfs_fail(GFS_ERR_UNSUPPORTED,
+				       "%s/%s: model-parallel rank %llu: only mp_rank_00 (no tensor parallelism) is supported",
+				       dir, de->d_name, (unsigned long long)mp);
+		} else if (kind == 1) {
+			err = slot_put(&ls->optim, &ls->noptim, rank, de->d_name, dir);
+			ls->count_optim++;
+		} else if (kind == 2) {
+			err = slot_put(&ls->zmodel, &ls->nzmodel, rank, de->d_name, dir);
+			ls->count_zmodel++;
+		} else {
+			ls->mpmodel = gfs_strdup(de->d_name);
+			if (!ls->mpmodel)
+				err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		}
+	}
+	closedir(d);
+	if (err)
+		listing_free(ls);
+	return err;
+}
+
+/* ------------------------------------------------------------ stage, ws */
+
+static gfs_err read_stage(ds_ckpt *c, const ds_file *f, const gfs_pv *osd, int *stage,
+			  bool *bf16opt)
+{
+	const gfs_pv *zs = gfs_pv_dict_get(osd, "zero_stage");
+	const char *mod, *cls, *member;
+	int64_t value;
+	bool has_value;
+
+	(void)c;
+	*bf16opt = false;
+	if (!zs) {
+		if (!gfs_pv_dict_get(osd, "single_partition_of_fp32_groups"))
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: not a DeepSpeed ZeRO optimizer state (no zero_stage, no fp32 partitions)",
+					f->path);
+		*bf16opt = true;
+		*stage = 1;
+		return GFS_OK;
+	}
+	if (gfs_pv_int(zs, &value)) {
+		has_value = true;
+	} else if (gfs_pv_enum(zs, &mod, &cls, &member, &value, &has_value)) {
+		static const char *const names[] = { "disabled", "optimizer_states", "gradients",
+						     "weights" };
+
+		if (!has_value) {
+			value = -1;
+			for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+				if (strcmp(member, names[i]) == 0)
+					value = (int64_t)i;
+			if (value < 0)
+				return gfs_fail(GFS_ERR_FORMAT, "%s: unknown zero_stage %s.%s",
+						f->path, cls, member);
+		}
+	} else {
+		char kind[32];
+
+		return gfs_fail(GFS_ERR_FORMAT, "%s: zero_stage is %s", f->path,
+				kind_phrase(zs, kind, sizeof(kind)));
+	}
+	if (value < 1 || value > 3)
+		return gfs_fail(GFS_ERR_UNSUPPORTED, "%s: ZeRO stage %lld is not supported",
+				f->path, (long long)value);
+	*stage = (int)value;
+	return GFS_OK;
+}
+
+static gfs_err read_ws(const ds_file *f, const gfs_pv *osd, uint64_t *ws)
+{
+	const gfs_pv *pc = gfs_pv_dict_get(osd, "partition_count");
+	int64_t v = 0;
+
+	if (gfs_pv_int(pc, &v)) {
+		/* stage 3: an int */
+	} else if (pc && (pc->kind == GFS_PV_LIST || pc->kind == GFS_PV_TUPLE) &&
+		   gfs_pv_seq_len(pc) > 0) {
+		for (size_t i = 0; i < gfs_pv_seq_len(pc); i++) {
+			int64_t x;
+
+			if (!gfs_pv_int(gfs_pv_seq_at(pc, i), &x))
+				return gfs_fail(GFS_ERR_FORMAT, "%s: partition_count holds a non-integer",
+						f->path);
+			if (x > v)
+				v = x;
+		}
+	} else {
+		return gfs_fail(GFS_ERR_FORMAT, "%s: no usable partition_count", f->path);
+	}
+	if (v < 1 || v > DS_MAX_RANKS)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: partition_count %lld is out of range", f->path,
+				(long long)v);
+	*ws = (uint64_t)v;
+	return GFS_OK;
+}
+
+static const gfs_pv *osd_of(const ds_file *f)
+{
+	return gfs_pv_dict_get(f->root, "optimizer_state_dict");
+}
+
+/* ------------------------------------------------------- trainable params */
+
+/* param_numel(): numel of a torch.Size in param_shapes. */
+static gfs_err param_numel(const ds_file *f, const char *name, const gfs_pv *shape,
+			   uint64_t *numel)
+{
+	uint64_t dims[GFS_MAX_DIMS];
+	uint32_t ndim;
+
+	return shape_from_pv(shape, f->path, name, &ndim, dims, numel);
+}
+
+/* append_partition(): add tensor list[g] of file f (named list_name) to dst. */
+static gfs_err append_partition(ds_ckpt *c, ds_file *f, const gfs_pv *list,
+				const char *list_name, size_t g, flat *dst)
+{
+	char what[96];
+	tview tv;
+	gfs_err err;
+
+	snprintf(what, sizeof(what), "%s[%zu]", list_name, g);
+	err = tensor_view(c, f, gfs_pv_seq_at(list, g), what, &tv);
+	return err ? err : flat_append(dst, &tv, tv.numel, f->path);
+}
+
+/* shapes_of(): param_shapes as a list of dicts. */
+static gfs_err shapes_of(const ds_file *m0, const gfs_pv **ps)
+{
+	*ps = gfs_pv_dict_get(m0->root, "param_shapes");
+	if (!*ps || ((*ps)->kind != GFS_PV_LIST && (*ps)->kind != GFS_PV_TUPLE))
+		return gfs_fail(GFS_ERR_FORMAT, "%s: param_shapes is missing or not a list",
+				m0->path);
+	for (size_t g = 0; g < gfs_pv_seq_len(*ps); g++)
+		if (gfs_pv_seq_at(*ps, g)->kind != GFS_PV_DICT)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: param_shapes[%zu] is not a dict",
+					m0->path, g);
+	return GFS_OK;
+}
+
+/*
+ * push_param(): entry i of param group g's param_shapes dict (shapes): its
+ * name must be a string without control characters; *n is its element
+ * count, and it becomes a trainable entry at element off of the group.
+ */
+static gfs_err push_param(ds_ckpt *c, const gfs_pv *shapes, size_t i, size_t g, uint64_t off,
+			  size_t *cap, uint64_t *n)
+{
+	const ds_file *m0 = &c->model[0];
+	const gfs_pv_item *it = &shapes->u.dict.items[i];
+	const char *name = gfs_pv_name(it->key);
+	gfs_err err;
+
+	assert(i < shapes->u.dict.len);
+	if (!name)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: param_shapes key %zu is not a string without control characters",
+				m0->path, i);
+	err = param_numel(m0, name, it->value, n);
+	return err ? err : train_push(c, name, it->value, g, off, cap);
+}
+
+static gfs_err plan_stage12(ds_ckpt *c)
+{
+	const ds_file *m0 = &c->model[0];
+	const gfs_pv *ps;
+	size_t cap = 0;
+	gfs_err err = shapes_of(m0, &ps);
+
+	if (err)
+		return err;
+	c->ngroups = gfs_pv_seq_len(ps);
+	c->group_flats = calloc(c->ngroups ? c->ngroups : 1, sizeof(*c->group_flats));
+	if (!c->group_flats)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (uint64_t r = 0; r < c->ws; r++) {
+		ds_file *f = &c->optim[r];
+		const gfs_pv *parts = gfs_pv_dict_get(osd_of(f), "single_partition_of_fp32_groups");
+
+		if (!parts || (parts->kind != GFS_PV_LIST && parts->kind != GFS_PV_TUPLE))
+			return gfs_fail(GFS_ERR_FORMAT, "%s: no single_partition_of_fp32_groups list",
+					f->path);
+		if (gfs_pv_seq_len(parts) != c->ngroups)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: %zu fp32 partitions, but param_shapes in %s has %zu groups",
+					f->path, gfs_pv_seq_len(parts), m0->path, c->ngroups);
+		for (size_t g = 0; g < c->ngroups; g++) {
+			err = append_partition(c, f, parts, "single_partition_of_fp32_groups", g,
+					       &c->group_flats[g]);
+			if (err)
+				return err;
+		}
+	}
+	for (size_t g = 0; g < c->ngroups; g++) {
+		const gfs_pv *shapes = gfs_pv_seq_at(ps, g);
+		const flat *fl = &c->group_flats[g];
+		uint64_t off = 0, pad = 0;
+
+		for (size_t i = 0; i < shapes->u.dict.len; i++) {
+			uint64_t n;
+
+			err = push_param(c, shapes, i, g, off, &cap, &n);
+			if (err)
+				return err;
+			if (!gfs_add_u64(off, n, &off) || off > fl->total)
+				return gfs_fail(GFS_ERR_FORMAT,
+						"%s: param group %zu needs more elements than the %llu in the fp32 partitions of %llu ranks (a rank file is missing, truncated or from another run)",
+						c->tagdir, g, (unsigned long long)fl->total,
+						(unsigned long long)c->ws);
+		}
+		/* What is left must be the group padding recorded by DeepSpeed. */
+		for (uint64_t r = 0; r < c->ws; r++) {
+			const gfs_pv *gp = gfs_pv_dict_get(osd_of(&c->optim[r]), "group_paddings");
+			int64_t p;
+
+			if (gp && gfs_pv_int(gfs_pv_seq_at(gp, g), &p) && p > 0)
+				pad += (uint64_t)p;
+		}
+		if (off != fl->total && off + pad != fl->total &&
+		    (fl->total - off) >= 2 * c->ws)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: param group %zu: params take %llu elements but the fp32 partitions hold %llu (padding %llu)",
+					c->tagdir, g, (unsigned long long)off,
+					(unsigned long long)fl->total, (unsigned long long)pad);
+	}
+	return GFS_OK;
+}
+
+static gfs_err plan_stage3(ds_ckpt *c)
+{
+	const ds_file *m0 = &c->model[0];
+	const gfs_pv *ps;
+	size_t cap = 0;
+	uint64_t off = 0;
+	gfs_err err = shapes_of(m0, &ps);
+
+	if (err)
+		return err;
+	c->rank_flats = calloc((size_t)c->ws, sizeof(*c->rank_flats));
+	if (!c->rank_flats)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (uint64_t r = 0; r < c->ws; r++) {
+		ds_file *f = &c->optim[r];
+		const gfs_pv *groups = gfs_pv_dict_get(osd_of(f), "fp32_flat_groups");
+
+		if (!groups || (groups->kind != GFS_PV_LIST && groups->kind != GFS_PV_TUPLE))
+			return gfs_fail(GFS_ERR_FORMAT, "%s: no fp32_flat_groups list", f->path);
+		if (r == 0)
+			c->nsub = gfs_pv_seq_len(groups);
+		else if (gfs_pv_seq_len(groups) != c->nsub)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: %zu fp32_flat_groups, rank 0 has %zu",
+					f->path, gfs_pv_seq_len(groups), c->nsub);
+		for (size_t g = 0; g < gfs_pv_seq_len(groups); g++) {
+			err = append_partition(c, f, groups, "fp32_flat_groups", g, &c->rank_flats[r]);
+			if (err)
+				return err;
+		}
+	}
+	for (size_t g = 0; g < gfs_pv_seq_len(ps); g++) {
+		const gfs_pv *shapes = gfs_pv_seq_at(ps, g);
+
+		for (size_t i = 0; i < shapes->u.dict.len; i++) {
+			uint64_t n, part;
+
+			err = push_param(c, shapes, i, g, off, &cap, &n);
+			if (err)
+				return err;
+			part = n / c->ws + (n % c->ws != 0);
+			if (!gfs_add_u64(off, part, &off))
+				return gfs_fail(GFS_ERR_FORMAT, "%s: param sizes overflow", m0->path);
+		}
+	}
+	for (uint64_t r = 0; r < c->ws; r++)
+		if (c->rank_flats[r].total != off)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: fp32_flat_groups hold %llu elements, param_shapes need %llu per rank (file truncated, or from another run or world size)",
+					c->optim[r].path, (unsigned long long)c->rank_flats[r].total,
+					(unsigned long long)off);
+	return GFS_OK;
+}
+
+/*
+ * emit_slices(): the pieces of param tp (numel elements) in entry ti, from
+ * flats laid out like the fp32 masters: stage 1/2 group_flats[tp->group]
+ * from tp->offset; stage 3 ceil(numel / ws) elements of each rank_flats[r]
+ * from tp->offset, cut to numel (the padding is never mapped).  what names
+ * the flats in messages.
+ */
+static gfs_err emit_slices(ds_ckpt *c, size_t ti, const train_param *tp, uint64_t numel,
+			   const flat *group_flats, const flat *rank_flats, const char *what)
+{
+	const uint64_t part = numel / c->ws + (numel % c->ws != 0);
+
+	if (c->stage < 3)
+		return flat_emit(c->l, ti, &group_flats[tp->group], tp->offset, numel);
+	for (uint64_t r = 0; r < c->ws; r++) {
+		const uint64_t first = r * part;
+		const uint64_t take = first >= numel ? 0
+			: (numel - first < part ? numel - first : part);
+		gfs_err err;
+
+		if (rank_flats[r].dtype != rank_flats[0].dtype)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: %s dtype differs from rank 0",
+					c->optim[r].path, what);
+		err = flat_emit(c->l, ti, &rank_flats[r], tp->offset, take);
+		if (err)
+			return err;
+	}
+	return GFS_OK;
+}
+
+static gfs_err emit_trainable(ds_ckpt *c, const train_param *tp, const gfs_pv *module_t)
+{
+	uint64_t shape[GFS_MAX_DIMS], numel;
+	uint32_t ndim;
+	size_t ti;
+	const flat *fl = c->stage == 3 ? &c->rank_flats[0] : &c->group_flats[tp->group];
+	gfs_err err = shape_from_pv(tp->shape, c->model[0].path, tp->name, &ndim, shape, &numel);
+
+	if (err)
+		return err;
+	if (c->stage < 3 && module_t && module_t->kind == GFS_PV_TENSOR) {
+		const gfs_pv_tensor *mt = module_t->u.tensor;
+		bool same = mt->ndim == ndim;
+
+		for (uint32_t d = 0; same && d < ndim; d++)
+			same = (uint64_t)mt->size[d] == shape[d];
+		if (!same)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: %s: module shape differs from param_shapes",
+					c->model[0].path, tp->name);
+	}
+	err = gfs_layout_add_tensor(c->l, tp->name, fl->dtype == GFS_DT_INVALID ? GFS_DT_F32
+										 : fl->dtype,
+				    ndim, shape, &ti);
+	if (err)
+		return err;
+	return emit_slices(c, ti, tp, numel, c->group_flats, c->rank_flats, "fp32_flat_groups");
+}
+
+/* ---------------------------------------------------------- other entries */
+
+/* emit_view(): a tensor whose bytes are one contiguous view of a file. */
+static gfs_err emit_view(ds_ckpt *c, const char *name, const tview *tv, uint64_t numel,
+			 uint32_t ndim, const uint64_t *shape)
+{
+	size_t ti;
+	gfs_err err = gfs_layout_add_tensor(c->l, name, tv->dtype, ndim, shape, &ti);
+
+	if (err)
+		return err;
+	return gfs_layout_add_piece(c->l, ti, tv->src, tv->off,
+				    numel * gfs_dtype_size(tv->dtype));
+}
+
+static gfs_err emit_module(ds_ckpt *c, const char *name, const gfs_pv *v, bool is_buffer)
+{
+	tview tv;
+	gfs_err err = tensor_view(c, &c->model[0], v, name, &tv);
+
+	if (err)
+		return err;
+	if (c->stage == 3 && !is_buffer && tv.numel == 0 && tv.ndim == 1)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: %s is a ZeRO-3 placeholder, but no optimizer partition or frozen fragment holds its data",
+				c->model[0].path, name);
+	return emit_view(c, name, &tv, tv.numel, tv.ndim, tv.shape);
+}
+
+static gfs_err emit_frozen(ds_ckpt *c, const char *name, const gfs_pv *shape_pv)
+{
+	uint64_t shape[GFS_MAX_DIMS], numel;
+	uint32_t ndim;
+	gfs_err err = shape_from_pv(shape_pv, c->model[0].path, name, &ndim, shape, &numel);
+
+	if (err)
+		return err;
+	if (c->stage == 2) {
+		ds_file *f = &c->model[0];
+		const gfs_pv *frag = gfs_pv_dict_get(gfs_pv_dict_get(f->root, "frozen_param_fragments"),
+						     name);
+		tview tv;
+
+		err = tensor_view(c, f, frag, name, &tv);
+		if (err)
+			return err;
+		if (tv.numel < numel)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: frozen fragment %s holds %llu of %llu elements",
+					f->path, name, (unsigned long long)tv.numel,
+					(unsigned long long)numel);
+		return emit_view(c, name, &tv, numel, ndim, shape);
+	}
+	{
+		flat fl = { .dtype = GFS_DT_INVALID };
+		size_t ti;
+
+		for (uint64_t r = 0; !err && r < c->ws; r++) {
+			ds_file *f = &c->model[r];
+			const gfs_pv *frag = gfs_pv_dict_get(
+				gfs_pv_dict_get(f->root, "frozen_param_fragments"), name);
+			tview tv;
+
+			err = tensor_view(c, f, frag, name, &tv);
+			if (!err)
+				err = flat_append(&fl, &tv, tv.numel, f->path);
+		}
+		if (!err && fl.total < numel)
+			err = gfs_fail(GFS_ERR_FORMAT,
+				       "%s: frozen fragments of %s hold %llu of %llu elements",
+				       c->tagdir, name, (unsigned long long)fl.total,
+				       (unsigned long long)numel);
+		if (!err)
+			err = gfs_layout_add_tensor(c->l, name, fl.dtype, ndim, shape, &ti);
+		if (!err)
+			err = flat_emit(c->l, ti, &fl, 0, numel);
+		free(fl.segs);
+		return err;
+	}
+}
+
+static bool in_list(const gfs_pv *list, const char *name)
+{
+	for (size_t i = 0; i < gfs_pv_seq_len(list); i++) {
+		const char *s = gfs_pv_str(gfs_pv_seq_at(list, i));
+
+		if (s && strcmp(s, name) == 0)
+			return true;
+	}
+	return false;
+}
+
+static gfs_err build_entries(ds_ckpt *c)
+{
+	const ds_file *m0 = &c->model[0];
+	const gfs_pv *module = gfs_pv_dict_get(m0->root, "module");
+	const gfs_pv *buffers = gfs_pv_dict_get(m0->root, "buffer_names");
+	const gfs_pv *shared = gfs_pv_dict_get(m0->root, "shared_params");
+	const gfs_pv *fshapes = c->stage >= 2 ? gfs_pv_dict_get(m0->root, "frozen_param_shapes") : NULL;
+	size_t used = 0;
+	gfs_err err;
+
+	if (!module || module->kind != GFS_PV_DICT)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: no `module` state dict", m0->path);
+	if (fshapes && fshapes->kind != GFS_PV_DICT)
+		fshapes = NULL;
+	if (shared && shared->kind != GFS_PV_DICT)
+		shared = NULL;
+	for (size_t i = 0; i < module->u.dict.len; i++) {
+		const gfs_pv_item *it = &module->u.dict.items[i];
+		const char *name = gfs_pv_name(it->key);
+		const char *target = gfs_pv_name(gfs_pv_dict_get(shared, name ? name : ""));
+		const train_param *tp;
+		const gfs_pv *fs;
+
+		if (!name)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: module key %zu is not a string without control characters",
+					m0->path, i);
+		if (target && gfs_pv_dict_get(module, target)) {
+			err = gfs_layout_add_alias(c->l, name, target);
+		} else if (target && !tmap_find(c, name)) {
+			/* a tied alias whose target was saved nowhere (save_checkpoint
+			 * with exclude_frozen_parameters, as HF Trainer does for PEFT
+			 * models): dropped, as zero_to_fp32 drops it */
+			continue;
+		} else if ((tp = tmap_find(c, name)) != NULL) {
+			err = emit_trainable(c, tp, it->value);
+			used++;
+		} else if ((fs = gfs_pv_dict_get(fshapes, name)) != NULL) {
+			err = emit_frozen(c, name, fs);
+		} else {
+			err = emit_module(c, name, it->value, in_list(buffers, name));
+		}
+		if (err)
+			return err;
+	}
+	if (used != c->ntrain) {
+		for (size_t i = 0; i < c->ntrain; i++)
+			if (!gfs_pv_dict_get(module, c->train[i].name))
+				return gfs_fail(GFS_ERR_FORMAT,
+						"%s: param %s is in param_shapes but not in `module`",
+						m0->path, c->train[i].name);
+	}
+	/* Aliases whose name is not in `module` come last, as zero_to_fp32 does. */
+	for (size_t i = 0; shared && i < shared->u.dict.len; i++) {
+		const char *alias = gfs_pv_name(shared->u.dict.items[i].key);
+		const char *target = gfs_pv_name(shared->u.dict.items[i].value);
+
+		if (alias && target && !gfs_pv_dict_get(module, alias) &&
+		    gfs_pv_dict_get(module, target)) {
+			err = gfs_layout_add_alias(c->l, alias, target);
+			if (err)
+				return err;
+		}
+	}
+	return GFS_OK;
+}
+
+/* ------------------------------------------------------- optimizer state */
+
+/* dict_get_int(): the value of int key k in a pickled dict, or NULL. */
+static const gfs_pv *dict_get_int(const gfs_pv *d, int64_t k)
+{
+	if (!d || d->kind != GFS_PV_DICT)
+		return NULL;
+	for (size_t i = 0; i < d->u.dict.len; i++) {
+		int64_t x;
+
+		if (d->u.dict.items[i].key->kind == GFS_PV_INT &&
+		    gfs_pv_int(d->u.dict.items[i].key, &x) && x == k)
+			return d->u.dict.items[i].value;
+	}
+	return NULL;
+}
+
+/* base_state(): the torch optimizer state_dict inside rank r's optimizer state. */
+static const gfs_pv *base_state(const ds_ckpt *c, size_t r)
+{
+	return gfs_pv_dict_get(osd_of(&c->optim[r]),
+			       c->stage == 3 ? "optimizer_state_dict" : "base_optimizer_state");
+}
+
+/* group_state(): state[g] of rank r's torch optimizer, or NULL. */
+static const gfs_pv *group_state(const ds_ckpt *c, size_t r, size_t g)
+{
+	return dict_get_int(gfs_pv_dict_get(base_state(c, r), "state"), (int64_t)g);
+}
+
+/* fp32_part(): rank r's fp32 partition g (stage 1/2 group, stage 3 sub-group). */
+static gfs_err fp32_part(ds_ckpt *c, size_t r, size_t g, tview *tv)
+{
+	const char *list = c->stage == 3 ? "fp32_flat_groups" : "single_partition_of_fp32_groups";
+	char what[96];
+
+	snprintf(what, sizeof(what), "%s[%zu]", list, g);
+	return tensor_view(c, &c->optim[r], gfs_pv_seq_at(gfs_pv_dict_get(osd_of(&c->optim[r]), list), g),
+			   what, tv);
+}
+
+/*
+ * plan_states(): find the optimizer states in rank 0's state[0] and check
+ * that every rank and flat group holds the same ones: each per-element
+ * state exactly as long as that rank's fp32 partition, each 0-d one (the
+ * step) 0-d.  Non-tensor values are not carried.  A checkpoint without
+ * optimizer state (state[0] empty or absent everywhere) has none.
+ */
+static gfs_err plan_states(ds_ckpt *c)
+{
+	const size_t nflat = c->stage == 3 ? c->nsub : c->ngroups;
+	const gfs_pv *st0 = group_state(c, 0, 0);
+	gfs_err err;
+
+	if (nflat == 0 || !st0 || st0->kind != GFS_PV_DICT || st0->u.dict.len == 0) {
+		for (uint64_t r = 0; r < c->ws; r++)
+			for (size_t g = 0; g < nflat; g++) {
+				const gfs_pv *st = group_state(c, r, g);
+
+				if (st && st->kind == GFS_PV_DICT && st->u.dict.len)
+					return gfs_fail(GFS_ERR_FORMAT,
+							"%s: optimizer state of flat group %zu exists, but rank 0 has none for group 0",
+							c->optim[r].path, g);
+			}
+		return GFS_OK;
+	}
+	c->states = gfs_calloc(st0->u.dict.len, sizeof(*c->states));
+	if (!c->states)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t k = 0; k < st0->u.dict.len; k++) {
+		const char *name = gfs_pv_name(st0->u.dict.items[k].key);
+		const gfs_pv *v = st0->u.dict.items[k].value;
+		ds_state *s = &c->states[c->nstates];
+
+		if (!name || strchr(name, '/') || !*name || strcmp(name, ".") == 0 ||
+		    strcmp(name, "..") == 0)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: optimizer state %zu has no usable name",
+					c->optim[0].path, k);
+		if (!v || v->kind != GFS_PV_TENSOR)
+			continue;
+		s->name = name;
+		s->scalar = v->u.tensor->ndim == 0;
+		if (s->scalar)
+			s->values = gfs_calloc(nflat, sizeof(*s->values));
+		else
+			s->flats = gfs_calloc(c->stage == 3 ? (size_t)c->ws : nflat, sizeof(*s->flats));
+		if (!s->values && !s->flats)
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		for (size_t i = 0; s->flats && i < (c->stage == 3 ? (size_t)c->ws : nflat); i++)
+			s->flats[i].dtype = GFS_DT_INVALID;
+		c->nstates++;
+	}
+	for (uint64_t r = 0; r < c->ws; r++) {
+		for (size_t g = 0; g < nflat; g++) {
+			const gfs_pv *st = group_state(c, r, g);
+			size_t ntensor = 0;
+			uint64_t pad = 0;
+			int64_t p;
+			tview part;
+
+			if (!st || st->kind != GFS_PV_DICT)
+				return gfs_fail(GFS_ERR_FORMAT,
+						"%s: no optimizer state for flat group %zu (rank 0 has %s)",
+						c->optim[r].path, g, c->states[0].name);
+			err = fp32_part(c, (size_t)r, g, &part);
+			if (err)
+				return err;
+			if (c->stage < 3 && !c->bf16_optimizer &&
+			    gfs_pv_int(gfs_pv_seq_at(gfs_pv_dict_get(osd_of(&c->optim[r]),
+								     "group_paddings"), g), &p) &&
+			    p > 0)
+				pad = (uint64_t)p;
+			for (size_t k = 0; k < c->nstates; k++) {
+				ds_state *s = &c->states[k];
+				const gfs_pv *v = gfs_pv_dict_get(st, s->name);
+				char what[128];
+				tview tv;
+
+				snprintf(what, sizeof(what), "optimizer state %s of flat group %zu", s->name, g);
+				if (!v)
+					return gfs_fail(GFS_ERR_FORMAT, "%s: %s is missing",
+							c->optim[r].path, what);
+				err = tensor_view(c, &c->optim[r], v, what, &tv);
+				if (err)
+					return err;
+				if (s->scalar) {
+					if (tv.ndim != 0)
+						return gfs_fail(GFS_ERR_FORMAT,
+								"%s: %s has %llu elements, rank 0 group 0 has a scalar",
+								c->optim[r].path, what,
+								(unsigned long long)tv.numel);
+					if (r == 0)
+						s->values[g] = tv;
+					continue;
+				}
+				/* DeepSpeedZeroOptimizer saves the last rank's fp32
+				 * partition without its padding, the moments with it */
+				if (tv.ndim != 1 ||
+				    (tv.numel != part.numel && tv.numel != part.numel + pad))
+					return gfs_fail(GFS_ERR_FORMAT,
+							"%s: %s has %llu elements, its fp32 partition %llu",
+							c->optim[r].path, what, (unsigned long long)tv.numel,
+							(unsigned long long)part.numel);
+				err = flat_append(&s->flats[c->stage == 3 ? (size_t)r : g], &tv, tv.numel,
+						  c->optim[r].path);
+				if (err)
+					return err;
+			}
+			for (size_t k = 0; k < st->u.dict.len; k++)
+				ntensor += st->u.dict.items[k].value->kind == GFS_PV_TENSOR;
+			if (ntensor != c->nstates)
+				return gfs_fail(GFS_ERR_FORMAT,
+						"%s: flat group %zu holds %zu optimizer-state tensors, rank 0 group 0 holds %zu",
+						c->optim[r].path, g, ntensor, c->nstates);
+		}
+	}
+	return GFS_OK;
+}
+
+/* emit_states(): every state of every trainable param, state by state. */
+static gfs_err emit_states(ds_ckpt *c)
+{
+	for (size_t k = 0; k < c->nstates; k++) {
+		const ds_state *s = &c->states[k];
+
+		for (size_t i = 0; i < c->ntrain; i++) {
+			const train_param *tp = &c->train[i];
+			uint64_t shape[GFS_MAX_DIMS], numel;
+			uint32_t ndim;
+			size_t ti;
+			gfs_err err = shape_from_pv(tp->shape, c->model[0].path, tp->name, &ndim, shape,
+						    &numel);
+
+			if (!err && s->scalar && tp->group >= (c->stage == 3 ? c->nsub : c->ngroups))
+				err = gfs_fail(GFS_ERR_FORMAT,
+					       "%s: param %s is in param_shapes group %zu, but the optimizer state has %zu groups",
+					       c->model[0].path, tp->name, tp->group,
+					       c->stage == 3 ? c->nsub : c->ngroups);
+			if (!err && s->scalar) {
+				const tview *tv = &s->values[tp->group];
+
+				err = gfs_layout_add_state(c->l, s->name, tp->name, tv->dtype, 0, NULL, &ti);
+				if (!err)
+					err = gfs_layout_add_piece(c->l, ti, tv->src, tv->off,
+								   gfs_dtype_size(tv->dtype));
+			} else if (!err) {
+				const gfs_dtype dt = s->flats[c->stage == 3 ? 0 : tp->group].dtype;
+
+				err = gfs_layout_add_state(c->l, s->name, tp->name,
+							   dt == GFS_DT_INVALID ? GFS_DT_F32 : dt, ndim,
+							   shape, &ti);
+				if (!err)
+					err = emit_slices(c, ti, tp, numel, s->flats, s->flats, s->name);
+			}
+			if (err)
+				return err;
+		}
+	}
+	return GFS_OK;
+}
+
+/*
+ * hval_from_pv(): a plain value (None, bool, int, float, str, and tuples or
+ * lists of those) of param_groups.  @return false for anything else.
+ */
+static bool hval_from_pv(const gfs_pv *v, gfs_hval *out, int depth)
+{
+	memset(out, 0, sizeof(*out));
+	if (!v || depth > 8)
+		return false;
+	switch (v->kind) {
+	case GFS_PV_NONE:
+		out->kind = GFS_HV_NONE;
+		return true;
+	case GFS_PV_BOOL:
+		out->kind = GFS_HV_BOOL;
+		out->b = v->u.b;
+		return true;
+	case GFS_PV_INT:
+		out->kind = GFS_HV_INT;
+		out->i = v->u.i;
+		return true;
+	case GFS_PV_FLOAT:
+		out->kind = GFS_HV_FLOAT;
+		out->f = v->u.f;
+		return true;
+	case GFS_PV_STR:
+		if (!gfs_pv_name(v))
+			return false;
+		out->kind = GFS_HV_STR;
+		out->s = gfs_strdup(v->u.s.ptr);
+		return out->s != NULL;
+	case GFS_PV_TUPLE:
+	case GFS_PV_LIST:
+		out->kind = v->kind == GFS_PV_TUPLE ? GFS_HV_TUPLE : GFS_HV_LIST;
+		out->items = gfs_calloc(v->u.seq.len ? v->u.seq.len : 1, sizeof(*out->items));
+		if (!out->items)
+			return false;
+		for (size_t i = 0; i < v->u.seq.len; i++) {
+			out->n = i + 1;
+			if (!hval_from_pv(v->u.seq.items[i], &out->items[i], depth + 1)) {
+				gfs_hval_clear(out);
+				return false;
+			}
+		}
+		out->n = v->u.seq.len;
+		return true;
+	default:
+		return false;
+	}
+}
+
+/*
+ * read_param_groups(): rank 0's torch param_groups without "params".  A
+ * value that is not plain leaves the layout without param_groups (the
+ * universal view then says why it is not served).
+ */
+static gfs_err read_param_groups(ds_ckpt *c, gfs_optim *o)
+{
+	const gfs_pv *pg = gfs_pv_dict_get(base_state(c, 0), "param_groups");
+	const size_t n = gfs_pv_seq_len(pg);
+
+	if (!pg || pg->kind != GFS_PV_LIST || n == 0)
+		return GFS_OK;
+	o->groups = gfs_calloc(n, sizeof(*o->groups));
+	if (!o->groups)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	o->ngroups = n;
+	for (size_t g = 0; g < n; g++) {
+		const gfs_pv *d = gfs_pv_seq_at(pg, g);
+		gfs_pgroup *grp = &o->groups[g];
+
+		if (!d || d->kind != GFS_PV_DICT)
+			goto unusable;
+		grp->items = gfs_calloc(d->u.dict.len ? d->u.dict.len : 1, sizeof(*grp->items));
+		if (!grp->items)
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		for (size_t k = 0; k < d->u.dict.len; k++) {
+			const char *key = gfs_pv_name(d->u.dict.items[k].key);
+			gfs_hparam *hp = &grp->items[grp->n];
+
+			if (!key)
+				goto unusable;
+			if (strcmp(key, "params") == 0)
+				continue;
+			hp->key = gfs_strdup(key);
+			if (!hp->key)
+				return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+			grp->n++;
+			if (!hval_from_pv(d->u.dict.items[k].value, &hp->v, 0))
+				goto unusable;
+		}
+	}
+	return GFS_OK;
+unusable:
+	for (size_t g = 0; g < o->ngroups; g++) {
+		for (size_t k = 0; k < o->groups[g].n; k++) {
+			free(o->groups[g].items[k].key);
+			gfs_hval_clear(&o->groups[g].items[k].v);
+		}
+		free(o->groups[g].items);
+	}
+	free(o->groups);
+	o->groups = NULL;
+	o->ngroups = 0;
+	return GFS_OK;
+}
+
+/* build_optim(): the layout's optimizer metadata. */
+static gfs_err build_optim(ds_ckpt *c)
+{
+	gfs_optim *o = &c->l->optim;
+	const gfs_pv *zo = gfs_pv_dict_get(gfs_pv_dict_get(c->optim[0].root, "ds_config"),
+					   "zero_optimization");
+	const char *ver = gfs_pv_name(gfs_pv_dict_get(osd_of(&c->optim[0]), "ds_version"));
+	const gfs_pv *rr = gfs_pv_dict_get(zo, "round_robin_gradients");
+
+	if (!ver)
+		ver = gfs_pv_name(gfs_pv_dict_get(c->optim[0].root, "ds_version"));
+	o->zero_stage = c->stage;
+	o->bf16_optimizer = c->bf16_optimizer;
+	o->round_robin = rr && rr->kind == GFS_PV_BOOL && rr->u.b;
+	o->world_size = (uint32_t)c->ws;
+	o->nflat = (uint32_t)(c->stage == 3 ? c->nsub : c->ngroups);
+	if (ver && !(o->version = gfs_strdup(ver)))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	o->model_srcs = gfs_calloc(c->nmodel, sizeof(*o->model_srcs));
+	if (!o->model_srcs)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t r = 0; r < c->nmodel; r++) {
+		const gfs_err err = file_source(c, &c->model[r], &o->model_srcs[r]);
+
+		if (err)
+			return err;
+		o->nmodel_srcs++;
+	}
+	return read_param_groups(c, o);
+}
+
+/* ------------------------------------------------------------ top level */
+
+/* holds_optim(): does directory path hold a *_optim_states.pt file? */
+static bool holds_optim(const char *path)
+{
+	DIR *d = opendir(path);
+	const struct dirent *de;
+	bool found = false;
+
+	if (!d)
+		return false;
+	while (!found && (de = readdir(d)) != NULL) {
+		uint64_t rank, mp;
+
+		found = classify(de->d_name, &rank, &mp) == 1;
+	}
+	closedir(d);
+	return found;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Tag names listed in a message: control bytes shown as '?', at most this many. */
+#define TAGS_LISTED 8
+
+/*
+ * only_tag(): dir has no `latest`.  If dir holds rank files itself it is a
+ * tag directory (*tag NULL).  Else its subdirectories holding
+ * *_optim_states.pt files are its tags: exactly one is used (*tag, to free);
+ * several are an error listing them; none leaves *tag NULL (dir is then
+ * reported as holding no rank files).
+ */
+static gfs_err only_tag(const char *dir, char **tag)
+{
+	char **tags = NULL;
+	size_t n = 0, cap = 0;
+	char msg[1024];
+	size_t used;
+	const struct dirent *de;
+	bool nomem = false;
+	DIR *d;
+
+	*tag = NULL;
+	if (holds_optim(dir))
+		return GFS_OK;
+	d = opendir(dir);
+	if (!d)
+		return gfs_fail(GFS_ERR_IO, "%s: cannot open directory: %s", dir, strerror(errno));
+	while ((de = readdir(d)) != NULL) {
+		char path[4096];
+		struct stat st;
+
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
+		    (size_t)snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) >= sizeof(path) ||
+		    stat(path, &st) != 0 || !S_ISDIR(st.st_mode) || !holds_optim(path))
+			continue;
+		nomem = !gfs_grow((void **)&tags, &cap, n, sizeof(*tags), 8) ||
+			!(tags[n] = gfs_strdup(de->d_name));
+		if (nomem)
+			break;
+		n++;
+	}
+	closedir(d);
+	if (nomem) {
+		for (size_t i = 0; i < n; i++)
+			free(tags[i]);
+		free(tags);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	if (n <= 1) {
+		*tag = n ? tags[0] : NULL;
+		free(tags);
+		return GFS_OK;
+	}
+	qsort(tags, n, sizeof(*tags), cmp_str);
+	used = 0;
+	for (size_t i = 0; i < n && i < TAGS_LISTED && used < sizeof(msg); i++) {
+		used += (size_t)snprintf(msg + used, sizeof(msg) - used, "%s%s", i ? ", " : "",
+					 tags[i]);
+	}
+	if (n > TAGS_LISTED && used < sizeof(msg))
+		snprintf(msg + used, sizeof(msg) - used, ", ... (%zu in all)", n);
+	for (char *c = msg; *c; c++)
+		if ((unsigned char)*c < 0x20 || *c == 0x7f)
+			*c = '?';
+	for (size_t i = 0; i < n; i++)
+		free(tags[i]);
+	free(tags);
+	return gfs_fail(GFS_ERR_INVAL,
+			"%s: no `latest` file and %zu tag directories (%s): choose one with --tag (mount: -o tag=)",
+			dir, n, msg);
+}
+
+/*
+ * resolve_tagdir(): the tag directory to read: dir/tag, dir/$(cat latest),
+ * the only tag directory of a save directory without `latest` (*note then
+ * says so; to free), or dir itself.
+ */
+static gfs_err resolve_tagdir(const char *dir, const char *tag, char **tagdir, char **root,
+			      char **note)
+{
+	char path[4096];
+	char buf[512];
+	char *only = NULL;
+	struct stat st;
+	ssize_t n;
+	int fd;
+
+	*note = NULL;
+	if (stat(dir, &st) != 0)
+		return gfs_fail(errno == ENOENT ? GFS_ERR_NOTFOUND : GFS_ERR_IO, "%s: %s", dir,
+				strerror(errno));
+	if (!S_ISDIR(st.st_mode))
+		return gfs_fail(GFS_ERR_INVAL, "%s: not a directory", dir);
+	*root = gfs_strdup(dir);
+	if (!*root)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	if (!tag) {
+		snprintf(path, sizeof(path), "%s/latest", dir);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0 && errno != ENOENT)
+			return gfs_fail(GFS_ERR_IO, "%s: %s", path, strerror(errno));
+		if (fd < 0) {
+			/* No `latest`: DIR is the tag directory, or holds only one. */
+			gfs_err err = only_tag(dir, &only);
+
+			if (err)
+				return err;
+			if (!only) {
+				*tagdir = gfs_strdup(dir);
+				return *tagdir ? GFS_OK : gfs_fail(GFS_ERR_NOMEM, "out of memory");
+			}
+			snprintf(buf, sizeof(buf), "%s", only);
+			free(only);
+			n = (ssize_t)strlen(buf);
+			if (snprintf(path, sizeof(path), "%s has no `latest` file: using its only tag directory, %s",
+				     dir, buf) >= (int)sizeof(path))
+				path[sizeof(path) - 1] = '\0';
+			for (char *c = path; *c; c++)
+				if ((unsigned char)*c < 0x20 || *c == 0x7f)
+					*c = '?';
+			*note = gfs_strdup(path);
+			if (!*note)
+				return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		} else {
+			n = read(fd, buf, sizeof(buf) - 1);
+			close(fd);
+			if (n < 0)
+				return gfs_fail(GFS_ERR_IO, "%s: %s", path, strerror(errno));
+			buf[n] = '\0';
+		}
+		while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' ||
+				 buf[n - 1] == '\t'))
+			buf[--n] = '\0';
+		if (n == 0 || strchr(buf, '/') || strcmp(buf, "..") == 0 || strlen(buf) != (size_t)n)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: does not hold a valid tag name", path);
+		tag = buf;
+	} else if (strchr(tag, '/') || strcmp(tag, "..") == 0 || !*tag) {
+		return gfs_fail(GFS_ERR_INVAL, "invalid tag '%s'", tag);
+	}
+	snprintf(path, sizeof(path), "%s/%s", dir, tag);
+	if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+		return gfs_fail(GFS_ERR_NOTFOUND, "%s: tag directory '%s' not found", dir, tag);
+	*tagdir = gfs_strdup(path);
+	return *tagdir ? GFS_OK : gfs_fail(GFS_ERR_NOMEM, "out of memory");
+}
+
+static gfs_err open_files(ds_ckpt *c, const ds_listing *ls)
+{
+	gfs_err err;
+
+	if (ls->count_optim == 0)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: not a DeepSpeed ZeRO checkpoint: no *_optim_states.pt files",
+				c->tagdir);
+	if (!ls->optim[0])
+		return gfs_fail(GFS_ERR_NOTFOUND, "%s: rank 0 optimizer states file is missing",
+				c->tagdir);
+	c->optim = calloc(ls->noptim, sizeof(*c->optim));
+	if (!c->optim)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	c->noptim = ls->noptim;
+	for (size_t r = 0; r < ls->noptim; r++)
+		c->optim[r].fd = -1;
+	err = file_open(&c->optim[0], c->tagdir, ls->optim[0]);
+	if (!err && !osd_of(&c->optim[0]))
+		err = gfs_fail(GFS_ERR_FORMAT, "%s: no optimizer_state_dict", c->optim[0].path);
+	if (!err)
+		err = read_stage(c, &c->optim[0], osd_of(&c->optim[0]), &c->stage, &c->bf16_optimizer);
+	if (!err)
+		err = read_ws(&c->optim[0], osd_of(&c->optim[0]), &c->ws);
+	if (err)
+		return err;
+	if (ls->noptim > c->ws)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: found %s for rank %zu, but %s says the world size is %llu (a shard from another world size?)",
+				c->tagdir, ls->optim[ls->noptim - 1], ls->noptim - 1,
+				c->optim[0].name, (unsigned long long)c->ws);
+	for (uint64_t r = 1; r < c->ws; r++) {
+		uint64_t ws;
+		int stage;
+		bool bo;
+
+		if (r >= ls->noptim || !ls->optim[r])
+			return gfs_fail(GFS_ERR_NOTFOUND,
+					"%s: optimizer states file of rank %llu (of %llu) is missing",
+					c->tagdir, (unsigned long long)r, (unsigned long long)c->ws);
+		err = file_open(&c->optim[r], c->tagdir, ls->optim[r]);
+		if (!err && !osd_of(&c->optim[r]))
+			err = gfs_fail(GFS_ERR_FORMAT, "%s: no optimizer_state_dict", c->optim[r].path);
+		if (!err)
+			err = read_stage(c, &c->optim[r], osd_of(&c->optim[r]), &stage, &bo);
+		if (!err)
+			err = read_ws(&c->optim[r], osd_of(&c->optim[r]), &ws);
+		if (err)
+			return err;
+		if (ws != c->ws || stage != c->stage || bo != c->bf16_optimizer)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: written with ZeRO stage %d and world size %llu, but rank 0 has stage %d and world size %llu",
+					c->optim[r].path, stage, (unsigned long long)ws, c->stage,
+					(unsigned long long)c->ws);
+	}
+	if (c->stage == 3) {
+		if (ls->nzmodel > c->ws)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: model states file %s is beyond world size %llu",
+					c->tagdir, ls->zmodel[ls->nzmodel - 1], (unsigned long long)c->ws);
+		c->model = calloc((size_t)c->ws, sizeof(*c->model));
+		if (!c->model)
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		for (uint64_t r = 0; r < c->ws; r++)
+			c->model[r].fd = -1;
+		c->nmodel = (size_t)c->ws;
+		for (uint64_t r = 0; r < c->ws; r++) {
+			if (r >= ls->nzmodel || !ls->zmodel[r])
+				return gfs_fail(GFS_ERR_NOTFOUND,
+						"%s: model states file of rank %llu (of %llu) is missing",
+						c->tagdir, (unsigned long long)r, (unsigned long long)c->ws);
+			err = file_open(&c->model[r], c->tagdir, ls->zmodel[r]);
+			if (err)
+				return err;
+		}
+	} else {
+		const char *name = ls->mpmodel ? ls->mpmodel : (ls->nzmodel ? ls->zmodel[0] : NULL);
+
+		if (!name)
+			return gfs_fail(GFS_ERR_NOTFOUND, "%s: mp_rank_00_model_states.pt is missing",
+					c->tagdir);
+		c->model = calloc(1, sizeof(*c->model));
+		if (!c->model)
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		c->model[0].fd = -1;
+		c->nmodel = 1;
+		err = file_open(&c->model[0], c->tagdir, name);
+		if (err)
+			return err;
+	}
+	return GFS_OK;
+}
+
+static void ckpt_free(ds_ckpt *c)
+{
+	for (size_t r = 0; r < c->noptim; r++)
+		file_close(&c->optim[r]);
+	for (size_t r = 0; c->model && r < c->nmodel; r++)
+		file_close(&c->model[r]);
+	free(c->optim);
+	free(c->model);
+	free(c->train);
+	free(c->tmap);
+	flats_free(c->rank_flats, (size_t)c->ws);
+	flats_free(c->group_flats, c->ngroups);
+	for (size_t k = 0; k < c->nstates; k++) {
+		flats_free(c->states[k].flats, c->stage == 3 ? (size_t)c->ws : c->ngroups);
+		free(c->states[k].values);
+	}
+	free(c->states);
+	free(c->tagdir);
+	gfs_layout_free(c->l);
+}
+
+gfs_err gfs_import_deepspeed(const char *dir, const char *tag, gfs_layout **out)
+{
+	ds_ckpt c = { .label = dir };
+	ds_listing ls = { 0 };
+	char *root = NULL, *note = NULL;
+	char info[256];
+	gfs_err err = resolve_tagdir(dir, tag, &c.tagdir, &root, &note);
+
+	if (!err)
+		err = list_tagdir(c.tagdir, &ls);
+	if (err)
+		goto out;
+	err = open_files(&c, &ls);
+	listing_free(&ls);
+	if (!err)
+		err = gfs_layout_new("deepspeed", c.tagdir, &c.l);
+	if (!err)
+		err = gfs_layout_set_root(c.l, root);
+	for (size_t r = 0; !err && r < c.noptim; r++)
+		err = gfs_layout_add_metafile(c.l, c.optim[r].path);
+	for (size_t r = 0; !err && r < c.nmodel; r++)
+		err = gfs_layout_add_metafile(c.l, c.model[r].path);
+	if (!err)
+		err = gfs_layout_set_note(c.l, note);
+	if (!err)
+		err = c.stage == 3 ? plan_stage3(&c) : plan_stage12(&c);
+	if (!err)
+		err = tmap_build(&c);
+	if (!err)
+		err = build_entries(&c);
+	if (!err)
+		err = plan_states(&c);
+	if (!err)
+		err = emit_states(&c);
+	if (!err)
+		err = build_optim(&c);
+	if (!err) {
+		const char *slash = strrchr(c.tagdir, '/');
+
+		snprintf(info, sizeof(info), "DeepSpeed ZeRO-%d%s, %llu ranks, tag %s", c.stage,
+			 c.bf16_optimizer ? " (BF16_Optimizer)" : "", (unsigned long long)c.ws,
+			 slash ? slash + 1 : c.tagdir);
+		err = gfs_layout_set_info(c.l, info);
+	}
+	if (!err)
+		err = gfs_layout_finish(c.l, c.tagdir);
+	if (!err) {
+		*out = c.l;
+		c.l = NULL;
+	}
+out:
+	ckpt_free(&c);
+	free(root);
+	free(note);
+	return err;
+}

@@ -1,0 +1,1028 @@
+/*
+ * gatherfs — the layout index: building, validation and name lookup.
+ */
+#include "config.h"
+
+#include <assert.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gatherfs/index/layout.h"
+
+/* A tensor name must fit in a path component after escaping, and in zip. */
+#define GFS_NAME_MAX 4096
+
+static char *make_absolute(const char *dir)
+{
+	char cwd[PATH_MAX];
+	size_t n;
+	char *out;
+
+	if (dir[0] == '/')
+		return gfs_strdup(dir);
+	if (!getcwd(cwd, sizeof(cwd)))
+		return NULL;
+	n = strlen(cwd) + 1 + strlen(dir) + 1;
+	out = malloc(n);
+	if (out)
+		snprintf(out, n, "%s/%s", cwd, dir);
+	return out;
+}
+
+gfs_err gfs_layout_new(const char *format, const char *base_dir, gfs_layout **out)
+{
+	gfs_layout *l = calloc(1, sizeof(*l));
+
+	if (!l)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	l->format = gfs_strdup(format);
+	l->base_dir = make_absolute(base_dir);
+	if (!l->format || !l->base_dir) {
+		gfs_layout_free(l);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	*out = l;
+	return GFS_OK;
+}
+
+void gfs_layout_free(gfs_layout *l)
+{
+	if (!l)
+		return;
+	for (size_t i = 0; i < l->nsources; i++) {
+		free(l->sources[i].path);
+		free(l->sources[i].abspath);
+	}
+	for (size_t i = 0; i < gfs_layout_nentries(l); i++) {
+		free(l->tensors[i].name);
+		free(l->tensors[i].alias_target);
+		free(l->tensors[i].pieces);
+		free(l->tensors[i].state);
+		free(l->tensors[i].comp);
+	}
+	gfs_optim_clear(&l->optim);
+	gfs_layout_free(l->inputs);
+	for (size_t i = 0; i < l->nobjects; i++)
+		free(l->objects[i].name);
+	for (size_t i = 0; i < l->nrecords; i++)
+		free(l->records[i].name);
+	free(l->records);
+	free(l->rec_piece0);
+	free(l->rec_pieces);
+	for (size_t i = 0; i < l->nmetafiles; i++)
+		free(l->metafiles[i]);
+	free(l->metafiles);
+	free(l->objects);
+	free(l->sources);
+	free(l->tensors);
+	free(l->hash);
+	free(l->format);
+	free(l->info);
+	free(l->base_dir);
+	free(l->note);
+	free(l->root_dir);
+	free(l);
+}
+
+static gfs_err replace_str(char **field, const char *value)
+{
+	char *copy = NULL;
+
+	if (value) {
+		copy = gfs_strdup(value);
+		if (!copy)
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	free(*field);
+	*field = copy;
+	return GFS_OK;
+}
+
+gfs_err gfs_layout_set_info(gfs_layout *l, const char *info)
+{
+	assert(!l->finished);
+	return replace_str(&l->info, info);
+}
+
+gfs_err gfs_layout_set_note(gfs_layout *l, const char *note)
+{
+	return replace_str(&l->note, note);
+}
+
+gfs_err gfs_layout_set_root(gfs_layout *l, const char *root_dir)
+{
+	char *abs;
+
+	assert(!l->finished);
+	if (!root_dir)
+		return replace_str(&l->root_dir, NULL);
+	abs = make_absolute(root_dir);
+	if (!abs)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	free(l->root_dir);
+	l->root_dir = abs;
+	return GFS_OK;
+}
+
+gfs_err gfs_layout_add_metafile(gfs_layout *l, const char *path)
+{
+	char *abs;
+
+	if (!gfs_grow((void **)&l->metafiles, &l->cap_metafiles, l->nmetafiles,
+		      sizeof(*l->metafiles), 4))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	abs = make_absolute(path);
+	if (!abs)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	l->metafiles[l->nmetafiles++] = abs;
+	return GFS_OK;
+}
+
+gfs_err gfs_layout_add_source(gfs_layout *l, const char *path, uint64_t size,
+			      uint32_t *idx)
+{
+	gfs_source *s;
+
+	assert(!l->finished);
+	for (size_t i = 0; i < l->nsources; i++) {
+		if (strcmp(l->sources[i].path, path) == 0) {
+			if (l->sources[i].size != size)
+				return gfs_fail(GFS_ERR_FORMAT,
+						"source %s listed twice with different sizes", path);
+			*idx = (uint32_t)i;
+			return GFS_OK;
+		}
+	}
+	if (l->nsources >= UINT32_MAX)
+		return gfs_fail(GFS_ERR_LIMIT, "too many source files");
+	if (!gfs_grow((void **)&l->sources, &l->cap_sources, l->nsources, sizeof(*s), 8))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	s = &l->sources[l->nsources];
+	memset(s, 0, sizeof(*s));
+	s->path = gfs_strdup(path);
+	if (path[0] == '/') {
+		s->abspath = gfs_strdup(path);
+	} else if (s->path) {
+		const size_t n = strlen(l->base_dir) + 1 + strlen(path) + 1;
+
+		s->abspath = malloc(n);
+		if (s->abspath)
+			snprintf(s->abspath, n, "%s/%s", l->base_dir, path);
+	}
+	if (!s->path || !s->abspath) {
+		free(s->path);
+		free(s->abspath);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	s->size = size;
+	*idx = (uint32_t)l->nsources++;
+	return GFS_OK;
+}
+
+static gfs_err check_name(const char *name)
+{
+	const size_t n = strlen(name);
+
+	if (n == 0)
+		return gfs_fail(GFS_ERR_FORMAT, "empty tensor name");
+	if (n > GFS_NAME_MAX)
+		return gfs_fail(GFS_ERR_LIMIT, "tensor name longer than %d bytes", GFS_NAME_MAX);
+	return GFS_OK;
+}
+
+/* push_tensor(): a new entry at the end: a model tensor unless state. */
+static gfs_tensor *push_tensor(gfs_layout *l, const char *name, const char *state)
+{
+	const size_t n = gfs_layout_nentries(l);
+	gfs_tensor *t;
+
+	if (!gfs_grow((void **)&l->tensors, &l->cap_tensors, n, sizeof(*t), 8))
+		return NULL;
+	t = &l->tensors[n];
+	memset(t, 0, sizeof(*t));
+	t->name = gfs_strdup(name);
+	t->state = state ? gfs_strdup(state) : NULL;
+	if (!t->name || (state && !t->state)) {
+		free(t->name);
+		free(t->state);
+		return NULL;
+	}
+	t->alias_of = -1;
+	if (state)
+		l->noptim++;
+	else
+		l->ntensors++;
+	return t;
+}
+
+/* add_entry(): a model tensor (state NULL) or an optimizer-state entry. */
+static gfs_err add_entry(gfs_layout *l, const char *state, const char *name, gfs_dtype dtype,
+			 uint32_t ndim, const uint64_t *shape, size_t *idx)
+{
+	uint64_t numel = 1;
+	uint64_t nbytes;
+	gfs_tensor *t;
+	gfs_err err;
+
+	assert(!l->finished);
+	if (!state && l->noptim)
+		return gfs_fail(GFS_ERR_INVAL, "tensor %s: model tensors come before optimizer state",
+				name);
+	if (state && (!*state || strlen(state) > GFS_NAME_MAX))
+		return gfs_fail(GFS_ERR_FORMAT, "%s: invalid optimizer state name", name);
+	err = check_name(name);
+	if (err)
+		return err;
+	if (gfs_dtype_size(dtype) == 0)
+		return gfs_fail(GFS_ERR_FORMAT, "tensor %s: invalid dtype", name);
+	if (ndim > GFS_MAX_DIMS)
+		return gfs_fail(GFS_ERR_LIMIT, "tensor %s: %u dimensions (at most %d)",
+				name, ndim, GFS_MAX_DIMS);
+	for (uint32_t d = 0; d < ndim; d++)
+		if (!gfs_mul_u64(numel, shape[d], &numel))
+			return gfs_fail(GFS_ERR_FORMAT, "tensor %s: shape overflows", name);
+	if (!gfs_mul_u64(numel, gfs_dtype_size(dtype), &nbytes) || nbytes > INT64_MAX)
+		return gfs_fail(GFS_ERR_FORMAT, "tensor %s: size overflows", name);
+	t = push_tensor(l, name, state);
+	if (!t)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	t->dtype = dtype;
+	t->ndim = ndim;
+	if (ndim)
+		memcpy(t->shape, shape, ndim * sizeof(shape[0]));
+	t->numel = numel;
+	t->nbytes = nbytes;
+	*idx = gfs_layout_nentries(l) - 1;
+	return GFS_OK;
+}
+
+gfs_err gfs_layout_add_tensor(gfs_layout *l, const char *name, gfs_dtype dtype,
+			      uint32_t ndim, const uint64_t *shape, size_t *idx)
+{
+	return add_entry(l, NULL, name, dtype, ndim, shape, idx);
+}
+
+gfs_err gfs_layout_add_state(gfs_layout *l, const char *state, const char *param,
+			     gfs_dtype dtype, uint32_t ndim, const uint64_t *shape,
+			     size_t *idx)
+{
+	assert(state);
+	return add_entry(l, state, param, dtype, ndim, shape, idx);
+}
+
+void gfs_hval_clear(gfs_hval *v)
+{
+	for (size_t i = 0; i < v->n; i++)
+		gfs_hval_clear(&v->items[i]);
+	free(v->items);
+	free(v->s);
+	memset(v, 0, sizeof(*v));
+}
+
+void gfs_optim_clear(gfs_optim *o)
+{
+	for (size_t g = 0; g < o->ngroups; g++) {
+		for (size_t k = 0; k < o->groups[g].n; k++) {
+			free(o->groups[g].items[k].key);
+			gfs_hval_clear(&o->groups[g].items[k].v);
+		}
+		free(o->groups[g].items);
+	}
+	free(o->groups);
+	free(o->version);
+	free(o->model_srcs);
+	memset(o, 0, sizeof(*o));
+}
+
+gfs_err gfs_layout_add_alias(gfs_layout *l, const char *name, const char *target)
+{
+	gfs_tensor *t;
+	gfs_err err;
+
+	assert(!l->finished);
+	if (l->noptim)
+		return gfs_fail(GFS_ERR_INVAL, "alias %s: model tensors come before optimizer state",
+				name);
+	err = check_name(name);
+	if (err)
+		return err;
+	t = push_tensor(l, name, NULL);
+	if (!t)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	t->alias_target = gfs_strdup(target);
+	if (!t->alias_target)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	t->alias_of = INT64_MAX;
+	return GFS_OK;
+}
+
+/* resolve_aliases(): turn alias_target names into indices (needs the hash). */
+static gfs_err resolve_aliases(gfs_layout *l, const char *label)
+{
+	for (size_t i = 0; i < l->ntensors; i++) {
+		gfs_tensor *t = &l->tensors[i];
+		const gfs_tensor *tt;
+		int64_t ti;
+
+		if (!t->alias_target)
+			continue;
+		ti = gfs_layout_find(l, t->alias_target);
+		if (ti < 0)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: alias %s: target %s does not exist",
+					label, t->name, t->alias_target);
+		tt = &l->tensors[ti];
+		if (tt->alias_target)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: alias %s: target %s is itself an alias",
+					label, t->name, t->alias_target);
+		t->dtype = tt->dtype;
+		t->ndim = tt->ndim;
+		memcpy(t->shape, tt->shape, sizeof(t->shape));
+		t->numel = tt->numel;
+		t->nbytes = tt->nbytes;
+		t->alias_of = ti;
+	}
+	for (size_t i = 0; i < l->ntensors; i++) {
+		free(l->tensors[i].alias_target);
+		l->tensors[i].alias_target = NULL;
+	}
+	return GFS_OK;
+}
+
+static gfs_err push_piece(gfs_layout *l, size_t ti, gfs_piece_kind kind,
+			  uint32_t src, uint64_t src_off, uint64_t len)
+{
+	gfs_tensor *t;
+	uint64_t toff = 0;
+	gfs_piece *last = NULL;
+
+	assert(!l->finished);
+	assert(ti < gfs_layout_nentries(l));
+	t = &l->tensors[ti];
+	if (t->alias_of >= 0)
+		return gfs_fail(GFS_ERR_FORMAT, "alias %s cannot have pieces", t->name);
+	if (len == 0)
+		return GFS_OK;
+	if (kind == GFS_PIECE_FILE && src >= l->nsources)
+		return gfs_fail(GFS_ERR_FORMAT, "tensor %s: piece names source %u of %zu",
+				t->name, src, l->nsources);
+	if (t->npieces) {
+		last = &t->pieces[t->npieces - 1];
+		if (last->count != 1 || last->kind == GFS_PIECE_ZSTD)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"tensor %s: a piece appended in order after a strided or zstd piece",
+					t->name);
+		toff = last->toff + last->len;
+	}
+	if (!gfs_add_u64(toff, len, &toff) || toff > t->nbytes)
+		return gfs_fail(GFS_ERR_FORMAT, "tensor %s: pieces exceed its %llu bytes",
+				t->name, (unsigned long long)t->nbytes);
+	toff -= len;
+	if (last && last->kind == kind &&
+	    (kind == GFS_PIECE_ZERO ||
+	     (last->src == src && last->src_off + last->len == src_off))) {
+		last->len += len;
+		return GFS_OK;
+	}
+	if (!gfs_grow((void **)&t->pieces, &t->cap_pieces, t->npieces, sizeof(*t->pieces), 8))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	t->pieces[t->npieces++] = (gfs_piece){
+		.toff = toff, .len = len, .src_off = src_off, .count = 1, .src = src, .kind = kind,
+	};
+	return GFS_OK;
+}
+
+gfs_err gfs_layout_add_piece(gfs_layout *l, size_t ti, uint32_t src,
+			     uint64_t src_off, uint64_t len)
+{
+	return push_piece(l, ti, GFS_PIECE_FILE, src, src_off, len);
+}
+
+gfs_err gfs_layout_add_zero(gfs_layout *l, size_t ti, uint64_t len)
+{
+	return push_piece(l, ti, GFS_PIECE_ZERO, 0, 0, len);
+}
+
+gfs_err gfs_layout_add_general(gfs_layout *l, size_t ti, const gfs_piece *p)
+{
+	gfs_tensor *t;
+	uint64_t span, end, src_span, src_end;
+
+	assert(!l->finished);
+	assert(ti < gfs_layout_nentries(l));
+	t = &l->tensors[ti];
+	if (t->alias_of >= 0)
+		return gfs_fail(GFS_ERR_FORMAT, "alias %s cannot have pieces", t->name);
+	if (p->kind != GFS_PIECE_FILE && p->kind != GFS_PIECE_ZERO && p->kind != GFS_PIECE_ZSTD)
+		return gfs_fail(GFS_ERR_FORMAT, "tensor %s: unknown piece kind", t->name);
+	if (p->kind != GFS_PIECE_ZERO && p->src >= l->nsources)
+		return gfs_fail(GFS_ERR_FORMAT, "tensor %s: piece names source %u of %zu",
+				t->name, p->src, l->nsources);
+	if (p->len == 0 || p->count == 0)
+		return gfs_fail(GFS_ERR_FORMAT, "tensor %s: empty piece (length or count 0)",
+				t->name);
+	if (p->count > 1 && (p->dst_stride <= p->len || p->src_stride < p->len))
+		return gfs_fail(GFS_ERR_FORMAT,
+				"tensor %s: strided piece with strides %llu/%llu not past its %llu-byte runs",
+				t->name, (unsigned long long)p->dst_stride,
+				(unsigned long long)p->src_stride, (unsigned long long)p->len);
+	if (!gfs_mul_u64(p->count - 1, p->dst_stride, &span) || !gfs_add_u64(span, p->len, &span) ||
+	    !gfs_add_u64(p->toff, span, &end) || end > t->nbytes)
+		return gfs_fail(GFS_ERR_FORMAT, "tensor %s: pieces exceed its %llu bytes",
+				t->name, (unsigned long long)t->nbytes);
+	if (!gfs_mul_u64(p->count - 1, p->src_stride, &src_span) ||
+	    !gfs_add_u64(src_span, p->len, &src_span) ||
+	    !gfs_add_u64(p->src_off, src_span, &src_end))
+		return gfs_fail(GFS_ERR_FORMAT, "tensor %s: piece source range overflows", t->name);
+	if (p->kind == GFS_PIECE_ZSTD &&
+	    (src_end > p->frame_size || !gfs_add_u64(p->frame_off, p->frame_len, &end)))
+		return gfs_fail(GFS_ERR_FORMAT,
+				"tensor %s: piece reads bytes up to %llu of a zstd frame of %llu bytes",
+				t->name, (unsigned long long)src_end,
+				(unsigned long long)p->frame_size);
+	if (!gfs_grow((void **)&t->pieces, &t->cap_pieces, t->npieces, sizeof(*t->pieces), 8))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	t->pieces[t->npieces] = *p;
+	if (p->count == 1) {
+		t->pieces[t->npieces].dst_stride = 0;
+		t->pieces[t->npieces].src_stride = 0;
+	}
+	if (p->kind != GFS_PIECE_ZSTD) {
+		t->pieces[t->npieces].frame_off = 0;
+		t->pieces[t->npieces].frame_len = 0;
+		t->pieces[t->npieces].frame_size = 0;
+	}
+	if (p->kind == GFS_PIECE_ZERO) {
+		t->pieces[t->npieces].src = 0;
+		t->pieces[t->npieces].src_off = 0;
+	}
+	t->pieces[t->npieces].reach = 0;
+	t->npieces++;
+	return GFS_OK;
+}
+
+gfs_err gfs_layout_add_object(gfs_layout *l, const char *name, uint32_t src,
+			      uint64_t src_off, uint64_t len)
+{
+	gfs_object *o;
+	gfs_err err;
+
+	assert(!l->finished);
+	err = check_name(name);
+	if (err)
+		return err;
+	if (src >= l->nsources)
+		return gfs_fail(GFS_ERR_FORMAT, "object %s: names source %u of %zu", name, src,
+				l->nsources);
+	if (!gfs_grow((void **)&l->objects, &l->cap_objects, l->nobjects, sizeof(*o), 8))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	o = &l->objects[l->nobjects];
+	o->name = gfs_strdup(name);
+	if (!o->name)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	o->src = src;
+	o->src_off = src_off;
+	o->len = len;
+	l->nobjects++;
+	return GFS_OK;
+}
+
+/* FNV-1a of the state (if any), a NUL, and the name. */
+static uint64_t name_hash(const char *state, const char *s)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	for (; state && *state; state++) {
+		h ^= (uint8_t)*state;
+		h *= 1099511628211ull;
+	}
+	h *= 1099511628211ull;
+	for (; *s; s++) {
+		h ^= (uint8_t)*s;
+		h *= 1099511628211ull;
+	}
+	return h;
+}
+
+/* same_key(): entry t is (state, name). */
+static bool same_key(const gfs_tensor *t, const char *state, const char *name)
+{
+	if (!t->state != !state || (state && strcmp(t->state, state) != 0))
+		return false;
+	return strcmp(t->name, name) == 0;
+}
+
+static gfs_err build_hash(gfs_layout *l, const char *label)
+{
+	size_t cap = 16;
+
+	while (cap < gfs_layout_nentries(l) * 2)
+		cap *= 2;
+	l->hash = malloc(cap * sizeof(*l->hash));
+	if (!l->hash)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	memset(l->hash, 0xff, cap * sizeof(*l->hash));
+	l->hash_cap = cap;
+	for (size_t i = 0; i < gfs_layout_nentries(l); i++) {
+		const gfs_tensor *t = &l->tensors[i];
+		size_t h = (size_t)name_hash(t->state, t->name) & (cap - 1);
+
+		while (l->hash[h] != UINT32_MAX) {
+			if (same_key(&l->tensors[l->hash[h]], t->state, t->name))
+				return t->state
+					? gfs_fail(GFS_ERR_FORMAT,
+						   "%s: optimizer state %s of %s appears twice",
+						   label, t->state, t->name)
+					: gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s appears twice",
+						   label, t->name);
+			h = (h + 1) & (cap - 1);
+		}
+		l->hash[h] = (uint32_t)i;
+	}
+	return GFS_OK;
+}
+
+static int piece_cmp(const void *a, const void *b)
+{
+	const gfs_piece *x = a, *y = b;
+
+	return x->toff < y->toff ? -1 : x->toff > y->toff;
+}
+
+/* check_source(): piece pc reads inside its source (FILE) or frame (ZSTD). */
+static gfs_err check_source(const gfs_layout *l, const char *label, const gfs_tensor *t,
+			    const gfs_piece *pc)
+{
+	uint64_t off = pc->src_off, end = gfs_piece_src_end(pc);
+
+	if (pc->kind == GFS_PIECE_ZERO)
+		return GFS_OK;
+	if (pc->kind == GFS_PIECE_ZSTD) {
+		off = pc->frame_off;
+		end = pc->frame_off + pc->frame_len;
+	}
+	if (end > l->sources[pc->src].size)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: tensor %s: bytes %llu..%llu of %s lie past its end (%llu bytes)",
+				label, t->name, (unsigned long long)off, (unsigned long long)end,
+				l->sources[pc->src].path,
+				(unsigned long long)l->sources[pc->src].size);
+	return GFS_OK;
+}
+
+/*
+ * check_contiguous(): pieces all of count 1, sorted by toff: they must follow
+ * each other from 0 to nbytes.
+ */
+static gfs_err check_contiguous(const char *label, const gfs_tensor *t)
+{
+	uint64_t covered = 0;
+
+	for (size_t p = 0; p < t->npieces; p++) {
+		const gfs_piece *pc = &t->pieces[p];
+
+		if (pc->toff > covered)
+			break;
+		if (pc->toff < covered)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: tensor %s: pieces overlap at byte %llu",
+					label, t->name, (unsigned long long)pc->toff);
+		covered += pc->len;
+	}
+	if (covered != t->nbytes)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: tensor %s: pieces cover %llu of its %llu bytes",
+				label, t->name, (unsigned long long)covered,
+				(unsigned long long)t->nbytes);
+	return GFS_OK;
+}
+
+/*
+ * check_strided(): walk the runs of a tensor with strided pieces in tensor
+ * order: at every position exactly one run starts or continues, and no other
+ * run starts before it ends.  *budget counts down the runs walked.
+ */
+static gfs_err check_strided(const char *label, const gfs_tensor *t, uint64_t *budget)
+{
+	uint64_t pos = 0;
+
+	while (pos < t->nbytes) {
+		gfs_piece_span sp = gfs_piece_candidates(t, pos, pos + 1);
+		uint64_t run_end = 0;
+		size_t owner = SIZE_MAX;
+
+		if (*budget == 0)
+			return gfs_fail(GFS_ERR_LIMIT, "%s: more than %llu strided runs to check",
+					label, (unsigned long long)GFS_MAX_RUNS);
+		(*budget)--;
+		for (size_t i = sp.first; i < sp.last; i++) {
+			uint64_t start, end;
+
+			if (!gfs_piece_run_at(&t->pieces[i], pos, &start, &end))
+				continue;
+			if (start != pos || owner != SIZE_MAX)
+				return gfs_fail(GFS_ERR_FORMAT,
+						"%s: tensor %s: pieces overlap at byte %llu",
+						label, t->name, (unsigned long long)pos);
+			owner = i;
+			run_end = end;
+		}
+		if (owner == SIZE_MAX)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: tensor %s: pieces leave a gap at byte %llu of its %llu bytes",
+					label, t->name, (unsigned long long)pos,
+					(unsigned long long)t->nbytes);
+		sp = gfs_piece_candidates(t, pos, run_end);
+		for (size_t i = sp.first; i < sp.last; i++) {
+			uint64_t start, end;
+
+			if (i != owner && gfs_piece_next_run(&t->pieces[i], pos, &start, &end) &&
+			    start < run_end)
+				return gfs_fail(GFS_ERR_FORMAT,
+						"%s: tensor %s: pieces overlap at byte %llu",
+						label, t->name, (unsigned long long)start);
+		}
+		pos = run_end;
+	}
+	return GFS_OK;
+}
+
+gfs_err gfs_layout_add_record(gfs_layout *l, const gfs_record *r, const char *name)
+{
+	gfs_record *dst;
+
+	assert(!l->finished && r->src < l->nsources && name);
+	assert(r->kind == GFS_PIECE_FILE || r->kind == GFS_PIECE_ZSTD);
+	if (l->nrecords >= UINT32_MAX - 1)
+		return gfs_fail(GFS_ERR_LIMIT, "too many checksummed records");
+	if (!gfs_grow((void **)&l->records, &l->cap_records, l->nrecords, sizeof(*l->records),
+		      16))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	dst = &l->records[l->nrecords];
+	*dst = *r;
+	dst->name = gfs_strdup(name);
+	if (!dst->name)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	l->nrecords++;
+	return GFS_OK;
+}
+
+/* rec_key_cmp(): order of records by (src, kind, frame_off, off). */
+static int rec_key_cmp(uint32_t src, gfs_piece_kind kind, uint64_t frame_off, uint64_t off,
+		       const gfs_record *r)
+{
+	if (src != r->src)
+		return src < r->src ? -1 : 1;
+	if (kind != r->kind)
+		return kind < r->kind ? -1 : 1;
+	if (frame_off != r->frame_off)
+		return frame_off < r->frame_off ? -1 : 1;
+	return off < r->off ? -1 : off > r->off;
+}
+
+static int record_cmp(const void *a, const void *b)
+{
+	const gfs_record *x = a, *y = b;
+	const int c = rec_key_cmp(x->src, x->kind, x->frame_off, x->off, y);
+
+	return c ? c : x->len < y->len ? -1 : x->len > y->len;
+}
+
+/* piece_record(): the record holding every source byte of pc, or GFS_NO_RECORD. */
+static uint32_t piece_record(const gfs_layout *l, const gfs_piece *pc)
+{
+	const uint64_t fo = pc->kind == GFS_PIECE_ZSTD ? pc->frame_off : 0;
+	size_t lo = 0, hi = l->nrecords;
+	const gfs_record *r;
+
+	if (pc->kind == GFS_PIECE_ZERO)
+		return GFS_NO_RECORD;
+	/* the last record whose key is <= the piece's start */
+	while (lo < hi) {
+		const size_t mid = lo + (hi - lo) / 2;
+
+		if (rec_key_cmp(pc->src, pc->kind, fo, pc->src_off, &l->records[mid]) < 0)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	if (lo == 0)
+		return GFS_NO_RECORD;
+	r = &l->records[lo - 1];
+	if (r->src != pc->src || r->kind != pc->kind || r->frame_off != fo ||
+	    gfs_piece_src_end(pc) > r->off + r->len)
+		return GFS_NO_RECORD;
+	return (uint32_t)(lo - 1);
+}
+
+/* index_record_pieces(): l->rec_piece0 and l->rec_pieces, by counting. */
+static gfs_err index_record_pieces(gfs_layout *l)
+{
+	size_t *at;
+	size_t n = 0;
+
+	l->rec_piece0 = gfs_calloc(l->nrecords + 1, sizeof(*l->rec_piece0));
+	if (!l->rec_piece0)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t i = 0; i < gfs_layout_nentries(l); i++)
+		for (size_t p = 0; p < l->tensors[i].npieces; p++)
+			if (l->tensors[i].pieces[p].rec != GFS_NO_RECORD)
+				l->rec_piece0[l->tensors[i].pieces[p].rec + 1]++;
+	for (size_t r = 0; r < l->nrecords; r++)
+		l->rec_piece0[r + 1] += l->rec_piece0[r];
+	n = l->rec_piece0[l->nrecords];
+	l->rec_pieces = gfs_calloc(n ? n : 1, sizeof(*l->rec_pieces));
+	at = gfs_calloc(l->nrecords ? l->nrecords : 1, sizeof(*at));
+	if (!l->rec_pieces || !at) {
+		free(at);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < gfs_layout_nentries(l); i++) {
+		for (size_t p = 0; p < l->tensors[i].npieces; p++) {
+			const uint32_t r = l->tensors[i].pieces[p].rec;
+
+			if (r != GFS_NO_RECORD)
+				l->rec_pieces[l->rec_piece0[r] + at[r]++] = (gfs_piece_ref){ i, p };
+		}
+	}
+	free(at);
+	return GFS_OK;
+}
+
+/*
+ * finish_records(): sort and deduplicate the records, give every piece its
+ * record, and drop the records no piece reads.  O((records + pieces) log
+ * records).
+ */
+static gfs_err finish_records(gfs_layout *l, const char *label)
+{
+	uint32_t *remap;
+	size_t n = 0;
+
+	for (size_t i = 0; i < l->nrecords; i++) {
+		const gfs_record *r = &l->records[i];
+		uint64_t end;
+
+		if (!gfs_add_u64(r->off, r->len, &end) ||
+		    end > (r->kind == GFS_PIECE_ZSTD ? r->frame_size : l->sources[r->src].size))
+			return gfs_fail(GFS_ERR_FORMAT, "%s: record %s lies past the end of %s",
+					label, r->name, l->sources[r->src].path);
+	}
+	if (l->nrecords > 1)
+		qsort(l->records, l->nrecords, sizeof(*l->records), record_cmp);
+	for (size_t i = 0; i < l->nrecords; i++) {
+		if (n > 0 && record_cmp(&l->records[n - 1], &l->records[i]) == 0) {
+			free(l->records[i].name);
+			continue;
+		}
+		l->records[n++] = l->records[i];
+	}
+	l->nrecords = n;
+	remap = gfs_calloc(n ? n : 1, sizeof(*remap));
+	if (!remap)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t i = 0; i < gfs_layout_nentries(l); i++) {
+		gfs_tensor *t = &l->tensors[i];
+
+		for (size_t p = 0; p < t->npieces; p++) {
+			t->pieces[p].rec = piece_record(l, &t->pieces[p]);
+			if (t->pieces[p].rec != GFS_NO_RECORD)
+				remap[t->pieces[p].rec] = 1;
+		}
+	}
+	n = 0;
+	for (size_t i = 0; i < l->nrecords; i++) {
+		if (!remap[i]) {
+			free(l->records[i].name);
+			continue;
+		}
+		remap[i] = (uint32_t)n;
+		l->records[n++] = l->records[i];
+	}
+	l->nrecords = n;
+	for (size_t i = 0; i < gfs_layout_nentries(l); i++) {
+		gfs_tensor *t = &l->tensors[i];
+
+		for (size_t p = 0; p < t->npieces; p++)
+			if (t->pieces[p].rec != GFS_NO_RECORD)
+				t->pieces[p].rec = remap[t->pieces[p].rec];
+	}
+	free(remap);
+	return index_record_pieces(l);
+}
+
+size_t gfs_record_tensors(const gfs_layout *l, uint32_t r, size_t *out, size_t max)
+{
+	size_t n = 0;
+
+	assert(l->finished && r < l->nrecords);
+	for (size_t i = 0; i < gfs_layout_nentries(l); i++) {
+		const gfs_tensor *t = gfs_layout_target(l, i);
+		const size_t ti = (size_t)(t - l->tensors);
+		bool hit = false;
+
+		/* the record's pieces are in tensor order: binary search ti */
+		size_t lo = l->rec_piece0[r], hi = l->rec_piece0[r + 1];
+
+		while (lo < hi) {
+			const size_t mid = lo + (hi - lo) / 2;
+
+			if (l->rec_pieces[mid].ti < ti)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		hit = lo < l->rec_piece0[r + 1] && l->rec_pieces[lo].ti == ti;
+		if (!hit)
+			continue;
+		if (n < max)
+			out[n] = i;
+		n++;
+	}
+	return n;
+}
+
+const char *gfs_record_describe(const gfs_layout *l, uint32_t r, size_t max_names,
+				char *buf, size_t n)
+{
+	enum { NAMES = 64 };
+	size_t idx[NAMES];
+	const gfs_record *rec = &l->records[r];
+	const size_t want = max_names < NAMES ? max_names : NAMES;
+	const size_t total = gfs_record_tensors(l, r, idx, want);
+	size_t used;
+
+	assert(n > 0);
+	used = (size_t)snprintf(buf, n, "%s: record %s (%s ", l->sources[rec->src].abspath,
+				rec->name, total == 1 ? "tensor" : "tensors");
+	for (size_t k = 0; k < total && k < want && used < n; k++) {
+		const gfs_tensor *t = &l->tensors[idx[k]];
+
+		used += (size_t)snprintf(buf + used, n - used, "%s%s%s%s", k ? ", " : "",
+					 t->state ? t->state : "", t->state ? " of " : "",
+					 t->name);
+	}
+	if (total > want && used < n)
+		used += (size_t)snprintf(buf + used, n - used, " and %zu more", total - want);
+	if (used < n)
+		snprintf(buf + used, n - used, ")");
+	return buf;
+}
+
+gfs_err gfs_layout_finish(gfs_layout *l, const char *label)
+{
+	uint64_t budget = GFS_MAX_RUNS;
+	gfs_err err;
+
+	assert(!l->finished);
+	if (gfs_layout_nentries(l) >= UINT32_MAX)
+		return gfs_fail(GFS_ERR_LIMIT, "%s: too many tensors", label);
+	for (size_t i = 0; i < l->optim.nmodel_srcs; i++)
+		if (l->optim.model_srcs[i] >= l->nsources)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: model-states file %u of %zu sources",
+					label, l->optim.model_srcs[i], l->nsources);
+	err = build_hash(l, label);
+	if (err)
+		return err;
+	err = resolve_aliases(l, label);
+	if (!err)
+		err = gfs_layout_check_computed(l, label);
+	if (err)
+		return err;
+	for (size_t i = 0; i < l->nobjects; i++) {
+		const gfs_object *o = &l->objects[i];
+		uint64_t end;
+
+		if (!gfs_add_u64(o->src_off, o->len, &end) || end > l->sources[o->src].size)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: object %s lies past the end of %s",
+					label, o->name, l->sources[o->src].path);
+		if (gfs_layout_find(l, o->name) >= 0)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: %s is both a tensor and an object",
+					label, o->name);
+	}
+	for (size_t i = 0; i < gfs_layout_nentries(l); i++) {
+		gfs_tensor *t = &l->tensors[i];
+		uint64_t reach = 0;
+
+		if (t->alias_of >= 0 || t->comp)
+			continue;
+		if (t->npieces > 1) /* qsort(NULL, 0) is undefined */
+			qsort(t->pieces, t->npieces, sizeof(*t->pieces), piece_cmp);
+		t->strided = false;
+		for (size_t p = 0; p < t->npieces; p++) {
+			gfs_piece *pc = &t->pieces[p];
+			const uint64_t end = gfs_piece_end(pc);
+
+			if (end > reach)
+				reach = end;
+			pc->reach = reach;
+			if (pc->count > 1)
+				t->strided = true;
+			err = check_source(l, label, t, pc);
+			if (err)
+				return err;
+		}
+		err = t->strided ? check_strided(label, t, &budget) : check_contiguous(label, t);
+		if (err)
+			return err;
+	}
+	err = finish_records(l, label);
+	if (err)
+		return err;
+	l->finished = true;
+	return GFS_OK;
+}
+
+gfs_piece_span gfs_piece_candidates(const gfs_tensor *t, uint64_t off, uint64_t end)
+{
+	size_t lo = 0, hi = t->npieces;
+	gfs_piece_span sp;
+
+	/* first piece whose reach passes off (reach is non-decreasing) */
+	while (lo < hi) {
+		const size_t mid = lo + (hi - lo) / 2;
+
+		if (t->pieces[mid].reach > off)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	sp.first = lo;
+	/* one past the last piece starting before end (toff is non-decreasing) */
+	hi = t->npieces;
+	while (lo < hi) {
+		const size_t mid = lo + (hi - lo) / 2;
+
+		if (t->pieces[mid].toff < end)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	sp.last = lo;
+	return sp;
+}
+
+bool gfs_piece_run_at(const gfs_piece *p, uint64_t pos, uint64_t *start, uint64_t *end)
+{
+	uint64_t k, s;
+
+	if (pos < p->toff)
+		return false;
+	k = p->count > 1 ? (pos - p->toff) / p->dst_stride : 0;
+	if (k >= p->count)
+		return false;
+	s = p->toff + k * p->dst_stride;
+	if (pos >= s + p->len)
+		return false;
+	*start = s;
+	*end = s + p->len;
+	return true;
+}
+
+bool gfs_piece_next_run(const gfs_piece *p, uint64_t pos, uint64_t *start, uint64_t *end)
+{
+	uint64_t k;
+
+	if (pos <= p->toff) {
+		k = 0;
+	} else if (p->count == 1) {
+		return false;
+	} else {
+		k = (pos - p->toff + p->dst_stride - 1) / p->dst_stride;
+		if (k >= p->count)
+			return false;
+	}
+	*start = p->toff + k * p->dst_stride;
+	*end = *start + p->len;
+	return true;
+}
+
+int64_t gfs_layout_find_state(const gfs_layout *l, const char *state, const char *param)
+{
+	size_t h;
+
+	assert(l->hash);
+	h = (size_t)name_hash(state, param) & (l->hash_cap - 1);
+	while (l->hash[h] != UINT32_MAX) {
+		if (same_key(&l->tensors[l->hash[h]], state, param))
+			return l->hash[h];
+		h = (h + 1) & (l->hash_cap - 1);
+	}
+	return -1;
+}
+
+int64_t gfs_layout_find(const gfs_layout *l, const char *name)
+{
+	return gfs_layout_find_state(l, NULL, name);
+}
+
+const gfs_tensor *gfs_layout_target(const gfs_layout *l, size_t i)
+{
+	const gfs_tensor *t;
+
+	assert(i < gfs_layout_nentries(l));
+	t = &l->tensors[i];
+	return t->alias_of >= 0 ? &l->tensors[t->alias_of] : t;
+}

@@ -1,0 +1,435 @@
+/*
+ * gatherfs — computed tensors on read: low-rank factors prepared once per
+ * tensor, row blocks computed on demand and kept in a bounded LRU cache.
+ */
+#include "config.h"
+
+#include <assert.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gatherfs/server/compute.h"
+#include "gatherfs/arith/merge.h"
+
+enum { CSLOTS = 256, CPENDING = 64 };
+
+/* What every block of one computed tensor needs. */
+typedef struct prep {
+	size_t rows, cols, r, rb; /* shape as [rows, cols], rank, rows per block */
+	double *C;                /* [rows, r] */
+	double *R;                /* [r, cols] */
+	double *m;                /* DoRA, norms per row: the magnitude [rows] */
+	double *colf;             /* DoRA, norms per column: m[j] / ||V[:, j]|| [cols] */
+} prep;
+
+typedef struct cslot {
+	uint8_t *data; /* NULL: free */
+	size_t len;
+	size_t ti;
+	uint64_t block;
+	gfs_dtype out;
+	uint64_t used;
+} cslot;
+
+/* A block being computed by some thread: others wait for it. */
+typedef struct cpend {
+	bool busy;
+	size_t ti;
+	uint64_t block;
+	gfs_dtype out;
+} cpend;
+
+struct gfs_ccache {
+	const gfs_layout *l;
+	pthread_mutex_t mu;
+	pthread_cond_t done; /* a pending block was finished (or given up) */
+	prep **prep; /* per tensor, NULL until first read */
+	cslot slot[CSLOTS];
+	cpend pend[CPENDING];
+	uint64_t bytes, budget, tick;
+};
+
+gfs_err gfs_ccache_new(const gfs_layout *l, gfs_ccache **out)
+{
+	gfs_ccache *c = calloc(1, sizeof(*c));
+	const char *env = getenv("GATHERFS_MERGE_CACHE_MB");
+
+	if (!c)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	c->prep = gfs_calloc(l->ntensors ? l->ntensors : 1, sizeof(*c->prep));
+	if (!c->prep) {
+		free(c);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	c->l = l;
+	c->budget = GFS_CCACHE_BUDGET;
+	if (env && *env) {
+		char *end;
+		const unsigned long long mb = strtoull(env, &end, 10);
+
+		if (*end == '\0' && mb <= ((uint64_t)1 << 20))
+			c->budget = (uint64_t)mb << 20;
+	}
+	(void)pthread_mutex_init(&c->mu, NULL);
+	(void)pthread_cond_init(&c->done, NULL);
+	*out = c;
+	return GFS_OK;
+}
+
+static void prep_free(prep *p)
+{
+	if (!p)
+		return;
+	free(p->C);
+	free(p->R);
+	free(p->m);
+	free(p->colf);
+	free(p);
+}
+
+void gfs_ccache_free(gfs_ccache *c)
+{
+	if (!c)
+		return;
+	for (size_t i = 0; i < c->l->ntensors; i++)
+		prep_free(c->prep[i]);
+	for (size_t i = 0; i < CSLOTS; i++)
+		free(c->slot[i].data);
+	free(c->prep);
+	(void)pthread_mutex_destroy(&c->mu);
+	(void)pthread_cond_destroy(&c->done);
+	free(c);
+}
+
+/* read_input(): all of input tensor in widened to float64 (a new array in *out). */
+static gfs_err read_input(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *in,
+			  double **out)
+{
+	double *d = gfs_calloc(in->numel ? in->numel : 1, sizeof(*d));
+	void *raw = malloc(in->nbytes ? in->nbytes : 1);
+	gfs_err err = GFS_OK;
+
+	if (!d || !raw)
+		err = gfs_fail(GFS_ERR_NOMEM, "out of memory (input %s)", in->name);
+	if (!err)
+		err = gfs_tensor_read_raw(l, s, in, 0, raw, (size_t)in->nbytes);
+	if (!err)
+		gfs_merge_widen(in->dtype, raw, d, (size_t)in->numel);
+	free(raw);
+	if (err) {
+		free(d);
+		return err;
+	}
+	*out = d;
+	return GFS_OK;
+}
+
+/* transpose(): a new [cols, rows] copy of the [rows, cols] matrix a (freed). */
+static double *transpose(double *a, size_t rows, size_t cols)
+{
+	double *t = gfs_calloc(rows * cols + 1, sizeof(*t));
+
+	if (t)
+		for (size_t i = 0; i < rows; i++)
+			for (size_t j = 0; j < cols; j++)
+				t[j * rows + i] = a[i * cols + j];
+	free(a);
+	return t;
+}
+
+static gfs_err compute_block_f64(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
+				 const prep *p, uint64_t block, bool dora, double *v);
+
+/* build_prep(): the factors of computed tensor t. */
+static gfs_err build_prep(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
+			  prep **out)
+{
+	const gfs_compute *c = t->comp;
+	const gfs_tensor *in = l->inputs->tensors;
+	const bool tr = c->flags & GFS_OPF_T;
+	prep *p = calloc(1, sizeof(*p));
+	gfs_err err = GFS_OK;
+
+	if (!p)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	if (c->op == GFS_OP_LORA_BIAS) {
+		p->rows = 1;
+		p->cols = (size_t)t->shape[0];
+		p->r = 1;
+		p->C = malloc(sizeof(double));
+		if (!p->C)
+			err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		else
+			p->C[0] = 1.0; /* W + s * (1 * b): the product is exact */
+		if (!err)
+			err = read_input(l, s, &in[c->in[GFS_OPIN_A]], &p->R);
+	} else {
+		const gfs_tensor *A = &in[c->in[GFS_OPIN_A]], *B = &in[c->in[GFS_OPIN_B]];
+
+		p->rows = (size_t)t->shape[0];
+		p->cols = (size_t)t->shape[1];
+		p->r = (size_t)A->shape[0];
+		if (!tr) { /* v[i][j] += s * sum_k B[i][k] A[k][j] */
+			err = read_input(l, s, B, &p->C);
+			if (!err)
+				err = read_input(l, s, A, &p->R);
+		} else { /* v[i][j] += s * sum_k A[k][i] B[j][k] */
+			err = read_input(l, s, A, &p->C);
+			if (!err && !(p->C = transpose(p->C, p->r, p->rows)))
+				err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+			if (!err)
+				err = read_input(l, s, B, &p->R);
+			if (!err && !(p->R = transpose(p->R, p->cols, p->r)))
+				err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		}
+		if (!err && c->op == GFS_OP_DORA)
+			err = read_input(l, s, &in[c->in[GFS_OPIN_M]], &p->m);
+	}
+	p->rb = p->cols == 0 || p->cols >= GFS_CBLOCK_ELEMS ? 1 : GFS_CBLOCK_ELEMS / p->cols;
+	if (!err && c->op == GFS_OP_DORA && tr) {
+		/* one norm per column: a pass over the whole tensor */
+		const size_t nb = (p->rows + p->rb - 1) / p->rb;
+		double *v = gfs_calloc(p->rb * p->cols, sizeof(*v));
+
+		p->colf = gfs_calloc(p->cols, sizeof(*p->colf));
+		if (!v || !p->colf)
+			err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		for (size_t b = 0; b < nb && !err; b++) {
+			const size_t i0 = b * p->rb;
+			const size_t n = p->rows - i0 < p->rb ? p->rows - i0 : p->rb;
+
+			err = compute_block_f64(l, s, t, p, b, false, v);
+			if (!err)
+				gfs_merge_sumsq_cols(n, p->cols, v, p->colf);
+		}
+		for (size_t j = 0; !err && j < p->cols; j++)
+			p->colf[j] = p->m[j] / sqrt(p->colf[j]);
+		free(v);
+	}
+	if (err) {
+		prep_free(p);
+		return gfs_fail_prefix(err, "tensor %s", t->name);
+	}
+	*out = p;
+	return GFS_OK;
+}
+
+/* get_prep(): the factors of tensor ti, built on first use. */
+static gfs_err get_prep(const gfs_layout *l, const gfs_srcset *s, gfs_ccache *c, size_t ti,
+			const prep **out)
+{
+	prep *p;
+	gfs_err err;
+
+	(void)pthread_mutex_lock(&c->mu);
+	p = c->prep[ti];
+	(void)pthread_mutex_unlock(&c->mu);
+	if (p) {
+		*out = p;
+		return GFS_OK;
+	}
+	err = build_prep(l, s, &l->tensors[ti], &p);
+	if (err)
+		return err;
+	(void)pthread_mutex_lock(&c->mu);
+	if (c->prep[ti]) { /* another thread was first */
+		prep_free(p);
+		p = c->prep[ti];
+	} else {
+		c->prep[ti] = p;
+	}
+	(void)pthread_mutex_unlock(&c->mu);
+	*out = p;
+	return GFS_OK;
+}
+
+/*
+ * compute_block_f64(): block `block` of t in float64 into v (rb * cols):
+ * W + s * delta, and with dora the DoRA scaling.
+ */
+static gfs_err compute_block_f64(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
+				 const prep *p, uint64_t block, bool dora, double *v)
+{
+	const gfs_compute *c = t->comp;
+	const gfs_tensor *W = &l->inputs->tensors[c->in[GFS_OPIN_W]];
+	const size_t es = gfs_dtype_size(W->dtype);
+	const size_t i0 = (size_t)block * p->rb;
+	const size_t n = p->rows - i0 < p->rb ? p->rows - i0 : p->rb;
+	void *raw = malloc(n * p->cols * es + 1);
+	gfs_err err;
+
+	if (!raw)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	err = gfs_tensor_read_raw(l, s, W, (uint64_t)i0 * p->cols * es, raw, n * p->cols * es);
+	if (!err) {
+		gfs_merge_widen(W->dtype, raw, v, n * p->cols);
+		gfs_merge_lora_rows(n, p->cols, p->r, c->scale, p->C + i0 * p->r, p->R, v);
+		if (dora && p->colf)
+			gfs_merge_scale_cols(n, p->cols, p->colf, v);
+		else if (dora)
+			gfs_merge_dora_rows(n, p->cols, p->m + i0, v);
+	}
+	free(raw);
+	return err;
+}
+
+/* slot_copy(): with c->mu held, copy [a, b) of a cached block; true on a hit. */
+static bool slot_copy(gfs_ccache *c, size_t ti, uint64_t block, gfs_dtype out, size_t a,
+		      size_t b, uint8_t *buf)
+{
+	for (size_t i = 0; i < CSLOTS; i++) {
+		cslot *z = &c->slot[i];
+
+		if (z->data && z->ti == ti && z->block == block && z->out == out) {
+			assert(b <= z->len);
+			memcpy(buf, z->data + a, b - a);
+			z->used = ++c->tick;
+			return true;
+		}
+	}
+	return false;
+}
+
+/*
+ * cache_get(): copy [a, b) of a block out of the cache (true), waiting while
+ * another thread computes it; on a miss (false), *claim is the pending entry
+ * this thread now owns (NULL if none was free: compute without one).
+ */
+static bool cache_get(gfs_ccache *c, size_t ti, uint64_t block, gfs_dtype out, size_t a,
+		      size_t b, uint8_t *buf, cpend **claim)
+{
+	*claim = NULL;
+	(void)pthread_mutex_lock(&c->mu);
+	for (;;) {
+		cpend *busy = NULL, *free_pend = NULL;
+
+		if (slot_copy(c, ti, block, out, a, b, buf)) {
+			(void)pthread_mutex_unlock(&c->mu);
+			return true;
+		}
+		for (size_t i = 0; i < CPENDING && !busy; i++) {
+			cpend *p = &c->pend[i];
+
+			if (p->busy && p->ti == ti && p->block == block && p->out == out)
+				busy = p;
+			else if (!p->busy && !free_pend)
+				free_pend = p;
+		}
+		if (!busy) {
+			if (free_pend) {
+				*free_pend = (cpend){ .busy = true, .ti = ti, .block = block, .out = out };
+				*claim = free_pend;
+			}
+			(void)pthread_mutex_unlock(&c->mu);
+			return false;
+		}
+		(void)pthread_cond_wait(&c->done, &c->mu);
+	}
+}
+
+/* cache_release(): the owner of claim is done with it (computed or failed). */
+static void cache_release(gfs_ccache *c, cpend *claim)
+{
+	if (!claim)
+		return;
+	(void)pthread_mutex_lock(&c->mu);
+	claim->busy = false;
+	(void)pthread_cond_broadcast(&c->done);
+	(void)pthread_mutex_unlock(&c->mu);
+}
+
+/* cache_put(): keep data (len bytes) as block `block` of ti in dtype out. */
+static void cache_put(gfs_ccache *c, size_t ti, uint64_t block, gfs_dtype out, uint8_t *data,
+		      size_t len)
+{
+	cslot *free_slot;
+
+	if (len > c->budget) {
+		free(data);
+		return;
+	}
+	(void)pthread_mutex_lock(&c->mu);
+	for (;;) {
+		cslot *lru = NULL;
+
+		free_slot = NULL;
+		for (size_t i = 0; i < CSLOTS; i++) {
+			cslot *z = &c->slot[i];
+
+			if (z->data && z->ti == ti && z->block == block && z->out == out) {
+				(void)pthread_mutex_unlock(&c->mu); /* another thread was first */
+				free(data);
+				return;
+			}
+			if (!z->data && !free_slot)
+				free_slot = z;
+			if (z->data && (!lru || z->used < lru->used))
+				lru = z;
+		}
+		if (free_slot && c->bytes + len <= c->budget)
+			break;
+		assert(lru);
+		c->bytes -= lru->len;
+		free(lru->data);
+		memset(lru, 0, sizeof(*lru));
+	}
+	*free_slot = (cslot){ .data = data, .len = len, .ti = ti, .block = block, .out = out,
+			      .used = ++c->tick };
+	c->bytes += len;
+	(void)pthread_mutex_unlock(&c->mu);
+}
+
+gfs_err gfs_compute_read(const gfs_layout *l, const gfs_srcset *s, gfs_ccache *c, size_t ti,
+			 gfs_dtype out, uint64_t off, void *buf, size_t len)
+{
+	const gfs_tensor *t = &l->tensors[ti];
+	const size_t os = gfs_dtype_size(out);
+	const prep *p;
+	uint8_t *dst = buf;
+	gfs_err err;
+
+	assert(t->comp && gfs_dtype_is_float(out) && off + len <= t->numel * os);
+	if (len == 0)
+		return GFS_OK;
+	err = get_prep(l, s, c, ti, &p);
+	if (err)
+		return err;
+	while (len > 0) {
+		const uint64_t bbytes = (uint64_t)p->rb * p->cols * os;
+		const uint64_t block = off / bbytes;
+		const size_t n = (size_t)((block + 1) * p->rb <= p->rows ? p->rb
+							      : p->rows - block * p->rb);
+		const size_t a = (size_t)(off - block * bbytes);
+		const size_t blen = n * p->cols * os;
+		const size_t b = blen - a < len ? blen : a + len;
+
+		cpend *claim;
+
+		if (!cache_get(c, ti, block, out, a, b, dst, &claim)) {
+			double *v = malloc(n * p->cols * sizeof(*v) + 1);
+			uint8_t *data = malloc(blen);
+
+			err = v && data ? GFS_OK : gfs_fail(GFS_ERR_NOMEM, "out of memory");
+			if (!err)
+				err = compute_block_f64(l, s, t, p, block,
+							t->comp->op == GFS_OP_DORA, v);
+			if (!err) {
+				gfs_merge_round(out, v, data, n * p->cols);
+				memcpy(dst, data + a, b - a);
+				cache_put(c, ti, block, out, data, blen);
+				data = NULL;
+			}
+			cache_release(c, claim);
+			free(v);
+			free(data);
+			if (err)
+				return gfs_fail_prefix(err, "tensor %s", t->name);
+		}
+		dst += b - a;
+		off += b - a;
+		len -= b - a;
+	}
+	return GFS_OK;
+}

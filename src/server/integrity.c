@@ -1,0 +1,517 @@
+/*
+ * gatherfs — source integrity: CRC-32 checks of the records of a layout, in
+ * one parallel pass (see integrity.h).
+ */
+#include "config.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#include "gatherfs/server/integrity.h"
+
+enum {
+	READ_BUF = 1 << 20,     /* bytes per pread of a FILE record */
+	CHUNK = 16 << 20,       /* unit of work: a FILE record is cut into chunks */
+	MAX_THREADS = 8,
+	ZSTD_IN = 1 << 17,
+	ZSTD_OUT = 1 << 20,
+	ZSTD_WINDOW_LOG_MAX = 27, /* as the byte server */
+	ZSTD_FHD = 4,           /* offset of the frame header descriptor */
+	ZSTD_FHD_CHECKSUM = 1 << 2,
+};
+
+/*
+ * A FILE record is cut into segments at every boundary of a piece inside it
+ * and every CHUNK bytes: the CRC-32 of every segment is computed, the
+ * record's is their combination, and so is each piece's (recorded in the
+ * srcset, so that pytorch_model.bin can combine its CRC-32s without reading
+ * the bytes again).  A unit of work is the segments of one CHUNK of a FILE
+ * record, or a whole ZSTD record.
+ */
+typedef struct chk_seg {
+	uint64_t off; /* in the record */
+	uint64_t len;
+	uint32_t crc;
+} chk_seg;
+
+typedef struct chk_item {
+	uint32_t rec;
+	size_t seg0, seg1; /* FILE: segments [seg0, seg1) */
+	uint32_t crc;      /* ZSTD: of the record's bytes */
+	bool corrupt;      /* ZSTD: the frame does not decode */
+	bool checksum;     /* ZSTD: the frame carries a content checksum */
+} chk_item;
+
+/* A piece whose CRC-32 the check records: contiguous FILE bytes of a claimed record. */
+typedef struct chk_piece {
+	size_t k;     /* index among the claimed records */
+	uint64_t off; /* in the record */
+	uint64_t end;
+	size_t ti, p;
+} chk_piece;
+
+typedef struct chk_job {
+	const gfs_layout *l;
+	const gfs_srcset *s;
+	chk_seg *segs;
+	size_t nsegs;
+	chk_item *items;
+	size_t nitems;
+	atomic_size_t next;
+	_Atomic int err;  /* first error, GFS_OK if none */
+	char msg[512];    /* its message */
+} chk_job;
+
+static void job_fail(chk_job *job, gfs_err err)
+{
+	int none = GFS_OK;
+
+	if (atomic_compare_exchange_strong(&job->err, &none, (int)err))
+		snprintf(job->msg, sizeof(job->msg), "%s", gfs_errmsg());
+}
+
+/* check_file(): the CRC-32 of every segment of a FILE item. */
+static gfs_err check_file(const chk_job *job, const chk_item *it, uint8_t *buf)
+{
+	const gfs_record *r = &job->l->records[it->rec];
+	const char *path = job->l->sources[r->src].abspath;
+	const int fd = gfs_srcset_fd(job->s, r->src);
+	const chk_seg *last = &job->segs[it->seg1 - 1];
+	const uint64_t end = last->off + last->len;
+	uint64_t pos = job->segs[it->seg0].off;
+	size_t sg = it->seg0;
+	uLong crc = crc32(0, Z_NULL, 0);
+
+	while (pos < end) {
+		const size_t n = end - pos < READ_BUF ? (size_t)(end - pos) : READ_BUF;
+		const gfs_err err = gfs_pread_full(fd, buf, n, r->off + pos, path);
+		size_t at = 0;
+
+		if (err)
+			return err;
+		while (at < n) {
+			chk_seg *g = &job->segs[sg];
+			const uint64_t gend = g->off + g->len;
+			const size_t take = gend - pos < n - at ? (size_t)(gend - pos) : n - at;
+
+			crc = crc32(crc, buf + at, (uInt)take);
+			at += take;
+			pos += take;
+			if (pos == gend) {
+				g->crc = (uint32_t)crc;
+				crc = crc32(0, Z_NULL, 0);
+				sg++;
+			}
+		}
+	}
+	assert(sg == it->seg1);
+	return gfs_srcset_check(job->l, job->s, r->src);
+}
+
+/*
+ * check_zstd(): decompress the whole frame of a ZSTD record, computing the
+ * CRC-32 of the record's bytes in it.  A frame that does not decode to
+ * frame_size bytes in exactly frame_len bytes is corrupt.
+ */
+static gfs_err check_zstd(const chk_job *job, chk_item *it, ZSTD_DCtx *d, uint8_t *in,
+			  uint8_t *out)
+{
+	const gfs_record *r = &job->l->records[it->rec];
+	const char *path = job->l->sources[r->src].abspath;
+	const int fd = gfs_srcset_fd(job->s, r->src);
+	const uint64_t rend = r->off + r->len;
+	uLong crc = crc32(0, Z_NULL, 0);
+	uint64_t consumed = 0, produced = 0;
+	bool ended = false;
+
+	(void)ZSTD_DCtx_reset(d, ZSTD_reset_session_only);
+	while (!ended && consumed < r->frame_len && !it->corrupt) {
+		const uint64_t left = r->frame_len - consumed;
+		const size_t n = left < ZSTD_IN ? (size_t)left : ZSTD_IN;
+		ZSTD_inBuffer ib = { in, n, 0 };
+		const gfs_err err = gfs_pread_full(fd, in, n, r->frame_off + consumed, path);
+
+		if (err)
+			return err;
+		if (consumed == 0 && n > ZSTD_FHD)
+			it->checksum = (in[ZSTD_FHD] & ZSTD_FHD_CHECKSUM) != 0;
+		while (!ended) {
+			ZSTD_outBuffer ob = { out, ZSTD_OUT, 0 };
+			const size_t ret = ZSTD_decompressStream(d, &ob, &ib);
+			uint64_t a, b;
+
+			if (ZSTD_isError(ret) || produced + ob.pos > r->frame_size) {
+				it->corrupt = true;
+				break;
+			}
+			a = produced > r->off ? produced : r->off;
+			b = produced + ob.pos < rend ? produced + ob.pos : rend;
+			if (a < b)
+				crc = crc32(crc, out + (a - produced), (uInt)(b - a));
+			produced += ob.pos;
+			ended = ret == 0;
+			if (ib.pos == ib.size && ob.pos < ob.size)
+				break; /* needs more input */
+		}
+		consumed += ib.pos;
+	}
+	if (!ended || consumed != r->frame_len || produced != r->frame_size)
+		it->corrupt = true;
+	it->crc = (uint32_t)crc;
+	return gfs_srcset_check(job->l, job->s, r->src);
+}
+
+static void *chk_worker(void *arg)
+{
+	chk_job *job = arg;
+	uint8_t *buf = malloc(READ_BUF);
+	uint8_t *zin = malloc(ZSTD_IN);
+	uint8_t *zout = malloc(ZSTD_OUT);
+	ZSTD_DCtx *d = ZSTD_createDCtx();
+
+	if (!buf || !zin || !zout || !d) {
+		job_fail(job, gfs_fail(GFS_ERR_NOMEM, "out of memory"));
+		goto out;
+	}
+	(void)ZSTD_DCtx_setParameter(d, ZSTD_d_windowLogMax, ZSTD_WINDOW_LOG_MAX);
+	while (atomic_load(&job->err) == GFS_OK) {
+		const size_t i = atomic_fetch_add(&job->next, 1);
+		chk_item *it;
+		gfs_err err;
+
+		if (i >= job->nitems)
+			break;
+		it = &job->items[i];
+		if (job->l->records[it->rec].kind == GFS_PIECE_ZSTD)
+			err = check_zstd(job, it, d, zin, zout);
+		else
+			err = it->seg0 < it->seg1 ? check_file(job, it, buf) : GFS_OK;
+		if (err)
+			job_fail(job, err);
+	}
+out:
+	ZSTD_freeDCtx(d);
+	free(zout);
+	free(zin);
+	free(buf);
+	return NULL;
+}
+
+/* run_job(): run job on nthreads threads, this one included. */
+static void run_job(chk_job *job, unsigned nthreads)
+{
+	pthread_t tids[MAX_THREADS];
+	unsigned started = 0;
+
+	if (nthreads > job->nitems)
+		nthreads = (unsigned)job->nitems;
+	while (started + 1 < nthreads &&
+	       pthread_create(&tids[started], NULL, chk_worker, job) == 0)
+		started++;
+	chk_worker(job);
+	while (started > 0)
+		pthread_join(tids[--started], NULL);
+}
+
+static int u64_cmp(const void *a, const void *b)
+{
+	const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int cpiece_cmp(const void *a, const void *b)
+{
+	const chk_piece *x = a, *y = b;
+
+	if (x->k != y->k)
+		return x->k < y->k ? -1 : 1;
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* A plan: the segments, items and pieces of the records claimed[0..n). */
+typedef struct chk_plan {
+	chk_piece *pieces;
+	size_t npieces;
+	size_t *piece0; /* [n + 1]: pieces of claimed record k: [piece0[k], piece0[k + 1]) */
+	size_t *seg0;   /* [n + 1]: its segments */
+} chk_plan;
+
+static void plan_free(chk_plan *pl, chk_job *job)
+{
+	free(pl->pieces);
+	free(pl->piece0);
+	free(pl->seg0);
+	free(job->segs);
+	free(job->items);
+}
+
+/*
+ * plan(): cut the claimed records into segments and items, and find the
+ * pieces inside them.  O(x log x), x = their pieces + bytes / CHUNK.
+ */
+static gfs_err plan(const gfs_layout *l, const uint32_t *claimed, size_t n, chk_plan *pl,
+		    chk_job *job)
+{
+	uint64_t *bounds = NULL;
+	size_t cap_pieces = 0, nseg_max = 0, nitem_max = 0, bcap = 0;
+	gfs_err err = GFS_ERR_NOMEM;
+
+	pl->piece0 = gfs_calloc(n + 1, sizeof(*pl->piece0));
+	pl->seg0 = gfs_calloc(n + 1, sizeof(*pl->seg0));
+	if (!pl->piece0 || !pl->seg0)
+		goto out;
+	for (size_t k = 0; k < n; k++) {
+		const gfs_record *r = &l->records[claimed[k]];
+
+		for (size_t i = l->rec_piece0[claimed[k]]; i < l->rec_piece0[claimed[k] + 1]; i++) {
+			const gfs_piece_ref ref = l->rec_pieces[i];
+			const gfs_piece *pc = &l->tensors[ref.ti].pieces[ref.p];
+
+			if (pc->kind != GFS_PIECE_FILE || pc->count != 1)
+				continue;
+			if (!gfs_grow((void **)&pl->pieces, &cap_pieces, pl->npieces,
+				      sizeof(*pl->pieces), 64))
+				goto out;
+			pl->pieces[pl->npieces++] = (chk_piece){
+				.k = k, .off = pc->src_off - r->off,
+				.end = pc->src_off - r->off + pc->len, .ti = ref.ti, .p = ref.p,
+			};
+		}
+	}
+	if (pl->npieces > 1)
+		qsort(pl->pieces, pl->npieces, sizeof(*pl->pieces), cpiece_cmp);
+	for (size_t i = 0, k = 0; k <= n; k++) {
+		while (i < pl->npieces && pl->pieces[i].k < k)
+			i++;
+		pl->piece0[k] = i;
+	}
+	for (size_t k = 0; k < n; k++) {
+		const gfs_record *r = &l->records[claimed[k]];
+		const size_t np = pl->piece0[k + 1] - pl->piece0[k];
+
+		nseg_max += 2 * np + 1 + (r->kind == GFS_PIECE_FILE ? r->len / CHUNK : 0);
+		nitem_max += 1 + (r->kind == GFS_PIECE_FILE ? r->len / CHUNK : 0);
+	}
+	job->segs = gfs_calloc(nseg_max ? nseg_max : 1, sizeof(*job->segs));
+	job->items = gfs_calloc(nitem_max ? nitem_max : 1, sizeof(*job->items));
+	if (!job->segs || !job->items)
+		goto out;
+	for (size_t k = 0; k < n; k++) {
+		const gfs_record *r = &l->records[claimed[k]];
+		size_t nb = 0;
+
+		pl->seg0[k] = job->nsegs;
+		if (r->kind == GFS_PIECE_ZSTD || r->len == 0) {
+			job->items[job->nitems++] = (chk_item){ .rec = claimed[k] };
+			continue;
+		}
+		{
+			const size_t need = 2 * (pl->piece0[k + 1] - pl->piece0[k]) + 2 +
+					    (size_t)(r->len / CHUNK);
+
+			if (need > bcap) {
+				uint64_t *nbounds = gfs_reallocarray(bounds, need, sizeof(*bounds));
+
+				if (!nbounds)
+					goto out;
+				bounds = nbounds;
+				bcap = need;
+			}
+		}
+		bounds[nb++] = 0;
+		bounds[nb++] = r->len;
+		for (uint64_t c = CHUNK; c < r->len; c += CHUNK)
+			bounds[nb++] = c;
+		for (size_t i = pl->piece0[k]; i < pl->piece0[k + 1]; i++) {
+			bounds[nb++] = pl->pieces[i].off;
+			bounds[nb++] = pl->pieces[i].end;
+		}
+		qsort(bounds, nb, sizeof(*bounds), u64_cmp);
+		for (size_t i = 0; i + 1 < nb; i++) {
+			if (bounds[i + 1] == bounds[i])
+				continue;
+			if (bounds[i] % CHUNK == 0) { /* a new item */
+				if (job->nitems && job->items[job->nitems - 1].rec == claimed[k] &&
+				    job->items[job->nitems - 1].seg1 == 0)
+					job->items[job->nitems - 1].seg1 = job->nsegs;
+				job->items[job->nitems++] =
+					(chk_item){ .rec = claimed[k], .seg0 = job->nsegs };
+			}
+			assert(job->nsegs < nseg_max);
+			job->segs[job->nsegs++] = (chk_seg){ .off = bounds[i],
+							     .len = bounds[i + 1] - bounds[i] };
+		}
+		job->items[job->nitems - 1].seg1 = job->nsegs;
+	}
+	pl->seg0[n] = job->nsegs;
+	err = GFS_OK;
+out:
+	free(bounds);
+	return err ? gfs_fail(err, "out of memory") : GFS_OK;
+}
+
+/* combine(): the CRC-32 of segments [a, b). */
+static uint32_t combine(const chk_seg *segs, size_t a, size_t b)
+{
+	uLong crc = crc32(0, Z_NULL, 0);
+
+	for (size_t i = a; i < b; i++)
+		crc = crc32_combine(crc, segs[i].crc, (z_off_t)segs[i].len);
+	return (uint32_t)crc;
+}
+
+/* seg_at(): the segment of [a, b) starting at off (there is one). */
+static size_t seg_at(const chk_seg *segs, size_t a, size_t b, uint64_t off)
+{
+	while (b - a > 1) {
+		const size_t mid = a + (b - a) / 2;
+
+		if (segs[mid].off <= off)
+			a = mid;
+		else
+			b = mid;
+	}
+	assert(segs[a].off == off);
+	return a;
+}
+
+/*
+ * check_claimed(): check records claimed[0..n), which the caller holds
+ * BUSY, and settle every one of them (UNCHECKED on error).
+ */
+static gfs_err check_claimed(const gfs_layout *l, const gfs_srcset *s, const uint32_t *claimed,
+			     size_t n, unsigned nthreads, gfs_integrity_stats *st)
+{
+	chk_job job = { .l = l, .s = s };
+	chk_plan pl = { 0 };
+	gfs_err err = n ? plan(l, claimed, n, &pl, &job) : GFS_OK;
+	size_t it = 0;
+
+	atomic_init(&job.next, 0);
+	atomic_init(&job.err, GFS_OK);
+	if (err)
+		job_fail(&job, err);
+	else if (job.nitems)
+		run_job(&job, nthreads);
+	err = (gfs_err)atomic_load(&job.err);
+	for (size_t k = 0; k < n; k++) {
+		const uint32_t rec = claimed[k];
+		const gfs_record *r = &l->records[rec];
+		bool good = false;
+
+		if (err) {
+			gfs_srcset_rec_settle(s, rec, GFS_REC_UNCHECKED);
+			continue;
+		}
+		if (r->kind == GFS_PIECE_ZSTD || r->len == 0) {
+			const chk_item *zi = &job.items[it++];
+
+			assert(zi->rec == rec);
+			if (r->kind == GFS_PIECE_ZSTD) {
+				st->frames++;
+				st->frames_sum += zi->checksum;
+				st->bytes += r->frame_len;
+			}
+			good = !zi->corrupt && zi->crc == r->crc32;
+		} else {
+			const size_t a = pl.seg0[k], b = pl.seg0[k + 1];
+
+			while (it < job.nitems && job.items[it].rec == rec)
+				it++;
+			st->bytes += r->len;
+			good = combine(job.segs, a, b) == r->crc32;
+			for (size_t i = pl.piece0[k]; good && i < pl.piece0[k + 1]; i++) {
+				const chk_piece *cp = &pl.pieces[i];
+				const size_t g0 = seg_at(job.segs, a, b, cp->off);
+				size_t g1 = g0;
+
+				while (g1 < b && job.segs[g1].off < cp->end)
+					g1++;
+				gfs_srcset_set_piece_crc(s, cp->ti, cp->p, combine(job.segs, g0, g1));
+			}
+		}
+		st->checked++;
+		gfs_srcset_rec_settle(s, rec, good ? GFS_REC_OK : GFS_REC_BAD);
+	}
+	plan_free(&pl, &job);
+	return err ? gfs_fail(err, "%s", job.msg) : GFS_OK;
+}
+
+gfs_err gfs_integrity_check(const gfs_layout *l, const gfs_srcset *s, const uint32_t *recs,
+			    size_t n, unsigned nthreads, size_t *nbad, gfs_integrity_stats *st)
+{
+	gfs_integrity_stats dummy = { 0 };
+	uint32_t *claimed;
+	size_t nclaimed = 0, bad = 0;
+	gfs_err err;
+
+	if (!st)
+		st = &dummy;
+	if (!recs)
+		n = l->nrecords;
+	if (nthreads == 0) {
+		const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+
+		nthreads = ncpu < 1 ? 1 : ncpu > MAX_THREADS ? MAX_THREADS : (unsigned)ncpu;
+	}
+	if (nthreads > MAX_THREADS)
+		nthreads = MAX_THREADS;
+	claimed = gfs_calloc(n ? n : 1, sizeof(*claimed));
+	if (!claimed)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	/* Claim what nobody checks yet (a duplicate is BUSY by then: skipped). */
+	for (size_t k = 0; k < n; k++) {
+		const uint32_t r = recs ? recs[k] : (uint32_t)k;
+
+		assert(r < l->nrecords);
+		if (gfs_srcset_rec_state(s, r) == GFS_REC_UNCHECKED && gfs_srcset_rec_claim(s, r))
+			claimed[nclaimed++] = r;
+	}
+	err = check_claimed(l, s, claimed, nclaimed, nthreads, st);
+	free(claimed);
+	/* Records other threads were checking meanwhile, or left unchecked. */
+	for (size_t k = 0; !err && k < n; k++) {
+		const uint32_t r = recs ? recs[k] : (uint32_t)k;
+		gfs_rec_state state;
+
+		while (!err && (state = gfs_srcset_rec_state(s, r)) != GFS_REC_OK &&
+		       state != GFS_REC_BAD)
+			if (gfs_srcset_rec_claim(s, r))
+				err = check_claimed(l, s, &r, 1, 1, st);
+		bad += gfs_srcset_rec_state(s, r) == GFS_REC_BAD;
+	}
+	if (nbad)
+		*nbad = bad;
+	return err;
+}
+
+gfs_err gfs_integrity_require(const gfs_layout *l, const gfs_srcset *s, const uint32_t *recs,
+			      size_t n, unsigned nthreads)
+{
+	size_t nbad = 0;
+	const gfs_err err = gfs_integrity_check(l, s, recs, n, nthreads, &nbad, NULL);
+	char desc[1024];
+
+	if (err || nbad == 0)
+		return err;
+	if (!recs)
+		n = l->nrecords;
+	for (size_t k = 0; k < n; k++) {
+		const uint32_t r = recs ? recs[k] : (uint32_t)k;
+
+		if (gfs_srcset_rec_state(s, r) == GFS_REC_BAD)
+			return gfs_fail(GFS_ERR_IO, "%s does not match its stored CRC-32%s",
+					gfs_record_describe(l, r, 8, desc, sizeof(desc)),
+					nbad > 1 ? " (and more records are corrupt)" : "");
+	}
+	assert(!"a BAD record went missing");
+	return GFS_ERR_IO;
+}

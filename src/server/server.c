@@ -1,0 +1,882 @@
+/*
+ * gatherfs — the tensor byte server: pieces -> pread, with dtype conversion.
+ */
+#include "config.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include "gatherfs/server/compute.h"
+#include "gatherfs/server/server.h"
+
+/* What a source looked like when opened: any change makes reads fail. */
+typedef struct src_id {
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	struct timespec mtime;
+	struct timespec ctime;
+} src_id;
+
+static _Atomic uint64_t srcset_gen;
+
+struct gfs_srcset {
+	const gfs_layout *layout;
+	uint64_t gen; /* distinct for every gfs_srcset_open() */
+	size_t n;
+	src_id *ids;
+	struct rec_table *rt;
+	gfs_ccache *cc; /* computed tensors' cache, NULL if the layout has none */
+	int fds[];
+};
+
+/* What the record checks found (gfs_rec_state), mutable behind a const srcset. */
+typedef struct rec_table {
+	pthread_mutex_t mu; /* with cv: waiting for a BUSY record */
+	pthread_cond_t cv;
+	atomic_size_t nbad;  /* records found BAD */
+	_Atomic int *state;  /* [nrecords] */
+	size_t *piece_base;  /* [entries]: index of each tensor's first piece in piece_crc */
+	uint32_t *piece_crc; /* CRC-32 of each contiguous FILE piece of an OK record */
+} rec_table;
+
+static void rec_table_free(rec_table *rt)
+{
+	if (!rt)
+		return;
+	pthread_cond_destroy(&rt->cv);
+	pthread_mutex_destroy(&rt->mu);
+	free(rt->state);
+	free(rt->piece_base);
+	free(rt->piece_crc);
+	free(rt);
+}
+
+static rec_table *rec_table_new(const gfs_layout *l)
+{
+	rec_table *rt = calloc(1, sizeof(*rt));
+	const size_t nent = gfs_layout_nentries(l);
+	size_t npieces = 0;
+
+	if (!rt)
+		return NULL;
+	if (pthread_mutex_init(&rt->mu, NULL) != 0) {
+		free(rt);
+		return NULL;
+	}
+	if (pthread_cond_init(&rt->cv, NULL) != 0) {
+		pthread_mutex_destroy(&rt->mu);
+		free(rt);
+		return NULL;
+	}
+	atomic_init(&rt->nbad, 0);
+	rt->state = gfs_calloc(l->nrecords ? l->nrecords : 1, sizeof(*rt->state));
+	rt->piece_base = gfs_calloc(nent ? nent : 1, sizeof(*rt->piece_base));
+	for (size_t i = 0; rt->piece_base && i < nent; i++) {
+		rt->piece_base[i] = npieces;
+		npieces += l->tensors[i].npieces;
+	}
+	rt->piece_crc = gfs_calloc(npieces ? npieces : 1, sizeof(*rt->piece_crc));
+	if (!rt->state || !rt->piece_base || !rt->piece_crc) {
+		rec_table_free(rt);
+		return NULL;
+	}
+	for (size_t r = 0; r < l->nrecords; r++)
+		atomic_init(&rt->state[r], GFS_REC_UNCHECKED);
+	return rt;
+}
+
+static src_id id_of(const struct stat *st)
+{
+	return (src_id){ .dev = st->st_dev, .ino = st->st_ino, .size = st->st_size,
+			 .mtime = st->st_mtim, .ctime = st->st_ctim };
+}
+
+static bool same_id(const src_id *a, const src_id *b)
+{
+	return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+	       a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec &&
+	       a->ctime.tv_sec == b->ctime.tv_sec && a->ctime.tv_nsec == b->ctime.tv_nsec;
+}
+
+/* Raise the soft RLIMIT_NOFILE so that need descriptors (plus slack) fit. */
+static void raise_nofile(size_t need)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return;
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need + 64) {
+		rl.rlim_cur = rl.rlim_max;
+		(void)setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+gfs_err gfs_srcset_open(const gfs_layout *l, gfs_srcset **out)
+{
+	gfs_srcset *s;
+	gfs_err err = GFS_OK;
+
+	assert(l->finished);
+	s = malloc(sizeof(*s) + l->nsources * sizeof(s->fds[0]));
+	if (!s)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	s->layout = l;
+	s->gen = ++srcset_gen;
+	s->n = 0;
+	s->cc = NULL;
+	s->ids = gfs_calloc(l->nsources, sizeof(*s->ids));
+	s->rt = rec_table_new(l);
+	if (!s->ids || !s->rt) {
+		free(s->ids);
+		rec_table_free(s->rt);
+		free(s);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	raise_nofile(l->nsources);
+	for (size_t i = 0; i < l->nsources; i++) {
+		const gfs_source *src = &l->sources[i];
+		struct stat st;
+		/* O_NONBLOCK: a FIFO named as a source must not hang the open */
+		const int fd = open(src->abspath, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+
+		if (fd < 0) {
+			err = gfs_fail(errno == ENOENT ? GFS_ERR_NOTFOUND : GFS_ERR_IO,
+				       "%s: cannot open: %s%s", src->abspath, strerror(errno),
+				       errno == EMFILE ? " (raise the open file limit: ulimit -n)" : "");
+			break;
+		}
+		s->fds[s->n++] = fd;
+		if (fstat(fd, &st) != 0) {
+			err = gfs_fail(GFS_ERR_IO, "%s: stat failed: %s", src->abspath,
+				       strerror(errno));
+			break;
+		}
+		if (!S_ISREG(st.st_mode)) {
+			err = gfs_fail(GFS_ERR_FORMAT, "%s: not a regular file", src->abspath);
+			break;
+		}
+		if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+			err = gfs_fail(GFS_ERR_IO, "%s: fcntl failed: %s", src->abspath,
+				       strerror(errno));
+			break;
+		}
+		if ((uint64_t)st.st_size != src->size) {
+			err = gfs_fail(GFS_ERR_FORMAT,
+				       "%s: size is %llu bytes, the layout expects %llu (file changed or truncated)",
+				       src->abspath, (unsigned long long)st.st_size,
+				       (unsigned long long)src->size);
+			break;
+		}
+		s->ids[i] = id_of(&st);
+	}
+	if (!err && l->inputs)
+		err = gfs_ccache_new(l, &s->cc);
+	if (err) {
+		gfs_srcset_close(s);
+		return err;
+	}
+	*out = s;
+	return GFS_OK;
+}
+
+void gfs_srcset_close(gfs_srcset *s)
+{
+	if (!s)
+		return;
+	for (size_t i = 0; i < s->n; i++)
+		close(s->fds[i]);
+	rec_table_free(s->rt);
+	gfs_ccache_free(s->cc);
+	free(s->ids);
+	free(s);
+}
+
+gfs_rec_state gfs_srcset_rec_state(const gfs_srcset *s, uint32_t r)
+{
+	assert(r < s->layout->nrecords);
+	return (gfs_rec_state)atomic_load(&s->rt->state[r]);
+}
+
+bool gfs_srcset_rec_claim(const gfs_srcset *s, uint32_t r)
+{
+	int state = GFS_REC_UNCHECKED;
+
+	assert(r < s->layout->nrecords);
+	if (atomic_compare_exchange_strong(&s->rt->state[r], &state, GFS_REC_BUSY))
+		return true;
+	if (state == GFS_REC_BUSY) {
+		(void)pthread_mutex_lock(&s->rt->mu);
+		while (atomic_load(&s->rt->state[r]) == GFS_REC_BUSY)
+			(void)pthread_cond_wait(&s->rt->cv, &s->rt->mu);
+		(void)pthread_mutex_unlock(&s->rt->mu);
+	}
+	return false;
+}
+
+void gfs_srcset_rec_settle(const gfs_srcset *s, uint32_t r, gfs_rec_state state)
+{
+	assert(r < s->layout->nrecords && state != GFS_REC_BUSY);
+	assert(atomic_load(&s->rt->state[r]) == GFS_REC_BUSY);
+	if (state == GFS_REC_BAD)
+		atomic_fetch_add(&s->rt->nbad, 1);
+	atomic_store(&s->rt->state[r], state);
+	(void)pthread_mutex_lock(&s->rt->mu);
+	(void)pthread_cond_broadcast(&s->rt->cv);
+	(void)pthread_mutex_unlock(&s->rt->mu);
+}
+
+/* piece_is_summed(): is pc a piece whose CRC-32 a record check records? */
+static bool piece_is_summed(const gfs_piece *pc)
+{
+	return pc->kind == GFS_PIECE_FILE && pc->count == 1 && pc->rec != GFS_NO_RECORD;
+}
+
+void gfs_srcset_set_piece_crc(const gfs_srcset *s, size_t ti, size_t p, uint32_t crc)
+{
+	assert(ti < gfs_layout_nentries(s->layout) && p < s->layout->tensors[ti].npieces);
+	assert(piece_is_summed(&s->layout->tensors[ti].pieces[p]));
+	s->rt->piece_crc[s->rt->piece_base[ti] + p] = crc;
+}
+
+bool gfs_srcset_piece_crc(const gfs_srcset *s, size_t ti, size_t p, uint32_t *crc)
+{
+	const gfs_piece *pc;
+
+	assert(ti < gfs_layout_nentries(s->layout) && p < s->layout->tensors[ti].npieces);
+	pc = &s->layout->tensors[ti].pieces[p];
+	if (!piece_is_summed(pc) || atomic_load(&s->rt->state[pc->rec]) != GFS_REC_OK)
+		return false;
+	*crc = s->rt->piece_crc[s->rt->piece_base[ti] + p];
+	return true;
+}
+
+size_t gfs_srcset_nbad(const gfs_srcset *s)
+{
+	return atomic_load(&s->rt->nbad);
+}
+
+/* bad_record(): the error for a read of record r, found corrupt. */
+static gfs_err bad_record(const gfs_layout *l, uint32_t r)
+{
+	char desc[1024];
+
+	return gfs_fail(GFS_ERR_IO,
+			"%s does not match its stored CRC-32: refusing to serve its bytes",
+			gfs_record_describe(l, r, 8, desc, sizeof(desc)));
+}
+
+int gfs_srcset_fd(const gfs_srcset *s, uint32_t i)
+{
+	assert(i < s->n);
+	return s->fds[i];
+}
+
+uint64_t gfs_tensor_out_nbytes(const gfs_layout *l, size_t i, gfs_dtype want)
+{
+	const gfs_tensor *t = gfs_layout_target(l, i);
+
+	return t->numel * gfs_dtype_size(gfs_dtype_out(t->dtype, want));
+}
+
+/*
+ * check_unchanged(): fail if source i was modified, truncated or replaced
+ * in place since it was opened (a file replaced by rename keeps serving the
+ * old inode through our descriptor, which is consistent).
+ */
+static gfs_err check_unchanged(const gfs_layout *l, const gfs_srcset *s, uint32_t i)
+{
+	struct stat st;
+	src_id now;
+
+	if (fstat(s->fds[i], &st) != 0)
+		return gfs_fail(GFS_ERR_IO, "%s: stat failed: %s", l->sources[i].abspath,
+				strerror(errno));
+	now = id_of(&st);
+	/* Unlinking (rm, or rename over it) changes only the ctime: not the bytes. */
+	if (st.st_nlink == 0)
+		now.ctime = s->ids[i].ctime;
+	if (!same_id(&now, &s->ids[i]))
+		return gfs_fail(GFS_ERR_IO,
+				"%s: the file changed since it was opened (size %lld, was %lld): refusing to serve its bytes",
+				l->sources[i].abspath, (long long)st.st_size,
+				(long long)s->ids[i].size);
+	return GFS_OK;
+}
+
+gfs_err gfs_srcset_check(const gfs_layout *l, const gfs_srcset *s, uint32_t i)
+{
+	assert(s->layout == l && i < s->n);
+	return check_unchanged(l, s, i);
+}
+
+/*
+ * The zstd reader.  A frame that decompresses to at most ZCACHE_FRAME_MAX
+ * bytes (and the budget) is decompressed whole, once, into a cache shared by
+ * all threads (ZCACHE_SLOTS frames, a budget of 256 MiB or
+ * GATHERFS_ZSTD_CACHE_MB in all, least recently used out first; reads copy
+ * under its lock).  A larger frame is streamed: one
+ * decompression stream per thread, positioned inside one frame, with a
+ * window of the ZSTD_WINDOW most recently decompressed bytes.  A read inside
+ * the window is a copy; a read further on decompresses forward; a read
+ * before the window restarts the frame.  So sequential reads of a large
+ * frame cost one pass per reading thread, random reads up to one pass per
+ * read.  Memory: the budget plus, per thread, ZSTD_WINDOW and the
+ * decoder's state (bounded by ZSTD_WINDOW_LOG_MAX).
+ */
+enum { ZSTD_WINDOW = 8 << 20, ZSTD_INBUF = 1 << 17, ZSTD_WINDOW_LOG_MAX = 27 };
+enum { ZCACHE_SLOTS = 32 };
+#define ZCACHE_FRAME_MAX ((uint64_t)64 << 20)
+#define ZCACHE_BUDGET_DEFAULT ((uint64_t)256 << 20)
+
+/*
+ * The cache budget: GATHERFS_ZSTD_CACHE_MB from the environment (0 turns the
+ * shared cache off: every frame is streamed), else ZCACHE_BUDGET_DEFAULT.
+ */
+static uint64_t zcache_budget;
+static pthread_once_t zcache_once = PTHREAD_ONCE_INIT;
+
+#define ZCACHE_MB_MAX ((uint64_t)1 << 20)
+
+/* zcache_env(): GATHERFS_ZSTD_CACHE_MB in bytes (*set: it is given); false if malformed. */
+static bool zcache_env(uint64_t *bytes, bool *set)
+{
+	const char *env = getenv("GATHERFS_ZSTD_CACHE_MB");
+	char *end;
+	unsigned long long mb;
+
+	*set = env && *env;
+	if (!*set)
+		return true;
+	errno = 0;
+	mb = strtoull(env, &end, 10);
+	if (*end != '\0' || errno || env[0] < '0' || env[0] > '9' || mb > ZCACHE_MB_MAX)
+		return false;
+	*bytes = (uint64_t)mb << 20;
+	return true;
+}
+
+gfs_err gfs_zstd_cache_check(void)
+{
+	uint64_t bytes;
+	bool set;
+
+	if (!zcache_env(&bytes, &set))
+		return gfs_fail(GFS_ERR_INVAL,
+				"GATHERFS_ZSTD_CACHE_MB=%s: expected a whole number of MiB from 0 to %llu",
+				getenv("GATHERFS_ZSTD_CACHE_MB"), (unsigned long long)ZCACHE_MB_MAX);
+	return GFS_OK;
+}
+
+static void zcache_budget_init(void)
+{
+	uint64_t bytes = ZCACHE_BUDGET_DEFAULT;
+	bool set;
+
+	if (!zcache_env(&bytes, &set) || !set)
+		bytes = ZCACHE_BUDGET_DEFAULT;
+	zcache_budget = bytes;
+}
+
+/* zcache_fits(): is pc's frame served through the shared cache? */
+static bool zcache_fits(const gfs_piece *pc)
+{
+	(void)pthread_once(&zcache_once, zcache_budget_init);
+	return pc->frame_size <= ZCACHE_FRAME_MAX && pc->frame_size <= zcache_budget;
+}
+
+/* A decompressed frame of the shared cache. */
+typedef struct zslot {
+	uint8_t *data;      /* NULL: free slot */
+	uint64_t size;
+	uint64_t gen;       /* srcset generation, source, frame offset: the key */
+	uint32_t src;
+	uint64_t frame_off;
+	uint64_t used;      /* LRU tick */
+} zslot;
+
+static struct {
+	pthread_mutex_t mu;
+	zslot slot[ZCACHE_SLOTS];
+	uint64_t bytes;
+	uint64_t tick;
+} zcache = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+/* zcache_copy(): copy n bytes at off of pc's frame if cached. */
+static bool zcache_copy(const gfs_srcset *s, const gfs_piece *pc, uint64_t off, uint8_t *buf,
+			size_t n)
+{
+	bool hit = false;
+
+	(void)pthread_mutex_lock(&zcache.mu);
+	for (size_t i = 0; i < ZCACHE_SLOTS; i++) {
+		zslot *z = &zcache.slot[i];
+
+		if (z->data && z->gen == s->gen && z->src == pc->src &&
+		    z->frame_off == pc->frame_off) {
+			assert(off + n <= z->size);
+			memcpy(buf, z->data + off, n);
+			z->used = ++zcache.tick;
+			hit = true;
+			break;
+		}
+	}
+	(void)pthread_mutex_unlock(&zcache.mu);
+	return hit;
+}
+
+/* zcache_put(): insert pc's decompressed frame (taking data), evicting LRU frames. */
+static void zcache_put(const gfs_srcset *s, const gfs_piece *pc, uint8_t *data)
+{
+	zslot *free_slot = NULL;
+
+	(void)pthread_mutex_lock(&zcache.mu);
+	for (size_t i = 0; i < ZCACHE_SLOTS; i++) {
+		const zslot *z = &zcache.slot[i];
+
+		if (z->data && z->gen == s->gen && z->src == pc->src &&
+		    z->frame_off == pc->frame_off) { /* another thread was first */
+			(void)pthread_mutex_unlock(&zcache.mu);
+			free(data);
+			return;
+		}
+	}
+	for (;;) {
+		zslot *lru = NULL;
+
+		free_slot = NULL;
+		for (size_t i = 0; i < ZCACHE_SLOTS; i++) {
+			zslot *z = &zcache.slot[i];
+
+			if (!z->data && !free_slot)
+				free_slot = z;
+			if (z->data && (!lru || z->used < lru->used))
+				lru = z;
+		}
+		if (free_slot && zcache.bytes + pc->frame_size <= zcache_budget)
+			break;
+		assert(lru);
+		zcache.bytes -= lru->size;
+		free(lru->data);
+		memset(lru, 0, sizeof(*lru));
+	}
+	*free_slot = (zslot){
+		.data = data, .size = pc->frame_size, .gen = s->gen, .src = pc->src,
+		.frame_off = pc->frame_off, .used = ++zcache.tick,
+	};
+	zcache.bytes += pc->frame_size;
+	(void)pthread_mutex_unlock(&zcache.mu);
+}
+
+typedef struct zstd_cursor {
+	ZSTD_DCtx *dctx;
+	uint8_t *win;        /* [win_cap] */
+	size_t win_cap;      /* min(frame size, ZSTD_WINDOW), grown as needed */
+	uint8_t *in;         /* [ZSTD_INBUF] */
+	const gfs_srcset *set;
+	uint64_t gen;        /* generation of set, to tell a reused address apart */
+	uint32_t src;
+	uint64_t frame_off;
+	uint64_t frame_len;
+	uint64_t consumed;   /* compressed bytes fed to the decoder */
+	uint64_t win_start;  /* decompressed offset of win[0] */
+	uint64_t win_len;
+	bool done;           /* the frame ended */
+} zstd_cursor;
+
+static _Thread_local zstd_cursor tl_zc;
+
+static void zstd_cursor_free(void *p)
+{
+	zstd_cursor *zc = p;
+
+	ZSTD_freeDCtx(zc->dctx);
+	free(zc->win);
+	free(zc->in);
+	memset(zc, 0, sizeof(*zc));
+}
+
+static pthread_key_t zc_key;
+static pthread_once_t zc_once = PTHREAD_ONCE_INIT;
+
+static void zc_key_init(void)
+{
+	(void)pthread_key_create(&zc_key, zstd_cursor_free);
+}
+
+/* zc_init(): this thread's decoder and input buffer. */
+static gfs_err zc_init(void)
+{
+	zstd_cursor *zc = &tl_zc;
+
+	if (!zc->dctx) {
+		(void)pthread_once(&zc_once, zc_key_init);
+		zc->dctx = ZSTD_createDCtx();
+		zc->in = malloc(ZSTD_INBUF);
+		if (!zc->dctx || !zc->in) {
+			zstd_cursor_free(zc);
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		}
+		(void)pthread_setspecific(zc_key, zc);
+		(void)ZSTD_DCtx_setParameter(zc->dctx, ZSTD_d_windowLogMax, ZSTD_WINDOW_LOG_MAX);
+	}
+	return GFS_OK;
+}
+
+/* zstd_restart(): position tl_zc at the start of piece pc's frame. */
+static gfs_err zstd_restart(const gfs_srcset *s, const gfs_piece *pc)
+{
+	zstd_cursor *zc = &tl_zc;
+	const gfs_err err = zc_init();
+
+	if (err)
+		return err;
+	if (zc->win_cap < ZSTD_WINDOW && zc->win_cap < pc->frame_size) {
+		const size_t cap = pc->frame_size < ZSTD_WINDOW ? (size_t)pc->frame_size : ZSTD_WINDOW;
+		uint8_t *w = realloc(zc->win, cap);
+
+		if (!w) {
+			zc->set = NULL;
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		}
+		zc->win = w;
+		zc->win_cap = cap;
+	}
+	(void)ZSTD_DCtx_reset(zc->dctx, ZSTD_reset_session_only);
+	zc->set = s;
+	zc->gen = s->gen;
+	zc->src = pc->src;
+	zc->frame_off = pc->frame_off;
+	zc->frame_len = pc->frame_len;
+	zc->consumed = 0;
+	zc->win_start = 0;
+	zc->win_len = 0;
+	zc->done = false;
+	return GFS_OK;
+}
+
+/* zstd_advance(): decompress the next window's worth of the frame. */
+static gfs_err zstd_advance(const gfs_layout *l, const gfs_srcset *s, const gfs_piece *pc)
+{
+	zstd_cursor *zc = &tl_zc;
+	const char *path = l->sources[zc->src].abspath;
+	ZSTD_outBuffer out = { zc->win, zc->win_cap, 0 };
+
+	zc->win_start += zc->win_len;
+	zc->win_len = 0;
+	while (out.pos < out.size && !zc->done) {
+		const uint64_t left = zc->frame_len - zc->consumed;
+		const size_t n = left < ZSTD_INBUF ? (size_t)left : ZSTD_INBUF;
+		ZSTD_inBuffer in = { zc->in, n, 0 };
+		size_t ret;
+		gfs_err err;
+
+		if (n == 0)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: zstd frame at offset %llu (%llu bytes) ends early: truncated or corrupt",
+					path, (unsigned long long)zc->frame_off,
+					(unsigned long long)zc->frame_len);
+		err = gfs_pread_full(s->fds[zc->src], zc->in, n, zc->frame_off + zc->consumed, path);
+		if (!err)
+			err = check_unchanged(l, s, zc->src);
+		if (err)
+			return err;
+		ret = ZSTD_decompressStream(zc->dctx, &out, &in);
+		if (ZSTD_isError(ret))
+			return gfs_fail(GFS_ERR_FORMAT, "%s: zstd frame at offset %llu: %s", path,
+					(unsigned long long)zc->frame_off, ZSTD_getErrorName(ret));
+		zc->consumed += in.pos;
+		if (ret == 0)
+			zc->done = true;
+	}
+	zc->win_len = out.pos;
+	if (zc->win_start + zc->win_len > pc->frame_size ||
+	    (zc->done && zc->win_start + zc->win_len != pc->frame_size))
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: zstd frame at offset %llu does not decompress to the expected %llu bytes",
+				path, (unsigned long long)zc->frame_off,
+				(unsigned long long)pc->frame_size);
+	return GFS_OK;
+}
+
+/* zstd_whole(): decompress piece pc's whole frame into a new buffer. */
+static gfs_err zstd_whole(const gfs_layout *l, const gfs_srcset *s, const gfs_piece *pc,
+			  uint8_t **out)
+{
+	zstd_cursor *zc = &tl_zc;
+	const char *path = l->sources[pc->src].abspath;
+	uint64_t consumed = 0;
+	bool done = false;
+	ZSTD_outBuffer ob;
+	uint8_t *data;
+	gfs_err err = zc_init();
+
+	if (err)
+		return err;
+	data = malloc((size_t)pc->frame_size);
+	if (!data)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	ob = (ZSTD_outBuffer){ data, (size_t)pc->frame_size, 0 };
+	zc->set = NULL; /* the stream cursor loses its position */
+	(void)ZSTD_DCtx_reset(zc->dctx, ZSTD_reset_session_only);
+	while (!err && !done) {
+		const uint64_t left = pc->frame_len - consumed;
+		const size_t n = left < ZSTD_INBUF ? (size_t)left : ZSTD_INBUF;
+		ZSTD_inBuffer ib = { zc->in, n, 0 };
+
+		if (n == 0) {
+			err = gfs_fail(GFS_ERR_FORMAT,
+				       "%s: zstd frame at offset %llu (%llu bytes) ends early: truncated or corrupt",
+				       path, (unsigned long long)pc->frame_off,
+				       (unsigned long long)pc->frame_len);
+			break;
+		}
+		err = gfs_pread_full(s->fds[pc->src], zc->in, n, pc->frame_off + consumed, path);
+		if (!err)
+			err = check_unchanged(l, s, pc->src);
+		while (!err) {
+			const size_t ipos = ib.pos, opos = ob.pos;
+			const size_t ret = ZSTD_decompressStream(zc->dctx, &ob, &ib);
+
+			if (ZSTD_isError(ret)) {
+				err = gfs_fail(GFS_ERR_FORMAT, "%s: zstd frame at offset %llu: %s", path,
+					       (unsigned long long)pc->frame_off, ZSTD_getErrorName(ret));
+			} else if (ret == 0) {
+				done = true;
+				break;
+			} else if (ib.pos == ib.size) {
+				break;
+			} else if (ib.pos == ipos && ob.pos == opos) {
+				err = gfs_fail(GFS_ERR_FORMAT,
+					       "%s: zstd frame at offset %llu decompresses past the expected %llu bytes",
+					       path, (unsigned long long)pc->frame_off,
+					       (unsigned long long)pc->frame_size);
+			}
+		}
+		consumed += ib.pos;
+	}
+	if (!err && ob.pos != pc->frame_size)
+		err = gfs_fail(GFS_ERR_FORMAT,
+			       "%s: zstd frame at offset %llu does not decompress to the expected %llu bytes",
+			       path, (unsigned long long)pc->frame_off,
+			       (unsigned long long)pc->frame_size);
+	if (err) {
+		free(data);
+		return err;
+	}
+	*out = data;
+	return GFS_OK;
+}
+
+/* read_zstd(): n bytes at decompressed offset off of piece pc's frame. */
+static gfs_err read_zstd(const gfs_layout *l, const gfs_srcset *s, const gfs_piece *pc,
+			 uint64_t off, uint8_t *buf, size_t n)
+{
+	zstd_cursor *zc = &tl_zc;
+	gfs_err err;
+
+	assert(off + n <= pc->frame_size);
+	if (zcache_fits(pc)) {
+		uint8_t *data = NULL;
+
+		if (zcache_copy(s, pc, off, buf, n))
+			return GFS_OK;
+		err = zstd_whole(l, s, pc, &data);
+		if (err)
+			return err;
+		memcpy(buf, data + off, n);
+		zcache_put(s, pc, data);
+		return GFS_OK;
+	}
+	if (!zc->dctx || zc->set != s || zc->gen != s->gen || zc->src != pc->src ||
+	    zc->frame_off != pc->frame_off || off < zc->win_start) {
+		err = zstd_restart(s, pc);
+		if (err)
+			return err;
+	}
+	while (n > 0) {
+		if (off < zc->win_start + zc->win_len) {
+			const uint64_t in = off - zc->win_start;
+			const size_t k = (size_t)(zc->win_len - in < n ? zc->win_len - in : n);
+
+			memcpy(buf, zc->win + in, k);
+			buf += k;
+			off += k;
+			n -= k;
+			continue;
+		}
+		if (zc->done)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: zstd frame at offset %llu is short",
+					l->sources[pc->src].abspath,
+					(unsigned long long)pc->frame_off);
+		err = zstd_advance(l, s, pc);
+		if (err) {
+			zc->set = NULL;
+			return err;
+		}
+	}
+	return GFS_OK;
+}
+
+/* read_run(): n bytes at offset in (< pc->len) of run k of piece pc. */
+static gfs_err read_run(const gfs_layout *l, const gfs_srcset *s, const gfs_piece *pc,
+			uint64_t k, uint64_t in, uint8_t *buf, size_t n)
+{
+	const uint64_t src = pc->src_off + k * pc->src_stride + in;
+
+	switch (pc->kind) {
+	case GFS_PIECE_ZERO:
+		memset(buf, 0, n);
+		return GFS_OK;
+	case GFS_PIECE_FILE:
+		return gfs_pread_full(s->fds[pc->src], buf, n, src, l->sources[pc->src].abspath);
+	case GFS_PIECE_ZSTD:
+		return read_zstd(l, s, pc, src, buf, n);
+	}
+	return gfs_fail(GFS_ERR_FORMAT, "unknown piece kind");
+}
+
+/*
+ * read_packed(): runs [k, kend) of a FILE piece whose runs are back to back
+ * in the source (src_stride == len), clipped to tensor bytes [off, end):
+ * one pread per batch of runs into a bounce buffer, then scattered.
+ */
+static gfs_err read_packed(const gfs_layout *l, const gfs_srcset *s, const gfs_piece *pc,
+			   uint64_t k, uint64_t kend, uint64_t off, uint64_t end, uint8_t *buf)
+{
+	enum { BOUNCE = 1 << 16 };
+	uint8_t tmp[BOUNCE];
+	const uint64_t per = BOUNCE / pc->len;
+
+	assert(pc->kind == GFS_PIECE_FILE && pc->src_stride == pc->len && per > 0);
+	while (k < kend) {
+		const uint64_t nb = kend - k < per ? kend - k : per;
+		const gfs_err err = gfs_pread_full(s->fds[pc->src], tmp, (size_t)(nb * pc->len),
+						   pc->src_off + k * pc->len,
+						   l->sources[pc->src].abspath);
+
+		if (err)
+			return err;
+		for (uint64_t j = 0; j < nb; j++) {
+			const uint64_t rs = pc->toff + (k + j) * pc->dst_stride;
+			const uint64_t a = rs > off ? rs : off;
+			const uint64_t b = rs + pc->len < end ? rs + pc->len : end;
+
+			if (a < b)
+				memcpy(buf + (a - off), tmp + j * pc->len + (a - rs), (size_t)(b - a));
+		}
+		k += nb;
+	}
+	return GFS_OK;
+}
+
+/*
+ * read_native(): bytes [off, off+len) of tensor t in its own dtype.  The
+ * candidate pieces (O(log n) to find) are those that may intersect the
+ * range; each copies its runs that do.  The pieces tile the tensor, so every
+ * byte is written exactly once.  A FILE piece's source is checked for
+ * changes once after its bytes are read.
+ */
+static gfs_err read_native(const gfs_layout *l, const gfs_srcset *s,
+			   const gfs_tensor *t, uint64_t off, uint8_t *buf, size_t len)
+{
+	const uint64_t end = off + len;
+	const gfs_piece_span sp = gfs_piece_candidates(t, off, end);
+
+	assert(end <= t->nbytes);
+	if (len == 0)
+		return GFS_OK;
+	for (size_t p = sp.first; p < sp.last; p++) {
+		const gfs_piece *pc = &t->pieces[p];
+		uint64_t k = 0, kend = pc->count;
+		gfs_err err = GFS_OK;
+
+		if (pc->count > 1) {
+			k = off > pc->toff ? (off - pc->toff) / pc->dst_stride : 0;
+			kend = end <= pc->toff ? 0
+					       : (end - pc->toff + pc->dst_stride - 1) / pc->dst_stride;
+			if (kend > pc->count)
+				kend = pc->count;
+		}
+		if (k < kend && pc->rec != GFS_NO_RECORD &&
+		    atomic_load(&s->rt->state[pc->rec]) == GFS_REC_BAD)
+			return bad_record(l, pc->rec);
+		if (k < kend && pc->kind == GFS_PIECE_FILE && pc->count > 1 &&
+		    pc->src_stride == pc->len && pc->len <= (1 << 15)) {
+			err = read_packed(l, s, pc, k, kend, off, end, buf);
+		} else {
+			for (uint64_t r = k; r < kend && !err; r++) {
+				const uint64_t rs = pc->toff + r * pc->dst_stride;
+				const uint64_t a = rs > off ? rs : off;
+				const uint64_t b = rs + pc->len < end ? rs + pc->len : end;
+
+				if (a < b)
+					err = read_run(l, s, pc, r, a - rs, buf + (a - off),
+						       (size_t)(b - a));
+			}
+		}
+		if (!err && k < kend && pc->kind == GFS_PIECE_FILE)
+			err = check_unchanged(l, s, pc->src);
+		if (err)
+			return gfs_fail_prefix(err, "tensor %s", t->name);
+	}
+	return GFS_OK;
+}
+
+gfs_err gfs_tensor_read_raw(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
+			    uint64_t off, void *buf, size_t len)
+{
+	assert(s->layout == l && !t->comp && t->alias_of < 0 && off + len <= t->nbytes);
+	return read_native(l, s, t, off, buf, len);
+}
+
+gfs_err gfs_tensor_read(const gfs_layout *l, const gfs_srcset *s, size_t i,
+			gfs_dtype want, uint64_t off, void *buf, size_t len)
+{
+	enum { CHUNK_ELEMS = 16384 };
+	const gfs_tensor *t = gfs_layout_target(l, i);
+	const gfs_dtype out = gfs_dtype_out(t->dtype, want);
+	const size_t is = gfs_dtype_size(t->dtype);
+	const size_t os = gfs_dtype_size(out);
+	uint8_t *dst = buf;
+	uint8_t tmp_in[CHUNK_ELEMS * 8];
+	uint8_t tmp_out[CHUNK_ELEMS * 8];
+
+	assert(s->layout == l);
+	assert(off + len <= t->numel * os);
+	if (t->comp)
+		return gfs_compute_read(l, s, s->cc, (size_t)(t - l->tensors), out, off, buf, len);
+	if (out == t->dtype)
+		return read_native(l, s, t, off, dst, len);
+	while (len > 0) {
+		const uint64_t e0 = off / os;
+		const size_t skip = (size_t)(off % os);
+		uint64_t ne = (skip + len + os - 1) / os;
+		size_t take;
+		gfs_err err;
+
+		if (ne > CHUNK_ELEMS)
+			ne = CHUNK_ELEMS;
+		err = read_native(l, s, t, e0 * is, tmp_in, (size_t)ne * is);
+		if (err)
+			return err;
+		gfs_dtype_convert(t->dtype, out, tmp_in, tmp_out, (size_t)ne);
+		take = (size_t)ne * os - skip;
+		if (take > len)
+			take = len;
+		memcpy(dst, tmp_out + skip, take);
+		dst += take;
+		off += take;
+		len -= take;
+	}
+	return GFS_OK;
+}

@@ -1,0 +1,391 @@
+/*
+ * gatherfs — virtual files: segment lists and the one read function.
+ */
+#include "config.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gatherfs/server/vfile.h"
+
+struct gfs_vfile {
+	const gfs_vctx *ctx;
+	uint64_t size;
+	gfs_seg *segs;
+	size_t nsegs;
+	size_t cap_segs;
+	uint8_t *bytes; /* MEM segment store */
+	size_t nbytes;
+	size_t cap_bytes;
+};
+
+gfs_err gfs_vfile_new(const gfs_vctx *ctx, gfs_vfile **out)
+{
+	gfs_vfile *vf = calloc(1, sizeof(*vf));
+
+	if (!vf)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	vf->ctx = ctx;
+	*out = vf;
+	return GFS_OK;
+}
+
+void gfs_vfile_free(gfs_vfile *vf)
+{
+	if (!vf)
+		return;
+	free(vf->segs);
+	free(vf->bytes);
+	free(vf);
+}
+
+/* extend(): grow the file size by len, keeping it below 2^63 (off_t). */
+static gfs_err extend(gfs_vfile *vf, uint64_t len)
+{
+	uint64_t end;
+
+	if (!gfs_add_u64(vf->size, len, &end) || end > INT64_MAX)
+		return gfs_fail(GFS_ERR_LIMIT, "virtual file larger than 2^63 bytes");
+	vf->size = end;
+	return GFS_OK;
+}
+
+/* push_seg(): append a segment of len bytes (> 0) of the given kind. */
+static gfs_err push_seg(gfs_vfile *vf, gfs_seg_kind kind, uint64_t len,
+			gfs_seg **seg)
+{
+	const uint64_t voff = vf->size;
+	gfs_err err;
+
+	assert(len > 0);
+	/* first room for one segment: most vfiles have one */
+	if (!gfs_grow((void **)&vf->segs, &vf->cap_segs, vf->nsegs, sizeof(*vf->segs), 1))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	err = extend(vf, len);
+	if (err)
+		return err;
+	*seg = &vf->segs[vf->nsegs++];
+	memset(*seg, 0, sizeof(**seg));
+	(*seg)->voff = voff;
+	(*seg)->len = len;
+	(*seg)->kind = kind;
+	return GFS_OK;
+}
+
+gfs_err gfs_vfile_add_mem(gfs_vfile *vf, const void *data, size_t len)
+{
+	gfs_seg *last = vf->nsegs ? &vf->segs[vf->nsegs - 1] : NULL;
+	gfs_seg *seg;
+	gfs_err err;
+
+	if (len == 0)
+		return GFS_OK;
+	if (vf->cap_bytes - vf->nbytes < len) {
+		size_t cap = vf->cap_bytes ? vf->cap_bytes : 256;
+		uint8_t *bytes;
+
+		while (cap - vf->nbytes < len) {
+			if (cap > SIZE_MAX / 2)
+				return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+			cap *= 2;
+		}
+		bytes = realloc(vf->bytes, cap);
+		if (!bytes)
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		vf->bytes = bytes;
+		vf->cap_bytes = cap;
+	}
+	if (last && last->kind == GFS_SEG_MEM) {
+		/* The last MEM segment always ends at the end of the store. */
+		assert(last->u.mem.boff + last->len == vf->nbytes);
+		err = extend(vf, len);
+		if (err)
+			return err;
+		last->len += len;
+	} else {
+		err = push_seg(vf, GFS_SEG_MEM, len, &seg);
+		if (err)
+			return err;
+		seg->u.mem.boff = vf->nbytes;
+	}
+	memcpy(vf->bytes + vf->nbytes, data, len);
+	vf->nbytes += len;
+	return GFS_OK;
+}
+
+gfs_err gfs_vfile_add_tensor(gfs_vfile *vf, size_t entry, uint64_t off,
+			     uint64_t len)
+{
+	return gfs_vfile_add_tensor_guarded(vf, entry, off, len, NULL, 0);
+}
+
+gfs_err gfs_vfile_add_tensor_guarded(gfs_vfile *vf, size_t entry, uint64_t off,
+				     uint64_t len, const gfs_vgen *guard, uint64_t arg)
+{
+	gfs_seg *seg;
+	gfs_err err;
+
+	if (len == 0)
+		return GFS_OK;
+	assert(vf->ctx && entry < gfs_layout_nentries(vf->ctx->layout));
+	assert(off + len <= gfs_tensor_out_nbytes(vf->ctx->layout, entry, vf->ctx->want));
+	err = push_seg(vf, GFS_SEG_TENSOR, len, &seg);
+	if (err)
+		return err;
+	seg->u.tensor.entry = entry;
+	seg->u.tensor.off = off;
+	seg->u.tensor.guard = guard;
+	seg->u.tensor.guard_arg = arg;
+	return GFS_OK;
+}
+
+gfs_err gfs_vfile_add_fd(gfs_vfile *vf, int fd, uint64_t off, uint64_t len,
+			 const char *label)
+{
+	gfs_seg *seg;
+	gfs_err err;
+
+	if (len == 0)
+		return GFS_OK;
+	assert(fd >= 0);
+	err = push_seg(vf, GFS_SEG_FD, len, &seg);
+	if (err)
+		return err;
+	seg->u.fd.fd = fd;
+	seg->u.fd.off = off;
+	seg->u.fd.label = label;
+	return GFS_OK;
+}
+
+gfs_err gfs_vfile_add_gen(gfs_vfile *vf, const gfs_vgen *gen, uint64_t arg,
+			  uint64_t len)
+{
+	gfs_seg *seg;
+	gfs_err err;
+
+	if (len == 0)
+		return GFS_OK;
+	assert(gen && gen->fn);
+	err = push_seg(vf, GFS_SEG_GEN, len, &seg);
+	if (err)
+		return err;
+	seg->u.gen.gen = gen;
+	seg->u.gen.arg = arg;
+	return GFS_OK;
+}
+
+uint64_t gfs_vfile_size(const gfs_vfile *vf)
+{
+	return vf->size;
+}
+
+size_t gfs_vfile_nsegs(const gfs_vfile *vf)
+{
+	return vf->nsegs;
+}
+
+const gfs_seg *gfs_vfile_seg(const gfs_vfile *vf, size_t i)
+{
+	assert(i < vf->nsegs);
+	return &vf->segs[i];
+}
+
+size_t gfs_vfile_find(const gfs_vfile *vf, uint64_t off)
+{
+	size_t lo = 0, hi = vf->nsegs;
+
+	assert(off < vf->size);
+	while (hi - lo > 1) {
+		const size_t mid = lo + (hi - lo) / 2;
+
+		if (vf->segs[mid].voff <= off)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	assert(vf->segs[lo].voff <= off && off - vf->segs[lo].voff < vf->segs[lo].len);
+	return lo;
+}
+
+/* read_seg(): bytes [in, in + n) of segment seg into buf. */
+static gfs_err read_seg(const gfs_vfile *vf, const gfs_seg *seg, uint64_t in,
+			uint8_t *buf, size_t n)
+{
+	switch (seg->kind) {
+	case GFS_SEG_MEM:
+		memcpy(buf, vf->bytes + seg->u.mem.boff + in, n);
+		return GFS_OK;
+	case GFS_SEG_TENSOR: {
+		const gfs_vgen *g = seg->u.tensor.guard;
+		const gfs_err err = g ? g->fn(g->ctx, seg->u.tensor.guard_arg, 0, NULL, 0) : GFS_OK;
+
+		return err ? err
+			   : gfs_tensor_read(vf->ctx->layout, vf->ctx->src, seg->u.tensor.entry,
+					     vf->ctx->want, seg->u.tensor.off + in, buf, n);
+	}
+	case GFS_SEG_FD:
+		return gfs_pread_full(seg->u.fd.fd, buf, n, seg->u.fd.off + in,
+				      seg->u.fd.label);
+	case GFS_SEG_GEN:
+		return seg->u.gen.gen->fn(seg->u.gen.gen->ctx, seg->u.gen.arg, in, buf, n);
+	}
+	assert(!"unknown segment kind");
+	return gfs_fail(GFS_ERR_FORMAT, "unknown segment kind %d", (int)seg->kind);
+}
+
+gfs_err gfs_vfile_read(const gfs_vfile *vf, uint64_t off, void *buf, size_t len,
+		       size_t *got)
+{
+	uint8_t *dst = buf;
+	size_t left;
+	size_t i;
+
+	*got = 0;
+	if (off >= vf->size || len == 0)
+		return GFS_OK;
+	if (len > vf->size - off)
+		len = (size_t)(vf->size - off);
+	left = len;
+	for (i = gfs_vfile_find(vf, off); left > 0; i++) {
+		const gfs_seg *seg = &vf->segs[i];
+		const uint64_t in = off - seg->voff;
+		const size_t n = seg->len - in < left ? (size_t)(seg->len - in) : left;
+		gfs_err err;
+
+		assert(i < vf->nsegs && in < seg->len);
+		err = read_seg(vf, seg, in, dst, n);
+		if (err)
+			return err;
+		dst += n;
+		off += n;
+		left -= n;
+	}
+	*got = len;
+	return GFS_OK;
+}
+
+/* Zero bytes for ZERO pieces of mapped reads. */
+static const uint8_t zeros[65536];
+
+/* push_ext(): append an extent, or GFS_ERR_LIMIT when *n reached max. */
+static gfs_err push_ext(gfs_vext *ext, size_t max, size_t *n, const void *mem,
+			int fd, uint64_t off, size_t len)
+{
+	assert(len > 0);
+	if (*n == max)
+		return GFS_ERR_LIMIT; /* not an error to report: fall back to copying */
+	ext[*n] = (gfs_vext){ .mem = mem, .fd = fd, .off = off, .len = len };
+	(*n)++;
+	return GFS_OK;
+}
+
+/* map_tensor(): extents of bytes [off, off + len) of a TENSOR segment. */
+static gfs_err map_tensor(const gfs_vfile *vf, const gfs_seg *seg, uint64_t off,
+			  size_t len, gfs_vext *ext, size_t max, size_t *n)
+{
+	const gfs_layout *l = vf->ctx->layout;
+	const gfs_tensor *t = gfs_layout_target(l, seg->u.tensor.entry);
+	const gfs_vgen *g = seg->u.tensor.guard;
+	uint64_t pos = seg->u.tensor.off + off;
+	const uint64_t end = pos + len;
+
+	if (g) {
+		const gfs_err err = g->fn(g->ctx, seg->u.tensor.guard_arg, 0, NULL, 0);
+
+		if (err)
+			return err;
+	}
+	if (t->strided || t->comp || gfs_dtype_out(t->dtype, vf->ctx->want) != t->dtype)
+		return GFS_ERR_LIMIT;
+	while (pos < end) {
+		const gfs_piece_span sp = gfs_piece_candidates(t, pos, end);
+		const gfs_piece *pc = NULL;
+		uint64_t rs = 0, re = 0;
+		size_t take;
+		gfs_err err;
+
+		for (size_t i = sp.first; i <= sp.last && i < t->npieces; i++) {
+			if (gfs_piece_run_at(&t->pieces[i], pos, &rs, &re)) {
+				pc = &t->pieces[i];
+				break;
+			}
+		}
+		if (!pc || pc->count != 1)
+			return GFS_ERR_LIMIT; /* gfs_vfile_read() reports holes */
+		take = (size_t)((re < end ? re : end) - pos);
+		if (pc->kind == GFS_PIECE_ZERO) {
+			if (take > sizeof(zeros))
+				take = sizeof(zeros);
+			err = push_ext(ext, max, n, zeros, -1, 0, take);
+		} else if (pc->kind == GFS_PIECE_FILE) {
+			/* A changed source or a corrupt record: the copy path
+			 * reports it (EIO, logged). */
+			if (gfs_srcset_check(l, vf->ctx->src, pc->src) != GFS_OK ||
+			    (pc->rec != GFS_NO_RECORD &&
+			     gfs_srcset_rec_state(vf->ctx->src, pc->rec) == GFS_REC_BAD))
+				return GFS_ERR_LIMIT;
+			err = push_ext(ext, max, n, NULL, gfs_srcset_fd(vf->ctx->src, pc->src),
+				       pc->src_off + (pos - rs), take);
+		} else {
+			err = GFS_ERR_LIMIT;
+		}
+		if (err)
+			return err;
+		pos += take;
+	}
+	return GFS_OK;
+}
+
+gfs_err gfs_vfile_map(const gfs_vfile *vf, uint64_t off, size_t len, gfs_vext *ext,
+		      size_t max, uint8_t *scratch, size_t scratch_len, size_t *n,
+		      size_t *got)
+{
+	size_t left;
+	size_t used = 0; /* of scratch */
+
+	*n = 0;
+	*got = 0;
+	if (off >= vf->size || len == 0)
+		return GFS_OK;
+	if (len > vf->size - off)
+		len = (size_t)(vf->size - off);
+	left = len;
+	for (size_t i = gfs_vfile_find(vf, off); left > 0; i++) {
+		const gfs_seg *seg = &vf->segs[i];
+		const uint64_t in = off - seg->voff;
+		const size_t k = seg->len - in < left ? (size_t)(seg->len - in) : left;
+		gfs_err err;
+
+		assert(i < vf->nsegs && in < seg->len);
+		switch (seg->kind) {
+		case GFS_SEG_MEM:
+			err = push_ext(ext, max, n, vf->bytes + seg->u.mem.boff + in, -1, 0, k);
+			break;
+		case GFS_SEG_TENSOR:
+			err = map_tensor(vf, seg, in, k, ext, max, n);
+			break;
+		case GFS_SEG_FD:
+			err = push_ext(ext, max, n, NULL, seg->u.fd.fd, seg->u.fd.off + in, k);
+			break;
+		case GFS_SEG_GEN:
+			if (scratch_len - used < k)
+				return GFS_ERR_LIMIT;
+			err = seg->u.gen.gen->fn(seg->u.gen.gen->ctx, seg->u.gen.arg, in,
+						 scratch + used, k);
+			if (!err)
+				err = push_ext(ext, max, n, scratch + used, -1, 0, k);
+			used += k;
+			break;
+		default:
+			assert(!"unknown segment kind");
+			err = GFS_ERR_LIMIT;
+		}
+		if (err)
+			return err;
+		off += k;
+		left -= k;
+	}
+	*got = len;
+	return GFS_OK;
+}

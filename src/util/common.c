@@ -1,0 +1,174 @@
+/*
+ * gatherfs — error messages, allocation wrappers and full preads.
+ */
+#include "config.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gatherfs/util/common.h"
+
+#define GFS_ERRMSG_MAX 1024
+
+static _Thread_local char errmsg[GFS_ERRMSG_MAX];
+
+const char *gfs_strerror(gfs_err err)
+{
+	switch (err) {
+	case GFS_OK: return "success";
+	case GFS_ERR_NOMEM: return "out of memory";
+	case GFS_ERR_IO: return "I/O error";
+	case GFS_ERR_FORMAT: return "format error";
+	case GFS_ERR_UNSUPPORTED: return "unsupported";
+	case GFS_ERR_LIMIT: return "limit exceeded";
+	case GFS_ERR_NOTFOUND: return "not found";
+	case GFS_ERR_INVAL: return "invalid argument";
+	}
+	return "unknown error";
+}
+
+gfs_err gfs_failv(gfs_err err, const char *fmt, va_list ap)
+{
+	vsnprintf(errmsg, sizeof(errmsg), fmt, ap);
+	return err;
+}
+
+gfs_err gfs_fail(gfs_err err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	gfs_failv(err, fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+gfs_err gfs_fail_prefix(gfs_err err, const char *fmt, ...)
+{
+	char prefix[GFS_ERRMSG_MAX];
+	char old[GFS_ERRMSG_MAX];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(prefix, sizeof(prefix), fmt, ap);
+	va_end(ap);
+	memcpy(old, errmsg, sizeof(old));
+	/* Truncation is acceptable for a message; the check silences the warning. */
+	if (snprintf(errmsg, sizeof(errmsg), "%s: %s", prefix,
+		     old[0] ? old : gfs_strerror(err)) >= (int)sizeof(errmsg))
+		errmsg[sizeof(errmsg) - 1] = '\0';
+	return err;
+}
+
+const char *gfs_errmsg(void)
+{
+	return errmsg;
+}
+
+void *gfs_calloc(size_t n, size_t size)
+{
+	if (n == 0 || size == 0)
+		return calloc(1, 1);
+	return calloc(n, size);
+}
+
+void *gfs_reallocarray(void *p, size_t n, size_t size)
+{
+	size_t total;
+
+	if (__builtin_mul_overflow(n, size, &total))
+		return NULL;
+	return realloc(p, total ? total : 1);
+}
+
+bool gfs_grow(void **arr, size_t *cap, size_t len, size_t elem, size_t first)
+{
+	size_t ncap;
+	void *n;
+
+	assert(len <= *cap && first > 0);
+	if (len < *cap)
+		return true;
+	ncap = *cap ? *cap * 2 : first;
+	if (ncap < *cap)
+		return false;
+	n = gfs_reallocarray(*arr, ncap, elem);
+	if (!n)
+		return false;
+	*arr = n;
+	*cap = ncap;
+	return true;
+}
+
+char *gfs_strndup(const char *s, size_t n)
+{
+	char *d = malloc(n + 1);
+
+	if (!d)
+		return NULL;
+	memcpy(d, s, n);
+	d[n] = '\0';
+	return d;
+}
+
+char *gfs_strdup(const char *s)
+{
+	return gfs_strndup(s, strlen(s));
+}
+
+void gfs_buf_put(gfs_buf *b, const void *data, size_t n)
+{
+	if (b->oom)
+		return;
+	if (b->cap - b->len <= n) {
+		size_t cap = b->cap ? b->cap : 4096;
+		uint8_t *p;
+
+		while (cap - b->len <= n) {
+			if (cap > SIZE_MAX / 2) {
+				b->oom = true;
+				return;
+			}
+			cap *= 2;
+		}
+		p = realloc(b->p, cap);
+		if (!p) {
+			b->oom = true;
+			return;
+		}
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, data, n);
+	b->len += n;
+	b->p[b->len] = '\0';
+}
+
+gfs_err gfs_pread_full(int fd, void *buf, size_t len, uint64_t off,
+		       const char *label)
+{
+	uint8_t *p = buf;
+
+	while (len > 0) {
+		const ssize_t n = pread(fd, p, len, (off_t)off);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return gfs_fail(GFS_ERR_IO, "%s: read at offset %llu failed: %s",
+					label, (unsigned long long)off, strerror(errno));
+		}
+		if (n == 0)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: truncated: %zu bytes missing at offset %llu",
+					label, len, (unsigned long long)off);
+		p += n;
+		len -= (size_t)n;
+		off += (uint64_t)n;
+	}
+	return GFS_OK;
+}

@@ -1,0 +1,1484 @@
+/*
+ * gatherfs — the torch zip view: compose pytorch_model.bin from a layout.
+ *
+ * Composition writes the pickle, every zip header and the central directory
+ * into the vfile's memory segments and references tensor bytes with TENSOR
+ * segments; the only data-dependent fields, the CRC-32s of tensor records,
+ * are GEN segments filled on first read (see view_torchzip.h).
+ */
+#include "config.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "gatherfs/server/integrity.h"
+#include "gatherfs/views/view_torchzip.h"
+
+enum {
+	ZIP_ALIGN = 64,        /* data start alignment, as torch writes */
+	ZIP_LFH = 30,          /* local file header, fixed part */
+	ZIP_CDH = 46,          /* central directory header, fixed part */
+	ZIP_FB = 4,            /* "FB" padding extra field header */
+	ZIP_Z64_LOCAL = 20,    /* ZIP64 extra in a local header: id, len, 2 sizes */
+	ZIP_EOCD64 = 56,
+	ZIP_LOC64 = 20,
+	ZIP_EOCD = 22,
+	ZIP_FLAGS = 0x0808,    /* bit 3: data descriptor, bit 11: UTF-8 names */
+	ZIP_DOS_DATE = 0x0021, /* 1980-01-01 */
+	ZIP_MADE_BY = 0x0300 | 45, /* Unix, spec 4.5 */
+	ZIP_NEED_Z64 = 45,
+	ZIP_NEED = 20,
+	ZIP_EXT_ATTR = 0100444,
+	CRC_READ_BUF = 1 << 20,      /* bytes read per gfs_tensor_read() */
+	CRC_CHUNK = 16 << 20,        /* unit of work of the parallel pass */
+	CRC_MAX_THREADS = 8,
+	PICKLE_BATCH = 1000,         /* SETITEMS batch, as pickle writes */
+	PREFIX_MAX = 200,
+	NAME_BUF = PREFIX_MAX + 32,  /* "<prefix>/data/<20 digits>" */
+};
+
+#define ZIP_MAX32 UINT64_C(0xFFFFFFFF)
+#define GEN_BATCH (UINT64_C(1) << 63) /* GEN arg flag: central directory field */
+#define NO_ENTRY SIZE_MAX
+
+enum { CRC_NONE, CRC_BUSY, CRC_DONE }; /* tz_record.state */
+
+typedef struct tz_record {
+	uint64_t hdr_off; /* offset of the local header */
+	uint64_t size;   /* data bytes */
+	size_t entry;    /* layout entry of a storage record, NO_ENTRY for the others */
+	uint32_t crc;    /* valid once state is CRC_DONE */
+	_Atomic int state;
+	atomic_bool src_ok; /* the source records of entry match their CRC-32s */
+} tz_record;
+
+struct gfs_tzview {
+	const gfs_vctx *ctx;
+	gfs_vfile *vf;
+	gfs_vgen gen;      /* CRC fields */
+	gfs_vgen guard;    /* storage data: source records checked before serving */
+	char *prefix;
+	tz_record *recs;   /* data.pkl, byteorder, data/0..n-1, version */
+	size_t nrecs;
+	pthread_mutex_t lock; /* with cond: waiting for a CRC another thread computes */
+	pthread_cond_t cond;
+	atomic_size_t ndone;  /* records in state CRC_DONE */
+	_Atomic int cache_state; /* CACHE_*: the persistent CRC cache (ctx->crc_cache) */
+	char *cache_path;     /* its file, set with the key by cache_load() */
+	uint64_t key_fnv;     /* key of the layout, sources and records */
+	uint32_t key_crc;
+	uint64_t key_len;
+};
+
+enum { CACHE_UNTRIED, CACHE_LOADING, CACHE_LOADED, CACHE_SAVED };
+
+static const char REC_BYTEORDER[] = "little";
+static const char REC_VERSION[] = "3\n";
+
+/* ------------------------------------------------------------------ bytes */
+
+static uint8_t *put16(uint8_t *p, uint64_t v)
+{
+	assert(v <= 0xFFFF);
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+	return p + 2;
+}
+
+static uint8_t *put32(uint8_t *p, uint64_t v)
+{
+	assert(v <= ZIP_MAX32);
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+	return p + 4;
+}
+
+static uint8_t *put64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+	return p + 8;
+}
+
+static uint64_t min_u64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
+/* ----------------------------------------------------------------- pickle */
+
+/* The pickle being written, and its memo counter. */
+typedef struct pkbuf {
+	gfs_buf buf;
+	uint32_t memo; /* next memo index */
+} pkbuf;
+
+static void pk_put(pkbuf *b, const void *data, size_t n)
+{
+	gfs_buf_put(&b->buf, data, n);
+}
+
+static void pk_op(pkbuf *b, uint8_t op)
+{
+	pk_put(b, &op, 1);
+}
+
+/* pk_int(): a non-negative int64, in the shortest weights_only opcode. */
+static void pk_int(pkbuf *b, uint64_t v)
+{
+	uint8_t tmp[2 + 8];
+
+	assert(v <= INT64_MAX); /* so LONG1 needs at most 8 bytes */
+	if (v <= 0xFF) {
+		tmp[0] = 'K'; /* BININT1 */
+		tmp[1] = (uint8_t)v;
+		pk_put(b, tmp, 2);
+	} else if (v <= 0xFFFF) {
+		tmp[0] = 'M'; /* BININT2 */
+		put16(tmp + 1, v);
+		pk_put(b, tmp, 3);
+	} else if (v <= INT32_MAX) {
+		tmp[0] = 'J'; /* BININT */
+		put32(tmp + 1, v);
+		pk_put(b, tmp, 5);
+	} else {
+		/* LONG1: little-endian two's complement, sign bit clear */
+		uint8_t n = 0;
+
+		tmp[0] = 0x8a;
+		do {
+			tmp[2 + n++] = (uint8_t)v;
+			v >>= 8;
+		} while (v);
+		if (tmp[1 + n] & 0x80)
+			tmp[2 + n++] = 0;
+		tmp[1] = n;
+		pk_put(b, tmp, 2 + (size_t)n);
+	}
+}
+
+/* pk_str(): BINUNICODE (SHORT_BINUNICODE is not accepted by weights_only). */
+static void pk_str(pkbuf *b, const char *s)
+{
+	const size_t n = strlen(s);
+	uint8_t hdr[5] = { 'X' };
+
+	if (n > ZIP_MAX32) {
+		b->buf.oom = true;
+		return;
+	}
+	put32(hdr + 1, n);
+	pk_put(b, hdr, sizeof(hdr));
+	pk_put(b, s, n);
+}
+
+static void pk_global(pkbuf *b, const char *module, const char *name)
+{
+	pk_op(b, 'c'); /* GLOBAL */
+	pk_put(b, module, strlen(module));
+	pk_op(b, '\n');
+	pk_put(b, name, strlen(name));
+	pk_op(b, '\n');
+}
+
+/* pk_memo_put(): BINPUT the top of the stack; @return its memo index. */
+static uint32_t pk_memo_put(pkbuf *b)
+{
+	const uint32_t idx = b->memo++;
+	uint8_t tmp[5];
+
+	if (idx <= 0xFF) {
+		tmp[0] = 'q'; /* BINPUT */
+		tmp[1] = (uint8_t)idx;
+		pk_put(b, tmp, 2);
+	} else {
+		tmp[0] = 'r'; /* LONG_BINPUT */
+		put32(tmp + 1, idx);
+		pk_put(b, tmp, 5);
+	}
+	return idx;
+}
+
+static void pk_memo_get(pkbuf *b, uint32_t idx)
+{
+	uint8_t tmp[5];
+
+	if (idx <= 0xFF) {
+		tmp[0] = 'h'; /* BINGET */
+		tmp[1] = (uint8_t)idx;
+		pk_put(b, tmp, 2);
+	} else {
+		tmp[0] = 'j'; /* LONG_BINGET */
+		put32(tmp + 1, idx);
+		pk_put(b, tmp, 5);
+	}
+}
+
+/* pk_int_tuple(): a tuple of n non-negative integers. */
+static void pk_int_tuple(pkbuf *b, const uint64_t *v, uint32_t n)
+{
+	static const uint8_t small_tuple[4] = { ')', 0x85, 0x86, 0x87 };
+
+	if (n > 3)
+		pk_op(b, '('); /* MARK */
+	for (uint32_t i = 0; i < n; i++)
+		pk_int(b, v[i]);
+	pk_op(b, n > 3 ? 't' : small_tuple[n]);
+}
+
+/* Memo indices of what is already written; UINT32_MAX: not yet. */
+typedef struct pk_memos {
+	uint32_t odict;                   /* collections.OrderedDict */
+	uint32_t rebuild;                 /* torch._utils._rebuild_tensor_v2 */
+	uint32_t storage[GFS_DT_COUNT_];  /* torch.<X>Storage */
+	uint32_t *persid;                 /* per layout entry: its storage's persistent id */
+} pk_memos;
+
+/*
+ * pk_tensor_as(): the REDUCE of _rebuild_tensor_v2 for entry i, presented
+ * with shape[0..ndim) (same numel as the entry) and requires_grad.  The
+ * storage of a target seen for the first time gets key *nkeys (recorded in
+ * keys[]); later references BINGET its memoised persistent id tuple.
+ */
+static gfs_err pk_tensor_as(pkbuf *b, const gfs_vctx *ctx, pk_memos *m, size_t i,
+			    uint32_t ndim, const uint64_t *shape, bool requires_grad,
+			    size_t *keys, size_t *nkeys)
+{
+	const gfs_layout *l = ctx->layout;
+	const size_t ti = l->tensors[i].alias_of >= 0 ? (size_t)l->tensors[i].alias_of : i;
+	const gfs_tensor *t = &l->tensors[ti];
+	uint64_t stride[GFS_MAX_DIMS];
+	uint64_t step = 1;
+
+	assert(ndim <= GFS_MAX_DIMS);
+	for (uint32_t d = ndim; d-- > 0;) {
+		if (shape[d] > INT64_MAX || step > INT64_MAX)
+			return gfs_fail(GFS_ERR_UNSUPPORTED,
+					"tensor %s: shape does not fit torch's int64", t->name);
+		stride[d] = step;
+		if (!gfs_mul_u64(step, shape[d] ? shape[d] : 1, &step))
+			return gfs_fail(GFS_ERR_UNSUPPORTED,
+					"tensor %s: strides overflow", t->name);
+	}
+	if (step != t->numel && t->numel != 0)
+		return gfs_fail(GFS_ERR_INVAL, "tensor %s: presented with another element count",
+				t->name);
+	if (m->rebuild != UINT32_MAX) {
+		pk_memo_get(b, m->rebuild);
+	} else {
+		pk_global(b, "torch._utils", "_rebuild_tensor_v2");
+		m->rebuild = pk_memo_put(b);
+	}
+	pk_op(b, '('); /* MARK: arguments of _rebuild_tensor_v2 */
+	if (m->persid[ti] != UINT32_MAX) {
+		pk_memo_get(b, m->persid[ti]);
+	} else {
+		const gfs_dtype out = gfs_dtype_out(t->dtype, ctx->want);
+		char key[24];
+
+		snprintf(key, sizeof(key), "%zu", *nkeys);
+		keys[(*nkeys)++] = ti;
+		pk_op(b, '(');
+		pk_str(b, "storage");
+		if (m->storage[out] != UINT32_MAX) {
+			pk_memo_get(b, m->storage[out]);
+		} else {
+			pk_global(b, "torch", gfs_dtype_storage_class(out));
+			m->storage[out] = pk_memo_put(b);
+		}
+		pk_str(b, key);
+		pk_str(b, "cpu");
+		pk_int(b, t->numel);
+		pk_op(b, 't');
+		m->persid[ti] = pk_memo_put(b);
+	}
+	pk_op(b, 'Q');  /* BINPERSID */
+	pk_int(b, 0);   /* storage_offset */
+	pk_int_tuple(b, shape, ndim);
+	pk_int_tuple(b, stride, ndim);
+	pk_op(b, requires_grad ? 0x88 : 0x89); /* NEWTRUE / NEWFALSE */
+	if (m->odict != UINT32_MAX) {
+		pk_memo_get(b, m->odict);
+	} else {
+		pk_global(b, "collections", "OrderedDict");
+		m->odict = pk_memo_put(b);
+	}
+	pk_op(b, ')');
+	pk_op(b, 'R');  /* backward_hooks = OrderedDict() */
+	pk_op(b, 't');
+	pk_op(b, 'R');
+	return GFS_OK;
+}
+
+/* pk_tensor(): entry i as itself (its own shape, requires_grad False). */
+static gfs_err pk_tensor(pkbuf *b, const gfs_vctx *ctx, pk_memos *m, size_t i,
+			 size_t *keys, size_t *nkeys)
+{
+	const gfs_tensor *t = gfs_layout_target(ctx->layout, i);
+
+	return pk_tensor_as(b, ctx, m, i, t->ndim, t->shape, false, keys, nkeys);
+}
+
+/*
+ * build_pickle(): data.pkl for entries[0..n) of ctx's layout.  keys[k]
+ * receives the layout entry whose bytes storage k holds (keys has room for
+ * n entries).
+ */
+static gfs_err build_pickle(const gfs_vctx *ctx, const size_t *entries, size_t n,
+			    pkbuf *b, size_t *keys, size_t *nkeys)
+{
+	const gfs_layout *l = ctx->layout;
+	pk_memos m;
+	gfs_err err = GFS_OK;
+
+	m.persid = malloc((gfs_layout_nentries(l) + 1) * sizeof(*m.persid));
+	if (!m.persid)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	memset(m.persid, 0xff, gfs_layout_nentries(l) * sizeof(*m.persid));
+	memset(m.storage, 0xff, sizeof(m.storage));
+	*nkeys = 0;
+	pk_put(b, "\x80\x02", 2); /* PROTO 2 */
+	pk_global(b, "collections", "OrderedDict");
+	m.odict = pk_memo_put(b);
+	m.rebuild = UINT32_MAX;
+	pk_op(b, ')');
+	pk_op(b, 'R'); /* the root: OrderedDict() */
+	for (size_t k = 0; k < n && !err; k++) {
+		const size_t i = entries[k];
+
+		assert(i < l->ntensors);
+		if (k % PICKLE_BATCH == 0)
+			pk_op(b, '(');
+		pk_str(b, l->tensors[i].name);
+		err = pk_tensor(b, ctx, &m, i, keys, nkeys);
+		if (k % PICKLE_BATCH == PICKLE_BATCH - 1 || k + 1 == n)
+			pk_op(b, 'u'); /* SETITEMS */
+	}
+	pk_op(b, '.'); /* STOP */
+	free(m.persid);
+	if (!err && b->buf.oom)
+		err = gfs_fail(GFS_ERR_NOMEM, "out of memory writing data.pkl");
+	return err;
+}
+
+/* ---------------------------------------------------------- source checks */
+
+/*
+ * Nothing of a storage record is served, and no CRC-32 of it computed,
+ * before the source records its bytes come from (whole zip records of the
+ * shards, padding included) match the CRC-32s their zip directories store:
+ * so a corrupt shard never becomes a zip with valid CRCs of corrupt data.
+ */
+
+/* add_sources(): append to v (deduplicated through seen) the records of entry's bytes. */
+static void add_sources(const gfs_layout *l, size_t entry, uint8_t *seen, uint32_t *v,
+			size_t *n)
+{
+	const gfs_tensor *t = gfs_layout_target(l, entry);
+
+	for (size_t p = 0; p < t->npieces; p++) {
+		const uint32_t rec = t->pieces[p].rec;
+
+		if (rec != GFS_NO_RECORD && !seen[rec]) {
+			seen[rec] = 1;
+			v[(*n)++] = rec;
+		}
+	}
+}
+
+/*
+ * check_sources(): make sure the source records of the view's records
+ * rs[0..n) are checked and good (in parallel, each read once); the first
+ * corrupt one is GFS_ERR_IO naming its file, record and tensors.
+ */
+static gfs_err check_sources(gfs_tzview *z, const size_t *rs, size_t n)
+{
+	const gfs_layout *l = z->ctx->layout;
+	bool todo = false;
+	uint8_t *seen;
+	uint32_t *v;
+	size_t nv = 0;
+	gfs_err err;
+
+	for (size_t k = 0; k < n && !todo; k++)
+		todo = z->recs[rs[k]].entry != NO_ENTRY && !atomic_load(&z->recs[rs[k]].src_ok);
+	if (!todo)
+		return GFS_OK;
+	seen = gfs_calloc(l->nrecords ? l->nrecords : 1, 1);
+	v = gfs_calloc(l->nrecords ? l->nrecords : 1, sizeof(*v));
+	if (!seen || !v) {
+		free(seen);
+		free(v);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	for (size_t k = 0; k < n; k++)
+		if (z->recs[rs[k]].entry != NO_ENTRY && !atomic_load(&z->recs[rs[k]].src_ok))
+			add_sources(l, z->recs[rs[k]].entry, seen, v, &nv);
+	err = gfs_integrity_require(l, z->ctx->src, v, nv, 0);
+	for (size_t k = 0; !err && k < n; k++)
+		atomic_store(&z->recs[rs[k]].src_ok, true);
+	free(seen);
+	free(v);
+	return err;
+}
+
+/* src_guard(): the guard of storage record arg's data. */
+static gfs_err src_guard(void *ctx, uint64_t arg, uint64_t off, uint8_t *buf, size_t len)
+{
+	gfs_tzview *z = ctx;
+
+	(void)off;
+	(void)buf;
+	(void)len;
+	assert(arg < z->nrecs);
+	if (atomic_load(&z->recs[arg].src_ok))
+		return GFS_OK;
+	return check_sources(z, &(size_t){ (size_t)arg }, 1);
+}
+
+/* -------------------------------------------------------------------- CRC */
+
+/* crc_range(): CRC-32 of bytes [off, off + len) of entry, through buf. */
+static gfs_err crc_range(const gfs_vctx *ctx, size_t entry, uint64_t off,
+			 uint64_t len, uint8_t *buf, uint32_t *out)
+{
+	uLong crc = crc32(0, Z_NULL, 0);
+
+	while (len > 0) {
+		const size_t n = (size_t)min_u64(len, CRC_READ_BUF);
+		const gfs_err err = gfs_tensor_read(ctx->layout, ctx->src, entry,
+						    ctx->want, off, buf, n);
+
+		if (err)
+			return err;
+		crc = crc32(crc, buf, (uInt)n);
+		off += n;
+		len -= n;
+	}
+	*out = (uint32_t)crc;
+	return GFS_OK;
+}
+
+/*
+ * crc_from_sources(): the CRC-32 of record r combined from the CRC-32s the
+ * source checks recorded for its pieces, without reading them again:
+ * possible when the tensor is served as stored (no dtype conversion) from
+ * contiguous FILE pieces of records found OK (never for a computed
+ * tensor: its bytes are in no source record).
+ */
+static bool crc_from_sources(const gfs_tzview *z, size_t r, uint32_t *out)
+{
+	const gfs_layout *l = z->ctx->layout;
+	const gfs_tensor *t = gfs_layout_target(l, z->recs[r].entry);
+	const size_t ti = (size_t)(t - l->tensors);
+	uLong crc = crc32(0, Z_NULL, 0);
+
+	if (t->strided || t->comp || gfs_dtype_out(t->dtype, z->ctx->want) != t->dtype)
+		return false;
+	for (size_t p = 0; p < t->npieces; p++) {
+		uint32_t c;
+
+		if (!gfs_srcset_piece_crc(z->ctx->src, ti, p, &c))
+			return false;
+		crc = crc32_combine(crc, c, (z_off_t)t->pieces[p].len);
+	}
+	*out = (uint32_t)crc;
+	return true;
+}
+
+/* publish(): end a computation of record r: success stores crc. */
+static void publish(gfs_tzview *z, size_t r, gfs_err err, uint32_t crc)
+{
+	tz_record *rec = &z->recs[r];
+
+	assert(atomic_load(&rec->state) == CRC_BUSY);
+	if (!err) {
+		rec->crc = crc;
+		atomic_fetch_add(&z->ndone, 1);
+	}
+	atomic_store(&rec->state, err ? CRC_NONE : CRC_DONE);
+	pthread_mutex_lock(&z->lock);
+	pthread_cond_broadcast(&z->cond);
+	pthread_mutex_unlock(&z->lock);
+}
+
+/* crc_one(): make record r's CRC known, computing it in this thread. */
+static gfs_err crc_one(gfs_tzview *z, size_t r)
+{
+	tz_record *rec = &z->recs[r];
+
+	for (;;) {
+		int state = CRC_NONE;
+		uint8_t *buf;
+		uint32_t crc = 0;
+		gfs_err err;
+
+		if (atomic_compare_exchange_strong(&rec->state, &state, CRC_BUSY)) {
+			assert(rec->entry != NO_ENTRY);
+			buf = malloc(CRC_READ_BUF);
+			err = buf ? check_sources(z, &r, 1)
+				  : gfs_fail(GFS_ERR_NOMEM, "out of memory");
+			if (!err && !crc_from_sources(z, r, &crc))
+				err = crc_range(z->ctx, rec->entry, 0, rec->size, buf, &crc);
+			free(buf);
+			publish(z, r, err, crc);
+			return err;
+		}
+		if (state == CRC_DONE)
+			return GFS_OK;
+		pthread_mutex_lock(&z->lock);
+		while (atomic_load(&rec->state) == CRC_BUSY)
+			pthread_cond_wait(&z->cond, &z->lock);
+		pthread_mutex_unlock(&z->lock);
+	}
+}
+
+/* One unit of the parallel pass: a chunk of a record. */
+typedef struct crc_item {
+	size_t rec;
+	uint64_t off;
+	uint64_t len;
+	uint32_t crc;
+} crc_item;
+
+typedef struct crc_job {
+	const gfs_tzview *z;
+	crc_item *items;
+	size_t nitems;
+	atomic_size_t next;
+	_Atomic int err;   /* first error, GFS_OK if none */
+	char msg[512];     /* its message, written by the thread that set err */
+} crc_job;
+
+static void job_fail(crc_job *job, gfs_err err)
+{
+	int none = GFS_OK;
+
+	if (atomic_compare_exchange_strong(&job->err, &none, (int)err))
+		snprintf(job->msg, sizeof(job->msg), "%s", gfs_errmsg());
+}
+
+static void *crc_worker(void *arg)
+{
+	crc_job *job = arg;
+	uint8_t *buf = malloc(CRC_READ_BUF);
+
+	if (!buf) {
+		job_fail(job, gfs_fail(GFS_ERR_NOMEM, "out of memory"));
+		return NULL;
+	}
+	while (atomic_load(&job->err) == GFS_OK) {
+		const size_t i = atomic_fetch_add(&job->next, 1);
+		crc_item *it;
+		gfs_err err;
+
+		if (i >= job->nitems)
+			break;
+		it = &job->items[i];
+		err = crc_range(job->z->ctx, job->z->recs[it->rec].entry, it->off,
+				it->len, buf, &it->crc);
+		if (err)
+			job_fail(job, err);
+	}
+	free(buf);
+	return NULL;
+}
+
+/* run_job(): run job on nthreads threads, this one included. */
+static void run_job(crc_job *job, unsigned nthreads)
+{
+	pthread_t tids[CRC_MAX_THREADS];
+	unsigned started = 0;
+
+	if (nthreads > job->nitems)
+		nthreads = (unsigned)job->nitems;
+	while (started + 1 < nthreads &&
+	       pthread_create(&tids[started], NULL, crc_worker, job) == 0)
+		started++;
+	crc_worker(job);
+	while (started > 0)
+		pthread_join(tids[--started], NULL);
+}
+
+/* chunks(): number of work items a record of size bytes is cut into. */
+static uint64_t chunks(uint64_t size)
+{
+	return size ? (size - 1) / CRC_CHUNK + 1 : 1;
+}
+
+/*
+ * claim_items(): mark every record whose CRC is unknown as ours (BUSY) and
+ * cut them into chunks.  @return GFS_OK and *items / *nitems (possibly 0).
+ */
+static gfs_err claim_items(gfs_tzview *z, crc_item **items, size_t *nitems)
+{
+	uint64_t cap = 0;
+	size_t n = 0;
+	crc_item *v;
+
+	for (size_t r = 0; r < z->nrecs; r++)
+		if (atomic_load(&z->recs[r].state) == CRC_NONE)
+			cap += chunks(z->recs[r].size);
+	*items = NULL;
+	*nitems = 0;
+	if (cap == 0)
+		return GFS_OK;
+	v = cap <= SIZE_MAX ? gfs_reallocarray(NULL, (size_t)cap, sizeof(*v)) : NULL;
+	if (!v)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t r = 0; r < z->nrecs; r++) {
+		tz_record *rec = &z->recs[r];
+		int state = CRC_NONE;
+		uint64_t off = 0;
+
+		/* A record that failed in another thread since the count
+		 * may not fit; the caller's crc_one() pass handles it. */
+		if (chunks(rec->size) > cap - n ||
+		    !atomic_compare_exchange_strong(&rec->state, &state, CRC_BUSY))
+			continue;
+		do {
+			const uint64_t len = min_u64(rec->size - off, CRC_CHUNK);
+
+			assert(n < cap);
+			v[n++] = (crc_item){ .rec = r, .off = off, .len = len };
+			off += len;
+		} while (off < rec->size);
+	}
+	*items = v;
+	*nitems = n;
+	return GFS_OK;
+}
+
+/* item_sources(): check_sources() of the records job's items belong to. */
+static gfs_err item_sources(gfs_tzview *z, const crc_job *job)
+{
+	size_t *rs = gfs_calloc(job->nitems ? job->nitems : 1, sizeof(*rs));
+	size_t n = 0;
+	gfs_err err;
+
+	if (!rs)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t i = 0; i < job->nitems; i++)
+		if (n == 0 || rs[n - 1] != job->items[i].rec)
+			rs[n++] = job->items[i].rec;
+	err = check_sources(z, rs, n);
+	free(rs);
+	return err;
+}
+
+/*
+ * derive_items(): publish the CRC-32 of every record of job that
+ * crc_from_sources() gives, and drop its items.
+ */
+static void derive_items(gfs_tzview *z, crc_job *job)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < job->nitems;) {
+		const size_t r = job->items[i].rec;
+		size_t j = i;
+		uint32_t crc;
+
+		while (j < job->nitems && job->items[j].rec == r)
+			j++;
+		if (crc_from_sources(z, r, &crc))
+			publish(z, r, GFS_OK, crc);
+		else
+			while (i < j)
+				job->items[n++] = job->items[i++];
+		i = j;
+	}
+	job->nitems = n;
+}
+
+gfs_err gfs_tzview_compute_crcs(gfs_tzview *z, unsigned nthreads)
+{
+	crc_job job = { .z = z };
+	gfs_err err;
+
+	if (nthreads == 0) {
+		const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+
+		nthreads = ncpu < 1 ? 1 : (unsigned)min_u64((uint64_t)ncpu, CRC_MAX_THREADS);
+	}
+	nthreads = (unsigned)min_u64(nthreads, CRC_MAX_THREADS);
+	err = claim_items(z, &job.items, &job.nitems);
+	if (err)
+		return err;
+	atomic_init(&job.next, 0);
+	atomic_init(&job.err, GFS_OK);
+	err = item_sources(z, &job);
+	if (err)
+		job_fail(&job, err);
+	else
+		derive_items(z, &job);
+	if (!err && job.nitems)
+		run_job(&job, nthreads);
+	err = (gfs_err)atomic_load(&job.err);
+	for (size_t i = 0; i < job.nitems;) {
+		const size_t r = job.items[i].rec;
+		uLong crc = job.items[i].crc;
+
+		for (i++; i < job.nitems && job.items[i].rec == r; i++)
+			crc = crc32_combine(crc, job.items[i].crc, (z_off_t)job.items[i].len);
+		publish(z, r, err, (uint32_t)crc);
+	}
+	free(job.items);
+	if (err)
+		return gfs_fail(err, "%s", job.msg);
+	/* Records other threads were computing meanwhile. */
+	for (size_t r = 0; r < z->nrecs; r++) {
+		if (atomic_load(&z->recs[r].state) == CRC_DONE)
+			continue;
+		err = crc_one(z, r);
+		if (err)
+			return err;
+	}
+	return GFS_OK;
+}
+
+/* ------------------------------------------------------ persistent cache */
+
+/*
+ * A remount should not read every tensor again to compute CRCs, so the
+ * CRCs of a view are kept in a sidecar file under ctx->crc_cache:
+ *
+ *   "GFSCRC01", key FNV-1a 64, key CRC-32, key length, nrecs   (u64/u32 LE)
+ *   nrecs x (record size u64, CRC u32)
+ *   CRC-32 of all the above
+ *
+ * The key covers the output dtype, the archive prefix, every record's size
+ * and layout entry, every piece of those entries, and every source's path,
+ * size, mtime (ns), inode and device.  A file is used only if all of it
+ * matches; anything else (missing, short, foreign, stale) is ignored and
+ * the CRCs are computed as without a cache.  It is written once every CRC
+ * is known, to a temporary file renamed into place.
+ */
+typedef struct keyhash {
+	uint64_t fnv;
+	uLong crc;
+	uint64_t len;
+} keyhash;
+
+static void kh_put(keyhash *h, const void *data, size_t n)
+{
+	const uint8_t *p = data;
+
+	for (size_t i = 0; i < n; i++)
+		h->fnv = (h->fnv ^ p[i]) * UINT64_C(0x100000001b3);
+	h->crc = crc32(h->crc, p, (uInt)n);
+	h->len += n;
+}
+
+static void kh_u64(keyhash *h, uint64_t v)
+{
+	uint8_t le[8];
+
+	put64(le, v);
+	kh_put(h, le, sizeof(le));
+}
+
+static void kh_str(keyhash *h, const char *s)
+{
+	kh_put(h, s, strlen(s) + 1);
+}
+
+/* kh_pieces(): a tensor's pieces. */
+static void kh_pieces(keyhash *h, const gfs_tensor *t)
+{
+	kh_u64(h, t->npieces);
+	for (size_t p = 0; p < t->npieces; p++) {
+		const gfs_piece *pc = &t->pieces[p];
+		const uint64_t f[] = { (uint64_t)pc->kind, pc->src, pc->toff, pc->len,
+				       pc->src_off, pc->count, pc->dst_stride,
+				       pc->src_stride, pc->frame_off, pc->frame_len,
+				       pc->frame_size };
+
+		for (size_t k = 0; k < sizeof(f) / sizeof(f[0]); k++)
+			kh_u64(h, f[k]);
+	}
+}
+
+/* kh_compute(): a computed tensor's operation, scale and operands. */
+static void kh_compute(keyhash *h, const gfs_layout *l, const gfs_compute *c)
+{
+	uint64_t scale;
+
+	memcpy(&scale, &c->scale, sizeof(scale));
+	kh_u64(h, (uint64_t)c->op);
+	kh_u64(h, c->flags);
+	kh_u64(h, scale);
+	for (int k = 0; k < GFS_OPIN_COUNT; k++) {
+		const gfs_tensor *in = c->in[k] >= 0 ? &l->inputs->tensors[c->in[k]] : NULL;
+
+		kh_u64(h, in ? (uint64_t)in->dtype : UINT64_MAX);
+		if (in) {
+			for (uint32_t d = 0; d < in->ndim; d++)
+				kh_u64(h, in->shape[d]);
+			kh_pieces(h, in);
+		}
+	}
+}
+
+/* cache_key(): hash the key of z into z->key_*; false if a source is gone. */
+static bool cache_key(gfs_tzview *z)
+{
+	const gfs_layout *l = z->ctx->layout;
+	keyhash h = { .fnv = UINT64_C(0xcbf29ce484222325), .crc = crc32(0, Z_NULL, 0) };
+
+	kh_str(&h, "gatherfs torch zip CRCs 2"); /* 2: computed from checked sources */
+	kh_u64(&h, (uint64_t)z->ctx->want);
+	kh_str(&h, z->prefix);
+	kh_u64(&h, l->nsources);
+	for (size_t i = 0; i < l->nsources; i++) {
+		struct stat st;
+
+		if (stat(l->sources[i].abspath, &st) != 0)
+			return false;
+		kh_str(&h, l->sources[i].abspath);
+		kh_u64(&h, (uint64_t)st.st_size);
+		kh_u64(&h, (uint64_t)st.st_mtim.tv_sec);
+		kh_u64(&h, (uint64_t)st.st_mtim.tv_nsec);
+		kh_u64(&h, (uint64_t)st.st_ino);
+		kh_u64(&h, (uint64_t)st.st_dev);
+	}
+	kh_u64(&h, z->nrecs);
+	for (size_t r = 0; r < z->nrecs; r++) {
+		const tz_record *rec = &z->recs[r];
+		const gfs_tensor *t;
+
+		kh_u64(&h, rec->size);
+		kh_u64(&h, rec->entry);
+		if (rec->entry == NO_ENTRY)
+			continue;
+		t = gfs_layout_target(l, rec->entry);
+		kh_str(&h, t->name);
+		kh_u64(&h, (uint64_t)t->dtype);
+		kh_u64(&h, t->nbytes);
+		kh_pieces(&h, t);
+		if (t->comp) /* a computed tensor: its operation and operands */
+			kh_compute(&h, l, t->comp);
+	}
+	z->key_fnv = h.fnv;
+	z->key_crc = (uint32_t)h.crc;
+	z->key_len = h.len;
+	return true;
+}
+
+enum { CACHE_HDR = 8 + 8 + 4 + 8 + 8, CACHE_REC = 8 + 4 };
+static const char CACHE_MAGIC[8] = "GFSCRC01";
+
+static uint64_t get64(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+	       (uint32_t)p[3] << 24;
+}
+
+/* cache_image(): the file contents for z's current CRCs (all known). */
+static uint8_t *cache_image(const gfs_tzview *z, size_t *len)
+{
+	const size_t n = CACHE_HDR + z->nrecs * CACHE_REC + 4;
+	uint8_t *img = malloc(n);
+	uint8_t *p = img;
+
+	if (!img)
+		return NULL;
+	memcpy(p, CACHE_MAGIC, sizeof(CACHE_MAGIC));
+	p = put64(p + sizeof(CACHE_MAGIC), z->key_fnv);
+	p = put32(p, z->key_crc);
+	p = put64(p, z->key_len);
+	p = put64(p, z->nrecs);
+	for (size_t r = 0; r < z->nrecs; r++) {
+		p = put64(p, z->recs[r].size);
+		p = put32(p, z->recs[r].crc);
+	}
+	p = put32(p, crc32(crc32(0, Z_NULL, 0), img, (uInt)(p - img)));
+	assert((size_t)(p - img) == n);
+	*len = n;
+	return img;
+}
+
+/*
+ * cache_load(): once per view, compute the key and adopt the cached CRCs
+ * of records nobody is computing.  Best effort: never fails.
+ */
+static void cache_load(gfs_tzview *z)
+{
+	const char *dir = z->ctx->crc_cache;
+	int state = CACHE_UNTRIED;
+	uint8_t *img = NULL;
+	size_t len = 0, n;
+	char name[64];
+	FILE *f;
+
+	if (!dir || !*dir ||
+	    !atomic_compare_exchange_strong(&z->cache_state, &state, CACHE_LOADING))
+		return;
+	if (!cache_key(z))
+		goto out;
+	(void)snprintf(name, sizeof(name), "/%016llx-%08lx.crc",
+		       (unsigned long long)z->key_fnv, (unsigned long)z->key_crc);
+	z->cache_path = malloc(strlen(dir) + strlen(name) + 1);
+	if (!z->cache_path)
+		goto out;
+	strcpy(z->cache_path, dir);
+	strcat(z->cache_path, name);
+	n = CACHE_HDR + z->nrecs * CACHE_REC + 4;
+	img = malloc(n + 1);
+	f = fopen(z->cache_path, "rbe");
+	if (!img || !f) {
+		if (f)
+			fclose(f);
+		goto out;
+	}
+	len = fread(img, 1, n + 1, f);
+	fclose(f);
+	if (len != n || memcmp(img, CACHE_MAGIC, sizeof(CACHE_MAGIC)) != 0 ||
+	    get64(img + 8) != z->key_fnv || get32(img + 16) != z->key_crc ||
+	    get64(img + 20) != z->key_len || get64(img + 28) != z->nrecs ||
+	    get32(img + n - 4) != (uint32_t)crc32(crc32(0, Z_NULL, 0), img, (uInt)(n - 4)))
+		goto out;
+	for (size_t r = 0; r < z->nrecs; r++)
+		if (get64(img + CACHE_HDR + r * CACHE_REC) != z->recs[r].size)
+			goto out;
+	for (size_t r = 0; r < z->nrecs; r++) {
+		int none = CRC_NONE;
+
+		if (atomic_compare_exchange_strong(&z->recs[r].state, &none, CRC_BUSY))
+			publish(z, r, GFS_OK, get32(img + CACHE_HDR + r * CACHE_REC + 8));
+	}
+out:
+	free(img);
+	atomic_store(&z->cache_state, CACHE_LOADED);
+}
+
+/* mkdirs(): create dir and its missing parents (mode 0700); best effort. */
+static void mkdirs(const char *dir)
+{
+	char *p = gfs_strdup(dir);
+
+	if (!p)
+		return;
+	for (char *s = strchr(p + 1, '/'); s; s = strchr(s + 1, '/')) {
+		*s = '\0';
+		(void)mkdir(p, 0700);
+		*s = '/';
+	}
+	(void)mkdir(p, 0700);
+	free(p);
+}
+
+/* cache_save(): once every CRC is known, write the cache file (best effort). */
+static void cache_save(gfs_tzview *z)
+{
+	int state = CACHE_LOADED;
+	uint8_t *img;
+	size_t len;
+	char *tmp;
+	FILE *f;
+
+	if (atomic_load(&z->ndone) != z->nrecs || !z->cache_path ||
+	    !atomic_compare_exchange_strong(&z->cache_state, &state, CACHE_SAVED))
+		return;
+	img = cache_image(z, &len);
+	tmp = malloc(strlen(z->cache_path) + 32);
+	if (img && tmp) {
+		mkdirs(z->ctx->crc_cache);
+		(void)sprintf(tmp, "%s.%ld.tmp", z->cache_path, (long)getpid());
+		f = fopen(tmp, "wbe");
+		if (f) {
+			const bool ok = fwrite(img, 1, len, f) == len;
+
+			if (fclose(f) != 0 || !ok || rename(tmp, z->cache_path) != 0)
+				(void)unlink(tmp);
+		}
+	}
+	free(tmp);
+	free(img);
+}
+
+/* crc_gen(): the GEN callback of CRC fields: arg = record | GEN_BATCH. */
+static gfs_err crc_gen(void *ctx, uint64_t arg, uint64_t off, uint8_t *buf,
+		       size_t len)
+{
+	gfs_tzview *z = ctx;
+	const size_t r = (size_t)(arg & ~GEN_BATCH);
+	uint8_t le[4];
+
+	assert(r < z->nrecs && off + len <= sizeof(le));
+	if (atomic_load(&z->recs[r].state) != CRC_DONE) {
+		gfs_err err;
+
+		cache_load(z);
+		err = (arg & GEN_BATCH) ? gfs_tzview_compute_crcs(z, 0) : crc_one(z, r);
+		if (err)
+			return err;
+		cache_save(z);
+	}
+	put32(le, z->recs[r].crc);
+	memcpy(buf, le + off, len);
+	return GFS_OK;
+}
+
+/* ---------------------------------------------------------------- the zip */
+
+/* record_name(): the full name of record r. */
+static size_t record_name(const gfs_tzview *z, size_t r, char *buf)
+{
+	int n;
+
+	if (r == 0)
+		n = snprintf(buf, NAME_BUF, "%s/data.pkl", z->prefix);
+	else if (r == 1)
+		n = snprintf(buf, NAME_BUF, "%s/byteorder", z->prefix);
+	else if (r + 1 == z->nrecs)
+		n = snprintf(buf, NAME_BUF, "%s/version", z->prefix);
+	else
+		n = snprintf(buf, NAME_BUF, "%s/data/%zu", z->prefix, r - 2);
+	assert(n > 0 && n < NAME_BUF);
+	return (size_t)n;
+}
+
+/* add_crc(): the CRC field of record r: literal if known, else generated. */
+static gfs_err add_crc(gfs_tzview *z, size_t r, uint64_t flag)
+{
+	const tz_record *rec = &z->recs[r];
+	uint8_t le[4];
+
+	if (atomic_load(&rec->state) == CRC_DONE) {
+		put32(le, rec->crc);
+		return gfs_vfile_add_mem(z->vf, le, sizeof(le));
+	}
+	return gfs_vfile_add_gen(z->vf, &z->gen, r | flag, sizeof(le));
+}
+
+/*
+ * add_record(): local header (with FB padding so the data starts 64-byte
+ * aligned), data (mem, or the storage's tensor bytes), data descriptor.
+ */
+static gfs_err add_record(gfs_tzview *z, size_t r, const void *mem)
+{
+	tz_record *rec = &z->recs[r];
+	const bool z64 = rec->size >= ZIP_MAX32;
+	const size_t xz64 = z64 ? ZIP_Z64_LOCAL : 0;
+	uint8_t h[ZIP_LFH + NAME_BUF + ZIP_Z64_LOCAL + ZIP_FB + ZIP_ALIGN];
+	char name[NAME_BUF];
+	const size_t nlen = record_name(z, r, name);
+	uint64_t pad;
+	uint8_t *p = h;
+	gfs_err err;
+
+	rec->hdr_off = gfs_vfile_size(z->vf);
+	pad = (ZIP_ALIGN - (rec->hdr_off + ZIP_LFH + nlen + xz64 + ZIP_FB) % ZIP_ALIGN) %
+	      ZIP_ALIGN;
+	p = put32(p, 0x04034b50);
+	p = put16(p, z64 ? ZIP_NEED_Z64 : ZIP_NEED);
+	p = put16(p, ZIP_FLAGS);
+	p = put16(p, 0); /* STORED */
+	p = put16(p, 0); /* time */
+	p = put16(p, ZIP_DOS_DATE);
+	p = put32(p, 0); /* CRC and sizes: in the data descriptor (flag bit 3) */
+	p = put32(p, 0);
+	p = put32(p, 0);
+	p = put16(p, nlen);
+	p = put16(p, xz64 + ZIP_FB + pad);
+	memcpy(p, name, nlen);
+	p += nlen;
+	if (z64) {
+		p = put16(p, 0x0001);
+		p = put16(p, 16);
+		p = put64(p, 0);
+		p = put64(p, 0);
+	}
+	*p++ = 'F';
+	*p++ = 'B';
+	p = put16(p, pad);
+	memset(p, 'Z', (size_t)pad);
+	p += pad;
+	assert((size_t)(p - h) <= sizeof(h));
+	assert((rec->hdr_off + (uint64_t)(p - h)) % ZIP_ALIGN == 0);
+	err = gfs_vfile_add_mem(z->vf, h, (size_t)(p - h));
+	if (!err)
+		err = mem ? gfs_vfile_add_mem(z->vf, mem, (size_t)rec->size)
+			  : gfs_vfile_add_tensor_guarded(z->vf, rec->entry, 0, rec->size, &z->guard, r);
+	if (!err)
+		err = gfs_vfile_add_mem(z->vf, "PK\x07\x08", 4);
+	if (!err)
+		err = add_crc(z, r, 0);
+	if (err)
+		return err;
+	p = h;
+	if (z64) {
+		p = put64(p, rec->size);
+		p = put64(p, rec->size);
+	} else {
+		p = put32(p, rec->size);
+		p = put32(p, rec->size);
+	}
+	return gfs_vfile_add_mem(z->vf, h, (size_t)(p - h));
+}
+
+/* add_central(): the central directory header of record r. */
+static gfs_err add_central(gfs_tzview *z, size_t r)
+{
+	const tz_record *rec = &z->recs[r];
+	const bool zsize = rec->size >= ZIP_MAX32;
+	const bool zoff = rec->hdr_off >= ZIP_MAX32;
+	const size_t xlen = zsize || zoff ? 4 + (zsize ? 16 : 0) + (zoff ? 8 : 0) : 0;
+	uint8_t h[ZIP_CDH + NAME_BUF + 28];
+	char name[NAME_BUF];
+	const size_t nlen = record_name(z, r, name);
+	uint8_t *p = h;
+	gfs_err err;
+
+	p = put32(p, 0x02014b50);
+	p = put16(p, ZIP_MADE_BY);
+	p = put16(p, xlen ? ZIP_NEED_Z64 : ZIP_NEED);
+	p = put16(p, ZIP_FLAGS);
+	p = put16(p, 0); /* STORED */
+	p = put16(p, 0);
+	p = put16(p, ZIP_DOS_DATE);
+	err = gfs_vfile_add_mem(z->vf, h, (size_t)(p - h));
+	if (!err)
+		err = add_crc(z, r, GEN_BATCH);
+	if (err)
+		return err;
+	p = h;
+	p = put32(p, zsize ? ZIP_MAX32 : rec->size);
+	p = put32(p, zsize ? ZIP_MAX32 : rec->size);
+	p = put16(p, nlen);
+	p = put16(p, xlen);
+	p = put16(p, 0); /* comment */
+	p = put16(p, 0); /* disk */
+	p = put16(p, 0); /* internal attributes */
+	p = put32(p, (uint64_t)ZIP_EXT_ATTR << 16);
+	p = put32(p, zoff ? ZIP_MAX32 : rec->hdr_off);
+	memcpy(p, name, nlen);
+	p += nlen;
+	if (xlen) {
+		p = put16(p, 0x0001);
+		p = put16(p, xlen - 4);
+		if (zsize) {
+			p = put64(p, rec->size);
+			p = put64(p, rec->size);
+		}
+		if (zoff)
+			p = put64(p, rec->hdr_off);
+	}
+	assert((size_t)(p - h) <= sizeof(h));
+	return gfs_vfile_add_mem(z->vf, h, (size_t)(p - h));
+}
+
+/* add_end(): ZIP64 end of central directory, its locator, and the EOCD. */
+static gfs_err add_end(gfs_tzview *z, uint64_t cd_off)
+{
+	const uint64_t eocd64 = gfs_vfile_size(z->vf);
+	const uint64_t cd_size = eocd64 - cd_off;
+	const uint64_t n = z->nrecs;
+	uint8_t h[ZIP_EOCD64 + ZIP_LOC64 + ZIP_EOCD];
+	uint8_t *p = h;
+
+	p = put32(p, 0x06064b50);
+	p = put64(p, ZIP_EOCD64 - 12);
+	p = put16(p, ZIP_MADE_BY);
+	p = put16(p, ZIP_NEED_Z64);
+	p = put32(p, 0);
+	p = put32(p, 0);
+	p = put64(p, n);
+	p = put64(p, n);
+	p = put64(p, cd_size);
+	p = put64(p, cd_off);
+	p = put32(p, 0x07064b50);
+	p = put32(p, 0);
+	p = put64(p, eocd64);
+	p = put32(p, 1);
+	p = put32(p, 0x06054b50);
+	p = put16(p, 0);
+	p = put16(p, 0);
+	p = put16(p, min_u64(n, 0xFFFF));
+	p = put16(p, min_u64(n, 0xFFFF));
+	p = put32(p, min_u64(cd_size, ZIP_MAX32));
+	p = put32(p, min_u64(cd_off, ZIP_MAX32));
+	p = put16(p, 0);
+	assert(p == h + sizeof(h));
+	return gfs_vfile_add_mem(z->vf, h, sizeof(h));
+}
+
+/* record_mem(): the bytes of a metadata record; NULL for a storage. */
+static const void *record_mem(const gfs_tzview *z, const pkbuf *pk, size_t r)
+{
+	if (r == 0)
+		return pk->buf.p;
+	if (r == 1)
+		return REC_BYTEORDER;
+	if (r + 1 == z->nrecs)
+		return REC_VERSION;
+	return NULL;
+}
+
+/* init_records(): sizes, entries and known CRCs of every record. */
+static gfs_err init_records(gfs_tzview *z, const pkbuf *pk, const size_t *keys,
+			    size_t nkeys)
+{
+	z->nrecs = nkeys + 3;
+	z->recs = gfs_calloc(z->nrecs, sizeof(*z->recs));
+	if (!z->recs)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t r = 0; r < z->nrecs; r++) {
+		tz_record *rec = &z->recs[r];
+		const void *mem = record_mem(z, pk, r);
+
+		rec->entry = NO_ENTRY;
+		atomic_init(&rec->src_ok, false);
+		if (r == 0) {
+			rec->size = pk->buf.len;
+		} else if (mem) {
+			rec->size = strlen(mem);
+		} else {
+			rec->entry = keys[r - 2];
+			rec->size = gfs_tensor_out_nbytes(z->ctx->layout, rec->entry,
+							  z->ctx->want);
+		}
+		if (mem || rec->size == 0) {
+			rec->crc = (uint32_t)crc32_z(0, mem, (z_size_t)rec->size);
+			atomic_init(&rec->state, CRC_DONE);
+			atomic_fetch_add(&z->ndone, 1);
+		} else {
+			atomic_init(&rec->state, CRC_NONE);
+		}
+	}
+	return GFS_OK;
+}
+
+/* compose(): every record, then the central directory and the end records. */
+static gfs_err compose(gfs_tzview *z, const pkbuf *pk)
+{
+	uint64_t cd_off;
+	gfs_err err = gfs_vfile_new(z->ctx, &z->vf);
+
+	for (size_t r = 0; r < z->nrecs && !err; r++)
+		err = add_record(z, r, record_mem(z, pk, r));
+	if (err)
+		return err;
+	cd_off = gfs_vfile_size(z->vf);
+	for (size_t r = 0; r < z->nrecs && !err; r++)
+		err = add_central(z, r);
+	return err ? err : add_end(z, cd_off);
+}
+
+/* tz_alloc(): an empty view of ctx with archive prefix `prefix`. */
+static gfs_err tz_alloc(const gfs_vctx *ctx, const char *prefix, gfs_tzview **out)
+{
+	gfs_tzview *z;
+
+	assert(ctx->layout->finished);
+	if (!*prefix || strlen(prefix) > PREFIX_MAX || strchr(prefix, '/'))
+		return gfs_fail(GFS_ERR_INVAL, "invalid archive prefix \"%s\"", prefix);
+	z = calloc(1, sizeof(*z));
+	if (!z)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	if (pthread_mutex_init(&z->lock, NULL) != 0) {
+		free(z);
+		return gfs_fail(GFS_ERR_NOMEM, "cannot create a mutex");
+	}
+	if (pthread_cond_init(&z->cond, NULL) != 0) {
+		pthread_mutex_destroy(&z->lock);
+		free(z);
+		return gfs_fail(GFS_ERR_NOMEM, "cannot create a condition variable");
+	}
+	z->ctx = ctx;
+	z->gen = (gfs_vgen){ .fn = crc_gen, .ctx = z };
+	z->guard = (gfs_vgen){ .fn = src_guard, .ctx = z };
+	z->prefix = gfs_strdup(prefix);
+	if (!z->prefix) {
+		gfs_tzview_free(z);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	*out = z;
+	return GFS_OK;
+}
+
+gfs_err gfs_tzview_new(const gfs_vctx *ctx, const char *prefix, const size_t *entries,
+		       size_t n, gfs_tzview **out)
+{
+	pkbuf pk = { 0 };
+	size_t *all = NULL;
+	size_t *keys;
+	size_t nkeys = 0;
+	gfs_tzview *z;
+	gfs_err err = tz_alloc(ctx, prefix, &z);
+
+	if (err)
+		return err;
+	if (!entries) {
+		n = ctx->layout->ntensors;
+		all = gfs_calloc(n, sizeof(*all));
+		for (size_t i = 0; all && i < n; i++)
+			all[i] = i;
+		entries = all;
+	}
+	keys = gfs_calloc(n, sizeof(*keys));
+	if (!keys || !entries)
+		err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	else
+		err = build_pickle(ctx, entries, n, &pk, keys, &nkeys);
+	if (!err)
+		err = init_records(z, &pk, keys, nkeys);
+	if (!err)
+		err = compose(z, &pk);
+	free(keys);
+	free(all);
+	free(pk.buf.p);
+	if (err) {
+		gfs_tzview_free(z);
+		return err;
+	}
+	*out = z;
+	return GFS_OK;
+}
+
+/* ------------------------------------------------------- pickle writer */
+
+struct gfs_pkw {
+	const gfs_vctx *ctx;
+	pkbuf b;
+	pk_memos m;
+	size_t *keys; /* layout entry of each storage key */
+	size_t nkeys;
+	size_t cap_keys;
+};
+
+gfs_err gfs_pkw_new(const gfs_vctx *ctx, gfs_pkw **out)
+{
+	const size_t n = gfs_layout_nentries(ctx->layout);
+	gfs_pkw *w = calloc(1, sizeof(*w));
+
+	if (!w)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	w->ctx = ctx;
+	w->m.persid = malloc((n + 1) * sizeof(*w->m.persid));
+	if (!w->m.persid) {
+		free(w);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	memset(w->m.persid, 0xff, n * sizeof(*w->m.persid));
+	memset(w->m.storage, 0xff, sizeof(w->m.storage));
+	w->m.odict = w->m.rebuild = UINT32_MAX;
+	pk_put(&w->b, "\x80\x02", 2); /* PROTO 2 */
+	*out = w;
+	return GFS_OK;
+}
+
+void gfs_pkw_free(gfs_pkw *w)
+{
+	if (!w)
+		return;
+	free(w->m.persid);
+	free(w->keys);
+	free(w->b.buf.p);
+	free(w);
+}
+
+void gfs_pkw_op(gfs_pkw *w, char op)
+{
+	pk_op(&w->b, (uint8_t)op);
+}
+
+void gfs_pkw_int(gfs_pkw *w, int64_t v)
+{
+	if (v >= 0) {
+		pk_int(&w->b, (uint64_t)v);
+	} else if (v >= INT32_MIN) {
+		uint8_t tmp[5] = { 'J' }; /* BININT: signed 32-bit */
+
+		put32(tmp + 1, (uint32_t)(int32_t)v);
+		pk_put(&w->b, tmp, sizeof(tmp));
+	} else {
+		uint8_t tmp[2 + 8] = { 0x8a, 8 }; /* LONG1, 8 bytes two's complement */
+
+		put64(tmp + 2, (uint64_t)v);
+		pk_put(&w->b, tmp, sizeof(tmp));
+	}
+}
+
+void gfs_pkw_float(gfs_pkw *w, double v)
+{
+	uint8_t tmp[9] = { 'G' }; /* BINFLOAT: big-endian IEEE 754 double */
+	uint64_t bits;
+
+	memcpy(&bits, &v, sizeof(bits));
+	for (int i = 0; i < 8; i++)
+		tmp[1 + i] = (uint8_t)(bits >> (56 - 8 * i));
+	pk_put(&w->b, tmp, sizeof(tmp));
+}
+
+void gfs_pkw_str(gfs_pkw *w, const char *s)
+{
+	pk_str(&w->b, s);
+}
+
+gfs_err gfs_pkw_tensor(gfs_pkw *w, size_t entry, uint32_t ndim, const uint64_t *shape,
+		       bool requires_grad)
+{
+	assert(entry < gfs_layout_nentries(w->ctx->layout));
+	if (!gfs_grow((void **)&w->keys, &w->cap_keys, w->nkeys, sizeof(*w->keys), 4))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	return pk_tensor_as(&w->b, w->ctx, &w->m, entry, ndim, shape, requires_grad, w->keys,
+			    &w->nkeys);
+}
+
+gfs_err gfs_tzview_new_pickle(gfs_pkw *w, const char *prefix, gfs_tzview **out)
+{
+	gfs_tzview *z;
+	gfs_err err = tz_alloc(w->ctx, prefix, &z);
+
+	if (err)
+		return err;
+	pk_op(&w->b, '.'); /* STOP */
+	if (w->b.buf.oom)
+		err = gfs_fail(GFS_ERR_NOMEM, "out of memory writing data.pkl");
+	if (!err)
+		err = init_records(z, &w->b, w->keys, w->nkeys);
+	if (!err)
+		err = compose(z, &w->b);
+	if (err) {
+		gfs_tzview_free(z);
+		return err;
+	}
+	*out = z;
+	return GFS_OK;
+}
+
+void gfs_tzview_free(gfs_tzview *z)
+{
+	if (!z)
+		return;
+	gfs_vfile_free(z->vf);
+	free(z->recs);
+	free(z->prefix);
+	free(z->cache_path);
+	pthread_cond_destroy(&z->cond);
+	pthread_mutex_destroy(&z->lock);
+	free(z);
+}
+
+const gfs_vfile *gfs_tzview_vfile(const gfs_tzview *z)
+{
+	return z->vf;
+}

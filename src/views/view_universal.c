@@ -1,0 +1,443 @@
+/*
+ * gatherfs — the universal view: compose a DeepSpeed universal checkpoint
+ * from the layout's masters and optimizer-state entries (view_universal.h,
+ * format: docs of ds_to_universal, v0.14.5).
+ */
+#include "config.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gatherfs/views/view_torchzip.h"
+#include "gatherfs/views/view_universal.h"
+
+#define MAX_STATES 64
+#define STEP "step"
+
+typedef struct uv_file {
+	char *path;
+	const gfs_vfile *vf;
+} uv_file;
+
+struct gfs_uview {
+	gfs_vctx ctx;       /* as stored: the files are always fp32 */
+	uv_file *files;
+	size_t nfiles, cap_files;
+	gfs_tzview **zips;  /* they own their vfiles */
+	size_t nzips, cap_zips;
+	gfs_vfile **owned;  /* other vfiles */
+	size_t nowned, cap_owned;
+};
+
+/* The plan: trainable params (names of the states' entries) and states. */
+typedef struct uv_plan {
+	const char *states[MAX_STATES]; /* per-element states, first-seen order */
+	size_t nstates;
+	bool has_step;
+	const char **params;            /* in layout order */
+	size_t nparams;
+	char dir[512];                  /* "<tag>_universal" */
+} uv_plan;
+
+/* ---------------------------------------------------------------- files */
+
+static gfs_err add_file(gfs_uview *u, const char *path, const gfs_vfile *vf)
+{
+	char *p = gfs_strdup(path);
+
+	if (!p || !gfs_grow((void **)&u->files, &u->cap_files, u->nfiles, sizeof(*u->files), 64)) {
+		free(p);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	u->files[u->nfiles++] = (uv_file){ .path = p, .vf = vf };
+	return GFS_OK;
+}
+
+static gfs_err own_vfile(gfs_uview *u, gfs_vfile **vf)
+{
+	gfs_err err;
+
+	if (!gfs_grow((void **)&u->owned, &u->cap_owned, u->nowned, sizeof(*u->owned), 16))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	err = gfs_vfile_new(&u->ctx, vf);
+	if (!err)
+		u->owned[u->nowned++] = *vf;
+	return err;
+}
+
+/* add_zip(): the torch zip of w (freed here) at path, archive prefix stem. */
+static gfs_err add_zip(gfs_uview *u, gfs_pkw *w, const char *path, const char *stem)
+{
+	gfs_tzview *z = NULL;
+	gfs_err err = GFS_OK;
+
+	if (!gfs_grow((void **)&u->zips, &u->cap_zips, u->nzips, sizeof(*u->zips), 64))
+		err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	if (!err)
+		err = gfs_tzview_new_pickle(w, stem, &z);
+	gfs_pkw_free(w);
+	if (err)
+		return gfs_fail_prefix(err, "%s", path);
+	u->zips[u->nzips++] = z;
+	return add_file(u, path, gfs_tzview_vfile(z));
+}
+
+/* ----------------------------------------------------------------- plan */
+
+static bool known_state(const uv_plan *p, const char *s)
+{
+	for (size_t i = 0; i < p->nstates; i++)
+		if (strcmp(p->states[i], s) == 0)
+			return true;
+	return false;
+}
+
+/* f32_entry(): entry i exists, holds bytes and is fp32 with numel elements. */
+static gfs_err check_entry(const gfs_layout *l, int64_t i, const char *what, const char *param,
+			   uint64_t numel)
+{
+	const gfs_tensor *t;
+
+	if (i < 0)
+		return gfs_fail(GFS_ERR_UNSUPPORTED, "no %s for param %s", what, param);
+	t = gfs_layout_target(l, (size_t)i);
+	if (t->dtype != GFS_DT_F32)
+		return gfs_fail(GFS_ERR_UNSUPPORTED, "the %s of %s is %s, not float32", what, param,
+				gfs_dtype_name(t->dtype));
+	if (t->numel != numel)
+		return gfs_fail(GFS_ERR_UNSUPPORTED, "the %s of %s has %llu elements, not %llu",
+				what, param, (unsigned long long)t->numel,
+				(unsigned long long)numel);
+	return GFS_OK;
+}
+
+static gfs_err make_plan(const gfs_layout *l, uv_plan *p)
+{
+	const gfs_optim *o = &l->optim;
+	const char *slash = strrchr(l->base_dir, '/');
+	const char *tag = slash ? slash + 1 : l->base_dir;
+
+	if (o->zero_stage < 1 || l->noptim == 0)
+		return gfs_fail(GFS_ERR_NOTFOUND, "no DeepSpeed optimizer state");
+	if (o->round_robin)
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"saved with round_robin_gradients: DeepSpeed 0.14.5's universal loader maps such a checkpoint's params to the wrong bytes");
+	if (o->zero_stage == 3 && (o->ngroups > 1 || o->nflat > 1))
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"ZeRO-3 with %zu param groups in %u sub-groups: DeepSpeed 0.14.5's universal loader reads only one of each",
+				o->ngroups, o->nflat);
+	if (!o->groups)
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"the optimizer's param_groups hold values other than numbers, strings, bools and lists");
+	if (!o->version && !o->bf16_optimizer && o->zero_stage < 3)
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"no ds_version: DeepSpeed's universal loader requires one");
+	if (!*tag || strlen(tag) + sizeof("_universal") > sizeof(p->dir))
+		return gfs_fail(GFS_ERR_UNSUPPORTED, "no usable tag name in %s", l->base_dir);
+	snprintf(p->dir, sizeof(p->dir), "%s_universal", tag);
+	p->params = gfs_calloc(l->noptim, sizeof(*p->params));
+	if (!p->params)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t i = l->ntensors; i < gfs_layout_nentries(l); i++) {
+		const gfs_tensor *t = &l->tensors[i];
+
+		if (strcmp(t->state, STEP) == 0) {
+			p->has_step = true;
+			continue;
+		}
+		if (!known_state(p, t->state)) {
+			if (p->nstates == MAX_STATES)
+				return gfs_fail(GFS_ERR_LIMIT, "more than %d optimizer states", MAX_STATES);
+			if (strcmp(t->state, "fp32") == 0 || strchr(t->state, '/'))
+				return gfs_fail(GFS_ERR_UNSUPPORTED,
+						"an optimizer state named %s cannot be a universal file",
+						t->state);
+			p->states[p->nstates++] = t->state;
+		}
+		if (strcmp(t->state, p->states[0]) == 0)
+			p->params[p->nparams++] = t->name;
+	}
+	if (p->nstates == 0)
+		return gfs_fail(GFS_ERR_NOTFOUND, "no per-element optimizer state");
+	if (o->zero_stage == 3 &&
+	    (p->nstates != 2 || !known_state(p, "exp_avg") || !known_state(p, "exp_avg_sq")))
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"ZeRO-3 optimizer states other than exp_avg and exp_avg_sq (Adam's): DeepSpeed 0.14.5's universal loader reads only those");
+	if (!p->has_step)
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"no step tensor in the optimizer state: DeepSpeed's universal loader needs one");
+	for (size_t k = 0; k < p->nparams; k++) {
+		const char *name = p->params[k];
+		const int64_t m = gfs_layout_find(l, name);
+		uint64_t numel;
+		gfs_err err;
+
+		if (strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+			return gfs_fail(GFS_ERR_UNSUPPORTED, "param %s cannot be a folder name", name);
+		if (m < 0)
+			return gfs_fail(GFS_ERR_UNSUPPORTED, "no fp32 master for param %s", name);
+		numel = gfs_layout_target(l, (size_t)m)->numel;
+		err = check_entry(l, m, "fp32 master", name, numel);
+		for (size_t s = 0; !err && s < p->nstates; s++)
+			err = check_entry(l, gfs_layout_find_state(l, p->states[s], name), p->states[s],
+					  name, numel);
+		if (!err)
+			err = check_entry(l, gfs_layout_find_state(l, STEP, name), STEP, name, 1);
+		if (err)
+			return err;
+	}
+	return GFS_OK;
+}
+
+/* -------------------------------------------------------------- pickles */
+
+static void pk_hval(gfs_pkw *w, const gfs_hval *v)
+{
+	switch (v->kind) {
+	case GFS_HV_NONE:
+		gfs_pkw_op(w, 'N');
+		break;
+	case GFS_HV_BOOL:
+		gfs_pkw_op(w, (char)(v->b ? 0x88 : 0x89));
+		break;
+	case GFS_HV_INT:
+		gfs_pkw_int(w, v->i);
+		break;
+	case GFS_HV_FLOAT:
+		gfs_pkw_float(w, v->f);
+		break;
+	case GFS_HV_STR:
+		gfs_pkw_str(w, v->s);
+		break;
+	case GFS_HV_TUPLE:
+	case GFS_HV_LIST:
+		gfs_pkw_op(w, v->kind == GFS_HV_LIST ? ']' : '(');
+		if (v->kind == GFS_HV_LIST && v->n)
+			gfs_pkw_op(w, '(');
+		for (size_t i = 0; i < v->n; i++)
+			pk_hval(w, &v->items[i]);
+		if (v->kind == GFS_HV_TUPLE)
+			gfs_pkw_op(w, 't');
+		else if (v->n)
+			gfs_pkw_op(w, 'e'); /* APPENDS */
+		break;
+	}
+}
+
+/* pk_param_groups(): the torch param_groups list, group g with 'params': [g]. */
+static void pk_param_groups(gfs_pkw *w, const gfs_optim *o)
+{
+	gfs_pkw_op(w, ']');
+	gfs_pkw_op(w, '(');
+	for (size_t g = 0; g < o->ngroups; g++) {
+		gfs_pkw_op(w, '}');
+		gfs_pkw_op(w, '(');
+		for (size_t k = 0; k < o->groups[g].n; k++) {
+			gfs_pkw_str(w, o->groups[g].items[k].key);
+			pk_hval(w, &o->groups[g].items[k].v);
+		}
+		gfs_pkw_str(w, "params");
+		gfs_pkw_op(w, ']');
+		gfs_pkw_int(w, (int64_t)g);
+		gfs_pkw_op(w, 'a'); /* APPEND */
+		gfs_pkw_op(w, 'u');
+	}
+	gfs_pkw_op(w, 'e');
+}
+
+static gfs_err add_optimizer_state(gfs_uview *u, const uv_plan *p)
+{
+	const gfs_layout *l = u->ctx.layout;
+	char path[sizeof(p->dir) + 32];
+	gfs_pkw *w = NULL;
+	gfs_err err = gfs_pkw_new(&u->ctx, &w);
+
+	if (err)
+		return err;
+	gfs_pkw_op(w, '}');
+	gfs_pkw_op(w, '(');
+	if (l->optim.zero_stage == 3) {
+		const int64_t step = gfs_layout_find_state(l, STEP, p->params[0]);
+
+		gfs_pkw_str(w, "optimizer_state_dict");
+		gfs_pkw_op(w, '}');
+		gfs_pkw_op(w, '(');
+		gfs_pkw_str(w, "state");
+		gfs_pkw_op(w, '}');
+		gfs_pkw_int(w, 0);
+		gfs_pkw_op(w, '}');
+		gfs_pkw_str(w, STEP);
+		err = gfs_pkw_tensor(w, (size_t)step, 0, NULL, false);
+		gfs_pkw_op(w, 's');
+		gfs_pkw_op(w, 's');
+		gfs_pkw_str(w, "param_groups");
+		pk_param_groups(w, &l->optim);
+		gfs_pkw_op(w, 'u');
+	} else {
+		if (l->optim.version) {
+			gfs_pkw_str(w, "ds_version");
+			gfs_pkw_str(w, l->optim.version);
+		}
+		gfs_pkw_str(w, "param_groups");
+		pk_param_groups(w, &l->optim);
+	}
+	gfs_pkw_op(w, 'u');
+	if (err) {
+		gfs_pkw_free(w);
+		return err;
+	}
+	snprintf(path, sizeof(path), "%s/zero/optimizer_state.pt", p->dir);
+	return add_zip(u, w, path, "optimizer_state");
+}
+
+/*
+ * add_param_file(): zero/<param>/<stem>.pt holding entry i: stage 1/2 a
+ * {'cat_dim': 0, 'param': T} dict in the param's shape (0-d as (1,)),
+ * stage 3 the flat tensor; the step is the raw 0-d tensor.
+ */
+static gfs_err add_param_file(gfs_uview *u, const uv_plan *p, const char *param,
+			      const char *stem, size_t i, bool requires_grad)
+{
+	const gfs_layout *l = u->ctx.layout;
+	const gfs_tensor *t = gfs_layout_target(l, i);
+	const size_t plen = strlen(p->dir) + strlen(param) + strlen(stem) + 16;
+	char *path = malloc(plen);
+	const uint64_t one = 1;
+	gfs_pkw *w = NULL;
+	gfs_err err;
+
+	if (!path)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	snprintf(path, plen, "%s/zero/%s/%s.pt", p->dir, param, stem);
+	err = gfs_pkw_new(&u->ctx, &w);
+	if (!err && strcmp(stem, STEP) == 0) {
+		err = gfs_pkw_tensor(w, i, 0, NULL, false);
+	} else if (!err && l->optim.zero_stage == 3) {
+		err = gfs_pkw_tensor(w, i, 1, &t->numel, requires_grad);
+	} else if (!err) {
+		gfs_pkw_op(w, '}');
+		gfs_pkw_op(w, '(');
+		gfs_pkw_str(w, "cat_dim");
+		gfs_pkw_int(w, 0);
+		gfs_pkw_str(w, "param");
+		err = t->ndim ? gfs_pkw_tensor(w, i, t->ndim, t->shape, requires_grad)
+			      : gfs_pkw_tensor(w, i, 1, &one, requires_grad);
+		gfs_pkw_op(w, 'u');
+	}
+	if (err)
+		gfs_pkw_free(w);
+	else
+		err = add_zip(u, w, path, stem);
+	free(path);
+	return err;
+}
+
+/* ------------------------------------------------------------- the view */
+
+static gfs_err compose(gfs_uview *u, const uv_plan *p)
+{
+	const gfs_layout *l = u->ctx.layout;
+	gfs_vfile *vf = NULL;
+	gfs_err err = own_vfile(u, &vf);
+
+	if (!err)
+		err = gfs_vfile_add_mem(vf, p->dir, strlen(p->dir));
+	if (!err)
+		err = add_file(u, "latest_universal", vf);
+	for (size_t k = 0; !err && k < l->optim.nmodel_srcs; k++) {
+		const uint32_t s = l->optim.model_srcs[k];
+		const char *base = strrchr(l->sources[s].path, '/');
+		char path[sizeof(p->dir) + 512];
+
+		base = base ? base + 1 : l->sources[s].path;
+		if (strlen(base) > 255)
+			return gfs_fail(GFS_ERR_UNSUPPORTED, "%s: file name too long", base);
+		snprintf(path, sizeof(path), "%s/%s", p->dir, base);
+		err = own_vfile(u, &vf);
+		if (!err)
+			err = gfs_vfile_add_fd(vf, gfs_srcset_fd(u->ctx.src, s), 0,
+					       l->sources[s].size, l->sources[s].abspath);
+		if (!err)
+			err = add_file(u, path, vf);
+	}
+	if (!err)
+		err = add_optimizer_state(u, p);
+	for (size_t k = 0; !err && k < p->nparams; k++) {
+		const char *name = p->params[k];
+
+		err = add_param_file(u, p, name, "fp32", (size_t)gfs_layout_find(l, name), true);
+		for (size_t s = 0; !err && s < p->nstates; s++)
+			err = add_param_file(u, p, name, p->states[s],
+					     (size_t)gfs_layout_find_state(l, p->states[s], name),
+					     false);
+		if (!err && l->optim.zero_stage < 3)
+			err = add_param_file(u, p, name, STEP,
+					     (size_t)gfs_layout_find_state(l, STEP, name), false);
+	}
+	return err;
+}
+
+gfs_err gfs_uview_new(const gfs_layout *l, const gfs_srcset *src, const char *crc_cache,
+		      gfs_uview **out)
+{
+	uv_plan p = { 0 };
+	gfs_uview *u;
+	gfs_err err;
+
+	assert(l->finished);
+	err = make_plan(l, &p);
+	if (err) {
+		free(p.params);
+		return err;
+	}
+	u = calloc(1, sizeof(*u));
+	if (!u) {
+		free(p.params);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	u->ctx = (gfs_vctx){ .layout = l, .src = src, .want = GFS_DT_INVALID,
+			     .crc_cache = crc_cache };
+	err = compose(u, &p);
+	free(p.params);
+	if (err) {
+		gfs_uview_free(u);
+		return err;
+	}
+	*out = u;
+	return GFS_OK;
+}
+
+void gfs_uview_free(gfs_uview *u)
+{
+	if (!u)
+		return;
+	for (size_t i = 0; i < u->nfiles; i++)
+		free(u->files[i].path);
+	for (size_t i = 0; i < u->nzips; i++)
+		gfs_tzview_free(u->zips[i]);
+	for (size_t i = 0; i < u->nowned; i++)
+		gfs_vfile_free(u->owned[i]);
+	free(u->files);
+	free(u->zips);
+	free(u->owned);
+	free(u);
+}
+
+size_t gfs_uview_nfiles(const gfs_uview *u)
+{
+	return u->nfiles;
+}
+
+const char *gfs_uview_path(const gfs_uview *u, size_t i)
+{
+	assert(i < u->nfiles);
+	return u->files[i].path;
+}
+
+const gfs_vfile *gfs_uview_vfile(const gfs_uview *u, size_t i)
+{
+	assert(i < u->nfiles);
+	return u->files[i].vf;
+}
