@@ -297,7 +297,7 @@ static void test_records(void)
 	gfs_layout *l = NULL;
 	gfs_srcset *s = NULL;
 	uint8_t buf[32];
-	uint32_t src, crc = 0;
+	uint32_t src = 0, crc = 0;
 	size_t a, b, c, idx[4], nbad = 0;
 	const gfs_tensor *ta;
 	gfs_err err = gfs_layout_new("test", tmpdir, &l);
