@@ -16,6 +16,16 @@
 
 static _Thread_local char errmsg[GFS_ERRMSG_MAX];
 
+/* Messages quote names and strings from untrusted files: a control byte
+ * there would break the one-line contract (or fake a second log line), so
+ * every one becomes '?'. */
+static void one_line(char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			*s = '?';
+}
+
 const char *gfs_strerror(gfs_err err)
 {
 	switch (err) {
@@ -34,6 +44,7 @@ const char *gfs_strerror(gfs_err err)
 gfs_err gfs_failv(gfs_err err, const char *fmt, va_list ap)
 {
 	vsnprintf(errmsg, sizeof(errmsg), fmt, ap);
+	one_line(errmsg);
 	return err;
 }
 
@@ -61,6 +72,7 @@ gfs_err gfs_fail_prefix(gfs_err err, const char *fmt, ...)
 	if (snprintf(errmsg, sizeof(errmsg), "%s: %s", prefix,
 		     old[0] ? old : gfs_strerror(err)) >= (int)sizeof(errmsg))
 		errmsg[sizeof(errmsg) - 1] = '\0';
+	one_line(errmsg);
 	return err;
 }
 

@@ -7,6 +7,7 @@ Every case must exit with status 1 and print exactly one line on stderr
 that names the offending file (or directory) and contains the expected
 words.  None may crash (signal), hang (timeout) or print tensor data.
 """
+import json
 import os
 import shutil
 import subprocess
@@ -162,6 +163,21 @@ with tempfile.TemporaryDirectory() as tmp:
     os.truncate(f, os.path.getsize(f) - 100)
     expect_error("shard changed after layout", ["cat", "--layout", lay, "embed.weight"],
                  "zero_pp_rank_1_mp_rank_00_optim_states.pt", "size")
+
+    # a rank manifest of a rank-local ZeRO-3 save whose strings hold control
+    # characters: the message quoting them stays one line
+    d = os.path.join(tmp, "z3-control")
+    shutil.copytree(os.path.join(CKPTS, "..", "lomo", "saves", "ws3_bf16", "gfs_save"), d)
+    for n in os.listdir(d):
+        os.chmod(os.path.join(d, n), 0o644)
+    m = os.path.join(d, "zero3-rank-0.json")
+    with open(m) as fh:
+        man = json.load(fh)
+    man["tensors"][0]["dtype"] = "bf\n16\r\x1b[2J"
+    with open(m, "w") as fh:
+        json.dump(man, fh)
+    expect_error("zero3 manifest: control characters in a dtype", ["ls", d],
+                 "zero3-rank-0.json", "unknown dtype 'bf?16??[2J'")
 
     # broken layout JSON files
     for what, text, word in (
