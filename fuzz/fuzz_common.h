@@ -6,6 +6,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "gatherfs/server/server.h"
 
@@ -32,6 +33,35 @@ static inline void fuzz_read_all(const gfs_layout *l, const gfs_srcset *s)
 				}
 			}
 		}
+}
+
+/*
+ * fuzz_check_refusal(): an importer that failed must have produced no layout
+ * and exactly one line of message; anything else is a finding (abort).
+ */
+static inline void fuzz_check_refusal(const gfs_layout *l)
+{
+	const char *const msg = gfs_errmsg();
+
+	if (l || !msg[0] || strchr(msg, '\n')) {
+		fprintf(stderr, "bad refusal (layout %p): '%s'\n", (const void *)l, msg);
+		abort();
+	}
+}
+
+/*
+ * fuzz_serve_and_free(): open the sources of an imported layout, read every
+ * entry (fuzz_read_all) when they open, and free the layout.
+ */
+static inline void fuzz_serve_and_free(gfs_layout *l)
+{
+	gfs_srcset *s = NULL;
+
+	if (gfs_srcset_open(l, &s) == GFS_OK) {
+		fuzz_read_all(l, s);
+		gfs_srcset_close(s);
+	}
+	gfs_layout_free(l);
 }
 
 #endif
