@@ -689,6 +689,7 @@ static gfs_err bin_import(pl_import *pl, const char *name, int64_t shard)
 		const char *key = gfs_pv_name(it->key), *kname;
 		const gfs_pv_tensor *t;
 		bin_view *v = &views[i];
+		const gfs_tzip_record *zr;
 		uint64_t rec_off, rec_size, numel, first = 0;
 
 		v->entry = -1;
@@ -718,11 +719,13 @@ static gfs_err bin_import(pl_import *pl, const char *name, int64_t shard)
 				       GFS_MAX_DIMS);
 			break;
 		}
-		err = gfs_tzip_storage(zip, t->storage.key, &rec_off, &rec_size);
+		err = gfs_tzip_storage_record(zip, t->storage.key, &zr);
 		if (err) {
 			err = gfs_fail_prefix(err, "%s: %s", path, key);
 			break;
 		}
+		rec_off = zr->data_off;
+		rec_size = zr->size;
 		err = bin_extent(path, key, t, gfs_dtype_size(v->dtype), rec_size, &numel, &first);
 		if (!err)
 			err = check_key(pl, path, key, shard);
@@ -731,6 +734,13 @@ static gfs_err bin_import(pl_import *pl, const char *name, int64_t shard)
 			continue;
 		pl->kept++;
 		err = bin_tensor(pl, path, key, kname, views, i, vh, vcap, src, rec_off + first);
+		if (!err) {
+			/* the whole storage record is checked: its CRC-32 covers it all */
+			const gfs_record r = { .src = src, .kind = GFS_PIECE_FILE, .off = rec_off,
+					       .len = rec_size, .crc32 = zr->crc32 };
+
+			err = gfs_layout_add_record(pl->l, &r, zr->name);
+		}
 	}
 out:
 	free(vh);

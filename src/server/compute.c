@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "gatherfs/server/compute.h"
+#include "gatherfs/server/integrity.h"
 #include "gatherfs/arith/merge.h"
 
 enum { CSLOTS = 256, CPENDING = 64 };
@@ -142,16 +143,48 @@ static double *transpose(double *a, size_t rows, size_t cols)
 static gfs_err compute_block_f64(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
 				 const prep *p, uint64_t block, bool dora, double *v);
 
-/* build_prep(): the factors of computed tensor t. */
+/*
+ * check_inputs(): the checksummed records holding bytes of t's inputs are
+ * checked and good (integrity.h): a corrupt one is GFS_ERR_IO naming it, so
+ * no merged byte is computed from it.
+ */
+static gfs_err check_inputs(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t)
+{
+	size_t n = 0, cap = 0;
+	uint32_t *recs = NULL;
+	gfs_err err = GFS_OK;
+
+	for (int k = 0; k < GFS_OPIN_COUNT && !err; k++) {
+		const gfs_tensor *in = t->comp->in[k] >= 0 ? &l->inputs->tensors[t->comp->in[k]] : NULL;
+
+		for (size_t p = 0; in && p < in->npieces && !err; p++) {
+			if (in->pieces[p].rec == GFS_NO_RECORD)
+				continue;
+			if (!gfs_grow((void **)&recs, &cap, n, sizeof(*recs), 8))
+				err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+			else
+				recs[n++] = in->pieces[p].rec;
+		}
+	}
+	if (!err && n)
+		err = gfs_integrity_require(l, s, recs, n, 0);
+	free(recs);
+	return err;
+}
+
+/* build_prep(): the factors of computed tensor t, its inputs' records checked first. */
 static gfs_err build_prep(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
 			  prep **out)
 {
 	const gfs_compute *c = t->comp;
 	const gfs_tensor *in = l->inputs->tensors;
 	const bool tr = c->flags & GFS_OPF_T;
-	prep *p = calloc(1, sizeof(*p));
-	gfs_err err = GFS_OK;
+	prep *p;
+	gfs_err err = check_inputs(l, s, t);
 
+	if (err)
+		return gfs_fail_prefix(err, "tensor %s", t->name);
+	p = calloc(1, sizeof(*p));
 	if (!p)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	if (c->op == GFS_OP_LORA_BIAS) {

@@ -32,6 +32,9 @@ void gfs_ccache_free(gfs_ccache *c);
  * gfs_compute_read(): bytes [off, off + len) of computed tensor l->tensors[ti]
  * presented in floating-point dtype out (which need not be its own), its
  * inputs read from s.  A failing input read is returned (naming the file).
+ * Before a tensor's first block, the checksummed records of its inputs are
+ * checked (integrity.h): a corrupt one is GFS_ERR_IO naming the file, the
+ * record and the tensor, on every read.
  */
 gfs_err gfs_compute_read(const gfs_layout *l, const gfs_srcset *s, gfs_ccache *c, size_t ti,
 			 gfs_dtype out, uint64_t off, void *buf, size_t len);
