@@ -9,8 +9,11 @@
  * one float64 per column (computed by one pass over the whole tensor); plus
  * a cache of computed row blocks shared by all threads, at most
  * GFS_CCACHE_BUDGET bytes (GATHERFS_MERGE_CACHE_MB overrides it), least
- * recently used out first.  A block is about GFS_CBLOCK_ELEMS elements (at
- * least one row).  Thread-safe; the computation runs outside any lock.
+ * recently used out first; a block one read takes whole is computed
+ * straight into the reader's buffer and not kept.  A block is about
+ * GFS_CBLOCK_ELEMS elements (at least one row); computing one takes 16
+ * bytes per element of working memory, of which up to 8 blocks' worth is
+ * kept for reuse.  Thread-safe; the computation runs outside any lock.
  */
 #ifndef GATHERFS_COMPUTE_H
 #define GATHERFS_COMPUTE_H
