@@ -149,6 +149,45 @@ static uint16_t to_f16(double x)
 	       (uint16_t)(ldexp(r, 11 - e) - 1024.0);
 }
 
+/*
+ * round_bf16(): to_bf16() of n values into p (little-endian), in two passes:
+ * a branch-free one (it vectorizes) that is to_bf16() for every value whose
+ * exponent is that of a bf16 normal, e in [-126, 127] (a carry out of the
+ * fraction becomes the exponent's, and from e = 127 to 2^128 gives exactly
+ * the infinity's bits 0x7f80), then to_bf16() itself for the others, if any.
+ */
+static void round_bf16(const double *src, uint8_t *p, size_t n)
+{
+	uint64_t odd = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		uint64_t u;
+		uint32_t e, h;
+
+		memcpy(&u, &src[i], 8);
+		e = (uint32_t)(u >> 52) & 0x7ff;
+		odd |= (uint64_t)(e - (1023 - 126) > 253); /* e - 1023 outside [-126, 127] */
+		u = rne_bits(u, 45);
+		h = (uint32_t)(u >> 48) & 0x8000;
+		h |= ((uint32_t)(u >> 45) & 0x3ffff) - ((1023 - 127) << 7);
+		p[2 * i] = (uint8_t)h;
+		p[2 * i + 1] = (uint8_t)(h >> 8);
+	}
+	for (size_t i = 0; odd && i < n; i++) {
+		uint64_t u;
+		uint32_t e;
+
+		memcpy(&u, &src[i], 8);
+		e = (uint32_t)(u >> 52) & 0x7ff;
+		if (e - (1023 - 126) > 253) {
+			const uint16_t h = to_bf16(src[i]);
+
+			p[2 * i] = (uint8_t)h;
+			p[2 * i + 1] = (uint8_t)(h >> 8);
+		}
+	}
+}
+
 void gfs_merge_round(gfs_dtype dt, const double *src, void *dst, size_t n)
 {
 	uint8_t *p = dst;
@@ -165,12 +204,7 @@ void gfs_merge_round(gfs_dtype dt, const double *src, void *dst, size_t n)
 		}
 		return;
 	case GFS_DT_BF16:
-		for (size_t i = 0; i < n; i++) {
-			const uint16_t h = to_bf16(src[i]);
-
-			p[2 * i] = (uint8_t)h;
-			p[2 * i + 1] = (uint8_t)(h >> 8);
-		}
+		round_bf16(src, p, n);
 		return;
 	case GFS_DT_F16:
 		for (size_t i = 0; i < n; i++) {
@@ -191,6 +225,8 @@ void gfs_merge_round(gfs_dtype dt, const double *src, void *dst, size_t n)
  * c1 R1[j]) + (c2 R2[j] + c3 R3[j]).  Each product is exact; each of the at
  * most r + 1 additions (and the scaling) rounds once in float64, which is
  * the bound merge.h states (the order of the additions does not enter it).
+ * Rows go in pairs (tile_update2()), each row's operations in the same order
+ * as alone, so that the result does not depend on the pairing.
  */
 enum { TILE = 256 };
 
@@ -232,6 +268,53 @@ tile_update(size_t n, size_t r, size_t cols, double s,
 }
 
 /*
+ * tile_update2(): tile_update() of rows ci and ci + r (v rows vi and
+ * vi + cols) in one pass over R, each row's operations in tile_update()'s
+ * order: every load of R serves two rows.
+ */
+static inline __attribute__((always_inline)) void
+tile_update2(size_t n, size_t r, size_t cols, double s,
+			       const double *restrict ci, const double *restrict R,
+			       double *restrict vi)
+{
+	const double *restrict di = ci + r;
+	double *restrict wi = vi + cols;
+	double a[TILE], b[TILE];
+	size_t k = 0;
+
+	for (size_t j = 0; j < n; j++)
+		a[j] = b[j] = 0;
+	for (; k + 4 <= r; k += 4) {
+		const double c0 = ci[k], c1 = ci[k + 1], c2 = ci[k + 2], c3 = ci[k + 3];
+		const double d0 = di[k], d1 = di[k + 1], d2 = di[k + 2], d3 = di[k + 3];
+		const double *restrict R0 = R + k * cols;
+		const double *restrict R1 = R0 + cols;
+		const double *restrict R2 = R1 + cols;
+		const double *restrict R3 = R2 + cols;
+
+		for (size_t j = 0; j < n; j++) {
+			const double r0 = R0[j], r1 = R1[j], r2 = R2[j], r3 = R3[j];
+
+			a[j] += (c0 * r0 + c1 * r1) + (c2 * r2 + c3 * r3);
+			b[j] += (d0 * r0 + d1 * r1) + (d2 * r2 + d3 * r3);
+		}
+	}
+	for (; k < r; k++) {
+		const double ck = ci[k], dk = di[k];
+		const double *restrict Rk = R + k * cols;
+
+		for (size_t j = 0; j < n; j++) {
+			a[j] += ck * Rk[j];
+			b[j] += dk * Rk[j];
+		}
+	}
+	for (size_t j = 0; j < n; j++) {
+		vi[j] += s * a[j];
+		wi[j] += s * b[j];
+	}
+}
+
+/*
  * On x86-64 the update is also compiled for AVX2 (four doubles per
  * operation instead of SSE2's two), chosen at load time by the CPU.  The
  * result is the same bits: the same operations in the same order, and the
@@ -254,8 +337,15 @@ static void lora_rows(size_t rows, size_t cols, size_t r, double s, const double
 	/* tiles outermost: a tile of R (r x TILE) is reused by every row */
 	for (size_t j0 = 0; j0 < cols; j0 += TILE) {
 		const size_t n = cols - j0 < TILE ? cols - j0 : TILE;
+		size_t i = 0;
 
-		for (size_t i = 0; i < rows; i++) {
+		for (; i + 2 <= rows; i += 2) {
+			if (n == TILE)
+				tile_update2(TILE, r, cols, s, c + i * r, R + j0, v + i * cols + j0);
+			else
+				tile_update2(n, r, cols, s, c + i * r, R + j0, v + i * cols + j0);
+		}
+		if (i < rows) {
 			if (n == TILE)
 				tile_update(TILE, r, cols, s, c + i * r, R + j0, v + i * cols + j0);
 			else

@@ -689,6 +689,7 @@ static gfs_err bin_import(pl_import *pl, const char *name, int64_t shard)
 		const char *key = gfs_pv_name(it->key), *kname;
 		const gfs_pv_tensor *t;
 		bin_view *v = &views[i];
+		const gfs_tzip_record *zr;
 		uint64_t rec_off, rec_size, numel, first = 0;
 
 		v->entry = -1;
@@ -718,11 +719,13 @@ static gfs_err bin_import(pl_import *pl, const char *name, int64_t shard)
 				       GFS_MAX_DIMS);
 			break;
 		}
-		err = gfs_tzip_storage(zip, t->storage.key, &rec_off, &rec_size);
+		err = gfs_tzip_storage_record(zip, t->storage.key, &zr);
 		if (err) {
 			err = gfs_fail_prefix(err, "%s: %s", path, key);
 			break;
 		}
+		rec_off = zr->data_off;
+		rec_size = zr->size;
 		err = bin_extent(path, key, t, gfs_dtype_size(v->dtype), rec_size, &numel, &first);
 		if (!err)
 			err = check_key(pl, path, key, shard);
@@ -731,6 +734,13 @@ static gfs_err bin_import(pl_import *pl, const char *name, int64_t shard)
 			continue;
 		pl->kept++;
 		err = bin_tensor(pl, path, key, kname, views, i, vh, vcap, src, rec_off + first);
+		if (!err) {
+			/* the whole storage record is checked: its CRC-32 covers it all */
+			const gfs_record r = { .src = src, .kind = GFS_PIECE_FILE, .off = rec_off,
+					       .len = rec_size, .crc32 = zr->crc32 };
+
+			err = gfs_layout_add_record(pl->l, &r, zr->name);
+		}
 	}
 out:
 	free(vh);
@@ -756,21 +766,59 @@ static bool shard_name_ok(const char *s)
 	       name_ok(s);
 }
 
+/* What the first bytes of a file say it is (plain_sniff()). */
+typedef enum pl_kind {
+	PL_UNKNOWN,     /* none of these: st_import() names the problem */
+	PL_SAFETENSORS, /* a sane 8-byte header length, then '{' */
+	PL_TORCH_ZIP,   /* "PK\3\4" */
+	PL_LEGACY,      /* a pickle (0x80 = PROTO): refused by bin_open() */
+} pl_kind;
+
 /*
- * looks_torch(): the file at path starts like a torch.save file: a zip
- * archive, or a pickle (the legacy format, refused by bin_import()).
+ * plain_sniff(): the kind of a file of size bytes starting with the n bytes
+ * b (n <= 9 is all it looks at).  Safetensors comes first and is strict: its
+ * little-endian header length is at most GFS_PLAIN_MAX_HEADER and fits in
+ * the file, and the header starts with '{'.  So a safetensors file whose
+ * length's low byte is 0x80 (a header of 128, 384, ... bytes) is not taken
+ * for a pickle, and no zip is taken for safetensors (byte 8 of a zip local
+ * header is its compression method, never '{').
  */
-static bool looks_torch(const char *path)
+static pl_kind plain_sniff(const uint8_t *b, size_t n, uint64_t size)
 {
-	uint8_t b[4];
+	if (n >= 9 && size >= 9) {
+		const uint64_t hlen = gfs_le64(b);
+
+		if (b[8] == '{' && hlen <= GFS_PLAIN_MAX_HEADER && hlen <= size - 8)
+			return PL_SAFETENSORS;
+	}
+	if (n >= 4 && memcmp(b, "PK\3\4", 4) == 0)
+		return PL_TORCH_ZIP;
+	if (n >= 1 && b[0] == 0x80)
+		return PL_LEGACY;
+	return PL_UNKNOWN;
+}
+
+/* file_kind(): plain_sniff() of the file at path; PL_UNKNOWN if unreadable. */
+static pl_kind file_kind(const char *path)
+{
+	uint8_t b[9];
+	struct stat st;
 	const int fd = open(path, O_RDONLY | O_CLOEXEC);
-	bool yes;
+	pl_kind kind = PL_UNKNOWN;
+	ssize_t n;
 
 	if (fd < 0)
-		return false;
-	yes = pread(fd, b, 4, 0) == 4 && (memcmp(b, "PK\3\4", 4) == 0 || b[0] == 0x80);
+		return PL_UNKNOWN;
+	if (fstat(fd, &st) == 0 && (n = pread(fd, b, sizeof(b), 0)) > 0)
+		kind = plain_sniff(b, (size_t)n, (uint64_t)st.st_size);
 	close(fd);
-	return yes;
+	return kind;
+}
+
+/* is_torch(): a torch.save file, zip or legacy (bin_import()'s, else st_import()'s). */
+static bool is_torch(pl_kind kind)
+{
+	return kind == PL_TORCH_ZIP || kind == PL_LEGACY;
 }
 
 /* index_load(): read and hash the weight_map of the index JSON name. */
@@ -882,8 +930,8 @@ static gfs_err index_import(pl_import *pl, const char *name)
 		while (pl->shards[s] != order[i])
 			s++;
 		snprintf(path, sizeof(path), "%s/%s", pl->dir, order[i]);
-		err = looks_torch(path) ? bin_import(pl, order[i], (int64_t)s)
-					    : st_import(pl, order[i], (int64_t)s);
+		err = is_torch(file_kind(path)) ? bin_import(pl, order[i], (int64_t)s)
+						: st_import(pl, order[i], (int64_t)s);
 	}
 	for (size_t i = 0; !err && i < pl->nwant; i++)
 		if (!pl->want[i].seen)
@@ -930,7 +978,7 @@ static gfs_err plain_run(const char *dir, const char *name, const char *prefix, 
 		if (ends_with(name, ".index.json")) {
 			kind = "sharded";
 			err = index_import(&pl, name);
-		} else if (looks_torch(path)) {
+		} else if (is_torch(file_kind(path))) {
 			kind = "torch zip";
 			err = bin_import(&pl, name, -1);
 		} else {
@@ -1051,11 +1099,10 @@ bool gfs_plain_is_file(const char *path)
 	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
 		if (ends_with(path, ".index.json")) {
 			yes = true;
-		} else if (pread(fd, b, sizeof(b), 0) == (ssize_t)sizeof(b)) {
-			const uint64_t n = gfs_le64(b);
+		} else {
+			const ssize_t n = pread(fd, b, sizeof(b), 0);
 
-			yes = memcmp(b, "PK\3\4", 4) == 0 || b[0] == 0x80 ||
-			      (b[8] == '{' && n <= GFS_PLAIN_MAX_HEADER && n <= (uint64_t)st.st_size - 8);
+			yes = n > 0 && plain_sniff(b, (size_t)n, (uint64_t)st.st_size) != PL_UNKNOWN;
 		}
 	}
 	close(fd);

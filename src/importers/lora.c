@@ -443,6 +443,11 @@ static lmod *module_of(const lbuild *b, const char *norm, const char *suffix)
 	return find_mod(b, path);
 }
 
+/*
+ * add_sources(): add l's sources to b->out (*remap: l's source index to
+ * b->out's) and its checksummed records, remapped: the output's tensors and
+ * inputs read them (gfs_layout_finish() keeps those some piece reads).
+ */
 static gfs_err add_sources(lbuild *b, const gfs_layout *l, uint32_t **remap)
 {
 	*remap = gfs_calloc(l->nsources + 1, sizeof(**remap));
@@ -452,6 +457,15 @@ static gfs_err add_sources(lbuild *b, const gfs_layout *l, uint32_t **remap)
 		const gfs_err err = gfs_layout_add_source(b->out, l->sources[i].abspath,
 							  l->sources[i].size, &(*remap)[i]);
 
+		if (err)
+			return err;
+	}
+	for (size_t i = 0; i < l->nrecords; i++) {
+		gfs_record r = l->records[i];
+		gfs_err err;
+
+		r.src = (*remap)[r.src];
+		err = gfs_layout_add_record(b->out, &r, l->records[i].name);
 		if (err)
 			return err;
 	}

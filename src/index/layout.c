@@ -752,8 +752,37 @@ static gfs_err index_record_pieces(gfs_layout *l)
 }
 
 /*
- * finish_records(): sort and deduplicate the records, give every piece its
- * record, and drop the records no piece reads.  O((records + pieces) log
+ * assign_records(): give every piece of tl's entries (tl is l, or l's inputs
+ * table, whose sources are l's) its record of l, and mark it in used.
+ */
+static void assign_records(const gfs_layout *l, gfs_layout *tl, uint32_t *used)
+{
+	for (size_t i = 0; i < gfs_layout_nentries(tl); i++) {
+		gfs_tensor *t = &tl->tensors[i];
+
+		for (size_t p = 0; p < t->npieces; p++) {
+			t->pieces[p].rec = piece_record(l, &t->pieces[p]);
+			if (t->pieces[p].rec != GFS_NO_RECORD)
+				used[t->pieces[p].rec] = 1;
+		}
+	}
+}
+
+/* remap_records(): renumber the records of tl's pieces through remap. */
+static void remap_records(gfs_layout *tl, const uint32_t *remap)
+{
+	for (size_t i = 0; i < gfs_layout_nentries(tl); i++) {
+		gfs_tensor *t = &tl->tensors[i];
+
+		for (size_t p = 0; p < t->npieces; p++)
+			if (t->pieces[p].rec != GFS_NO_RECORD)
+				t->pieces[p].rec = remap[t->pieces[p].rec];
+	}
+}
+
+/*
+ * finish_records(): sort and deduplicate the records, give every piece (of
+ * the inputs table's too) its record, and drop the records no piece reads.  O((records + pieces) log
  * records).
  */
 static gfs_err finish_records(gfs_layout *l, const char *label)
@@ -783,15 +812,9 @@ static gfs_err finish_records(gfs_layout *l, const char *label)
 	remap = gfs_calloc(n ? n : 1, sizeof(*remap));
 	if (!remap)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	for (size_t i = 0; i < gfs_layout_nentries(l); i++) {
-		gfs_tensor *t = &l->tensors[i];
-
-		for (size_t p = 0; p < t->npieces; p++) {
-			t->pieces[p].rec = piece_record(l, &t->pieces[p]);
-			if (t->pieces[p].rec != GFS_NO_RECORD)
-				remap[t->pieces[p].rec] = 1;
-		}
-	}
+	assign_records(l, l, remap);
+	if (l->inputs)
+		assign_records(l, l->inputs, remap);
 	n = 0;
 	for (size_t i = 0; i < l->nrecords; i++) {
 		if (!remap[i]) {
@@ -802,15 +825,20 @@ static gfs_err finish_records(gfs_layout *l, const char *label)
 		l->records[n++] = l->records[i];
 	}
 	l->nrecords = n;
-	for (size_t i = 0; i < gfs_layout_nentries(l); i++) {
-		gfs_tensor *t = &l->tensors[i];
-
-		for (size_t p = 0; p < t->npieces; p++)
-			if (t->pieces[p].rec != GFS_NO_RECORD)
-				t->pieces[p].rec = remap[t->pieces[p].rec];
-	}
+	remap_records(l, remap);
+	if (l->inputs)
+		remap_records(l->inputs, remap);
 	free(remap);
 	return index_record_pieces(l);
+}
+
+/* reads_record(): some piece of t (an input: not indexed in rec_pieces) is in record r. */
+static bool reads_record(const gfs_tensor *t, uint32_t r)
+{
+	for (size_t p = 0; p < t->npieces; p++)
+		if (t->pieces[p].rec == r)
+			return true;
+	return false;
 }
 
 size_t gfs_record_tensors(const gfs_layout *l, uint32_t r, size_t *out, size_t max)
@@ -823,18 +851,24 @@ size_t gfs_record_tensors(const gfs_layout *l, uint32_t r, size_t *out, size_t m
 		const size_t ti = (size_t)(t - l->tensors);
 		bool hit = false;
 
-		/* the record's pieces are in tensor order: binary search ti */
-		size_t lo = l->rec_piece0[r], hi = l->rec_piece0[r + 1];
+		if (t->comp) {
+			for (int k = 0; k < GFS_OPIN_COUNT && !hit; k++)
+				hit = t->comp->in[k] >= 0 &&
+				      reads_record(&l->inputs->tensors[t->comp->in[k]], r);
+		} else {
+			/* the record's pieces are in tensor order: binary search ti */
+			size_t lo = l->rec_piece0[r], hi = l->rec_piece0[r + 1];
 
-		while (lo < hi) {
-			const size_t mid = lo + (hi - lo) / 2;
+			while (lo < hi) {
+				const size_t mid = lo + (hi - lo) / 2;
 
-			if (l->rec_pieces[mid].ti < ti)
-				lo = mid + 1;
-			else
-				hi = mid;
+				if (l->rec_pieces[mid].ti < ti)
+					lo = mid + 1;
+				else
+					hi = mid;
+			}
+			hit = lo < l->rec_piece0[r + 1] && l->rec_pieces[lo].ti == ti;
 		}
-		hit = lo < l->rec_piece0[r + 1] && l->rec_pieces[lo].ti == ti;
 		if (!hit)
 			continue;
 		if (n < max)

@@ -11,9 +11,10 @@
 #include <string.h>
 
 #include "gatherfs/server/compute.h"
+#include "gatherfs/server/integrity.h"
 #include "gatherfs/arith/merge.h"
 
-enum { CSLOTS = 256, CPENDING = 64 };
+enum { CSLOTS = 256, CPENDING = 64, CSPARE = 8 };
 
 /* What every block of one computed tensor needs. */
 typedef struct prep {
@@ -33,6 +34,13 @@ typedef struct cslot {
 	uint64_t used;
 } cslot;
 
+/* Working memory of one block's computation: the float64 block and the raw W rows. */
+typedef struct scratch {
+	double *v;
+	uint8_t *raw;
+	size_t cap; /* elements of each */
+} scratch;
+
 /* A block being computed by some thread: others wait for it. */
 typedef struct cpend {
 	bool busy;
@@ -48,6 +56,8 @@ struct gfs_ccache {
 	prep **prep; /* per tensor, NULL until first read */
 	cslot slot[CSLOTS];
 	cpend pend[CPENDING];
+	scratch *spare[CSPARE]; /* scratch kept for the next block */
+	size_t nspare;
 	uint64_t bytes, budget, tick;
 };
 
@@ -89,10 +99,58 @@ static void prep_free(prep *p)
 	free(p);
 }
 
+static void scratch_free(scratch *w)
+{
+	if (!w)
+		return;
+	free(w->v);
+	free(w->raw);
+	free(w);
+}
+
+/* scratch_get(): working memory for n elements (a spare one if c has it), or NULL. */
+static scratch *scratch_get(gfs_ccache *c, size_t n)
+{
+	scratch *w = NULL;
+
+	(void)pthread_mutex_lock(&c->mu);
+	if (c->nspare)
+		w = c->spare[--c->nspare];
+	(void)pthread_mutex_unlock(&c->mu);
+	if (!w && !(w = calloc(1, sizeof(*w))))
+		return NULL;
+	if (w->cap < n) {
+		free(w->v);
+		free(w->raw);
+		w->v = gfs_calloc(n, sizeof(*w->v));
+		w->raw = gfs_calloc(n, sizeof(double)); /* the widest input dtype */
+		w->cap = w->v && w->raw ? n : 0;
+		if (!w->cap) {
+			scratch_free(w);
+			return NULL;
+		}
+	}
+	return w;
+}
+
+/* scratch_put(): keep w for the next block (at most CSPARE are kept). */
+static void scratch_put(gfs_ccache *c, scratch *w)
+{
+	(void)pthread_mutex_lock(&c->mu);
+	if (c->nspare < CSPARE) {
+		c->spare[c->nspare++] = w;
+		w = NULL;
+	}
+	(void)pthread_mutex_unlock(&c->mu);
+	scratch_free(w);
+}
+
 void gfs_ccache_free(gfs_ccache *c)
 {
 	if (!c)
 		return;
+	for (size_t i = 0; i < c->nspare; i++)
+		scratch_free(c->spare[i]);
 	for (size_t i = 0; i < c->l->ntensors; i++)
 		prep_free(c->prep[i]);
 	for (size_t i = 0; i < CSLOTS; i++)
@@ -140,18 +198,50 @@ static double *transpose(double *a, size_t rows, size_t cols)
 }
 
 static gfs_err compute_block_f64(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
-				 const prep *p, uint64_t block, bool dora, double *v);
+				 const prep *p, uint64_t block, bool dora, scratch *w);
 
-/* build_prep(): the factors of computed tensor t. */
+/*
+ * check_inputs(): the checksummed records holding bytes of t's inputs are
+ * checked and good (integrity.h): a corrupt one is GFS_ERR_IO naming it, so
+ * no merged byte is computed from it.
+ */
+static gfs_err check_inputs(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t)
+{
+	size_t n = 0, cap = 0;
+	uint32_t *recs = NULL;
+	gfs_err err = GFS_OK;
+
+	for (int k = 0; k < GFS_OPIN_COUNT && !err; k++) {
+		const gfs_tensor *in = t->comp->in[k] >= 0 ? &l->inputs->tensors[t->comp->in[k]] : NULL;
+
+		for (size_t p = 0; in && p < in->npieces && !err; p++) {
+			if (in->pieces[p].rec == GFS_NO_RECORD)
+				continue;
+			if (!gfs_grow((void **)&recs, &cap, n, sizeof(*recs), 8))
+				err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+			else
+				recs[n++] = in->pieces[p].rec;
+		}
+	}
+	if (!err && n)
+		err = gfs_integrity_require(l, s, recs, n, 0);
+	free(recs);
+	return err;
+}
+
+/* build_prep(): the factors of computed tensor t, its inputs' records checked first. */
 static gfs_err build_prep(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
 			  prep **out)
 {
 	const gfs_compute *c = t->comp;
 	const gfs_tensor *in = l->inputs->tensors;
 	const bool tr = c->flags & GFS_OPF_T;
-	prep *p = calloc(1, sizeof(*p));
-	gfs_err err = GFS_OK;
+	prep *p;
+	gfs_err err = check_inputs(l, s, t);
 
+	if (err)
+		return gfs_fail_prefix(err, "tensor %s", t->name);
+	p = calloc(1, sizeof(*p));
 	if (!p)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	if (c->op == GFS_OP_LORA_BIAS) {
@@ -191,22 +281,25 @@ static gfs_err build_prep(const gfs_layout *l, const gfs_srcset *s, const gfs_te
 	if (!err && c->op == GFS_OP_DORA && tr) {
 		/* one norm per column: a pass over the whole tensor */
 		const size_t nb = (p->rows + p->rb - 1) / p->rb;
-		double *v = gfs_calloc(p->rb * p->cols, sizeof(*v));
+		scratch w = { .v = gfs_calloc(p->rb * p->cols, sizeof(double)),
+			      .raw = gfs_calloc(p->rb * p->cols, sizeof(double)),
+			      .cap = p->rb * p->cols };
 
 		p->colf = gfs_calloc(p->cols, sizeof(*p->colf));
-		if (!v || !p->colf)
+		if (!w.v || !w.raw || !p->colf)
 			err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
 		for (size_t b = 0; b < nb && !err; b++) {
 			const size_t i0 = b * p->rb;
 			const size_t n = p->rows - i0 < p->rb ? p->rows - i0 : p->rb;
 
-			err = compute_block_f64(l, s, t, p, b, false, v);
+			err = compute_block_f64(l, s, t, p, b, false, &w);
 			if (!err)
-				gfs_merge_sumsq_cols(n, p->cols, v, p->colf);
+				gfs_merge_sumsq_cols(n, p->cols, w.v, p->colf);
 		}
 		for (size_t j = 0; !err && j < p->cols; j++)
 			p->colf[j] = p->m[j] / sqrt(p->colf[j]);
-		free(v);
+		free(w.v);
+		free(w.raw);
 	}
 	if (err) {
 		prep_free(p);
@@ -246,22 +339,22 @@ static gfs_err get_prep(const gfs_layout *l, const gfs_srcset *s, gfs_ccache *c,
 }
 
 /*
- * compute_block_f64(): block `block` of t in float64 into v (rb * cols):
- * W + s * delta, and with dora the DoRA scaling.
+ * compute_block_f64(): block `block` of t in float64 into w->v (rb * cols
+ * elements, as w->raw): W + s * delta, and with dora the DoRA scaling.
  */
 static gfs_err compute_block_f64(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
-				 const prep *p, uint64_t block, bool dora, double *v)
+				 const prep *p, uint64_t block, bool dora, scratch *w)
 {
 	const gfs_compute *c = t->comp;
 	const gfs_tensor *W = &l->inputs->tensors[c->in[GFS_OPIN_W]];
 	const size_t es = gfs_dtype_size(W->dtype);
 	const size_t i0 = (size_t)block * p->rb;
 	const size_t n = p->rows - i0 < p->rb ? p->rows - i0 : p->rb;
-	void *raw = malloc(n * p->cols * es + 1);
+	double *v = w->v;
+	void *raw = w->raw;
 	gfs_err err;
 
-	if (!raw)
-		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	assert(n * p->cols <= w->cap && es <= sizeof(double));
 	err = gfs_tensor_read_raw(l, s, W, (uint64_t)i0 * p->cols * es, raw, n * p->cols * es);
 	if (!err) {
 		gfs_merge_widen(W->dtype, raw, v, n * p->cols);
@@ -271,7 +364,6 @@ static gfs_err compute_block_f64(const gfs_layout *l, const gfs_srcset *s, const
 		else if (dora)
 			gfs_merge_dora_rows(n, p->cols, p->m + i0, v);
 	}
-	free(raw);
 	return err;
 }
 
@@ -408,22 +500,28 @@ gfs_err gfs_compute_read(const gfs_layout *l, const gfs_srcset *s, gfs_ccache *c
 		cpend *claim;
 
 		if (!cache_get(c, ti, block, out, a, b, dst, &claim)) {
-			double *v = malloc(n * p->cols * sizeof(*v) + 1);
-			uint8_t *data = malloc(blen);
+			/* a block this read takes whole goes straight to it, uncached */
+			const bool whole = a == 0 && b == blen;
+			scratch *w = scratch_get(c, n * p->cols);
+			uint8_t *data = whole ? dst : malloc(blen);
 
-			err = v && data ? GFS_OK : gfs_fail(GFS_ERR_NOMEM, "out of memory");
+			err = w && data ? GFS_OK : gfs_fail(GFS_ERR_NOMEM, "out of memory");
 			if (!err)
 				err = compute_block_f64(l, s, t, p, block,
-							t->comp->op == GFS_OP_DORA, v);
+							t->comp->op == GFS_OP_DORA, w);
 			if (!err) {
-				gfs_merge_round(out, v, data, n * p->cols);
-				memcpy(dst, data + a, b - a);
-				cache_put(c, ti, block, out, data, blen);
+				gfs_merge_round(out, w->v, data, n * p->cols);
+				if (!whole) {
+					memcpy(dst, data + a, b - a);
+					cache_put(c, ti, block, out, data, blen);
+				}
 				data = NULL;
 			}
 			cache_release(c, claim);
-			free(v);
-			free(data);
+			if (w)
+				scratch_put(c, w);
+			if (!whole)
+				free(data);
 			if (err)
 				return gfs_fail_prefix(err, "tensor %s", t->name);
 		}

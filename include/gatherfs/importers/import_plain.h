@@ -91,9 +91,11 @@ bool gfs_plain_has_model(const char *dir);
 
 /*
  * gfs_plain_is_file(): the regular file at path looks like a plain model
- * file: a name ending in ".index.json", or contents starting like a torch
- * zip ("PK\3\4"), a safetensors file (an 8-byte header length followed by
- * '{'), or a legacy torch.save pickle (0x80).  Reads at most 9 bytes.
+ * file: a name ending in ".index.json", or contents starting like a
+ * safetensors file (an 8-byte little-endian header length of at most
+ * GFS_PLAIN_MAX_HEADER that fits in the file, then '{'; tried first, so a
+ * length whose low byte is 0x80 is no pickle), a torch zip ("PK\3\4") or a
+ * legacy torch.save pickle (0x80).  Reads at most 9 bytes.
  */
 bool gfs_plain_is_file(const char *path);
 

@@ -52,7 +52,8 @@ typedef struct gfs_piece {
 	uint64_t reach;      /* set by gfs_layout_finish(): max end of pieces [0, this] */
 	uint32_t src;        /* FILE, ZSTD: index into gfs_layout.sources */
 	uint32_t rec;        /* set by gfs_layout_finish(): the checksummed record holding
-				all the piece's bytes (index into gfs_layout.records), or
+				all the piece's bytes (index into gfs_layout.records; for
+				a piece of an inputs table, into its owner's), or
 				GFS_NO_RECORD */
 	gfs_piece_kind kind;
 } gfs_piece;
@@ -247,13 +248,15 @@ typedef struct gfs_layout {
 	gfs_record *records; /* sorted by (src, kind, frame_off, off) once finished */
 	size_t nrecords;
 	size_t cap_records;
-	/* set by gfs_layout_finish(): the pieces in record r are
+	/* set by gfs_layout_finish(): the pieces of the layout's entries (not
+	 * of its inputs table) in record r are
 	 * rec_pieces[rec_piece0[r] .. rec_piece0[r + 1]) */
 	size_t *rec_piece0;
 	gfs_piece_ref *rec_pieces;
 	/* operands of computed tensors (layout version 3), NULL if none: a
 	 * layout whose sources are this layout's own (copied by
-	 * gfs_layout_finish_inputs()) */
+	 * gfs_layout_finish_inputs()) and whose pieces read this layout's
+	 * records (it has none of its own) */
 	struct gfs_layout *inputs;
 	/* name lookup, built by gfs_layout_finish() */
 	uint32_t *hash;
@@ -446,8 +449,8 @@ bool gfs_piece_next_run(const gfs_piece *p, uint64_t pos, uint64_t *start, uint6
 
 /*
  * gfs_record_tensors(): the entries of a finished layout with bytes in
- * record r (tensors with a piece in it, and their aliases), in layout
- * order: up to max indices into out; @return how many there are in all.
+ * record r (tensors with a piece in it, computed tensors with an input with
+ * a piece in it, and their aliases), in layout order: up to max indices into out; @return how many there are in all.
  * O(tensors log pieces).
  */
 size_t gfs_record_tensors(const gfs_layout *l, uint32_t r, size_t *out, size_t max);
