@@ -496,6 +496,13 @@ static gfs_err build(lbuild *b, const gfs_layout *base, const gfs_layout *ad, bo
 	err = gfs_layout_new("lora", base->base_dir, &b->out);
 	if (!err && base->root_dir)
 		err = gfs_layout_set_root(b->out, base->root_dir);
+	if (!err) {
+		char info[1024];
+
+		snprintf(info, sizeof(info), "%s, merged with the LoRA adapter of %s",
+			 base->info ? base->info : base->format, b->cfg.path);
+		err = gfs_layout_set_info(b->out, info);
+	}
 	if (!err)
 		err = add_sources(b, base, &b->remap_base);
 	if (!err && ad)
