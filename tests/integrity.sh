@@ -49,7 +49,7 @@ tensor_file() {
 }
 
 # verify_fails: verify exits 1 with one CORRUPT line naming $SHARD, $RECORD
-# (a pattern) and every tensor of $TENSORS.
+# (a pattern) and every tensor of $TENSORS (STATE:NAME: "STATE of NAME").
 verify_fails() {
 	rc=0
 	"$INSPECT" verify "$T/ck" >"$T/v.out" 2>"$T/v.err" || rc=$?
@@ -62,7 +62,8 @@ verify_fails() {
 	esac
 	printf '%s\n' "$line" | grep -q -- "$RECORD" || fail "verify does not name $RECORD: $line"
 	for t in $TENSORS; do
-		printf '%s\n' "$line" | grep -q -- "[:,] $t\(,\|$\)" || fail "verify does not name tensor $t: $line"
+		pat=$(printf '%s' "$t" | sed 's/^\([a-z_]*\):/\1 of /')
+		printf '%s\n' "$line" | grep -q -- "[:,] $pat\(,\|$\)" || fail "verify does not name tensor $pat: $line"
 	done
 	grep -q "1 of [0-9]* checksummed records are corrupt" "$T/v.err" || fail "verify: $(cat "$T/v.err")"
 	echo "ok: verify: $line"
@@ -139,6 +140,18 @@ gfs_mount "$T/ck" "$T/mnt" -o crc_cache="$T/cache" || fail "mount"
 "$PYTHON3" "$RC" torch "$T/mnt/pytorch_model.bin" "$WINDOW" || fail "torch.load with a cache hit"
 expect_eio "$T/mnt/tensors/$(tensor_file mix)"
 gfs_umount "$T/mnt" || fail "unmount"
+
+# ---- a flipped byte of an optimizer-state record (ZeRO-3: an exp_avg
+# partition): verify reads and counts the optimizer-state entries and names
+# those of the record, as "STATE of NAME"
+fresh "$case/checkpoint"
+"$INSPECT" verify "$T/ck" >"$T/v.out" || fail "verify of a clean checkpoint: $(cat "$T/v.out")"
+grep -q "^OK: [1-9][0-9]* entries ([0-9]* aliases) and [1-9][0-9]* optimizer-state entries, " "$T/v.out" ||
+	fail "verify does not count the optimizer-state entries: $(cat "$T/v.out")"
+flip exp_avg:mix payload
+case " $TENSORS " in *" exp_avg:mix "*) ;; *) fail "flip_byte.py: exp_avg:mix not in $TENSORS" ;; esac
+verify_fails
+expect_mount_fail "does not match its stored CRC-32" "$T/ck" "$T/mnt" -o verify -o nocrccache
 
 # ---- a flipped byte of record padding (ZeRO-1: the flat partition's
 # alignment padding, which no view serves)

@@ -5,6 +5,7 @@
  */
 #include "config.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -547,12 +548,14 @@ static int cmd_export(const inspect_opts *o, const gfs_layout *l, const char *ou
 
 /*
  * report_bad(): one line per corrupt record of l in s: its file, its name
- * and every tensor with bytes in it.  @return how many.
+ * and every entry with bytes in it (model tensors by name, optimizer-state
+ * entries as "STATE of NAME").  @return how many.
  */
 static size_t report_bad(const gfs_layout *l, const gfs_srcset *s)
 {
+	const size_t cap = gfs_layout_nentries(l) ? gfs_layout_nentries(l) : 1;
 	size_t nbad = 0;
-	size_t *idx = gfs_calloc(l->ntensors ? l->ntensors : 1, sizeof(*idx));
+	size_t *idx = gfs_calloc(cap, sizeof(*idx));
 
 	for (uint32_t r = 0; r < l->nrecords; r++) {
 		const gfs_record *rec = &l->records[r];
@@ -564,22 +567,30 @@ static size_t report_bad(const gfs_layout *l, const gfs_srcset *s)
 		printf("CORRUPT: %s: record %s does not match its stored CRC-32%s; tensors affected:",
 		       l->sources[rec->src].abspath, rec->name,
 		       rec->kind == GFS_PIECE_ZSTD ? " (or its zstd frame does not decode)" : "");
-		n = idx ? gfs_record_tensors(l, r, idx, l->ntensors) : 0;
-		for (size_t k = 0; k < n; k++)
-			printf("%s %s", k ? "," : "", l->tensors[idx[k]].name);
+		n = idx ? gfs_record_tensors(l, r, idx, cap) : 0;
+		assert(n <= cap);
+		for (size_t k = 0; k < n; k++) {
+			const gfs_tensor *t = &l->tensors[idx[k]];
+
+			printf("%s %s%s%s", k ? "," : "", t->state ? t->state : "",
+			       t->state ? " of " : "", t->name);
+		}
 		putchar('\n');
 	}
 	free(idx);
 	return nbad;
 }
 
-/* unchecked_bytes(): bytes of tensor pieces in no checksummed record, and their tensors. */
+/*
+ * unchecked_bytes(): bytes of the pieces of every entry (model tensors and
+ * optimizer-state entries) in no checksummed record, and their entries.
+ */
 static uint64_t unchecked_bytes(const gfs_layout *l, size_t *ntensors)
 {
 	uint64_t bytes = 0;
 
 	*ntensors = 0;
-	for (size_t i = 0; i < l->ntensors; i++) {
+	for (size_t i = 0; i < gfs_layout_nentries(l); i++) {
 		const gfs_tensor *t = &l->tensors[i];
 		bool any = false;
 
@@ -624,7 +635,7 @@ static int cmd_verify(const gfs_layout *l)
 			l->nrecords);
 		return 1;
 	}
-	for (size_t i = 0; !err && i < l->ntensors; i++) {
+	for (size_t i = 0; !err && i < gfs_layout_nentries(l); i++) {
 		const gfs_tensor *t = &l->tensors[i];
 		const size_t es = gfs_dtype_size(t->dtype);
 		uint64_t off = 0;
@@ -650,10 +661,11 @@ static int cmd_verify(const gfs_layout *l)
 	if (err)
 		return fail();
 	dt = now_s() - t0;
-	out_ok(printf("OK: %zu entries (%" PRIu64 " aliases), %" PRIu64 " pieces, %" PRIu64
-		      " bytes read from %zu files in %.3f s (%.1f MB/s)\n",
-		      l->ntensors, aliases, pieces, bytes, l->nsources, dt,
-		      dt > 0 ? (double)bytes / dt / 1e6 : 0.0));
+	out_ok(printf("OK: %zu entries (%" PRIu64 " aliases)", l->ntensors, aliases));
+	if (l->noptim)
+		out_ok(printf(" and %zu optimizer-state entries", l->noptim));
+	out_ok(printf(", %" PRIu64 " pieces, %" PRIu64 " bytes read from %zu files in %.3f s (%.1f MB/s)\n",
+		      pieces, bytes, l->nsources, dt, dt > 0 ? (double)bytes / dt / 1e6 : 0.0));
 	out_ok(printf("OK: %zu zip records match their stored CRC-32 (%" PRIu64
 		      " source bytes read, %zu zstd frames decompressed, %zu of them with a content checksum) in %.3f s\n",
 		      st.checked, st.bytes, st.frames, st.frames_sum, dt_crc));

@@ -4,6 +4,8 @@
 usage: flip_byte.py LAYOUT_JSON TENSOR (payload | padding | zstd)
 
 LAYOUT_JSON is `gatherfs-inspect layout` of the (copied) checkpoint.
+TENSOR is a model tensor's name, or STATE:NAME for an optimizer-state entry
+(its "optimizer_state" list: exp_avg:NAME, step:NAME...).
   payload  flips the first byte of TENSOR's first piece;
   padding  flips the last byte of the zip record holding that piece, which
            must be a byte no tensor of the layout reads (exit 3 if not);
@@ -12,7 +14,8 @@ The zip record is found through the shard's own zip directory (zipfile),
 which must test clean before and report that record after (payload and
 padding).  Prints shell assignments: SHARD, RECORD (zip record name, or
 "item at offset N" for the DCP item whose frame was hit), OFFSET (of the flipped byte), TENSORS (every tensor
-with a piece in the record or frame, space separated, aliases included) and
+with a piece in the record or frame, space separated, aliases included, optimizer-state entries as
+STATE:NAME) and
 WINDOW (hex of the 16 corrupt bytes starting at the flipped one, as a
 reader would see them; payload only).
 """
@@ -41,7 +44,9 @@ def main():
     layout_path, name, mode = sys.argv[1:4]
     layout = json.load(open(layout_path))
     base = layout["base_dir"]
-    tensors = {t["name"]: t for t in layout["tensors"]}
+    entries = layout["tensors"] + [dict(e, name=e["state"] + ":" + e["name"])
+                                   for e in layout.get("optimizer_state", [])]
+    tensors = {t["name"]: t for t in entries}
     t = tensors[name]
     piece = next(p for p in t["pieces"] if "source" in p)
     src = piece["source"]
@@ -50,7 +55,7 @@ def main():
     def readers(lo, hi, frame=None):
         """Tensors with a piece of source src inside [lo, hi) (or in frame)."""
         hit = []
-        for u in layout["tensors"]:
+        for u in entries:
             for p in u.get("pieces", []):
                 if p.get("source") != src:
                     continue
@@ -78,7 +83,7 @@ def main():
             off = piece["offset"]
         else:
             off = hi - 1
-            for u in layout["tensors"]:
+            for u in entries:
                 for p in u.get("pieces", []):
                     if p.get("source") == src and "zstd" not in p:
                         n = p.get("count", 1)
