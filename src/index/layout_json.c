@@ -3,6 +3,7 @@
  */
 #include "config.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -373,13 +374,23 @@ static gfs_err parse_optim(gfs_layout *l, const cJSON *j)
 	return GFS_OK;
 }
 
-gfs_err gfs_layout_to_json(const gfs_layout *l, char **text)
+/* has_optim(): does the document have the optimizer sections? */
+static bool has_optim(const gfs_layout *l)
+{
+	return l->noptim > 0 || l->optim.zero_stage > 0;
+}
+
+/*
+ * skeleton_json(): the text of the document with empty "tensors" and
+ * "optimizer_state" arrays.
+ */
+static gfs_err skeleton_json(const gfs_layout *l, char **text)
 {
 	cJSON *root = cJSON_CreateObject();
 	cJSON *sources, *tensors;
 	char *out;
 
-	const bool optim = l->noptim > 0 || l->optim.zero_stage > 0;
+	const bool optim = has_optim(l);
 	const bool v3 = optim || l->inputs != NULL;
 	bool v2 = l->nobjects > 0;
 
@@ -408,30 +419,13 @@ gfs_err gfs_layout_to_json(const gfs_layout *l, char **text)
 		    !gfs_json_add_u64(s, "size", l->sources[i].size))
 			goto nomem;
 	}
-	for (size_t i = 0; i < l->ntensors; i++) {
-		cJSON *t = tensor_json(l, &l->tensors[i]);
-
-		if (!t || !cJSON_AddItemToArray(tensors, t)) {
-			cJSON_Delete(t);
-			goto nomem;
-		}
-	}
 	if (optim) {
-		cJSON *states = cJSON_AddArrayToObject(root, "optimizer_state");
+		const cJSON *states = cJSON_AddArrayToObject(root, "optimizer_state");
 		cJSON *opt = optim_json(l);
 
 		if (!states || !opt || !cJSON_AddItemToObject(root, "optimizer", opt)) {
 			cJSON_Delete(opt);
 			goto nomem;
-		}
-		for (size_t i = l->ntensors; i < gfs_layout_nentries(l); i++) {
-			cJSON *t = tensor_json(l, &l->tensors[i]);
-
-			if (!t || !cJSON_AddStringToObject(t, "state", l->tensors[i].state) ||
-			    !cJSON_AddItemToArray(states, t)) {
-				cJSON_Delete(t);
-				goto nomem;
-			}
 		}
 	}
 	if (l->inputs) {
@@ -477,6 +471,153 @@ gfs_err gfs_layout_to_json(const gfs_layout *l, char **text)
 nomem:
 	cJSON_Delete(root);
 	return gfs_fail(GFS_ERR_NOMEM, "out of memory while writing the layout JSON");
+}
+
+/*
+ * Units: 0 the head (up to the "tensors" array's '['), 1 + i model tensor
+ * i, then with optimizer sections the middle (from the "tensors" array's
+ * ']' to the "optimizer_state" array's '[') and one per optimizer-state
+ * entry, last the tail.
+ */
+size_t gfs_layout_json_nunits(const gfs_layout *l)
+{
+	return l->ntensors + 2 + (has_optim(l) ? l->noptim + 1 : 0);
+}
+
+/* split_at(): the offset just past marker in s, or 0 if it is not there. */
+static size_t split_at(const char *s, const char *marker)
+{
+	const char *m = strstr(s, marker);
+
+	return m ? (size_t)(m - s) + strlen(marker) : 0;
+}
+
+/*
+ * skeleton_unit(): unit u (0 head, 1 middle, 2 tail) of the skeleton,
+ * moved to the front of the malloc()ed *text.
+ */
+static gfs_err skeleton_unit(const gfs_layout *l, int u, char **text, size_t *len)
+{
+	char *s = NULL;
+	gfs_err err = skeleton_json(l, &s);
+	size_t a, b;
+
+	if (err)
+		return err;
+	/* no raw newline inside a JSON string: the markers are structural */
+	a = split_at(s, "\n\t\"tensors\":\t[");
+	b = has_optim(l) ? split_at(s + a, "\n\t\"optimizer_state\":\t[") : 0;
+	assert(a > 0 && (b > 0 || !has_optim(l)));
+	if (u == 0) {
+		*len = a;
+	} else if (u == 1 && b) {
+		*len = b;
+		memmove(s, s + a, b);
+	} else {
+		*len = strlen(s + a + b);
+		memmove(s, s + a + b, *len);
+	}
+	s[*len] = '\0';
+	*text = s;
+	return GFS_OK;
+}
+
+/*
+ * entry_unit(): entry i's object as it stands inside the document's array
+ * (two more tabs after each newline: cJSON indents by depth, and the array
+ * and the root object each add one), after ", "
+ * unless first in its array.
+ */
+static gfs_err entry_unit(const gfs_layout *l, size_t i, char **text, size_t *len)
+{
+	const bool state = i >= l->ntensors;
+	const bool first = i == 0 || i == l->ntensors;
+	cJSON *t = tensor_json(l, &l->tensors[i]);
+	char *s, *out, *o;
+	size_t nl = 0;
+
+	if (t && state && !cJSON_AddStringToObject(t, "state", l->tensors[i].state)) {
+		cJSON_Delete(t);
+		t = NULL;
+	}
+	s = t ? cJSON_Print(t) : NULL;
+	cJSON_Delete(t);
+	if (!s)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory while writing the layout JSON");
+	for (const char *c = s; *c; c++)
+		nl += *c == '\n';
+	out = malloc(strlen(s) + 2 * nl + 3);
+	if (!out) {
+		free(s);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory while writing the layout JSON");
+	}
+	o = out;
+	if (!first) {
+		*o++ = ',';
+		*o++ = ' ';
+	}
+	for (const char *c = s; *c; c++) {
+		*o++ = *c;
+		if (*c == '\n') {
+			*o++ = '\t';
+			*o++ = '\t';
+		}
+	}
+	*o = '\0';
+	free(s);
+	*len = (size_t)(o - out);
+	*text = out;
+	return GFS_OK;
+}
+
+gfs_err gfs_layout_json_unit(const gfs_layout *l, size_t u, char **text, size_t *len)
+{
+	const size_t n = gfs_layout_json_nunits(l);
+
+	assert(u < n);
+	if (u == 0)
+		return skeleton_unit(l, 0, text, len);
+	if (u == n - 1)
+		return skeleton_unit(l, 2, text, len);
+	if (u <= l->ntensors)
+		return entry_unit(l, u - 1, text, len);
+	if (u == l->ntensors + 1)
+		return skeleton_unit(l, 1, text, len);
+	return entry_unit(l, u - 2, text, len);
+}
+
+gfs_err gfs_layout_to_json(const gfs_layout *l, char **text)
+{
+	const size_t n = gfs_layout_json_nunits(l);
+	char *out = NULL;
+	size_t used = 0, cap = 0;
+
+	for (size_t u = 0; u < n; u++) {
+		char *s = NULL;
+		size_t len = 0;
+		const gfs_err err = gfs_layout_json_unit(l, u, &s, &len);
+
+		if (err) {
+			free(out);
+			return err;
+		}
+		if (used + len + 1 > cap) {
+			char *g = realloc(out, cap = 2 * (used + len + 1));
+
+			if (!g) {
+				free(s);
+				free(out);
+				return gfs_fail(GFS_ERR_NOMEM, "out of memory while writing the layout JSON");
+			}
+			out = g;
+		}
+		memcpy(out + used, s, len);
+		used += len;
+		out[used] = '\0';
+		free(s);
+	}
+	*text = out;
+	return GFS_OK;
 }
 
 /*

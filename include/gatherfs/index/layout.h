@@ -475,6 +475,18 @@ const gfs_tensor *gfs_layout_target(const gfs_layout *l, size_t i);
 gfs_err gfs_layout_to_json(const gfs_layout *l, char **text);
 
 /*
+ * gfs_layout_json_nunits(), gfs_layout_json_unit(): gfs_layout_to_json()'s
+ * text in units, to write it a part at a time: the texts of units
+ * [0, gfs_layout_json_nunits()) in order, concatenated, are the whole text.
+ * Unit 0 is the head (up to the tensors), the last the tail, and each
+ * entry of the layout has one unit: O(its pieces) to write.
+ * gfs_layout_json_unit() returns unit u (malloc()ed, NUL-terminated, freed
+ * by the caller) in *text and its length in *len.
+ */
+size_t gfs_layout_json_nunits(const gfs_layout *l);
+gfs_err gfs_layout_json_unit(const gfs_layout *l, size_t u, char **text, size_t *len);
+
+/*
  * gfs_layout_from_json(): parse and validate a layout JSON held in
  * text[0..len).  Relative source paths resolve against the "base_dir" field
  * or, if absent, json_dir.  label names the file in messages.
