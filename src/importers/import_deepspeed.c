@@ -189,6 +189,33 @@ static void file_close(ds_file *f)
 	free(f->path);
 }
 
+/*
+ * file_release(): free what f read (pickle, zip directory) and close it,
+ * keeping its name, path and size: a file checked but not read again.
+ */
+static void file_release(ds_file *f)
+{
+	gfs_pickle_free(f->pk);
+	f->pk = NULL;
+	f->root = NULL;
+	gfs_tzip_close(f->zip);
+	f->zip = NULL;
+	if (f->fd >= 0)
+		close(f->fd);
+	f->fd = -1;
+}
+
+/*
+ * has_frozen(): does the ZeRO-3 model states file f list frozen params
+ * (whose fragments every rank's model states file holds)?
+ */
+static bool has_frozen(const ds_file *f)
+{
+	const gfs_pv *fs = gfs_pv_dict_get(f->root, "frozen_param_shapes");
+
+	return fs && fs->kind == GFS_PV_DICT && fs->u.dict.len > 0;
+}
+
 static gfs_err file_source(ds_ckpt *c, ds_file *f, uint32_t *src)
 {
 	if (f->src < 0) {
@@ -1621,6 +1648,11 @@ static gfs_err open_files(ds_ckpt *c, const ds_listing *ls)
 			err = file_open(&c->model[r], c->tagdir, ls->zmodel[r]);
 			if (err)
 				return err;
+			/* only frozen params are read from the other ranks' files:
+			 * without them, each is checked and freed at once, so the
+			 * import holds one rank's metadata, not ws of them */
+			if (r > 0 && !has_frozen(&c->model[0]))
+				file_release(&c->model[r]);
 		}
 	} else {
 		const char *name = ls->mpmodel ? ls->mpmodel : (ls->nzmodel ? ls->zmodel[0] : NULL);
