@@ -143,20 +143,21 @@ typedef struct gfs_compute {
 } gfs_compute;
 
 typedef struct gfs_tensor {
-	char *name;
-	gfs_dtype dtype;
-	uint32_t ndim;
-	uint64_t shape[GFS_MAX_DIMS];
+	char *name;       /* in the layout's arena */
+	uint64_t *shape;  /* ndim sizes, in the layout's arena (shared by an alias) */
+	gfs_piece *pieces;
+	char *alias_target; /* while building: name of the alias target, else NULL */
+	char *state;      /* optimizer-state entries: the state ("exp_avg", "step"...), in
+			     the layout's arena (shared by the entries of one state); else NULL */
+	gfs_compute *comp; /* a computed tensor (no pieces), else NULL */
 	uint64_t numel;
 	uint64_t nbytes;  /* numel * dtype size */
-	bool strided;     /* set by gfs_layout_finish(): some piece has count > 1 */
 	int64_t alias_of; /* index of the target tensor, or -1 */
-	char *alias_target; /* while building: name of the alias target, else NULL */
-	gfs_piece *pieces;
 	size_t npieces;
 	size_t cap_pieces;
-	char *state;      /* optimizer-state entries: the state ("exp_avg", "step"...); else NULL */
-	gfs_compute *comp; /* a computed tensor (no pieces), else NULL */
+	gfs_dtype dtype;
+	uint32_t ndim;
+	bool strided;     /* set by gfs_layout_finish(): some piece has count > 1 */
 } gfs_tensor;
 
 /*
@@ -255,6 +256,9 @@ typedef struct gfs_layout {
 	 * layout whose sources are this layout's own (copied by
 	 * gfs_layout_finish_inputs()) */
 	struct gfs_layout *inputs;
+	/* names, shapes and state names of the entries: chunks freed with the layout */
+	struct gfs_arena_chunk *arena;
+	char *last_state; /* the arena copy of the newest entry's state */
 	/* name lookup, built by gfs_layout_finish() */
 	uint32_t *hash;
 	size_t hash_cap;
