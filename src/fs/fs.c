@@ -1611,6 +1611,8 @@ static gfs_err build(gfs_fs *fs)
 		err = build_dir(fs, &fs->adapter, NULL, 0, adapter_node(fs, 1), fs->nadapter - 1);
 	for (size_t i = 0; i < fs->nnodes; i++)
 		fs->nodes[i].ino = i + 1;
+	for (size_t i = 0; i < fs->nowned; i++) /* all complete now */
+		gfs_vfile_shrink(fs->owned[i]);
 	free(root_fixed);
 	access_end(fs);
 	return err;

@@ -949,6 +949,15 @@ gfs_err gfs_layout_finish(gfs_layout *l, const char *label)
 		if (l->optim.model_srcs[i] >= l->nsources)
 			return gfs_fail(GFS_ERR_FORMAT, "%s: model-states file %u of %zu sources",
 					label, l->optim.model_srcs[i], l->nsources);
+	if (l->cap_tensors > gfs_layout_nentries(l) && gfs_layout_nentries(l) > 0) {
+		/* sealed: no more entries */
+		gfs_tensor *t = gfs_reallocarray(l->tensors, gfs_layout_nentries(l), sizeof(*t));
+
+		if (t) {
+			l->tensors = t;
+			l->cap_tensors = gfs_layout_nentries(l);
+		}
+	}
 	err = build_hash(l, label);
 	if (err)
 		return err;
@@ -974,6 +983,15 @@ gfs_err gfs_layout_finish(gfs_layout *l, const char *label)
 
 		if (t->alias_of >= 0 || t->comp)
 			continue;
+		if (t->cap_pieces > t->npieces && t->npieces > 0) {
+			/* sealed: give back the room grown for more pieces */
+			gfs_piece *p = gfs_reallocarray(t->pieces, t->npieces, sizeof(*p));
+
+			if (p) {
+				t->pieces = p;
+				t->cap_pieces = t->npieces;
+			}
+		}
 		if (t->npieces > 1) /* qsort(NULL, 0) is undefined */
 			qsort(t->pieces, t->npieces, sizeof(*t->pieces), piece_cmp);
 		t->strided = false;
