@@ -6,6 +6,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,7 +96,11 @@ static cJSON *compute_json(const gfs_layout *l, const gfs_compute *c)
 	return o;
 }
 
-static cJSON *tensor_json(const gfs_layout *l, const gfs_tensor *t)
+/*
+ * tensor_json(): t as a JSON object; without with_pieces, its "pieces" array
+ * is left empty (entry_unit() writes it).
+ */
+static cJSON *tensor_json(const gfs_layout *l, const gfs_tensor *t, bool with_pieces)
 {
 	cJSON *o = cJSON_CreateObject();
 	cJSON *shape = NULL;
@@ -128,7 +133,7 @@ static cJSON *tensor_json(const gfs_layout *l, const gfs_tensor *t)
 		cJSON_Delete(pieces);
 		goto fail;
 	}
-	for (size_t p = 0; p < t->npieces; p++) {
+	for (size_t p = 0; with_pieces && p < t->npieces; p++) {
 		cJSON *pj = piece_json(&t->pieces[p], tensor_is_general(t));
 
 		if (!pj || !cJSON_AddItemToArray(pieces, pj)) {
@@ -434,7 +439,7 @@ static gfs_err skeleton_json(const gfs_layout *l, char **text)
 		if (!inputs)
 			goto nomem;
 		for (size_t i = 0; i < l->inputs->ntensors; i++) {
-			cJSON *t = tensor_json(l->inputs, &l->inputs->tensors[i]);
+			cJSON *t = tensor_json(l->inputs, &l->inputs->tensors[i], true);
 
 			if (!t || !cJSON_AddItemToArray(inputs, t)) {
 				cJSON_Delete(t);
@@ -522,19 +527,112 @@ static gfs_err skeleton_unit(const gfs_layout *l, int u, char **text, size_t *le
 	return GFS_OK;
 }
 
+/* A growing text; oom once an append failed. */
+typedef struct jbuf {
+	char *p;
+	size_t n, cap;
+	bool oom;
+} jbuf;
+
+static void jb_put(jbuf *b, const char *s, size_t len)
+{
+	if (b->oom)
+		return;
+	if (b->cap - b->n <= len) {
+		size_t cap = b->cap ? b->cap : 256;
+		char *g;
+
+		while (cap - b->n <= len)
+			cap *= 2;
+		g = realloc(b->p, cap);
+		if (!g) {
+			b->oom = true;
+			return;
+		}
+		b->p = g;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->n, s, len);
+	b->n += len;
+	b->p[b->n] = '\0';
+}
+
+/* jb_lit(): append a string literal. */
+#define jb_lit(b, lit) jb_put((b), (lit), sizeof(lit) - 1)
+
+/* jb_member(): "key":<TAB>v at depth tabs, after ",\n" unless first. */
+static void jb_member(jbuf *b, int depth, bool first, const char *key, uint64_t v)
+{
+	static const char tabs[] = "\t\t\t\t\t\t\t\t";
+	char num[24];
+
+	if (first)
+		jb_put(b, "\n", 1);
+	else
+		jb_put(b, ",\n", 2);
+	jb_put(b, tabs, (size_t)depth);
+	jb_put(b, "\"", 1);
+	jb_put(b, key, strlen(key));
+	jb_put(b, "\":\t", 3);
+	jb_put(b, num, (size_t)snprintf(num, sizeof(num), "%" PRIu64, v));
+}
+
+/*
+ * pieces_text(): t's pieces as piece_json() objects in the document's
+ * array print them (members at depth 5), separated by ", ".
+ */
+static void pieces_text(jbuf *b, const gfs_tensor *t)
+{
+	const bool general = tensor_is_general(t);
+
+	for (size_t k = 0; k < t->npieces; k++) {
+		const gfs_piece *p = &t->pieces[k];
+		bool first = true;
+
+		jb_put(b, k ? ", {" : "{", k ? 3 : 1);
+		if (general) {
+			jb_member(b, 5, first, "at", p->toff);
+			first = false;
+		}
+		if (p->kind == GFS_PIECE_ZERO) {
+			jb_member(b, 5, first, "zero", p->len);
+		} else {
+			jb_member(b, 5, first, "source", p->src);
+			jb_member(b, 5, false, "offset", p->src_off);
+			jb_member(b, 5, false, "length", p->len);
+		}
+		if (p->count > 1) {
+			jb_member(b, 5, false, "count", p->count);
+			jb_member(b, 5, false, "dst_stride", p->dst_stride);
+			jb_member(b, 5, false, "src_stride", p->src_stride);
+		}
+		if (p->kind == GFS_PIECE_ZSTD) {
+			jb_lit(b, ",\n\t\t\t\t\t\"zstd\":\t{");
+			jb_member(b, 6, true, "offset", p->frame_off);
+			jb_member(b, 6, false, "length", p->frame_len);
+			jb_member(b, 6, false, "size", p->frame_size);
+			jb_lit(b, "\n\t\t\t\t\t}");
+		}
+		jb_lit(b, "\n\t\t\t\t}");
+	}
+}
+
 /*
  * entry_unit(): entry i's object as it stands inside the document's array
  * (two more tabs after each newline: cJSON indents by depth, and the array
- * and the root object each add one), after ", "
- * unless first in its array.
+ * and the root object each add one), after ", " unless first in its array.
+ * cJSON writes all but the pieces, written here into its empty "pieces"
+ * array: O(pieces) without a cJSON node per piece.
  */
 static gfs_err entry_unit(const gfs_layout *l, size_t i, char **text, size_t *len)
 {
+	static const char marker[] = "\"pieces\":\t[";
 	const bool state = i >= l->ntensors;
 	const bool first = i == 0 || i == l->ntensors;
-	cJSON *t = tensor_json(l, &l->tensors[i]);
-	char *s, *out, *o;
-	size_t nl = 0;
+	cJSON *t = tensor_json(l, &l->tensors[i], false);
+	jbuf b = { 0 };
+	const char *cut = NULL;
+	char *s;
 
 	if (t && state && !cJSON_AddStringToObject(t, "state", l->tensors[i].state)) {
 		cJSON_Delete(t);
@@ -544,29 +642,26 @@ static gfs_err entry_unit(const gfs_layout *l, size_t i, char **text, size_t *le
 	cJSON_Delete(t);
 	if (!s)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory while writing the layout JSON");
-	for (const char *c = s; *c; c++)
-		nl += *c == '\n';
-	out = malloc(strlen(s) + 2 * nl + 3);
-	if (!out) {
-		free(s);
+	/* a raw tab never occurs inside a JSON string: the marker is structural */
+	if (l->tensors[i].npieces)
+		cut = strstr(s, marker);
+	assert(cut || !l->tensors[i].npieces);
+	if (!first)
+		jb_put(&b, ", ", 2);
+	for (const char *c = s; *c; c++) {
+		jb_put(&b, c, 1);
+		if (*c == '\n')
+			jb_put(&b, "\t\t", 2);
+		if (cut && c == cut + sizeof(marker) - 2)
+			pieces_text(&b, &l->tensors[i]);
+	}
+	free(s);
+	if (b.oom || !b.p) {
+		free(b.p);
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory while writing the layout JSON");
 	}
-	o = out;
-	if (!first) {
-		*o++ = ',';
-		*o++ = ' ';
-	}
-	for (const char *c = s; *c; c++) {
-		*o++ = *c;
-		if (*c == '\n') {
-			*o++ = '\t';
-			*o++ = '\t';
-		}
-	}
-	*o = '\0';
-	free(s);
-	*len = (size_t)(o - out);
-	*text = out;
+	*len = b.n;
+	*text = b.p;
 	return GFS_OK;
 }
 
