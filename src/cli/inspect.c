@@ -329,6 +329,8 @@ static int cmd_ls_optim(const inspect_opts *o, const gfs_layout *l)
 
 static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 {
+	const bool kinds = !o->optim && has_kinds(l); /* O(tensors): once */
+
 	if (o->optim)
 		return cmd_ls_optim(o, l);
 	if (o->json) {
@@ -362,7 +364,7 @@ static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 				if (!ok)
 					cJSON_Delete(v);
 			}
-			if (ok && has_kinds(l)) {
+			if (ok && kinds) {
 				char kb[32];
 
 				ok = cJSON_AddStringToObject(e, "kind", kind_of(t, kb, sizeof(kb))) != NULL;
@@ -398,7 +400,7 @@ static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 		return 0;
 	}
 	out_ok(printf("%-48s %-9s %-20s %14s  %s%s\n", "NAME", "DTYPE", "SHAPE", "BYTES", "ALIAS_OF",
-		      has_kinds(l) ? "  KIND" : ""));
+		      kinds ? "  KIND" : ""));
 	for (size_t i = 0; i < l->ntensors && !out_errno; i++) {
 		const gfs_tensor *t = &l->tensors[i];
 		const gfs_dtype dt = gfs_dtype_out(t->dtype, o->dtype);
@@ -408,7 +410,7 @@ static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 		out_ok(printf("%-48s %-9s %-20s %14" PRIu64 "  %s%s%s\n", t->name, gfs_dtype_name(dt),
 			      shape, t->numel * gfs_dtype_size(dt),
 			      t->alias_of >= 0 ? l->tensors[t->alias_of].name : "-",
-			      has_kinds(l) ? "  " : "", has_kinds(l) ? kind_of(t, kb, sizeof(kb)) : ""));
+			      kinds ? "  " : "", kinds ? kind_of(t, kb, sizeof(kb)) : ""));
 	}
 	/* non-tensor entries (DCP bytes): listed, never served as tensors */
 	for (size_t i = 0; i < l->nobjects && !out_errno; i++)

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,6 +127,18 @@ typedef struct fs_access {
 	unsigned meta_bits;
 } fs_access;
 
+/*
+ * layout.json, written only when asked for: its size on the first stat,
+ * its bytes a unit at a time on reads (gfs_layout_json_unit()).
+ */
+typedef struct fs_json {
+	pthread_mutex_t mu;
+	bool sized;
+	gfs_err err;   /* of the sizing, once sized */
+	uint64_t *end; /* per unit: offset one past its last byte */
+	size_t nunits;
+} fs_json;
+
 struct gfs_fs {
 	gfs_vctx ctx;
 	gfs_vctx actx;     /* the adapter/ view's tensors */
@@ -161,6 +174,7 @@ struct gfs_fs {
 	fs_attr root_attr, tensors_attr, index_attr;
 	fs_attr xfile_attr, xdir_attr; /* of the optim/ and universal nodes */
 	struct timespec mtime;
+	fs_json *json;     /* layout.json (its node has no vfile), or NULL */
 };
 
 static bool is_extra_top(const gfs_fs *fs, const char *name);
@@ -662,8 +676,6 @@ static gfs_err build_views(gfs_fs *fs)
 		err = add_text(fs, fs->opts.replace[i].name, fs->opts.replace[i].text,
 			       replaced_attr(fs, fs->opts.replace[i].name));
 	if (!err && (fs->opts.views & GFS_VIEW_LAYOUT)) {
-		char *json = NULL;
-
 		fs_attr attr = { 0 };
 
 		/* it lists every source's path, size and offsets */
@@ -671,11 +683,12 @@ static gfs_err build_views(gfs_fs *fs)
 		err = set_add_entries(fs, NULL, 0);
 		if (!err)
 			attr = set_attr(fs, false);
-		if (!err)
-			err = gfs_layout_to_json(l, &json);
-		if (!err)
-			err = add_text(fs, JSON_NAME, json, attr);
-		free(json);
+		if (!err && !(fs->json = calloc(1, sizeof(*fs->json))))
+			err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		if (!err) {
+			(void)pthread_mutex_init(&fs->json->mu, NULL);
+			err = add_virt(fs, JSON_NAME, NULL, false, attr);
+		}
 	}
 	return err;
 }
@@ -1272,50 +1285,98 @@ static gfs_err xnode_add(gfs_fs *fs, const char *path, size_t len, size_t parent
 	return GFS_OK;
 }
 
-/*
- * find_xdir(): node index of the extra directory path[0..len), or SIZE_MAX.
- * Searches the newest nodes first.
- */
-static size_t find_xdir(const gfs_fs *fs, const char *path, size_t len)
-{
-	for (size_t i = fs->nxnodes; i-- > 0;) {
-		const fs_xnode *x = &fs->xnodes[i];
+/* The extra directories by path while the nodes are planned: open addressing. */
+typedef struct fs_xdirmap {
+	uint32_t *slot; /* xnode index + 1; 0: empty */
+	size_t cap;     /* a power of two */
+	size_t n;
+} fs_xdirmap;
 
-		if (x->file < 0 && strlen(x->path) == len && memcmp(x->path, path, len) == 0)
-			return fs->xfirst + i;
+/* path_hash(): FNV-1a of path[0..len). */
+static uint64_t path_hash(const char *path, size_t len)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ (unsigned char)path[i]) * 0x100000001b3ull;
+	return h;
+}
+
+/* xdir_slot(): the slot of directory path[0..len) in m: its node, or an empty one. */
+static uint32_t *xdir_slot(const gfs_fs *fs, const fs_xdirmap *m, const char *path, size_t len)
+{
+	size_t k = (size_t)path_hash(path, len) & (m->cap - 1);
+
+	for (;; k = (k + 1) & (m->cap - 1)) {
+		const fs_xnode *x;
+
+		if (!m->slot[k])
+			return &m->slot[k];
+		x = &fs->xnodes[m->slot[k] - 1];
+		if (strncmp(x->path, path, len) == 0 && x->path[len] == '\0')
+			return &m->slot[k];
 	}
-	return SIZE_MAX;
+}
+
+/* xdir_put(): remember the newest extra node, a directory, in m (grown to half full at most). */
+static gfs_err xdir_put(const gfs_fs *fs, fs_xdirmap *m)
+{
+	const fs_xnode *x = &fs->xnodes[fs->nxnodes - 1];
+
+	if (2 * (m->n + 1) > m->cap) {
+		fs_xdirmap g = { .cap = m->cap ? 2 * m->cap : 64 };
+
+		g.slot = gfs_calloc(g.cap, sizeof(*g.slot));
+		if (!g.slot)
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		for (size_t k = 0; k < m->cap; k++) {
+			if (m->slot[k]) {
+				const char *p = fs->xnodes[m->slot[k] - 1].path;
+
+				*xdir_slot(fs, &g, p, strlen(p)) = m->slot[k];
+			}
+		}
+		g.n = m->n;
+		free(m->slot);
+		*m = g;
+	}
+	*xdir_slot(fs, m, x->path, strlen(x->path)) = (uint32_t)fs->nxnodes;
+	m->n++;
+	return GFS_OK;
 }
 
 /*
  * plan_xnodes(): one node per directory and file of the extra views, in
- * file order (a directory before its contents).  Files come grouped by
- * directory, so the directory sought is nearly always the last one made.
+ * file order (a directory before its contents).  Directories are found by
+ * path in a hash table: O(1) per path component.
  */
 static gfs_err plan_xnodes(gfs_fs *fs)
 {
-	for (size_t f = 0; f < fs->nxfiles; f++) {
+	fs_xdirmap m = { 0 };
+	gfs_err err = GFS_OK;
+
+	for (size_t f = 0; f < fs->nxfiles && !err; f++) {
 		const char *path = fs->xfiles[f].path;
 		size_t parent = N_ROOT;
-		gfs_err err;
 
-		for (const char *s = strchr(path, '/'); s; s = strchr(s + 1, '/')) {
+		for (const char *s = strchr(path, '/'); s && !err; s = strchr(s + 1, '/')) {
 			const size_t len = (size_t)(s - path);
-			size_t d = find_xdir(fs, path, len);
+			const uint32_t *hit = m.cap ? xdir_slot(fs, &m, path, len) : NULL;
 
-			if (d == SIZE_MAX) {
-				err = xnode_add(fs, path, len, parent, -1);
-				if (err)
-					return err;
-				d = fs->xfirst + fs->nxnodes - 1;
+			if (hit && *hit) {
+				parent = fs->xfirst + *hit - 1;
+				continue;
 			}
-			parent = d;
+			err = xnode_add(fs, path, len, parent, -1);
+			if (!err)
+				err = xdir_put(fs, &m);
+			parent = fs->xfirst + fs->nxnodes - 1;
 		}
-		err = xnode_add(fs, path, strlen(path), parent, (int64_t)f);
-		if (err)
-			return err;
+		if (!err)
+			err = xnode_add(fs, path, strlen(path), parent, (int64_t)f);
 	}
-	return GFS_OK;
+	free(m.slot);
+	return err;
 }
 
 /* build_xnodes(): fill the extra nodes and their directories. */
@@ -1456,6 +1517,11 @@ void gfs_fs_free(gfs_fs *fs)
 	free(fs->owned);
 	free(fs->pass);
 	free(fs->nodes);
+	if (fs->json) {
+		(void)pthread_mutex_destroy(&fs->json->mu);
+		free(fs->json->end);
+		free(fs->json);
+	}
 	free(fs);
 }
 
@@ -1545,6 +1611,8 @@ static gfs_err build(gfs_fs *fs)
 		err = build_dir(fs, &fs->adapter, NULL, 0, adapter_node(fs, 1), fs->nadapter - 1);
 	for (size_t i = 0; i < fs->nnodes; i++)
 		fs->nodes[i].ino = i + 1;
+	for (size_t i = 0; i < fs->nowned; i++) /* all complete now */
+		gfs_vfile_shrink(fs->owned[i]);
 	free(root_fixed);
 	access_end(fs);
 	return err;
@@ -1660,10 +1728,106 @@ const gfs_node *gfs_fs_dir_entry(const gfs_fs *fs, const gfs_node *dir, size_t i
 	return &fs->nodes[d->kids[i]];
 }
 
+/* json_unit(): unit u of layout.json: the layout's JSON units, then a newline. */
+static gfs_err json_unit(const gfs_fs *fs, size_t u, char **text, size_t *len)
+{
+	if (u < gfs_layout_json_nunits(fs->ctx.layout))
+		return gfs_layout_json_unit(fs->ctx.layout, u, text, len);
+	*text = gfs_strdup("\n");
+	*len = 1;
+	return *text ? GFS_OK : gfs_fail(GFS_ERR_NOMEM, "out of memory");
+}
+
+/*
+ * json_size(): the size of layout.json, sizing it on the first call (every
+ * unit written once and dropped: O(layout) time, O(entries) memory); 0 if
+ * that failed (json_read() then says why).
+ */
+static uint64_t json_size(const gfs_fs *fs)
+{
+	const gfs_layout *l = fs->ctx.layout;
+	fs_json *j = fs->json;
+	uint64_t size;
+
+	(void)pthread_mutex_lock(&j->mu);
+	if (!j->sized) {
+		const size_t n = gfs_layout_json_nunits(l) + 1;
+		uint64_t pos = 0;
+
+		j->end = gfs_calloc(n, sizeof(*j->end));
+		j->err = j->end ? GFS_OK : GFS_ERR_NOMEM;
+		for (size_t u = 0; u < n && !j->err; u++) {
+			char *text = NULL;
+			size_t len = 0;
+
+			j->err = json_unit(fs, u, &text, &len);
+			free(text);
+			pos += len;
+			if (!j->err)
+				j->end[u] = pos;
+		}
+		j->nunits = n;
+		j->sized = true;
+	}
+	size = j->err ? 0 : j->end[j->nunits - 1];
+	(void)pthread_mutex_unlock(&j->mu);
+	return size;
+}
+
+/* json_read(): bytes [off, off + len) of layout.json, clipped to its size. */
+static gfs_err json_read(const gfs_fs *fs, uint64_t off, uint8_t *buf, size_t len,
+			 size_t *got)
+{
+	const fs_json *j = fs->json;
+	const uint64_t size = json_size(fs);
+	size_t lo = 0, hi;
+	uint64_t pos;
+
+	*got = 0;
+	if (j->err)
+		return gfs_fail(j->err, JSON_NAME ": out of memory while writing it");
+	if (off >= size)
+		return GFS_OK;
+	if (len > size - off)
+		len = (size_t)(size - off);
+	hi = j->nunits;
+	while (lo < hi) { /* the first unit ending past off */
+		const size_t mid = lo + (hi - lo) / 2;
+
+		if (j->end[mid] <= off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	pos = lo ? j->end[lo - 1] : 0;
+	for (size_t u = lo; *got < len; u++) {
+		char *text = NULL;
+		size_t tlen = 0;
+		const gfs_err err = json_unit(fs, u, &text, &tlen);
+		const uint64_t from = off + *got - pos;
+		size_t k;
+
+		if (err)
+			return gfs_fail_prefix(err, JSON_NAME);
+		assert(pos + tlen == j->end[u] && from < tlen);
+		k = tlen - (size_t)from < len - *got ? tlen - (size_t)from : len - *got;
+		memcpy(buf + *got, text + from, k);
+		free(text);
+		*got += k;
+		pos += tlen;
+	}
+	return GFS_OK;
+}
+
+/* reg_size(): the size of regular file n. */
+static uint64_t reg_size(const gfs_fs *fs, const gfs_node *n)
+{
+	return n->vf ? gfs_vfile_size(n->vf) : json_size(fs);
+}
+
 void gfs_fs_stat(const gfs_fs *fs, const gfs_node *n, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
-	(void)fs;
 	st->st_ino = n->ino;
 	st->st_uid = n->uid;
 	st->st_gid = n->gid;
@@ -1677,7 +1841,7 @@ void gfs_fs_stat(const gfs_fs *fs, const gfs_node *n, struct stat *st)
 	case GFS_NODE_REG:
 		st->st_mode = S_IFREG | n->perm;
 		st->st_nlink = 1;
-		st->st_size = (off_t)gfs_vfile_size(n->vf);
+		st->st_size = (off_t)reg_size(fs, n);
 		break;
 	case GFS_NODE_LNK:
 		st->st_mode = S_IFLNK | n->perm;
@@ -1694,7 +1858,7 @@ void gfs_fs_statfs(const gfs_fs *fs, struct statvfs *sv)
 
 	for (size_t i = 0; i < fs->nnodes; i++)
 		if (fs->nodes[i].type == GFS_NODE_REG)
-			bytes += gfs_vfile_size(fs->nodes[i].vf);
+			bytes += reg_size(fs, &fs->nodes[i]);
 	memset(sv, 0, sizeof(*sv));
 	sv->f_bsize = BLKSIZE;
 	sv->f_frsize = 4096;
@@ -1710,6 +1874,8 @@ gfs_err gfs_fs_read(const gfs_fs *fs, const gfs_node *n, uint64_t off,
 	gfs_err err;
 
 	assert(n->type == GFS_NODE_REG);
+	if (!n->vf)
+		return json_read(fs, off, buf, len, got);
 	err = gfs_vfile_read(n->vf, off, buf, len, got);
 	if (err && n->ino > fs->xfirst)
 		return gfs_fail_prefix(err, "%s", fs->xnodes[n->ino - 1 - fs->xfirst].path);

@@ -355,9 +355,12 @@ static bool reply_mapped(fuse_req_t req, const gfs_node *n, rstate *r, size_t si
 {
 	struct fuse_bufvec *bv = r->bv;
 	size_t next = 0, got = 0;
-	const gfs_err err = gfs_vfile_map(n->vf, (uint64_t)off, size, r->ext, MAP_MAX,
-					  r->scratch, sizeof(r->scratch), &next, &got);
+	gfs_err err;
 
+	if (!n->vf) /* layout.json, written on demand: copied */
+		return false;
+	err = gfs_vfile_map(n->vf, (uint64_t)off, size, r->ext, MAP_MAX, r->scratch,
+			    sizeof(r->scratch), &next, &got);
 	if (err == GFS_ERR_LIMIT)
 		return false;
 	if (err) {

@@ -14,6 +14,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -600,6 +603,10 @@ int main(int argc, char *argv[])
 			emfile ? " (raise the open file limit: ulimit -n)" : "");
 		goto out_fs;
 	}
+#ifdef __GLIBC__
+	/* the import's pickles and zip directories are freed: give their pages back */
+	(void)malloc_trim(0);
+#endif
 	if (layout->note)
 		fprintf(stderr, "gatherfs: note: %s\n", layout->note);
 	if (!nofile_ok(GFS_FD_RESERVE + (opts.clone_fd ? opts.max_threads : 0)))

@@ -30,6 +30,7 @@
 #include "gatherfs/importers/import.h"
 #include "gatherfs/readers/pickle.h"
 #include "gatherfs/readers/torchzip.h"
+#include "gatherfs/util/pfor.h"
 
 #define DS_MAX_PICKLE ((uint64_t)1 << 30)
 #define DS_MAX_RANKS 65536
@@ -187,6 +188,33 @@ static void file_close(ds_file *f)
 		close(f->fd);
 	free(f->name);
 	free(f->path);
+}
+
+/*
+ * file_release(): free what f read (pickle, zip directory) and close it,
+ * keeping its name, path and size: a file checked but not read again.
+ */
+static void file_release(ds_file *f)
+{
+	gfs_pickle_free(f->pk);
+	f->pk = NULL;
+	f->root = NULL;
+	gfs_tzip_close(f->zip);
+	f->zip = NULL;
+	if (f->fd >= 0)
+		close(f->fd);
+	f->fd = -1;
+}
+
+/*
+ * has_frozen(): does the ZeRO-3 model states file f list frozen params
+ * (whose fragments every rank's model states file holds)?
+ */
+static bool has_frozen(const ds_file *f)
+{
+	const gfs_pv *fs = gfs_pv_dict_get(f->root, "frozen_param_shapes");
+
+	return fs && fs->kind == GFS_PV_DICT && fs->u.dict.len > 0;
 }
 
 static gfs_err file_source(ds_ckpt *c, ds_file *f, uint32_t *src)
@@ -1548,6 +1576,71 @@ static gfs_err resolve_tagdir(const char *dir, const char *tag, char **tagdir, c
 	return *tagdir ? GFS_OK : gfs_fail(GFS_ERR_NOMEM, "out of memory");
 }
 
+/* The files of the ranks, opened in parallel (gfs_pfor()). */
+typedef struct open_job {
+	ds_ckpt *c;
+	const ds_listing *ls;
+} open_job;
+
+/* open_optim(): optimizer states file of rank i + 1, checked against rank 0's. */
+static gfs_err open_optim(void *ctx, size_t i)
+{
+	const open_job *j = ctx;
+	ds_ckpt *c = j->c;
+	const size_t r = i + 1;
+	ds_file *f = &c->optim[r];
+	uint64_t ws;
+	int stage;
+	bool bo;
+	gfs_err err;
+
+	if (r >= j->ls->noptim || !j->ls->optim[r])
+		return gfs_fail(GFS_ERR_NOTFOUND,
+				"%s: optimizer states file of rank %zu (of %llu) is missing",
+				c->tagdir, r, (unsigned long long)c->ws);
+	err = file_open(f, c->tagdir, j->ls->optim[r]);
+	if (!err && !osd_of(f))
+		err = gfs_fail(GFS_ERR_FORMAT, "%s: no optimizer_state_dict", f->path);
+	if (!err)
+		err = read_stage(c, f, osd_of(f), &stage, &bo);
+	if (!err)
+		err = read_ws(f, osd_of(f), &ws);
+	if (err)
+		return err;
+	if (ws != c->ws || stage != c->stage || bo != c->bf16_optimizer)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: written with ZeRO stage %d and world size %llu, but rank 0 has stage %d and world size %llu",
+				f->path, stage, (unsigned long long)ws, c->stage,
+				(unsigned long long)c->ws);
+	return GFS_OK;
+}
+
+/* open_model(): ZeRO-3 model states file of rank r. */
+static gfs_err open_model(void *ctx, size_t r)
+{
+	const open_job *j = ctx;
+	ds_ckpt *c = j->c;
+	gfs_err err;
+
+	if (r >= j->ls->nzmodel || !j->ls->zmodel[r])
+		return gfs_fail(GFS_ERR_NOTFOUND,
+				"%s: model states file of rank %zu (of %llu) is missing",
+				c->tagdir, r, (unsigned long long)c->ws);
+	err = file_open(&c->model[r], c->tagdir, j->ls->zmodel[r]);
+	/* only frozen params are read from the other ranks' files: without
+	 * them, each is checked and freed at once, so the import holds a few
+	 * ranks' metadata (one per thread), not ws of them */
+	if (!err && r > 0 && !has_frozen(&c->model[0]))
+		file_release(&c->model[r]);
+	return err;
+}
+
+/* open_model_rest(): ZeRO-3 model states file of rank i + 1. */
+static gfs_err open_model_rest(void *ctx, size_t i)
+{
+	return open_model(ctx, i + 1);
+}
+
 static gfs_err open_files(ds_ckpt *c, const ds_listing *ls)
 {
 	gfs_err err;
@@ -1579,30 +1672,9 @@ static gfs_err open_files(ds_ckpt *c, const ds_listing *ls)
 				"%s: found %s for rank %zu, but %s says the world size is %llu (a shard from another world size?)",
 				c->tagdir, ls->optim[ls->noptim - 1], ls->noptim - 1,
 				c->optim[0].name, (unsigned long long)c->ws);
-	for (uint64_t r = 1; r < c->ws; r++) {
-		uint64_t ws;
-		int stage;
-		bool bo;
-
-		if (r >= ls->noptim || !ls->optim[r])
-			return gfs_fail(GFS_ERR_NOTFOUND,
-					"%s: optimizer states file of rank %llu (of %llu) is missing",
-					c->tagdir, (unsigned long long)r, (unsigned long long)c->ws);
-		err = file_open(&c->optim[r], c->tagdir, ls->optim[r]);
-		if (!err && !osd_of(&c->optim[r]))
-			err = gfs_fail(GFS_ERR_FORMAT, "%s: no optimizer_state_dict", c->optim[r].path);
-		if (!err)
-			err = read_stage(c, &c->optim[r], osd_of(&c->optim[r]), &stage, &bo);
-		if (!err)
-			err = read_ws(&c->optim[r], osd_of(&c->optim[r]), &ws);
-		if (err)
-			return err;
-		if (ws != c->ws || stage != c->stage || bo != c->bf16_optimizer)
-			return gfs_fail(GFS_ERR_FORMAT,
-					"%s: written with ZeRO stage %d and world size %llu, but rank 0 has stage %d and world size %llu",
-					c->optim[r].path, stage, (unsigned long long)ws, c->stage,
-					(unsigned long long)c->ws);
-	}
+	err = gfs_pfor((size_t)c->ws - 1, open_optim, &(open_job){ c, ls });
+	if (err)
+		return err;
 	if (c->stage == 3) {
 		if (ls->nzmodel > c->ws)
 			return gfs_fail(GFS_ERR_FORMAT, "%s: model states file %s is beyond world size %llu",
@@ -1613,15 +1685,11 @@ static gfs_err open_files(ds_ckpt *c, const ds_listing *ls)
 		for (uint64_t r = 0; r < c->ws; r++)
 			c->model[r].fd = -1;
 		c->nmodel = (size_t)c->ws;
-		for (uint64_t r = 0; r < c->ws; r++) {
-			if (r >= ls->nzmodel || !ls->zmodel[r])
-				return gfs_fail(GFS_ERR_NOTFOUND,
-						"%s: model states file of rank %llu (of %llu) is missing",
-						c->tagdir, (unsigned long long)r, (unsigned long long)c->ws);
-			err = file_open(&c->model[r], c->tagdir, ls->zmodel[r]);
-			if (err)
-				return err;
-		}
+		err = open_model(&(open_job){ c, ls }, 0);
+		if (!err)
+			err = gfs_pfor((size_t)c->ws - 1, open_model_rest, &(open_job){ c, ls });
+		if (err)
+			return err;
 	} else {
 		const char *name = ls->mpmodel ? ls->mpmodel : (ls->nzmodel ? ls->zmodel[0] : NULL);
 

@@ -5,6 +5,7 @@
 
 #include <assert.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,19 +49,75 @@ gfs_err gfs_layout_new(const char *format, const char *base_dir, gfs_layout **ou
 	return GFS_OK;
 }
 
+/* A chunk of a layout's arena; bytes follow. */
+struct gfs_arena_chunk {
+	struct gfs_arena_chunk *next;
+	size_t size;
+	size_t used;
+	max_align_t data[];
+};
+
+enum { ARENA_CHUNK = 1 << 16 };
+
+/*
+ * arena_alloc(): n bytes (8-aligned, never moved) from l's arena, or NULL:
+ * one malloc per 64 KiB, not one per name and shape.
+ */
+static void *arena_alloc(gfs_layout *l, size_t n)
+{
+	struct gfs_arena_chunk *c = l->arena;
+	void *p;
+
+	n = (n + 7) & ~(size_t)7;
+	if (!c || c->size - c->used < n) {
+		const size_t size = n > ARENA_CHUNK / 4 ? n : ARENA_CHUNK;
+
+		c = malloc(sizeof(*c) + size);
+		if (!c)
+			return NULL;
+		c->size = size;
+		c->used = 0;
+		if (size == n && l->arena) { /* a large block: keep filling the head */
+			c->next = l->arena->next;
+			l->arena->next = c;
+		} else {
+			c->next = l->arena;
+			l->arena = c;
+		}
+	}
+	p = (unsigned char *)c->data + c->used;
+	c->used += n;
+	return p;
+}
+
+/* arena_strdup(): a copy of s in l's arena, or NULL. */
+static char *arena_strdup(gfs_layout *l, const char *s)
+{
+	const size_t n = strlen(s) + 1;
+	char *p = arena_alloc(l, n);
+
+	if (p)
+		memcpy(p, s, n);
+	return p;
+}
+
 void gfs_layout_free(gfs_layout *l)
 {
 	if (!l)
 		return;
+	while (l->arena) {
+		struct gfs_arena_chunk *next = l->arena->next;
+
+		free(l->arena);
+		l->arena = next;
+	}
 	for (size_t i = 0; i < l->nsources; i++) {
 		free(l->sources[i].path);
 		free(l->sources[i].abspath);
 	}
 	for (size_t i = 0; i < gfs_layout_nentries(l); i++) {
-		free(l->tensors[i].name);
 		free(l->tensors[i].alias_target);
 		free(l->tensors[i].pieces);
-		free(l->tensors[i].state);
 		free(l->tensors[i].comp);
 	}
 	gfs_optim_clear(&l->optim);
@@ -203,13 +260,14 @@ static gfs_tensor *push_tensor(gfs_layout *l, const char *name, const char *stat
 		return NULL;
 	t = &l->tensors[n];
 	memset(t, 0, sizeof(*t));
-	t->name = gfs_strdup(name);
-	t->state = state ? gfs_strdup(state) : NULL;
-	if (!t->name || (state && !t->state)) {
-		free(t->name);
-		free(t->state);
+	t->name = arena_strdup(l, name);
+	/* entries of one state come together: they share its name */
+	if (state && l->last_state && strcmp(l->last_state, state) == 0)
+		t->state = l->last_state;
+	else if (state)
+		t->state = l->last_state = arena_strdup(l, state);
+	if (!t->name || (state && !t->state))
 		return NULL;
-	}
 	t->alias_of = -1;
 	if (state)
 		l->noptim++;
@@ -249,6 +307,14 @@ static gfs_err add_entry(gfs_layout *l, const char *state, const char *name, gfs
 	t = push_tensor(l, name, state);
 	if (!t)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	t->shape = arena_alloc(l, (ndim ? ndim : 1) * sizeof(shape[0]));
+	if (!t->shape) {
+		if (state)
+			l->noptim--;
+		else
+			l->ntensors--;
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
 	t->dtype = dtype;
 	t->ndim = ndim;
 	if (ndim)
@@ -339,7 +405,7 @@ static gfs_err resolve_aliases(gfs_layout *l, const char *label)
 					label, t->name, t->alias_target);
 		t->dtype = tt->dtype;
 		t->ndim = tt->ndim;
-		memcpy(t->shape, tt->shape, sizeof(t->shape));
+		t->shape = tt->shape;
 		t->numel = tt->numel;
 		t->nbytes = tt->nbytes;
 		t->alias_of = ti;
@@ -917,6 +983,15 @@ gfs_err gfs_layout_finish(gfs_layout *l, const char *label)
 		if (l->optim.model_srcs[i] >= l->nsources)
 			return gfs_fail(GFS_ERR_FORMAT, "%s: model-states file %u of %zu sources",
 					label, l->optim.model_srcs[i], l->nsources);
+	if (l->cap_tensors > gfs_layout_nentries(l) && gfs_layout_nentries(l) > 0) {
+		/* sealed: no more entries */
+		gfs_tensor *t = gfs_reallocarray(l->tensors, gfs_layout_nentries(l), sizeof(*t));
+
+		if (t) {
+			l->tensors = t;
+			l->cap_tensors = gfs_layout_nentries(l);
+		}
+	}
 	err = build_hash(l, label);
 	if (err)
 		return err;
@@ -942,6 +1017,15 @@ gfs_err gfs_layout_finish(gfs_layout *l, const char *label)
 
 		if (t->alias_of >= 0 || t->comp)
 			continue;
+		if (t->cap_pieces > t->npieces && t->npieces > 0) {
+			/* sealed: give back the room grown for more pieces */
+			gfs_piece *p = gfs_reallocarray(t->pieces, t->npieces, sizeof(*p));
+
+			if (p) {
+				t->pieces = p;
+				t->cap_pieces = t->npieces;
+			}
+		}
 		if (t->npieces > 1) /* qsort(NULL, 0) is undefined */
 			qsort(t->pieces, t->npieces, sizeof(*t->pieces), piece_cmp);
 		t->strided = false;

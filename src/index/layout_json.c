@@ -3,8 +3,10 @@
  */
 #include "config.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,7 +96,11 @@ static cJSON *compute_json(const gfs_layout *l, const gfs_compute *c)
 	return o;
 }
 
-static cJSON *tensor_json(const gfs_layout *l, const gfs_tensor *t)
+/*
+ * tensor_json(): t as a JSON object; without with_pieces, its "pieces" array
+ * is left empty (entry_unit() writes it).
+ */
+static cJSON *tensor_json(const gfs_layout *l, const gfs_tensor *t, bool with_pieces)
 {
 	cJSON *o = cJSON_CreateObject();
 	cJSON *shape = NULL;
@@ -127,7 +133,7 @@ static cJSON *tensor_json(const gfs_layout *l, const gfs_tensor *t)
 		cJSON_Delete(pieces);
 		goto fail;
 	}
-	for (size_t p = 0; p < t->npieces; p++) {
+	for (size_t p = 0; with_pieces && p < t->npieces; p++) {
 		cJSON *pj = piece_json(&t->pieces[p], tensor_is_general(t));
 
 		if (!pj || !cJSON_AddItemToArray(pieces, pj)) {
@@ -373,13 +379,23 @@ static gfs_err parse_optim(gfs_layout *l, const cJSON *j)
 	return GFS_OK;
 }
 
-gfs_err gfs_layout_to_json(const gfs_layout *l, char **text)
+/* has_optim(): does the document have the optimizer sections? */
+static bool has_optim(const gfs_layout *l)
+{
+	return l->noptim > 0 || l->optim.zero_stage > 0;
+}
+
+/*
+ * skeleton_json(): the text of the document with empty "tensors" and
+ * "optimizer_state" arrays.
+ */
+static gfs_err skeleton_json(const gfs_layout *l, char **text)
 {
 	cJSON *root = cJSON_CreateObject();
 	cJSON *sources, *tensors;
 	char *out;
 
-	const bool optim = l->noptim > 0 || l->optim.zero_stage > 0;
+	const bool optim = has_optim(l);
 	const bool v3 = optim || l->inputs != NULL;
 	bool v2 = l->nobjects > 0;
 
@@ -408,30 +424,13 @@ gfs_err gfs_layout_to_json(const gfs_layout *l, char **text)
 		    !gfs_json_add_u64(s, "size", l->sources[i].size))
 			goto nomem;
 	}
-	for (size_t i = 0; i < l->ntensors; i++) {
-		cJSON *t = tensor_json(l, &l->tensors[i]);
-
-		if (!t || !cJSON_AddItemToArray(tensors, t)) {
-			cJSON_Delete(t);
-			goto nomem;
-		}
-	}
 	if (optim) {
-		cJSON *states = cJSON_AddArrayToObject(root, "optimizer_state");
+		const cJSON *states = cJSON_AddArrayToObject(root, "optimizer_state");
 		cJSON *opt = optim_json(l);
 
 		if (!states || !opt || !cJSON_AddItemToObject(root, "optimizer", opt)) {
 			cJSON_Delete(opt);
 			goto nomem;
-		}
-		for (size_t i = l->ntensors; i < gfs_layout_nentries(l); i++) {
-			cJSON *t = tensor_json(l, &l->tensors[i]);
-
-			if (!t || !cJSON_AddStringToObject(t, "state", l->tensors[i].state) ||
-			    !cJSON_AddItemToArray(states, t)) {
-				cJSON_Delete(t);
-				goto nomem;
-			}
 		}
 	}
 	if (l->inputs) {
@@ -440,7 +439,7 @@ gfs_err gfs_layout_to_json(const gfs_layout *l, char **text)
 		if (!inputs)
 			goto nomem;
 		for (size_t i = 0; i < l->inputs->ntensors; i++) {
-			cJSON *t = tensor_json(l->inputs, &l->inputs->tensors[i]);
+			cJSON *t = tensor_json(l->inputs, &l->inputs->tensors[i], true);
 
 			if (!t || !cJSON_AddItemToArray(inputs, t)) {
 				cJSON_Delete(t);
@@ -477,6 +476,243 @@ gfs_err gfs_layout_to_json(const gfs_layout *l, char **text)
 nomem:
 	cJSON_Delete(root);
 	return gfs_fail(GFS_ERR_NOMEM, "out of memory while writing the layout JSON");
+}
+
+/*
+ * Units: 0 the head (up to the "tensors" array's '['), 1 + i model tensor
+ * i, then with optimizer sections the middle (from the "tensors" array's
+ * ']' to the "optimizer_state" array's '[') and one per optimizer-state
+ * entry, last the tail.
+ */
+size_t gfs_layout_json_nunits(const gfs_layout *l)
+{
+	return l->ntensors + 2 + (has_optim(l) ? l->noptim + 1 : 0);
+}
+
+/* split_at(): the offset just past marker in s, or 0 if it is not there. */
+static size_t split_at(const char *s, const char *marker)
+{
+	const char *m = strstr(s, marker);
+
+	return m ? (size_t)(m - s) + strlen(marker) : 0;
+}
+
+/*
+ * skeleton_unit(): unit u (0 head, 1 middle, 2 tail) of the skeleton,
+ * moved to the front of the malloc()ed *text.
+ */
+static gfs_err skeleton_unit(const gfs_layout *l, int u, char **text, size_t *len)
+{
+	char *s = NULL;
+	gfs_err err = skeleton_json(l, &s);
+	size_t a, b;
+
+	if (err)
+		return err;
+	/* no raw newline inside a JSON string: the markers are structural */
+	a = split_at(s, "\n\t\"tensors\":\t[");
+	b = has_optim(l) ? split_at(s + a, "\n\t\"optimizer_state\":\t[") : 0;
+	assert(a > 0 && (b > 0 || !has_optim(l)));
+	if (u == 0) {
+		*len = a;
+	} else if (u == 1 && b) {
+		*len = b;
+		memmove(s, s + a, b);
+	} else {
+		*len = strlen(s + a + b);
+		memmove(s, s + a + b, *len);
+	}
+	s[*len] = '\0';
+	*text = s;
+	return GFS_OK;
+}
+
+/* A growing text; oom once an append failed. */
+typedef struct jbuf {
+	char *p;
+	size_t n, cap;
+	bool oom;
+} jbuf;
+
+static void jb_put(jbuf *b, const char *s, size_t len)
+{
+	if (b->oom)
+		return;
+	if (b->cap - b->n <= len) {
+		size_t cap = b->cap ? b->cap : 256;
+		char *g;
+
+		while (cap - b->n <= len)
+			cap *= 2;
+		g = realloc(b->p, cap);
+		if (!g) {
+			b->oom = true;
+			return;
+		}
+		b->p = g;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->n, s, len);
+	b->n += len;
+	b->p[b->n] = '\0';
+}
+
+/* jb_lit(): append a string literal. */
+#define jb_lit(b, lit) jb_put((b), (lit), sizeof(lit) - 1)
+
+/* jb_member(): "key":<TAB>v at depth tabs, after ",\n" unless first. */
+static void jb_member(jbuf *b, int depth, bool first, const char *key, uint64_t v)
+{
+	static const char tabs[] = "\t\t\t\t\t\t\t\t";
+	char num[24];
+
+	if (first)
+		jb_put(b, "\n", 1);
+	else
+		jb_put(b, ",\n", 2);
+	jb_put(b, tabs, (size_t)depth);
+	jb_put(b, "\"", 1);
+	jb_put(b, key, strlen(key));
+	jb_put(b, "\":\t", 3);
+	jb_put(b, num, (size_t)snprintf(num, sizeof(num), "%" PRIu64, v));
+}
+
+/*
+ * pieces_text(): t's pieces as piece_json() objects in the document's
+ * array print them (members at depth 5), separated by ", ".
+ */
+static void pieces_text(jbuf *b, const gfs_tensor *t)
+{
+	const bool general = tensor_is_general(t);
+
+	for (size_t k = 0; k < t->npieces; k++) {
+		const gfs_piece *p = &t->pieces[k];
+		bool first = true;
+
+		jb_put(b, k ? ", {" : "{", k ? 3 : 1);
+		if (general) {
+			jb_member(b, 5, first, "at", p->toff);
+			first = false;
+		}
+		if (p->kind == GFS_PIECE_ZERO) {
+			jb_member(b, 5, first, "zero", p->len);
+		} else {
+			jb_member(b, 5, first, "source", p->src);
+			jb_member(b, 5, false, "offset", p->src_off);
+			jb_member(b, 5, false, "length", p->len);
+		}
+		if (p->count > 1) {
+			jb_member(b, 5, false, "count", p->count);
+			jb_member(b, 5, false, "dst_stride", p->dst_stride);
+			jb_member(b, 5, false, "src_stride", p->src_stride);
+		}
+		if (p->kind == GFS_PIECE_ZSTD) {
+			jb_lit(b, ",\n\t\t\t\t\t\"zstd\":\t{");
+			jb_member(b, 6, true, "offset", p->frame_off);
+			jb_member(b, 6, false, "length", p->frame_len);
+			jb_member(b, 6, false, "size", p->frame_size);
+			jb_lit(b, "\n\t\t\t\t\t}");
+		}
+		jb_lit(b, "\n\t\t\t\t}");
+	}
+}
+
+/*
+ * entry_unit(): entry i's object as it stands inside the document's array
+ * (two more tabs after each newline: cJSON indents by depth, and the array
+ * and the root object each add one), after ", " unless first in its array.
+ * cJSON writes all but the pieces, written here into its empty "pieces"
+ * array: O(pieces) without a cJSON node per piece.
+ */
+static gfs_err entry_unit(const gfs_layout *l, size_t i, char **text, size_t *len)
+{
+	static const char marker[] = "\"pieces\":\t[";
+	const bool state = i >= l->ntensors;
+	const bool first = i == 0 || i == l->ntensors;
+	cJSON *t = tensor_json(l, &l->tensors[i], false);
+	jbuf b = { 0 };
+	const char *cut = NULL;
+	char *s;
+
+	if (t && state && !cJSON_AddStringToObject(t, "state", l->tensors[i].state)) {
+		cJSON_Delete(t);
+		t = NULL;
+	}
+	s = t ? cJSON_Print(t) : NULL;
+	cJSON_Delete(t);
+	if (!s)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory while writing the layout JSON");
+	/* a raw tab never occurs inside a JSON string: the marker is structural */
+	if (l->tensors[i].npieces)
+		cut = strstr(s, marker);
+	assert(cut || !l->tensors[i].npieces);
+	if (!first)
+		jb_put(&b, ", ", 2);
+	for (const char *c = s; *c; c++) {
+		jb_put(&b, c, 1);
+		if (*c == '\n')
+			jb_put(&b, "\t\t", 2);
+		if (cut && c == cut + sizeof(marker) - 2)
+			pieces_text(&b, &l->tensors[i]);
+	}
+	free(s);
+	if (b.oom || !b.p) {
+		free(b.p);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory while writing the layout JSON");
+	}
+	*len = b.n;
+	*text = b.p;
+	return GFS_OK;
+}
+
+gfs_err gfs_layout_json_unit(const gfs_layout *l, size_t u, char **text, size_t *len)
+{
+	const size_t n = gfs_layout_json_nunits(l);
+
+	assert(u < n);
+	if (u == 0)
+		return skeleton_unit(l, 0, text, len);
+	if (u == n - 1)
+		return skeleton_unit(l, 2, text, len);
+	if (u <= l->ntensors)
+		return entry_unit(l, u - 1, text, len);
+	if (u == l->ntensors + 1)
+		return skeleton_unit(l, 1, text, len);
+	return entry_unit(l, u - 2, text, len);
+}
+
+gfs_err gfs_layout_to_json(const gfs_layout *l, char **text)
+{
+	const size_t n = gfs_layout_json_nunits(l);
+	char *out = NULL;
+	size_t used = 0, cap = 0;
+
+	for (size_t u = 0; u < n; u++) {
+		char *s = NULL;
+		size_t len = 0;
+		const gfs_err err = gfs_layout_json_unit(l, u, &s, &len);
+
+		if (err) {
+			free(out);
+			return err;
+		}
+		if (used + len + 1 > cap) {
+			char *g = realloc(out, cap = 2 * (used + len + 1));
+
+			if (!g) {
+				free(s);
+				free(out);
+				return gfs_fail(GFS_ERR_NOMEM, "out of memory while writing the layout JSON");
+			}
+			out = g;
+		}
+		memcpy(out + used, s, len);
+		used += len;
+		out[used] = '\0';
+		free(s);
+	}
+	*text = out;
+	return GFS_OK;
 }
 
 /*

@@ -31,6 +31,26 @@ gfs_err gfs_vfile_new(const gfs_vctx *ctx, gfs_vfile **out)
 	return GFS_OK;
 }
 
+void gfs_vfile_shrink(gfs_vfile *vf)
+{
+	if (vf->cap_segs > vf->nsegs && vf->nsegs > 0) {
+		gfs_seg *s = gfs_reallocarray(vf->segs, vf->nsegs, sizeof(*s));
+
+		if (s) {
+			vf->segs = s;
+			vf->cap_segs = vf->nsegs;
+		}
+	}
+	if (vf->cap_bytes > vf->nbytes && vf->nbytes > 0) {
+		uint8_t *b = realloc(vf->bytes, vf->nbytes);
+
+		if (b) {
+			vf->bytes = b;
+			vf->cap_bytes = vf->nbytes;
+		}
+	}
+}
+
 void gfs_vfile_free(gfs_vfile *vf)
 {
 	if (!vf)

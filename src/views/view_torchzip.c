@@ -1349,6 +1349,7 @@ gfs_err gfs_tzview_new(const gfs_vctx *ctx, const char *prefix, const size_t *en
 		gfs_tzview_free(z);
 		return err;
 	}
+	gfs_vfile_shrink(z->vf);
 	*out = z;
 	return GFS_OK;
 }
@@ -1461,6 +1462,7 @@ gfs_err gfs_tzview_new_pickle(gfs_pkw *w, const char *prefix, gfs_tzview **out)
 		gfs_tzview_free(z);
 		return err;
 	}
+	gfs_vfile_shrink(z->vf);
 	*out = z;
 	return GFS_OK;
 }

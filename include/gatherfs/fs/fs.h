@@ -4,7 +4,9 @@
  *   /                   directory
  *   /pytorch_model.bin  the state dict as a torch zip (view_torchzip.h)
  *   /model.safetensors  the state dict as safetensors (view_safetensors.h)
- *   /layout.json        the layout index as JSON (gfs_layout_to_json())
+ *   /layout.json        the layout index as JSON (gfs_layout_to_json()),
+ *                       written only when asked for: sized on its first
+ *                       stat (O(layout) once), read a unit at a time
  *   /tensors/           one regular file per tensor holding its raw bytes
  *                       in the output dtype; a tied alias is a symlink to
  *                       its target's file
@@ -85,7 +87,7 @@ typedef struct gfs_node {
 	uint64_t parent;      /* ino of the parent directory (the root's is its own) */
 	const char *name;     /* name in the parent ("" for the root) */
 	gfs_node_type type;
-	const gfs_vfile *vf;  /* REG: the contents */
+	const gfs_vfile *vf;  /* REG: the contents (NULL: layout.json, see gfs_fs_read()) */
 	const char *link;     /* LNK: the target, relative to the parent */
 	int64_t entry;        /* a tensors/ file or link: its layout entry; else -1 */
 	bool zip_view;        /* REG: a torch zip view (pytorch_model.bin or a shard) */
@@ -137,9 +139,10 @@ gfs_err gfs_views_parse(const char *s, unsigned *views);
 /*
  * gfs_fs_new(): build the namespace of a finished layout whose sources are
  * open in src, with options o.  Composes every view and opens every
- * passed-through file now, so that all errors surface here; reads no tensor
- * data.  l and src must outlive the gfs_fs.  @return GFS_OK and *out, freed
- * with gfs_fs_free(), or an error naming the file.
+ * passed-through file now, so that all errors surface here (layout.json,
+ * written later, can only run out of memory); reads no tensor data.  l and
+ * src must outlive the gfs_fs.  @return GFS_OK and *out, freed with
+ * gfs_fs_free(), or an error naming the file.
  */
 gfs_err gfs_fs_new(const gfs_layout *l, const gfs_srcset *src, const gfs_fs_opts *o,
 		   gfs_fs **out);

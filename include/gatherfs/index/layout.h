@@ -144,20 +144,21 @@ typedef struct gfs_compute {
 } gfs_compute;
 
 typedef struct gfs_tensor {
-	char *name;
-	gfs_dtype dtype;
-	uint32_t ndim;
-	uint64_t shape[GFS_MAX_DIMS];
+	char *name;       /* in the layout's arena */
+	uint64_t *shape;  /* ndim sizes, in the layout's arena (shared by an alias) */
+	gfs_piece *pieces;
+	char *alias_target; /* while building: name of the alias target, else NULL */
+	char *state;      /* optimizer-state entries: the state ("exp_avg", "step"...), in
+			     the layout's arena (shared by the entries of one state); else NULL */
+	gfs_compute *comp; /* a computed tensor (no pieces), else NULL */
 	uint64_t numel;
 	uint64_t nbytes;  /* numel * dtype size */
-	bool strided;     /* set by gfs_layout_finish(): some piece has count > 1 */
 	int64_t alias_of; /* index of the target tensor, or -1 */
-	char *alias_target; /* while building: name of the alias target, else NULL */
-	gfs_piece *pieces;
 	size_t npieces;
 	size_t cap_pieces;
-	char *state;      /* optimizer-state entries: the state ("exp_avg", "step"...); else NULL */
-	gfs_compute *comp; /* a computed tensor (no pieces), else NULL */
+	gfs_dtype dtype;
+	uint32_t ndim;
+	bool strided;     /* set by gfs_layout_finish(): some piece has count > 1 */
 } gfs_tensor;
 
 /*
@@ -258,6 +259,9 @@ typedef struct gfs_layout {
 	 * gfs_layout_finish_inputs()) and whose pieces read this layout's
 	 * records (it has none of its own) */
 	struct gfs_layout *inputs;
+	/* names, shapes and state names of the entries: chunks freed with the layout */
+	struct gfs_arena_chunk *arena;
+	char *last_state; /* the arena copy of the newest entry's state */
 	/* name lookup, built by gfs_layout_finish() */
 	uint32_t *hash;
 	size_t hash_cap;
@@ -476,6 +480,18 @@ const gfs_tensor *gfs_layout_target(const gfs_layout *l, size_t i);
  * frees *text with free().
  */
 gfs_err gfs_layout_to_json(const gfs_layout *l, char **text);
+
+/*
+ * gfs_layout_json_nunits(), gfs_layout_json_unit(): gfs_layout_to_json()'s
+ * text in units, to write it a part at a time: the texts of units
+ * [0, gfs_layout_json_nunits()) in order, concatenated, are the whole text.
+ * Unit 0 is the head (up to the tensors), the last the tail, and each
+ * entry of the layout has one unit: O(its pieces) to write.
+ * gfs_layout_json_unit() returns unit u (malloc()ed, NUL-terminated, freed
+ * by the caller) in *text and its length in *len.
+ */
+size_t gfs_layout_json_nunits(const gfs_layout *l);
+gfs_err gfs_layout_json_unit(const gfs_layout *l, size_t u, char **text, size_t *len);
 
 /*
  * gfs_layout_from_json(): parse and validate a layout JSON held in

@@ -126,6 +126,12 @@ gfs_err gfs_vfile_add_fd(gfs_vfile *vf, int fd, uint64_t off, uint64_t len,
 gfs_err gfs_vfile_add_gen(gfs_vfile *vf, const gfs_vgen *gen, uint64_t arg,
 			  uint64_t len);
 
+/*
+ * gfs_vfile_shrink(): give back the room vf grew for more segments and
+ * bytes, once it is complete (adding to it later stays allowed).
+ */
+void gfs_vfile_shrink(gfs_vfile *vf);
+
 /* gfs_vfile_size(): total size in bytes. */
 uint64_t gfs_vfile_size(const gfs_vfile *vf);
 
