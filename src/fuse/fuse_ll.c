@@ -439,7 +439,8 @@ static uint64_t now_ns(void)
 /*
  * read_ahead(): a read of a file with a read-ahead stream: from its
  * chunks once it prefetches, else served as any read and timed (a slow
- * sequential reader starts the read-ahead).
+ * sequential reader starts the read-ahead).  The stream outlives the
+ * reply: its close waits for the put or timed.
  */
 static void read_ahead(fuse_req_t req, const gfs_mount *m, const gfs_node *n, rstate *r,
 		       gfs_pfstream *s, size_t size, off_t off)
@@ -448,7 +449,11 @@ static void read_ahead(fuse_req_t req, const gfs_mount *m, const gfs_node *n, rs
 	gfs_pfhit hit;
 	uint64_t t0;
 
-	if (buf && gfs_pfstream_get(s, (uint64_t)off, size, (uint8_t *)buf, &hit)) {
+	if (!buf) {
+		serve_read(req, m, n, r, size, off);
+		return;
+	}
+	if (gfs_pfstream_get(s, (uint64_t)off, size, (uint8_t *)buf, &hit)) {
 		fuse_reply_buf(req, (const char *)hit.mem, hit.len);
 		gfs_pfstream_put(s, &hit);
 		return;

@@ -164,7 +164,7 @@ static void usage(const char *prog)
 	       "    -o readahead_kb=N        kernel read-ahead window of the mount, at most\n"
 	       "                             65536 (root only; default 512, 0: leave as is)\n"
 	       "    -o prefetch=SIZE         memory for reading ahead of sequential readers of\n"
-	       "                             pytorch_model.bin on slow storage (default 32M,\n"
+	       "                             pytorch_model.bin on slow storage (default 64M,\n"
 	       "                             at most 1G; 0: no read-ahead)\n"
 	       "    -o crc_cache=DIR         keep pytorch_model.bin CRC-32s in DIR (default:\n"
 	       "                             $XDG_CACHE_HOME/gatherfs or ~/.cache/gatherfs)\n"

@@ -16,7 +16,7 @@
 
 #include "gatherfs/server/prefetch.h"
 
-enum { MAX_WORKERS = 32 };
+enum { MAX_WORKERS = 64 };
 
 typedef enum ch_state { CH_FREE, CH_QUEUED, CH_FILLING, CH_READY, CH_FAILED } ch_state;
 
@@ -54,6 +54,7 @@ struct gfs_pfstream {
 	bool seq;       /* the last read started where the one before ended */
 	unsigned slow;  /* slow sequential reads in a row */
 	bool on;        /* prefetching */
+	unsigned users; /* gets not yet ended by a put or timed */
 };
 
 static uint64_t floor_chunk(uint64_t off)
@@ -220,7 +221,8 @@ void gfs_pfstream_close(gfs_pfstream *s)
 	p = s->p;
 	pthread_mutex_lock(&p->mu);
 	drop_below(s, UINT64_MAX);
-	while (owns(s))
+	/* a reader may still be between its reply and its put or timed */
+	while (owns(s) || s->users > 0)
 		pthread_cond_wait(&p->done, &p->mu);
 	pthread_mutex_unlock(&p->mu);
 	free(s);
@@ -292,6 +294,14 @@ static chunk *ready_at(gfs_pfstream *s, uint64_t off)
 	return c;
 }
 
+/* end_use(): a get ended by its put or timed (lock held). */
+static void end_use(gfs_pfstream *s)
+{
+	assert(s->users > 0);
+	if (--s->users == 0)
+		pthread_cond_broadcast(&s->p->done);
+}
+
 /* unpin(): a hit no longer holds c (lock held). */
 static void unpin(gfs_prefetch *p, chunk *c)
 {
@@ -311,6 +321,7 @@ bool gfs_pfstream_get(gfs_pfstream *s, uint64_t off, size_t len, uint8_t *buf,
 	assert(len > 0);
 	pthread_mutex_lock(&p->mu);
 	end = off < s->size ? (s->size - off < len ? s->size : off + len) : off;
+	s->users++;
 	s->seq = off == s->next;
 	s->next = end;
 	if (s->on && !s->seq) {
@@ -366,9 +377,11 @@ void gfs_pfstream_put(gfs_pfstream *s, gfs_pfhit *hit)
 	for (size_t i = 0; i < 2; i++)
 		if (hit->hold[i])
 			unpin(p, hit->hold[i]);
-	pthread_mutex_unlock(&p->mu);
 	hit->hold[0] = hit->hold[1] = NULL;
+	end_use(s);
+	pthread_mutex_unlock(&p->mu);
 }
+
 
 void gfs_pfstream_timed(gfs_pfstream *s, uint64_t ns)
 {
@@ -383,6 +396,7 @@ void gfs_pfstream_timed(gfs_pfstream *s, uint64_t ns)
 			s->ahead = floor_chunk(s->next);
 		}
 	}
+	end_use(s);
 	pthread_mutex_unlock(&p->mu);
 }
 

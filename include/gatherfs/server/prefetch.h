@@ -27,8 +27,8 @@
 /* Size of one chunk (and the alignment of chunks in the file): 1 MiB. */
 #define GFS_PF_CHUNK ((size_t)1 << 20)
 
-/* Default budget: 32 MiB, 32 chunks in flight. */
-#define GFS_PF_DEFAULT ((uint64_t)32 << 20)
+/* Default budget: 64 MiB, 64 chunks in flight. */
+#define GFS_PF_DEFAULT ((uint64_t)64 << 20)
 
 /* Largest budget: 1 GiB. */
 #define GFS_PF_MAX ((uint64_t)1 << 30)
@@ -46,7 +46,7 @@ typedef struct gfs_pfhit {
 /*
  * gfs_prefetch_new(): a pool that holds at most budget bytes of chunks
  * (rounded down to whole chunks, GFS_PF_CHUNK <= budget <= GFS_PF_MAX) and
- * one worker thread per chunk, at most 32, started when first needed.
+ * one worker thread per chunk, at most 64, started when first needed.
  * @return GFS_OK and *out, freed with gfs_prefetch_free().
  */
 gfs_err gfs_prefetch_new(uint64_t budget, gfs_prefetch **out);
@@ -66,9 +66,11 @@ void gfs_prefetch_free(gfs_prefetch *p);
 gfs_err gfs_pfstream_open(gfs_prefetch *p, const gfs_vfile *vf, gfs_pfstream **out);
 
 /*
- * gfs_pfstream_close(): wait for the stream's chunks being filled, return
- * its chunks to the pool and free it.  No hit may be outstanding.  NULL
- * allowed.
+ * gfs_pfstream_close(): wait for the stream's chunks being filled and for
+ * every gfs_pfstream_get() to be ended (by gfs_pfstream_put() or
+ * gfs_pfstream_timed(): a reader may close its file while the thread that
+ * answered its last read has yet to end it), return its chunks to the pool
+ * and free it.  NULL allowed.
  */
 void gfs_pfstream_close(gfs_pfstream *s);
 
@@ -81,7 +83,8 @@ void gfs_pfstream_close(gfs_pfstream *s);
  * its bytes, at hit->mem (in a chunk, or copied into buf, len bytes, when
  * the range spans two chunks) until gfs_pfstream_put(); waits for chunks
  * still being filled.  false: the caller reads the range itself, then
- * reports how long that took with gfs_pfstream_timed().
+ * reports how long that took with gfs_pfstream_timed().  Either way the
+ * call must be ended by exactly one of those two.
  */
 bool gfs_pfstream_get(gfs_pfstream *s, uint64_t off, size_t len, uint8_t *buf,
 		      gfs_pfhit *hit);
