@@ -439,7 +439,8 @@ static uint64_t now_ns(void)
 /*
  * read_ahead(): a read of a file with a read-ahead stream: from its
  * chunks once it prefetches, else served as any read and timed (a slow
- * sequential reader starts the read-ahead).  The stream outlives the
+ * sequential reader whose bytes are not in the page cache starts the
+ * read-ahead).  The stream outlives the
  * reply: its close waits for the put or timed.
  */
 static void read_ahead(fuse_req_t req, const gfs_mount *m, const gfs_node *n, rstate *r,
@@ -448,6 +449,7 @@ static void read_ahead(fuse_req_t req, const gfs_mount *m, const gfs_node *n, rs
 	char *buf = r && size > 0 ? thread_buf(r, size) : NULL;
 	gfs_pfhit hit;
 	uint64_t t0;
+	bool cached;
 
 	if (!buf) {
 		serve_read(req, m, n, r, size, off);
@@ -458,9 +460,12 @@ static void read_ahead(fuse_req_t req, const gfs_mount *m, const gfs_node *n, rs
 		gfs_pfstream_put(s, &hit);
 		return;
 	}
+	/* Slow because the CPU is busy, with the bytes in the page cache: not
+	 * a case for the read-ahead (it would copy what splicing serves). */
+	cached = gfs_vfile_cached(n->vf, (uint64_t)off, size);
 	t0 = now_ns();
 	serve_read(req, m, n, r, size, off);
-	gfs_pfstream_timed(s, now_ns() - t0);
+	gfs_pfstream_timed(s, cached ? 0 : now_ns() - t0);
 }
 
 static void gfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
