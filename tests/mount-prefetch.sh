@@ -103,7 +103,8 @@ done
 echo "ok: dd, cat, torch.load, 4 concurrent readers and a random reader: reference bytes"
 
 gfs_umount "$T/mnt" || fail "unmount"
-wait_child "$GFS_PID" 10
+wait_child "$GFS_PID" 30
+[ "$CHILD_RC" = 0 ] || fail "the daemon over latencyfs: exit status $CHILD_RC"
 n=$(served "$T/gfs.err")
 [ -n "$n" ] && [ "$n" -gt "$size" ] ||
 	fail "the read-ahead served ${n:-no} bytes (want more than one pass, $size): $(cat "$T/gfs.err")"
@@ -119,7 +120,8 @@ gfs_mount_fg "$T/lat" "$T/mnt" -o crc_cache="$T/crc2" 2>"$T/gfs2.err" || fail "m
 "$PYTHON3" "$MOUNT_TOOLS/read_corrupt.py" seq "$BIN" "$WINDOW" || fail "read_corrupt.py seq"
 "$PYTHON3" "$MOUNT_TOOLS/read_corrupt.py" seq "$BIN" "$WINDOW" || fail "read_corrupt.py seq, second pass"
 gfs_umount "$T/mnt" || fail "unmount"
-wait_child "$GFS_PID" 10
+wait_child "$GFS_PID" 30
+[ "$CHILD_RC" = 0 ] || fail "the daemon over latencyfs: exit status $CHILD_RC"
 grep -q "$(basename "$SHARD")" "$T/gfs2.err" || fail "the EIO was not logged: $(cat "$T/gfs2.err")"
 n=$(served "$T/gfs2.err")
 [ -n "$n" ] && [ "$n" -gt 0 ] || fail "no read-ahead before the corrupt record: $(cat "$T/gfs2.err")"
