@@ -43,6 +43,7 @@ struct gfs_prefetch {
 	chunk *qhead, *qtail;
 	bool stop;
 	gfs_prefetch_stats st;
+	gfs_pfstream *streams; /* open streams, freed with the pool if left open */
 };
 
 struct gfs_pfstream {
@@ -55,6 +56,7 @@ struct gfs_pfstream {
 	unsigned slow;  /* slow sequential reads in a row */
 	bool on;        /* prefetching */
 	unsigned users; /* gets not yet ended by a put or timed */
+	gfs_pfstream *lprev, *lnext; /* in the pool's list of open streams */
 };
 
 static uint64_t floor_chunk(uint64_t off)
@@ -175,6 +177,12 @@ void gfs_prefetch_free(gfs_prefetch *p)
 		pthread_join(p->th[i], NULL);
 	for (size_t i = 0; i < p->nch; i++)
 		free(p->ch[i].buf);
+	while (p->streams) {
+		gfs_pfstream *s = p->streams;
+
+		p->streams = s->lnext;
+		free(s);
+	}
 	pthread_cond_destroy(&p->work);
 	pthread_cond_destroy(&p->done);
 	pthread_mutex_destroy(&p->mu);
@@ -199,6 +207,12 @@ gfs_err gfs_pfstream_open(gfs_prefetch *p, const gfs_vfile *vf, gfs_pfstream **o
 	s->p = p;
 	s->vf = vf;
 	s->size = gfs_vfile_size(vf);
+	pthread_mutex_lock(&p->mu);
+	s->lnext = p->streams;
+	if (p->streams)
+		p->streams->lprev = s;
+	p->streams = s;
+	pthread_mutex_unlock(&p->mu);
 	*out = s;
 	return GFS_OK;
 }
@@ -224,6 +238,12 @@ void gfs_pfstream_close(gfs_pfstream *s)
 	/* a reader may still be between its reply and its put or timed */
 	while (owns(s) || s->users > 0)
 		pthread_cond_wait(&p->done, &p->mu);
+	if (s->lprev)
+		s->lprev->lnext = s->lnext;
+	else
+		p->streams = s->lnext;
+	if (s->lnext)
+		s->lnext->lprev = s->lprev;
 	pthread_mutex_unlock(&p->mu);
 	free(s);
 }

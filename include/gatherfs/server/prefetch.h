@@ -53,8 +53,8 @@ gfs_err gfs_prefetch_new(uint64_t budget, gfs_prefetch **out);
 
 /*
  * gfs_prefetch_free(): stop the workers (each finishes its fill) and free
- * the pool with its chunks.  Streams still open (files open when a session
- * ends) must not be used any more.  NULL allowed.
+ * the pool with its chunks and the streams still open (files open when a
+ * session ends), which must not be used any more.  NULL allowed.
  */
 void gfs_prefetch_free(gfs_prefetch *p);
 
