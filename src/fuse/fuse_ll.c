@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fuse_ll.h"
 
@@ -251,14 +252,31 @@ static void gfs_ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	 * through the page cache; shared ones are refused by the kernel
 	 * (ENODEV), hence -o bin_cache.
 	 */
-	if (n->zip_view && !m->bin_cache)
+	if (n->zip_view && !m->bin_cache) {
 		fi->direct_io = 1;
-	else
+		/* Reads of a direct-I/O file reach us one by one: our own
+		 * read-ahead keeps slow storage busy (see prefetch.h).  Out of
+		 * memory: the file is read without. */
+		if (m->prefetch) {
+			gfs_pfstream *s;
+
+			if (gfs_pfstream_open(m->prefetch, n->vf, &s) == GFS_OK)
+				fi->fh = (uint64_t)(uintptr_t)s;
+		}
+	} else {
 		/* Once a source record is found corrupt, an open drops the
 		 * file's cached pages: bytes read before are not served again
 		 * from the cache (reads of the bad record then fail). */
 		fi->keep_cache = gfs_srcset_nbad(m->src) == 0;
+	}
 	fuse_reply_open(req, fi);
+}
+
+static void gfs_ll_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	gfs_pfstream_close((gfs_pfstream *)(uintptr_t)fi->fh);
+	fuse_reply_err(req, 0);
 }
 
 /*
@@ -391,24 +409,14 @@ static bool reply_mapped(fuse_req_t req, const gfs_node *n, rstate *r, size_t si
 	return true;
 }
 
-static void gfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-			struct fuse_file_info *fi)
+/* serve_read(): answer a read by splicing, else by copying. */
+static void serve_read(fuse_req_t req, const gfs_mount *m, const gfs_node *n, rstate *r,
+		       size_t size, off_t off)
 {
-	const gfs_mount *m = fuse_req_userdata(req);
-	const gfs_node *n = node_of(req, ino);
-	rstate *r;
 	size_t got;
 	char *buf;
 	gfs_err err;
 
-	(void)fi;
-	if (!n)
-		return;
-	if (n->type != GFS_NODE_REG) {
-		fuse_reply_err(req, EISDIR);
-		return;
-	}
-	r = thread_state();
 	if (r && m->splice && size <= SPLICE_MAX && reply_mapped(req, n, r, size, off))
 		return;
 	buf = r ? thread_buf(r, size ? size : 1) : NULL;
@@ -421,6 +429,65 @@ static void gfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, read_errno(err));
 	else
 		fuse_reply_buf(req, buf, got);
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * read_ahead(): a read of a file with a read-ahead stream: from its
+ * chunks once it prefetches, else served as any read and timed (a slow
+ * sequential reader whose bytes are not in the page cache starts the
+ * read-ahead).  The stream outlives the
+ * reply: its close waits for the put or timed.
+ */
+static void read_ahead(fuse_req_t req, const gfs_mount *m, const gfs_node *n, rstate *r,
+		       gfs_pfstream *s, size_t size, off_t off)
+{
+	char *buf = r && size > 0 ? thread_buf(r, size) : NULL;
+	gfs_pfhit hit;
+	uint64_t t0;
+	bool cached;
+
+	if (!buf) {
+		serve_read(req, m, n, r, size, off);
+		return;
+	}
+	if (gfs_pfstream_get(s, (uint64_t)off, size, (uint8_t *)buf, &hit)) {
+		fuse_reply_buf(req, (const char *)hit.mem, hit.len);
+		gfs_pfstream_put(s, &hit);
+		return;
+	}
+	/* Slow because the CPU is busy, with the bytes in the page cache: not
+	 * a case for the read-ahead (it would copy what splicing serves). */
+	cached = gfs_vfile_cached(n->vf, (uint64_t)off, size);
+	t0 = now_ns();
+	serve_read(req, m, n, r, size, off);
+	gfs_pfstream_timed(s, cached ? 0 : now_ns() - t0);
+}
+
+static void gfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+			struct fuse_file_info *fi)
+{
+	const gfs_mount *m = fuse_req_userdata(req);
+	const gfs_node *n = node_of(req, ino);
+	gfs_pfstream *s = fi ? (gfs_pfstream *)(uintptr_t)fi->fh : NULL;
+
+	if (!n)
+		return;
+	if (n->type != GFS_NODE_REG) {
+		fuse_reply_err(req, EISDIR);
+		return;
+	}
+	if (s)
+		read_ahead(req, m, n, thread_state(), s, size, off);
+	else
+		serve_read(req, m, n, thread_state(), size, off);
 }
 
 static void gfs_ll_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -650,6 +717,7 @@ const struct fuse_lowlevel_ops gfs_ll_ops = {
 	.readlink = gfs_ll_readlink,
 	.open = gfs_ll_open,
 	.read = gfs_ll_read,
+	.release = gfs_ll_release,
 	.opendir = gfs_ll_opendir,
 	.readdir = gfs_ll_readdir,
 	.readdirplus = gfs_ll_readdirplus,

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 
 #include "gatherfs/fs/fs.h"
+#include "gatherfs/server/prefetch.h"
 
 /*
  * Largest read request (and -o max_read) we ask the kernel for: replies
@@ -61,11 +62,13 @@ typedef struct gfs_mount {
 	bool nosplice;                         /* -o nosplice: always copy reads */
 	bool bin_cache;                        /* -o bin_cache: no direct_io for zip views */
 	bool splice;                           /* set by init(): splice reads */
+	gfs_prefetch *prefetch;                /* read-ahead of direct-I/O files, or NULL */
 } gfs_mount;
 
 /*
- * gfs_ll_ops: the low-level operations.  Read-only, stateless: inode
- * numbers are gfs_fs's, forget is a no-op, reads take no lock.  Every
+ * gfs_ll_ops: the low-level operations.  Read-only: inode numbers are
+ * gfs_fs's, forget is a no-op; the only state is the read-ahead stream of
+ * a direct-I/O file open with -o prefetch (its file handle).  Every
  * modifying operation fails with EROFS.
  */
 extern const struct fuse_lowlevel_ops gfs_ll_ops;

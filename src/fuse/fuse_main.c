@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -49,6 +50,7 @@ typedef struct gfs_cli {
 	int nocrccache;
 	int verify;
 	char *crc_cache;
+	char *prefetch;
 	unsigned readahead_kb;
 	bool max_threads_given;
 	char *lora, *merge, *base, *lora_tied;
@@ -71,6 +73,7 @@ static const struct fuse_opt cli_opts[] = {
 	{ "verify", offsetof(gfs_cli, verify), 1 },
 	{ "crc_cache=%s", offsetof(gfs_cli, crc_cache), 0 },
 	{ "readahead_kb=%u", offsetof(gfs_cli, readahead_kb), 0 },
+	{ "prefetch=%s", offsetof(gfs_cli, prefetch), 0 },
 	{ "format=%s", offsetof(gfs_cli, format), 0 },
 	{ "prefix=%s", offsetof(gfs_cli, prefix), 0 },
 	{ "views=%s", offsetof(gfs_cli, views), 0 },
@@ -163,6 +166,9 @@ static void usage(const char *prog)
 	       "                             (default: direct I/O; needed to map it shared)\n"
 	       "    -o readahead_kb=N        kernel read-ahead window of the mount, at most\n"
 	       "                             65536 (root only; default 512, 0: leave as is)\n"
+	       "    -o prefetch=SIZE         memory for reading ahead of sequential readers of\n"
+	       "                             pytorch_model.bin on slow storage (default 64M,\n"
+	       "                             at most 1G; 0: no read-ahead)\n"
 	       "    -o crc_cache=DIR         keep pytorch_model.bin CRC-32s in DIR (default:\n"
 	       "                             $XDG_CACHE_HOME/gatherfs or ~/.cache/gatherfs)\n"
 	       "    -o nocrccache            no persistent CRC cache\n"
@@ -171,6 +177,28 @@ static void usage(const char *prog)
 	       "Each file is owned by the common owner of the files it shows and readable\n"
 	       "only by those who could read all of them (see SECURITY in gatherfs(1)).\n\n",
 	       prog);
+}
+
+/*
+ * prefetch_budget(): the read-ahead memory of -o prefetch=SIZE (NULL: the
+ * default) in *out, 0 for none; false after a line on stderr if SIZE is
+ * not 0 nor between one chunk (1 MiB) and 1 GiB.
+ */
+static bool prefetch_budget(const char *size, uint64_t *out)
+{
+	*out = size ? 0 : GFS_PF_DEFAULT;
+	if (!size || strcmp(size, "0") == 0)
+		return true;
+	if (gfs_parse_size(size, out) != GFS_OK) {
+		fprintf(stderr, "gatherfs: -o prefetch=%s: %s\n", size, gfs_errmsg());
+		return false;
+	}
+	if (*out != 0 && (*out < GFS_PF_CHUNK || *out > GFS_PF_MAX)) {
+		fprintf(stderr, "gatherfs: -o prefetch=%s: expected 0 (no read-ahead) or 1M to 1G\n",
+			size);
+		return false;
+	}
+	return true;
 }
 
 /* verify_sources(): -o verify: every source record against its stored CRC-32. */
@@ -498,6 +526,7 @@ int main(int argc, char *argv[])
 	char *cfg_text = NULL;
 	gfs_err err;
 	bool dtype_ok, untied = false;
+	uint64_t prefetch;
 	int ret = 1;
 
 	keep_stdio();
@@ -541,6 +570,8 @@ int main(int argc, char *argv[])
 			cli.readahead_kb, GFS_LL_READAHEAD_KB_MAX);
 		goto out_args;
 	}
+	if (!prefetch_budget(cli.prefetch, &prefetch))
+		goto out_args;
 	if (!mountpoint_ok(opts.mountpoint))
 		goto out_args;
 	fso.want = want_dtype(cli.dtype, &dtype_ok);
@@ -620,6 +651,10 @@ int main(int argc, char *argv[])
 	m.conn_opts = fuse_parse_conn_info_opts(&args);
 	if (!m.conn_opts)
 		goto out_fs;
+	if (prefetch && gfs_prefetch_new(prefetch, &m.prefetch) != GFS_OK) {
+		fprintf(stderr, "gatherfs: %s\n", gfs_errmsg());
+		goto out_fs;
+	}
 
 	se = fuse_session_new(&args, &gfs_ll_ops, sizeof(gfs_ll_ops), &m);
 	if (!se)
@@ -657,6 +692,15 @@ int main(int argc, char *argv[])
 		ret = fuse_session_loop_mt(se, cfg);
 		fuse_loop_cfg_destroy(cfg);
 	}
+	if (m.prefetch) {
+		const gfs_prefetch_stats st = gfs_prefetch_stats_get(m.prefetch);
+
+		if (st.streams > 0)
+			fuse_log(FUSE_LOG_INFO,
+				 "gatherfs: read-ahead: %" PRIu64 " sequential readers, %" PRIu64
+				 " bytes prefetched, %" PRIu64 " bytes served from them\n",
+				 st.streams, st.filled, st.served);
+	}
 	/* The loop returns the signal that ended it: that is a clean stop. */
 	ret = ret != 0 && ret != SIGTERM && ret != SIGINT && ret != SIGHUP;
 out_unmount:
@@ -666,6 +710,7 @@ out_signals:
 out_session:
 	fuse_session_destroy(se);
 out_fs:
+	gfs_prefetch_free(m.prefetch);
 	free(m.conn_opts);
 	gfs_fs_free(fs);
 	gfs_srcset_close(src);
@@ -687,6 +732,7 @@ out_args:
 	free(cli.views);
 	free(cli.shard_size);
 	free(cli.crc_cache);
+	free(cli.prefetch);
 	fuse_opt_free_args(&args);
 	return ret;
 }

@@ -19,7 +19,10 @@
 enum {
 	READ_BUF = 1 << 20,     /* bytes per pread of a FILE record */
 	CHUNK = 16 << 20,       /* unit of work: a FILE record is cut into chunks */
-	MAX_THREADS = 8,
+	MAX_THREADS = 32,
+	/* Threads by default, CPUs permitting more: enough reads in flight
+	 * for storage where one takes milliseconds (NFS, Lustre). */
+	IO_THREADS = 16,
 	ZSTD_IN = 1 << 17,
 	ZSTD_OUT = 1 << 20,
 	ZSTD_WINDOW_LOG_MAX = 27, /* as the byte server */
@@ -460,7 +463,7 @@ gfs_err gfs_integrity_check(const gfs_layout *l, const gfs_srcset *s, const uint
 	if (nthreads == 0) {
 		const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 
-		nthreads = ncpu < 1 ? 1 : ncpu > MAX_THREADS ? MAX_THREADS : (unsigned)ncpu;
+		nthreads = ncpu < IO_THREADS ? IO_THREADS : ncpu > MAX_THREADS ? MAX_THREADS : (unsigned)ncpu;
 	}
 	if (nthreads > MAX_THREADS)
 		nthreads = MAX_THREADS;

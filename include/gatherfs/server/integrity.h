@@ -28,7 +28,8 @@ typedef struct gfs_integrity_stats {
  * gfs_integrity_check(): make the state of records recs[0..n) of l
  * (duplicates allowed; recs NULL: every record, n ignored) known in s:
  * check those not checked yet, on up to nthreads threads (the caller
- * counts as one; 0: one per online CPU, at most 8), and wait for those
+ * counts as one; 0: one per online CPU, at least 16 for slow storage, at
+ * most 32), and wait for those
  * other threads are checking.  *nbad (may be NULL) receives how many of
  * them are BAD, *st (may be NULL) what this call did.  A record that does
  * not match its CRC-32, or whose zstd frame does not decode (or fails its

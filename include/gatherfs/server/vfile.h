@@ -176,4 +176,14 @@ gfs_err gfs_vfile_map(const gfs_vfile *vf, uint64_t off, size_t len, gfs_vext *e
 		      size_t max, uint8_t *scratch, size_t scratch_len, size_t *n,
 		      size_t *got);
 
+/*
+ * gfs_vfile_cached(): whether reading bytes [off, off + len) would find
+ * its first source byte in the page cache (a probe of one byte with
+ * RWF_NOWAIT, nothing else read): true too if the range needs no source.
+ * false if that byte is not cached, the source has no page cache (FUSE
+ * with direct I/O: EOPNOTSUPP), or the range cannot be mapped
+ * (gfs_vfile_map()).  For telling slow storage from a busy CPU.
+ */
+bool gfs_vfile_cached(const gfs_vfile *vf, uint64_t off, size_t len);
+
 #endif
