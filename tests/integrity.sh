@@ -35,14 +35,6 @@ flip() {
 	echo "flipped byte $OFFSET of $SHARD ($RECORD; tensors $TENSORS)"
 }
 
-# expect_eio FILE: reading FILE fails with EIO.
-expect_eio() {
-	if cat "$1" >/dev/null 2>"$T/cat.err"; then
-		fail "$1: read without an error"
-	fi
-	grep -q "Input/output error" "$T/cat.err" || fail "$1: $(cat "$T/cat.err")"
-}
-
 # tensor_file NAME: the tensors/ file name of NAME.
 tensor_file() {
 	printf '%s' "$1" | sed 's/%/%25/g; s|/|%2F|g'
@@ -104,7 +96,7 @@ command -v unzip >/dev/null && unzip -tq "$T/mnt/pytorch_model.bin" >/dev/null 2
 	fail "unzip -t passed a corrupt archive"
 # After it: every view byte of the record fails, the rest is served.
 for t in $TENSORS; do
-	expect_eio "$T/mnt/tensors/$(tensor_file "$t")"
+	cat_fails_eio "$T/mnt/tensors/$(tensor_file "$t")"
 done
 "$PYTHON3" "$RC" seq "$T/mnt/model.safetensors" "$WINDOW" || fail "model.safetensors"
 n=0
@@ -138,7 +130,7 @@ touch -r "$T/stamp" "$SHARD"
 gfs_mount "$T/ck" "$T/mnt" -o crc_cache="$T/cache" || fail "mount"
 "$PYTHON3" "$RC" open "$T/mnt/pytorch_model.bin" "$WINDOW" || fail "pytorch_model.bin with a cache hit"
 "$PYTHON3" "$RC" torch "$T/mnt/pytorch_model.bin" "$WINDOW" || fail "torch.load with a cache hit"
-expect_eio "$T/mnt/tensors/$(tensor_file mix)"
+cat_fails_eio "$T/mnt/tensors/$(tensor_file mix)"
 gfs_umount "$T/mnt" || fail "unmount"
 
 # ---- a flipped byte of an optimizer-state record (ZeRO-3: an exp_avg
@@ -165,7 +157,7 @@ f=$(tensor_file layers.0.qkv.weight)
 "$INSPECT" cat "$case/checkpoint" layers.0.qkv.weight >"$T/want" || fail "cat"
 cmp -s "$T/mnt/tensors/$f" "$T/want" || fail "tensors/$f before the CRC pass"
 "$PYTHON3" "$RC" seq "$T/mnt/pytorch_model.bin" "" || fail "pytorch_model.bin (padding)"
-expect_eio "$T/mnt/tensors/$f"
+cat_fails_eio "$T/mnt/tensors/$f"
 gfs_umount "$T/mnt" || fail "unmount"
 
 # ---- zstd DCP: a corrupt frame.  torch's zstd writer stores no content
@@ -183,7 +175,7 @@ verify_fails
 expect_mount_fail "does not match its stored CRC-32" "$T/ck" "$T/mnt" -o verify -o nocrccache
 gfs_mount "$T/ck" "$T/mnt" -o nocrccache || fail "mount"
 "$PYTHON3" "$RC" zip "$T/mnt/pytorch_model.bin" "" || fail "pytorch_model.bin (zstd)"
-expect_eio "$T/mnt/tensors/$(tensor_file "$name")"
+cat_fails_eio "$T/mnt/tensors/$(tensor_file "$name")"
 gfs_umount "$T/mnt" || fail "unmount"
 
 # ---- a zstd frame with a content checksum, in a layout JSON (no zip

@@ -45,14 +45,6 @@ flip() {
 	echo "flipped byte $OFFSET of $SHARD ($RECORD; tensors $TENSORS)"
 }
 
-# expect_eio FILE: reading FILE fails with EIO.
-expect_eio() {
-	if cat "$1" >/dev/null 2>"$T/cat.err"; then
-		fail "$1: read without an error"
-	fi
-	grep -q "Input/output error" "$T/cat.err" || fail "$1: $(cat "$T/cat.err")"
-}
-
 # corrupt MERGED OTHER: with one byte flipped (SHARD, RECORD), merged weight
 # MERGED fails everywhere; OTHER, a merged weight from other records, is
 # served as from the clean sources ($T/clean/OTHER).
@@ -69,9 +61,9 @@ corrupt() {
 	grep -q -- "-o verify: not mounting: $SHARD: record $RECORD (tensor $merged)" "$T/err" ||
 		fail "-o verify: $(cat "$T/err")"
 	gfs_mount_fg "$T/base" "$T/mnt" -o "lora=$T/ad" 2>"$T/log" || fail "mount"
-	expect_eio "$T/mnt/tensors/$merged"
-	expect_eio "$T/mnt/tensors/$merged"
-	expect_eio "$T/mnt/model.safetensors"
+	cat_fails_eio "$T/mnt/tensors/$merged"
+	cat_fails_eio "$T/mnt/tensors/$merged"
+	cat_fails_eio "$T/mnt/model.safetensors"
 	cmp "$T/mnt/tensors/$other" "$T/clean/$other" || fail "tensors/$other not served as before"
 	gfs_umount "$T/mnt" || fail "unmount"
 	wait_child "$GFS_PID" 10

@@ -191,6 +191,14 @@ check_views() {
 		fail "check_safetensors.py $1/model.safetensors"
 }
 
+# cat_fails_eio FILE: reading FILE fails with EIO (stderr kept in $T/cat.err).
+cat_fails_eio() {
+	if cat "$1" >/dev/null 2>"$T/cat.err"; then
+		fail "$1: read without an error"
+	fi
+	grep -q "Input/output error" "$T/cat.err" || fail "$1: $(cat "$T/cat.err")"
+}
+
 # expect_mount_fail PATTERN ARG...: gatherfs ARG..., which names $T/mnt as the
 # mountpoint, fails with one line on stderr matching PATTERN (grep) and leaves
 # no mount: neither $T/mnt nor any other under $T.
