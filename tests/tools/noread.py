@@ -30,7 +30,7 @@ def syscalls(log):
         pid, _, rest = line.partition(" ")
         if not pid.isdigit():
             pid, rest = "", line
-        rest = rest.rstrip("\n")
+        rest = rest.strip()
         if rest.endswith("<unfinished ...>"):
             pending[pid] = rest[: -len("<unfinished ...>")].rstrip()
             continue
