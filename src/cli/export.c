@@ -383,16 +383,6 @@ static gfs_err make_view(const gfs_vctx *ctx, gfs_format fmt, const size_t *entr
 	return err;
 }
 
-static char *join(const char *dir, const char *name)
-{
-	const size_t n = strlen(dir) + 1 + strlen(name) + 1;
-	char *p = malloc(n);
-
-	if (p)
-		snprintf(p, n, "%s/%s", dir, name);
-	return p;
-}
-
 /*
  * commit(): move every flushed file into place, the index last (g->mu is
  * held).  A previous export's index in the directory is removed first, and
@@ -484,7 +474,7 @@ gfs_err gfs_export(const gfs_layout *l, const gfs_srcset *s, const char *out,
 			err = gfs_shard_name(plan, i, stem, ext, &name);
 			if (err)
 				break;
-			path = join(out, name);
+			path = gfs_path_join(out, name);
 			free(name);
 			if (!path) {
 				err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
@@ -503,7 +493,7 @@ gfs_err gfs_export(const gfs_layout *l, const gfs_srcset *s, const char *out,
 		char name[64];
 
 		snprintf(name, sizeof(name), "%s%s.index.json", stem, ext);
-		index_path = join(out, name);
+		index_path = gfs_path_join(out, name);
 		err = index_path ? gfs_shard_index_json(l, plan, stem, ext, !st, &index)
 				 : gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	}

@@ -148,16 +148,6 @@ static gfs_err read_text(const char *path, char **text, size_t *len)
 	return err;
 }
 
-static char *join(const char *dir, const char *name)
-{
-	const size_t n = strlen(dir) + 1 + strlen(name) + 1;
-	char *p = malloc(n);
-
-	if (p)
-		snprintf(p, n, "%s/%s", dir, name);
-	return p;
-}
-
 /* load_manifest(): parse rank r's manifest and check its header. */
 static gfs_err load_manifest(z3_save *s, uint64_t r)
 {
@@ -168,7 +158,7 @@ static gfs_err load_manifest(z3_save *s, uint64_t r)
 	gfs_err err;
 
 	snprintf(name, sizeof(name), Z3_PREFIX "%" PRIu64 ".json", r);
-	s->mpaths[r] = join(s->dir, name);
+	s->mpaths[r] = gfs_path_join(s->dir, name);
 	if (!s->mpaths[r])
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	lbl = s->mpaths[r];
@@ -354,7 +344,7 @@ static gfs_err add_data(z3_save *s, uint64_t r, uint64_t *size)
 		return err;
 	if (strcmp(path, want) != 0)
 		return gfs_fail(GFS_ERR_FORMAT, "%s: data.path must be '%s'", lbl, want);
-	full = join(s->dir, want);
+	full = gfs_path_join(s->dir, want);
 	if (!full)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	if (stat(full, &st) != 0)

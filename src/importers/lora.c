@@ -613,24 +613,13 @@ gfs_err gfs_lora_merge(const gfs_layout *base, const gfs_layout *adapter,
 
 /* ------------------------------------------------------------ front ends */
 
-/* path_join(): dir/name, a new string. */
-static char *path_join(const char *dir, const char *name)
-{
-	const size_t n = strlen(dir) + strlen(name) + 2;
-	char *p = malloc(n);
-
-	if (p)
-		snprintf(p, n, "%s/%s", dir, name);
-	return p;
-}
-
 /*
  * tie_default(): config.json of dir says tie_word_embeddings (true when it
  * does not say, as transformers assumes); false without a readable config.
  */
 static bool tie_default(const char *dir)
 {
-	char *path = dir ? path_join(dir, "config.json") : NULL;
+	char *path = dir ? gfs_path_join(dir, "config.json") : NULL;
 	struct stat st;
 	bool tie = false;
 	const int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
@@ -689,10 +678,10 @@ gfs_err gfs_lora_apply(const gfs_lora_cli *c, gfs_layout **layout, bool *untied)
 		err = gfs_import_plain_dir(c->lora, NULL, &ad);
 		if (err)
 			err = gfs_fail_prefix(err, "-o lora");
-		config = path_join(c->lora, "adapter_config.json");
+		config = gfs_path_join(c->lora, "adapter_config.json");
 	} else {
 		dir = (*layout)->root_dir ? (*layout)->root_dir : (*layout)->base_dir;
-		config = path_join(dir, "adapter_config.json");
+		config = gfs_path_join(dir, "adapter_config.json");
 		if (c->base) {
 			ad = *layout;
 			err = import_dir(c->base, "-o base", &base);
@@ -817,7 +806,7 @@ gfs_err gfs_lora_adapter(const gfs_layout *l, gfs_layout **out)
 
 gfs_err gfs_lora_untied_config(const gfs_layout *l, char **text)
 {
-	char *path = l->root_dir ? path_join(l->root_dir, "config.json") : NULL;
+	char *path = l->root_dir ? gfs_path_join(l->root_dir, "config.json") : NULL;
 	struct stat st;
 	char *buf = NULL;
 	cJSON *root = NULL;
@@ -865,7 +854,7 @@ gfs_err gfs_lora_untied_config(const gfs_layout *l, char **text)
 
 gfs_err gfs_lora_saved_note(const gfs_layout *l, char **note)
 {
-	char *path = l->root_dir ? path_join(l->root_dir, "adapter_model.safetensors") : NULL;
+	char *path = l->root_dir ? gfs_path_join(l->root_dir, "adapter_model.safetensors") : NULL;
 	gfs_layout *saved = NULL;
 	struct stat st;
 	size_t empty = 0, cap;

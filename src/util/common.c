@@ -127,6 +127,16 @@ char *gfs_strndup(const char *s, size_t n)
 	return d;
 }
 
+char *gfs_path_join(const char *dir, const char *name)
+{
+	const size_t n = strlen(dir) + 1 + strlen(name) + 1;
+	char *p = malloc(n);
+
+	if (p)
+		snprintf(p, n, "%s/%s", dir, name);
+	return p;
+}
+
 char *gfs_strdup(const char *s)
 {
 	return gfs_strndup(s, strlen(s));

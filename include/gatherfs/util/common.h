@@ -74,6 +74,9 @@ void *gfs_reallocarray(void *p, size_t n, size_t size);
 char *gfs_strdup(const char *s);
 char *gfs_strndup(const char *s, size_t n);
 
+/* gfs_path_join(): "dir/name" as a new string (free() it), NULL when out of memory. */
+char *gfs_path_join(const char *dir, const char *name);
+
 /*
  * gfs_grow(): make room for element len of the array *arr of *cap elements
  * of elem bytes (len <= *cap): when full, reallocate it to twice its
