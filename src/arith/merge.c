@@ -6,9 +6,13 @@
 
 #include <assert.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gatherfs/arith/merge.h"
+
+/* Inlined into each of the CPU-specific functions below, so compiled for each. */
+#define ALWAYS_INLINE inline __attribute__((always_inline))
 
 static double half_to_double(uint16_t h)
 {
@@ -25,7 +29,8 @@ static double half_to_double(uint16_t h)
 	return (h & 0x8000) ? -v : v;
 }
 
-void gfs_merge_widen(gfs_dtype dt, const void *src, double *dst, size_t n)
+/* widen_n(): gfs_merge_widen(). */
+static ALWAYS_INLINE void widen_n(gfs_dtype dt, const void *src, double *dst, size_t n)
 {
 	const uint8_t *p = src;
 
@@ -59,6 +64,11 @@ void gfs_merge_widen(gfs_dtype dt, const void *src, double *dst, size_t n)
 		for (size_t i = 0; i < n; i++)
 			dst[i] = NAN;
 	}
+}
+
+void gfs_merge_widen(gfs_dtype dt, const void *src, double *dst, size_t n)
+{
+	widen_n(dt, src, dst, n);
 }
 
 /*
@@ -156,7 +166,7 @@ static uint16_t to_f16(double x)
  * fraction becomes the exponent's, and from e = 127 to 2^128 gives exactly
  * the infinity's bits 0x7f80), then to_bf16() itself for the others, if any.
  */
-static void round_bf16(const double *src, uint8_t *p, size_t n)
+static ALWAYS_INLINE void round_bf16(const double *src, uint8_t *p, size_t n)
 {
 	uint64_t odd = 0;
 
@@ -188,7 +198,8 @@ static void round_bf16(const double *src, uint8_t *p, size_t n)
 	}
 }
 
-void gfs_merge_round(gfs_dtype dt, const double *src, void *dst, size_t n)
+/* round_n(): gfs_merge_round(). */
+static ALWAYS_INLINE void round_n(gfs_dtype dt, const double *src, void *dst, size_t n)
 {
 	uint8_t *p = dst;
 
@@ -219,145 +230,343 @@ void gfs_merge_round(gfs_dtype dt, const double *src, void *dst, size_t n)
 	}
 }
 
-/*
- * The update works on tiles of TILE columns so that the accumulators stay in
- * the first-level cache, and takes four ranks per pass: a[j] += (c0 R0[j] +
- * c1 R1[j]) + (c2 R2[j] + c3 R3[j]).  Each product is exact; each of the at
- * most r + 1 additions (and the scaling) rounds once in float64, which is
- * the bound merge.h states (the order of the additions does not enter it).
- * Rows go in pairs (tile_update2()), each row's operations in the same order
- * as alone, so that the result does not depend on the pairing.
- */
-enum { TILE = 256 };
-
-/*
- * tile_update(): n columns (n <= TILE) of row ci's update, starting at R
- * (row stride cols).  Always inlined (so each clone below has its own), with
- * n == TILE for full tiles, so that the loops have a constant trip count and
- * vectorize at -O2.
- */
-static inline __attribute__((always_inline)) void
-tile_update(size_t n, size_t r, size_t cols, double s,
-			       const double *restrict ci, const double *restrict R,
-			       double *restrict vi)
+void gfs_merge_round(gfs_dtype dt, const double *src, void *dst, size_t n)
 {
-	double a[TILE];
-	size_t k = 0;
-
-	for (size_t j = 0; j < n; j++)
-		a[j] = 0;
-	for (; k + 4 <= r; k += 4) {
-		const double c0 = ci[k], c1 = ci[k + 1], c2 = ci[k + 2], c3 = ci[k + 3];
-		const double *restrict R0 = R + k * cols;
-		const double *restrict R1 = R0 + cols;
-		const double *restrict R2 = R1 + cols;
-		const double *restrict R3 = R2 + cols;
-
-		for (size_t j = 0; j < n; j++)
-			a[j] += (c0 * R0[j] + c1 * R1[j]) + (c2 * R2[j] + c3 * R3[j]);
-	}
-	for (; k < r; k++) {
-		const double ck = ci[k];
-		const double *restrict Rk = R + k * cols;
-
-		for (size_t j = 0; j < n; j++)
-			a[j] += ck * Rk[j];
-	}
-	for (size_t j = 0; j < n; j++)
-		vi[j] += s * a[j];
+	round_n(dt, src, dst, n);
 }
 
 /*
- * tile_update2(): tile_update() of rows ci and ci + r (v rows vi and
- * vi + cols) in one pass over R, each row's operations in tile_update()'s
- * order: every load of R serves two rows.
+ * The update works on tiles of TILE columns so that a tile of R (r x TILE)
+ * stays in cache for every row, rows in pairs so that every load of R
+ * serves two rows, and strips of STRIP columns whose accumulators stay in
+ * registers through all r ranks.  R is packed strip by strip (gfs_merge_pack():
+ * a strip's r x STRIP values contiguous), so that a strip is read as one
+ * stream: R's own rows are often 2^k bytes apart, and the same column of
+ * every row then falls in one cache set.  Each element's accumulation is
+ * a = (((0 + c0 R0) + c1 R1) + ...) in the order of k, the scaling and W's
+ * addition after: r + 1 roundings in float64, the bound merge.h states,
+ * whatever the pairing, tile or strip.  When the products are exact
+ * (exact_products) a multiply-add may be fused (one rounding of the exact
+ * a + c R, as the product is exact): the same bits.
+ *
+ * Kernels: ISA_PLAIN is ISO C; on x86-64 ISA_AVX2 (four doubles per
+ * operation) and ISA_FMA (with fused multiply-adds) are compiled for those
+ * extensions and chosen by the CPU at run time.  The compiler never fuses
+ * on its own (ISO C mode for GCC; the pragma for clang), so that every
+ * kernel gives the same bits.
  */
-static inline __attribute__((always_inline)) void
-tile_update2(size_t n, size_t r, size_t cols, double s,
-			       const double *restrict ci, const double *restrict R,
-			       double *restrict vi)
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+#if defined(__x86_64__) && defined(__GNUC__)
+#define MERGE_X86 1
+#include <immintrin.h>
+#endif
+
+enum { TILE = 256, STRIP = 16 };
+enum { ISA_PLAIN, ISA_AVX2, ISA_FMA };
+
+#ifdef MERGE_X86
+/*
+ * strip_avx2(), strip_fma(): strip_plain() in eight (four) registers.
+ */
+#define STRIP_KERNEL(NAME, TARGET, MADD)                                                   \
+	__attribute__((target(TARGET))) static void NAME(size_t r, const double *ci,       \
+							 const double *P, double *a,        \
+							 double *b)                         \
+	{                                                                                  \
+		const double *di = ci + r;                                                 \
+		__m256d x0 = _mm256_setzero_pd(), x1 = x0, x2 = x0, x3 = x0;               \
+		__m256d y0 = x0, y1 = x0, y2 = x0, y3 = x0;                                \
+                                                                                           \
+		for (size_t k = 0; k < r; k++) {                                           \
+			const double *Pk = P + k * STRIP;                                  \
+			const __m256d r0 = _mm256_loadu_pd(Pk), r1 = _mm256_loadu_pd(Pk + 4); \
+			const __m256d r2 = _mm256_loadu_pd(Pk + 8);                        \
+			const __m256d r3 = _mm256_loadu_pd(Pk + 12);                       \
+			const __m256d c = _mm256_broadcast_sd(ci + k);                     \
+                                                                                           \
+			x0 = MADD(c, r0, x0);                                              \
+			x1 = MADD(c, r1, x1);                                              \
+			x2 = MADD(c, r2, x2);                                              \
+			x3 = MADD(c, r3, x3);                                              \
+			if (b) {                                                           \
+				const __m256d d = _mm256_broadcast_sd(di + k);             \
+                                                                                           \
+				y0 = MADD(d, r0, y0);                                      \
+				y1 = MADD(d, r1, y1);                                      \
+				y2 = MADD(d, r2, y2);                                      \
+				y3 = MADD(d, r3, y3);                                      \
+			}                                                                  \
+		}                                                                          \
+		_mm256_storeu_pd(a, x0);                                                   \
+		_mm256_storeu_pd(a + 4, x1);                                               \
+		_mm256_storeu_pd(a + 8, x2);                                               \
+		_mm256_storeu_pd(a + 12, x3);                                              \
+		if (b) {                                                                   \
+			_mm256_storeu_pd(b, y0);                                           \
+			_mm256_storeu_pd(b + 4, y1);                                       \
+			_mm256_storeu_pd(b + 8, y2);                                       \
+			_mm256_storeu_pd(b + 12, y3);                                      \
+		}                                                                          \
+	}
+
+#define MADD_AVX2(c, x, a) _mm256_add_pd(a, _mm256_mul_pd(c, x))
+#define MADD_FMA(c, x, a) _mm256_fmadd_pd(c, x, a)
+STRIP_KERNEL(strip_avx2, "avx2", MADD_AVX2)
+STRIP_KERNEL(strip_fma, "avx2,fma", MADD_FMA)
+#endif
+
+/*
+ * strip_plain(): the accumulations of a strip (STRIP columns) of rows ci
+ * and ci + r (ci: row i of C, rank r; b NULL: row ci alone) into a and b,
+ * P the strip of the packed R (gfs_merge_pack()), four ranks a pass.
+ */
+static ALWAYS_INLINE void strip_plain(size_t r, const double *restrict ci,
+				      const double *restrict P, double *restrict a,
+				      double *restrict b)
 {
 	const double *restrict di = ci + r;
-	double *restrict wi = vi + cols;
-	double a[TILE], b[TILE];
+	double x[STRIP], y[STRIP];
 	size_t k = 0;
 
-	for (size_t j = 0; j < n; j++)
-		a[j] = b[j] = 0;
+	for (size_t q = 0; q < STRIP; q++)
+		x[q] = y[q] = 0;
 	for (; k + 4 <= r; k += 4) {
 		const double c0 = ci[k], c1 = ci[k + 1], c2 = ci[k + 2], c3 = ci[k + 3];
-		const double d0 = di[k], d1 = di[k + 1], d2 = di[k + 2], d3 = di[k + 3];
-		const double *restrict R0 = R + k * cols;
-		const double *restrict R1 = R0 + cols;
-		const double *restrict R2 = R1 + cols;
-		const double *restrict R3 = R2 + cols;
+		const double *restrict P0 = P + k * STRIP;
+		const double *restrict P1 = P0 + STRIP;
+		const double *restrict P2 = P1 + STRIP;
+		const double *restrict P3 = P2 + STRIP;
 
-		for (size_t j = 0; j < n; j++) {
-			const double r0 = R0[j], r1 = R1[j], r2 = R2[j], r3 = R3[j];
+		for (size_t q = 0; q < STRIP; q++)
+			x[q] = (((x[q] + c0 * P0[q]) + c1 * P1[q]) + c2 * P2[q]) + c3 * P3[q];
+		if (b) {
+			const double d0 = di[k], d1 = di[k + 1], d2 = di[k + 2], d3 = di[k + 3];
 
-			a[j] += (c0 * r0 + c1 * r1) + (c2 * r2 + c3 * r3);
-			b[j] += (d0 * r0 + d1 * r1) + (d2 * r2 + d3 * r3);
+			for (size_t q = 0; q < STRIP; q++)
+				y[q] = (((y[q] + d0 * P0[q]) + d1 * P1[q]) + d2 * P2[q]) + d3 * P3[q];
 		}
 	}
 	for (; k < r; k++) {
-		const double ck = ci[k], dk = di[k];
-		const double *restrict Rk = R + k * cols;
+		const double *restrict Pk = P + k * STRIP;
 
-		for (size_t j = 0; j < n; j++) {
-			a[j] += ck * Rk[j];
-			b[j] += dk * Rk[j];
-		}
+		for (size_t q = 0; q < STRIP; q++)
+			x[q] += ci[k] * Pk[q];
+		for (size_t q = 0; b && q < STRIP; q++)
+			y[q] += di[k] * Pk[q];
 	}
+	memcpy(a, x, sizeof(x));
+	if (b)
+		memcpy(b, y, sizeof(y));
+}
+
+/*
+ * acc_tile2(): strip_plain() (or its ISA's kernel) for the strips of a tile
+ * of n columns (n <= TILE, the tile's packed R at P) into a and b: whole
+ * strips, up to STRIP - 1 columns past n (padding) written too.
+ */
+static ALWAYS_INLINE void acc_tile2(int isa, size_t n, size_t r, const double *ci,
+				    const double *P, double *a, double *b)
+{
+	for (size_t j = 0; j < n; j += STRIP) {
+		const double *Ps = P + j * r;
+#ifdef MERGE_X86
+		if (isa == ISA_FMA) {
+			strip_fma(r, ci, Ps, a + j, b ? b + j : NULL);
+			continue;
+		}
+		if (isa == ISA_AVX2) {
+			strip_avx2(r, ci, Ps, a + j, b ? b + j : NULL);
+			continue;
+		}
+#endif
+		(void)isa;
+		strip_plain(r, ci, Ps, a + j, b ? b + j : NULL);
+	}
+}
+
+/* add_scaled(): v[j] += s * a[j] (the product rounded, then the sum: never fused). */
+static ALWAYS_INLINE void add_scaled(size_t n, double s, const double *restrict a,
+				     double *restrict v)
+{
 	for (size_t j = 0; j < n; j++) {
-		vi[j] += s * a[j];
-		wi[j] += s * b[j];
+		const double d = s * a[j];
+
+		v[j] += d;
+	}
+}
+
+/* rows_body(): rows x cols of v (float64, row-major) += s * (c @ R), R packed in P. */
+static ALWAYS_INLINE void rows_body(int isa, size_t rows, size_t cols, size_t r, double s,
+				    const double *c, const double *P, double *v)
+{
+	double a[TILE], b[TILE];
+
+	for (size_t j0 = 0; j0 < cols; j0 += TILE) {
+		const size_t n = cols - j0 < TILE ? cols - j0 : TILE;
+
+		for (size_t i = 0; i < rows; i += 2) {
+			const bool two = i + 1 < rows;
+			double *vi = v + i * cols + j0;
+
+			acc_tile2(isa, n, r, c + i * r, P + j0 * r, a, two ? b : NULL);
+			add_scaled(n, s, a, vi);
+			if (two)
+				add_scaled(n, s, b, vi + cols);
+		}
 	}
 }
 
 /*
- * On x86-64 the update is also compiled for AVX2 (four doubles per
- * operation instead of SSE2's two), chosen at load time by the CPU.  The
- * result is the same bits: the same operations in the same order, and the
- * compiler does not fuse multiply-adds in ISO C mode (nor would it matter:
- * the products are exact).
+ * round_body(): rows x cols of out (dtype odt, row-major) = the rounding of
+ * widen(W) + s * (c @ R), for rows x cols of W (dtype wdt), R packed in P:
+ * one tile of one row in float64 at a time.  n == TILE is constant where it
+ * is, so that the loops vectorize at -O2.
  */
-#if defined(__x86_64__) && defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define MERGE_CLONES __attribute__((target_clones("avx2", "default")))
-#endif
-#endif
-#ifndef MERGE_CLONES
-#define MERGE_CLONES
-#endif
-
-MERGE_CLONES
-static void lora_rows(size_t rows, size_t cols, size_t r, double s, const double *c,
-		      const double *R, double *v)
+static ALWAYS_INLINE void round_body(int isa, gfs_dtype wdt, const void *W, size_t rows,
+				     size_t cols, size_t r, double s, const double *c,
+				     const double *P, gfs_dtype odt, void *out)
 {
-	/* tiles outermost: a tile of R (r x TILE) is reused by every row */
+	const size_t wes = gfs_dtype_size(wdt), oes = gfs_dtype_size(odt);
+	const uint8_t *w = W;
+	uint8_t *o = out;
+	double a[TILE], b[TILE], x[TILE];
+
 	for (size_t j0 = 0; j0 < cols; j0 += TILE) {
 		const size_t n = cols - j0 < TILE ? cols - j0 : TILE;
-		size_t i = 0;
 
-		for (; i + 2 <= rows; i += 2) {
-			if (n == TILE)
-				tile_update2(TILE, r, cols, s, c + i * r, R + j0, v + i * cols + j0);
-			else
-				tile_update2(n, r, cols, s, c + i * r, R + j0, v + i * cols + j0);
-		}
-		if (i < rows) {
-			if (n == TILE)
-				tile_update(TILE, r, cols, s, c + i * r, R + j0, v + i * cols + j0);
-			else
-				tile_update(n, r, cols, s, c + i * r, R + j0, v + i * cols + j0);
+		for (size_t i = 0; i < rows; i += 2) {
+			const bool two = i + 1 < rows;
+
+			acc_tile2(isa, n, r, c + i * r, P + j0 * r, a, two ? b : NULL);
+			for (size_t q = 0; q < (two ? 2u : 1u); q++) {
+				const size_t e = (i + q) * cols + j0;
+
+				if (n == TILE) {
+					widen_n(wdt, w + e * wes, x, TILE);
+					add_scaled(TILE, s, q ? b : a, x);
+					round_n(odt, x, o + e * oes, TILE);
+				} else {
+					widen_n(wdt, w + e * wes, x, n);
+					add_scaled(n, s, q ? b : a, x);
+					round_n(odt, x, o + e * oes, n);
+				}
+			}
 		}
 	}
 }
 
-void gfs_merge_lora_rows(size_t rows, size_t cols, size_t r, double s, const double *c,
-			 const double *R, double *v)
+size_t gfs_merge_packed_len(size_t r, size_t cols)
 {
-	lora_rows(rows, cols, r, s, c, R, v);
+	return r * ((cols + STRIP - 1) / STRIP * STRIP);
+}
+
+void gfs_merge_pack(size_t r, size_t cols, const double *R, double *P)
+{
+	const size_t ns = (cols + STRIP - 1) / STRIP;
+
+	for (size_t sj = 0; sj < ns; sj++)
+		for (size_t k = 0; k < r; k++)
+			for (size_t q = 0; q < STRIP; q++) {
+				const size_t j = sj * STRIP + q;
+
+				P[(sj * r + k) * STRIP + q] = j < cols ? R[k * cols + j] : 0;
+			}
+}
+
+static void rows_plain(size_t rows, size_t cols, size_t r, double s, const double *c,
+		       const double *R, double *v)
+{
+	rows_body(ISA_PLAIN, rows, cols, r, s, c, R, v);
+}
+
+static void round_plain(gfs_dtype wdt, const void *W, size_t rows, size_t cols, size_t r,
+			double s, const double *c, const double *R, gfs_dtype odt, void *out)
+{
+	round_body(ISA_PLAIN, wdt, W, rows, cols, r, s, c, R, odt, out);
+}
+
+#ifdef MERGE_X86
+__attribute__((target("avx2"))) static void
+rows_avx2(size_t rows, size_t cols, size_t r, double s, const double *c, const double *R,
+	  double *v)
+{
+	rows_body(ISA_AVX2, rows, cols, r, s, c, R, v);
+}
+
+__attribute__((target("avx2,fma"))) static void
+rows_fma(size_t rows, size_t cols, size_t r, double s, const double *c, const double *R,
+	 double *v)
+{
+	rows_body(ISA_FMA, rows, cols, r, s, c, R, v);
+}
+
+__attribute__((target("avx2"))) static void
+round_avx2(gfs_dtype wdt, const void *W, size_t rows, size_t cols, size_t r, double s,
+	   const double *c, const double *R, gfs_dtype odt, void *out)
+{
+	round_body(ISA_AVX2, wdt, W, rows, cols, r, s, c, R, odt, out);
+}
+
+__attribute__((target("avx2,fma"))) static void
+round_fma(gfs_dtype wdt, const void *W, size_t rows, size_t cols, size_t r, double s,
+	  const double *c, const double *R, gfs_dtype odt, void *out)
+{
+	round_body(ISA_FMA, wdt, W, rows, cols, r, s, c, R, odt, out);
+}
+
+/*
+ * cpu(): the best kernel this CPU runs, ISA_FMA only for exact products;
+ * GATHERFS_MERGE_ISA=plain or avx2 caps it (tests, benchmarks).
+ */
+static int cpu(bool exact_products)
+{
+	const char *cap = getenv("GATHERFS_MERGE_ISA");
+
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx2") || (cap && strcmp(cap, "plain") == 0))
+		return ISA_PLAIN;
+	if (cap && strcmp(cap, "avx2") == 0)
+		return ISA_AVX2;
+	return exact_products && __builtin_cpu_supports("fma") ? ISA_FMA : ISA_AVX2;
+}
+#endif
+
+void gfs_merge_lora_rows(size_t rows, size_t cols, size_t r, double s, const double *c,
+			 const double *R, double *v, bool exact_products)
+{
+#ifdef MERGE_X86
+	switch (cpu(exact_products)) {
+	case ISA_FMA:
+		rows_fma(rows, cols, r, s, c, R, v);
+		return;
+	case ISA_AVX2:
+		rows_avx2(rows, cols, r, s, c, R, v);
+		return;
+	}
+#endif
+	(void)exact_products;
+	rows_plain(rows, cols, r, s, c, R, v);
+}
+
+void gfs_merge_lora_round(gfs_dtype wdt, const void *W, size_t rows, size_t cols, size_t r,
+			  double s, const double *c, const double *R, bool exact_products,
+			  gfs_dtype odt, void *out)
+{
+	assert(gfs_dtype_is_float(wdt) && gfs_dtype_is_float(odt));
+#ifdef MERGE_X86
+	switch (cpu(exact_products)) {
+	case ISA_FMA:
+		round_fma(wdt, W, rows, cols, r, s, c, R, odt, out);
+		return;
+	case ISA_AVX2:
+		round_avx2(wdt, W, rows, cols, r, s, c, R, odt, out);
+		return;
+	}
+#endif
+	(void)exact_products;
+	round_plain(wdt, W, rows, cols, r, s, c, R, odt, out);
 }
 
 void gfs_merge_dora_rows(size_t rows, size_t cols, const double *m, double *v)

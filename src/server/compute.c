@@ -19,8 +19,9 @@ enum { CSLOTS = 256, CPENDING = 64, CSPARE = 8 };
 /* What every block of one computed tensor needs. */
 typedef struct prep {
 	size_t rows, cols, r, rb; /* shape as [rows, cols], rank, rows per block */
+	bool exact;               /* every product C[i][k] R[k][j] is exact in float64 */
 	double *C;                /* [rows, r] */
-	double *R;                /* [r, cols] */
+	double *R;                /* [r, cols], packed (gfs_merge_pack()) */
 	double *m;                /* DoRA, norms per row: the magnitude [rows] */
 	double *colf;             /* DoRA, norms per column: m[j] / ||V[:, j]|| [cols] */
 } prep;
@@ -197,6 +198,17 @@ static double *transpose(double *a, size_t rows, size_t cols)
 	return t;
 }
 
+/* pack(): a new gfs_merge_pack() of R [r, cols] (freed), or NULL. */
+static double *pack(double *R, size_t r, size_t cols)
+{
+	double *P = gfs_calloc(gfs_merge_packed_len(r, cols) + 1, sizeof(*P));
+
+	if (P)
+		gfs_merge_pack(r, cols, R, P);
+	free(R);
+	return P;
+}
+
 static gfs_err compute_block_f64(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
 				 const prep *p, uint64_t block, bool dora, scratch *w);
 
@@ -248,6 +260,7 @@ static gfs_err build_prep(const gfs_layout *l, const gfs_srcset *s, const gfs_te
 		p->rows = 1;
 		p->cols = (size_t)t->shape[0];
 		p->r = 1;
+		p->exact = true; /* 1 * b */
 		p->C = malloc(sizeof(double));
 		if (!p->C)
 			err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
@@ -261,6 +274,8 @@ static gfs_err build_prep(const gfs_layout *l, const gfs_srcset *s, const gfs_te
 		p->rows = (size_t)t->shape[0];
 		p->cols = (size_t)t->shape[1];
 		p->r = (size_t)A->shape[0];
+		/* at most 24 significant bits each: a product has at most 48 */
+		p->exact = gfs_dtype_size(A->dtype) <= 4 && gfs_dtype_size(B->dtype) <= 4;
 		if (!tr) { /* v[i][j] += s * sum_k B[i][k] A[k][j] */
 			err = read_input(l, s, B, &p->C);
 			if (!err)
@@ -277,6 +292,8 @@ static gfs_err build_prep(const gfs_layout *l, const gfs_srcset *s, const gfs_te
 		if (!err && c->op == GFS_OP_DORA)
 			err = read_input(l, s, &in[c->in[GFS_OPIN_M]], &p->m);
 	}
+	if (!err && !(p->R = pack(p->R, p->r, p->cols)))
+		err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	p->rb = p->cols == 0 || p->cols >= GFS_CBLOCK_ELEMS ? 1 : GFS_CBLOCK_ELEMS / p->cols;
 	if (!err && c->op == GFS_OP_DORA && tr) {
 		/* one norm per column: a pass over the whole tensor */
@@ -358,12 +375,41 @@ static gfs_err compute_block_f64(const gfs_layout *l, const gfs_srcset *s, const
 	err = gfs_tensor_read_raw(l, s, W, (uint64_t)i0 * p->cols * es, raw, n * p->cols * es);
 	if (!err) {
 		gfs_merge_widen(W->dtype, raw, v, n * p->cols);
-		gfs_merge_lora_rows(n, p->cols, p->r, c->scale, p->C + i0 * p->r, p->R, v);
+		gfs_merge_lora_rows(n, p->cols, p->r, c->scale, p->C + i0 * p->r, p->R, v,
+				    p->exact);
 		if (dora && p->colf)
 			gfs_merge_scale_cols(n, p->cols, p->colf, v);
 		else if (dora)
 			gfs_merge_dora_rows(n, p->cols, p->m + i0, v);
 	}
+	return err;
+}
+
+/*
+ * compute_block(): block `block` of t rounded to dtype out into data:
+ * compute_block_f64() then gfs_merge_round(), in one pass without DoRA.
+ */
+static gfs_err compute_block(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
+			     const prep *p, uint64_t block, gfs_dtype out, scratch *w, void *data)
+{
+	const gfs_compute *c = t->comp;
+	const gfs_tensor *W = &l->inputs->tensors[c->in[GFS_OPIN_W]];
+	const size_t es = gfs_dtype_size(W->dtype);
+	const size_t i0 = (size_t)block * p->rb;
+	const size_t n = p->rows - i0 < p->rb ? p->rows - i0 : p->rb;
+	gfs_err err;
+
+	if (c->op == GFS_OP_DORA) {
+		err = compute_block_f64(l, s, t, p, block, true, w);
+		if (!err)
+			gfs_merge_round(out, w->v, data, n * p->cols);
+		return err;
+	}
+	assert(n * p->cols <= w->cap && es <= sizeof(double));
+	err = gfs_tensor_read_raw(l, s, W, (uint64_t)i0 * p->cols * es, w->raw, n * p->cols * es);
+	if (!err)
+		gfs_merge_lora_round(W->dtype, w->raw, n, p->cols, p->r, c->scale,
+				     p->C + i0 * p->r, p->R, p->exact, out, data);
 	return err;
 }
 
@@ -507,10 +553,8 @@ gfs_err gfs_compute_read(const gfs_layout *l, const gfs_srcset *s, gfs_ccache *c
 
 			err = w && data ? GFS_OK : gfs_fail(GFS_ERR_NOMEM, "out of memory");
 			if (!err)
-				err = compute_block_f64(l, s, t, p, block,
-							t->comp->op == GFS_OP_DORA, w);
+				err = compute_block(l, s, t, p, block, out, w, data);
 			if (!err) {
-				gfs_merge_round(out, w->v, data, n * p->cols);
 				if (!whole) {
 					memcpy(dst, data + a, b - a);
 					cache_put(c, ti, block, out, data, blen);

@@ -147,7 +147,8 @@ static void test_update(void)
 {
 	/* small integers: every operation is exact, so the result must be too */
 	enum { ROWS = 3, COLS = 700, RK = 7 };
-	static double c[ROWS * RK], R[RK * COLS], v[ROWS * COLS], want[ROWS * COLS];
+	static double c[ROWS * RK], R[RK * COLS], P[RK * (COLS + 15)], v[ROWS * COLS],
+		want[ROWS * COLS];
 	int ok = 1;
 
 	for (int i = 0; i < ROWS * RK; i++)
@@ -163,10 +164,82 @@ static void test_update(void)
 			v[i * COLS + j] = i - j;
 			want[i * COLS + j] = (i - j) + 0.5 * sum;
 		}
-	gfs_merge_lora_rows(ROWS, COLS, RK, 0.5, c, R, v);
-	for (int i = 0; i < ROWS * COLS; i++)
-		ok &= v[i] == want[i];
-	tap_ok(ok, "low-rank update of 3 x 700 at rank 7 (tail tile, odd rank) is exact");
+	gfs_merge_pack(RK, COLS, R, P);
+	for (int exact = 0; exact < 2; exact++) {
+		static double w[ROWS * COLS];
+
+		memcpy(w, v, sizeof(w));
+		gfs_merge_lora_rows(ROWS, COLS, RK, 0.5, c, P, w, exact);
+		ok = 1;
+		for (int i = 0; i < ROWS * COLS; i++)
+			ok &= w[i] == want[i];
+		tap_ok(ok, "low-rank update of 3 x 700 at rank 7 (tail tile, odd rank) is exact%s",
+		       exact ? " (fused multiply-adds)" : "");
+	}
+}
+
+/* rnd32(): a random fp32 of magnitude about 2^-e. */
+static float rnd32(int e)
+{
+	return ldexpf((float)(int32_t)(uint32_t)xorshift(), -31 - e);
+}
+
+/*
+ * The one-pass merge (gfs_merge_lora_round()) is gfs_merge_round() of
+ * gfs_merge_widen() + gfs_merge_lora_rows() of the ISO C kernel, bit for
+ * bit, with each kernel this CPU has (GATHERFS_MERGE_ISA caps it) and fused
+ * multiply-adds where the products are exact: W in each float dtype to each
+ * output dtype, 5 rows (a pair and an odd one), 300 columns (a full and a
+ * tail tile), ranks 6 and 19 (four-rank passes and the rest); fp32 operands
+ * (exact products), then float64 ones (not exact: no fusing).
+ */
+static void test_round_pass(void)
+{
+	enum { ROWS = 5, COLS = 300, RKMAX = 19 };
+	static const gfs_dtype dts[] = { GFS_DT_F32, GFS_DT_BF16, GFS_DT_F16, GFS_DT_F64 };
+	static const char *const isas[] = { "plain", "avx2", "" };
+	static double c[ROWS * RKMAX], R[RKMAX * COLS], P[RKMAX * (COLS + 15)], v[ROWS * COLS];
+	static uint8_t w[ROWS * COLS * 8], want[ROWS * COLS * 8], got[ROWS * COLS * 8];
+
+	for (int f64 = 0; f64 < 2; f64++)
+		for (size_t wi = 0; wi < 4; wi++) {
+			int ok = 1;
+
+			for (int i = 0; i < ROWS * COLS; i++) {
+				const double x = rnd32(1);
+
+				gfs_merge_round(dts[wi], &x, w + i * gfs_dtype_size(dts[wi]), 1);
+			}
+			for (size_t rk = 6; rk <= RKMAX; rk += RKMAX - 6) {
+				for (size_t i = 0; i < ROWS * rk; i++)
+					c[i] = f64 ? rnd32(4) * (1 + 0x1p-40) : rnd32(4);
+				for (size_t i = 0; i < rk * COLS; i++)
+					R[i] = f64 ? rnd32(4) * (1 - 0x1p-45) : rnd32(4);
+				gfs_merge_pack(rk, COLS, R, P);
+				for (size_t oi = 0; oi < 4; oi++) {
+					const size_t n = ROWS * COLS * gfs_dtype_size(dts[oi]);
+
+					setenv("GATHERFS_MERGE_ISA", "plain", 1);
+					gfs_merge_widen(dts[wi], w, v, ROWS * COLS);
+					gfs_merge_lora_rows(ROWS, COLS, rk, 0.375, c, P, v, false);
+					gfs_merge_round(dts[oi], v, want, ROWS * COLS);
+					for (size_t k = 0; k < 3; k++) {
+						setenv("GATHERFS_MERGE_ISA", isas[k], 1);
+						gfs_merge_lora_round(dts[wi], w, ROWS, COLS, rk, 0.375, c,
+								     P, !f64, dts[oi], got);
+						ok &= memcmp(got, want, n) == 0;
+						gfs_merge_widen(dts[wi], w, v, ROWS * COLS);
+						gfs_merge_lora_rows(ROWS, COLS, rk, 0.375, c, P, v, !f64);
+						gfs_merge_round(dts[oi], v, got, ROWS * COLS);
+						ok &= memcmp(got, want, n) == 0;
+					}
+				}
+			}
+			unsetenv("GATHERFS_MERGE_ISA");
+			tap_ok(ok, "merge of %s W with %s operands: every kernel, fused or not, one "
+				   "pass or three, the same bits", gfs_dtype_name(dts[wi]),
+			       f64 ? "float64" : "fp32");
+		}
 }
 
 /* A source of 4096 bytes: float32 values k / 64 - 8 at element k. */
@@ -305,6 +378,7 @@ int main(void)
 {
 	test_rounding();
 	test_update();
+	test_round_pass();
 	make_source();
 	test_computed();
 	unlink(srcpath);

@@ -21,6 +21,8 @@
 #ifndef GATHERFS_MERGE_H
 #define GATHERFS_MERGE_H
 
+#include <stdbool.h>
+
 #include "gatherfs/arith/dtype.h"
 
 /*
@@ -37,12 +39,39 @@ void gfs_merge_widen(gfs_dtype dt, const void *src, double *dst, size_t n);
 void gfs_merge_round(gfs_dtype dt, const double *src, void *dst, size_t n);
 
 /*
+ * gfs_merge_packed_len(): the elements of R [r, cols] packed by
+ * gfs_merge_pack() (cols rounded up to a whole strip).
+ */
+size_t gfs_merge_packed_len(size_t r, size_t cols);
+
+/*
+ * gfs_merge_pack(): R [r, cols] (row-major) into P, gfs_merge_packed_len()
+ * elements, in the order the update reads it (strips of columns, padded
+ * with zeros).
+ */
+void gfs_merge_pack(size_t r, size_t cols, const double *R, double *P);
+
+/*
  * gfs_merge_lora_rows(): the low-rank update of rows rows of cols columns,
  * in place: v[i][j] += s * sum_{k < r} c[i][k] * R[k][j].  c is [rows, r],
- * R is [r, cols], v is [rows, cols], all row-major.
+ * v is [rows, cols], both row-major; P is R [r, cols] packed by
+ * gfs_merge_pack().  exact_products: every c[i][k] * R[k][j] is exact in
+ * float64 (both widened from fp32, bf16 or fp16), which lets the sum fuse
+ * its multiply-adds with the same result.
  */
 void gfs_merge_lora_rows(size_t rows, size_t cols, size_t r, double s, const double *c,
-			 const double *R, double *v);
+			 const double *P, double *v, bool exact_products);
+
+/*
+ * gfs_merge_lora_round(): rows x cols of out (dtype odt) = W + s * (c @ R),
+ * rounded once: gfs_merge_round() of gfs_merge_widen() of W (rows x cols of
+ * dtype wdt, little endian) after gfs_merge_lora_rows(), the same bits,
+ * without a float64 copy of the block.  P as for gfs_merge_lora_rows().  W
+ * and out may be unaligned and must not overlap.
+ */
+void gfs_merge_lora_round(gfs_dtype wdt, const void *W, size_t rows, size_t cols, size_t r,
+			  double s, const double *c, const double *P, bool exact_products,
+			  gfs_dtype odt, void *out);
 
 /*
  * gfs_merge_dora_rows(): DoRA with one norm per row: v[i][j] *= m[i] /
