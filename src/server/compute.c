@@ -13,6 +13,7 @@
 #include "gatherfs/server/compute.h"
 #include "gatherfs/server/integrity.h"
 #include "gatherfs/arith/merge.h"
+#include "gatherfs/util/pfor.h"
 
 enum { CSLOTS = 256, CPENDING = 64, CSPARE = 8 };
 
@@ -59,6 +60,8 @@ struct gfs_ccache {
 	cpend pend[CPENDING];
 	scratch *spare[CSPARE]; /* scratch kept for the next block */
 	size_t nspare;
+	gfs_pool *pool; /* the blocks of one read are computed on it */
+	bool pooled;    /* pool made (or tried): on the first read, after any fork */
 	uint64_t bytes, budget, tick;
 };
 
@@ -150,6 +153,7 @@ void gfs_ccache_free(gfs_ccache *c)
 {
 	if (!c)
 		return;
+	gfs_pool_free(c->pool);
 	for (size_t i = 0; i < c->nspare; i++)
 		scratch_free(c->spare[i]);
 	for (size_t i = 0; i < c->l->ntensors; i++)
@@ -519,59 +523,85 @@ static void cache_put(gfs_ccache *c, size_t ti, uint64_t block, gfs_dtype out, u
 	(void)pthread_mutex_unlock(&c->mu);
 }
 
+/* One read of a computed tensor, for read_block(). */
+typedef struct rdctx {
+	const gfs_layout *l;
+	const gfs_srcset *s;
+	gfs_ccache *c;
+	size_t ti;
+	const prep *p;
+	gfs_dtype out;
+	uint64_t off, end; /* the tensor bytes read, in dtype out */
+	uint64_t first;    /* their first block */
+	uint64_t bbytes;   /* bytes per block */
+	uint8_t *buf;
+} rdctx;
+
+/*
+ * read_block(): the bytes of x's k-th block into x->buf: from the cache, or
+ * computed (then cached unless the read takes the block whole).
+ */
+static gfs_err read_block(void *arg, size_t k)
+{
+	const rdctx *x = arg;
+	const prep *p = x->p;
+	const gfs_tensor *t = &x->l->tensors[x->ti];
+	const uint64_t block = x->first + k, start = block * x->bbytes;
+	const size_t n = (size_t)((block + 1) * p->rb <= p->rows ? p->rb : p->rows - block * p->rb);
+	const size_t blen = n * p->cols * gfs_dtype_size(x->out);
+	const uint64_t lo = x->off > start ? x->off : start;
+	const uint64_t hi = x->end < start + blen ? x->end : start + blen;
+	const size_t a = (size_t)(lo - start), b = (size_t)(hi - start);
+	uint8_t *dst = x->buf + (lo - x->off);
+	cpend *claim;
+
+	if (!cache_get(x->c, x->ti, block, x->out, a, b, dst, &claim)) {
+		/* a block this read takes whole goes straight to it, uncached */
+		const bool whole = a == 0 && b == blen;
+		scratch *w = scratch_get(x->c, n * p->cols);
+		uint8_t *data = whole ? dst : malloc(blen);
+		gfs_err err = w && data ? GFS_OK : gfs_fail(GFS_ERR_NOMEM, "out of memory");
+
+		if (!err)
+			err = compute_block(x->l, x->s, t, p, block, x->out, w, data);
+		if (!err && !whole) {
+			memcpy(dst, data + a, b - a);
+			cache_put(x->c, x->ti, block, x->out, data, blen);
+			data = NULL;
+		}
+		cache_release(x->c, claim);
+		if (w)
+			scratch_put(x->c, w);
+		if (!whole)
+			free(data);
+		if (err)
+			return gfs_fail_prefix(err, "tensor %s", t->name);
+	}
+	return GFS_OK;
+}
+
 gfs_err gfs_compute_read(const gfs_layout *l, const gfs_srcset *s, gfs_ccache *c, size_t ti,
 			 gfs_dtype out, uint64_t off, void *buf, size_t len)
 {
 	const gfs_tensor *t = &l->tensors[ti];
 	const size_t os = gfs_dtype_size(out);
-	const prep *p;
-	uint8_t *dst = buf;
+	rdctx x = { .l = l, .s = s, .c = c, .ti = ti, .out = out, .off = off, .end = off + len,
+		    .buf = buf };
 	gfs_err err;
 
 	assert(t->comp && gfs_dtype_is_float(out) && off + len <= t->numel * os);
 	if (len == 0)
 		return GFS_OK;
-	err = get_prep(l, s, c, ti, &p);
+	err = get_prep(l, s, c, ti, &x.p);
 	if (err)
 		return err;
-	while (len > 0) {
-		const uint64_t bbytes = (uint64_t)p->rb * p->cols * os;
-		const uint64_t block = off / bbytes;
-		const size_t n = (size_t)((block + 1) * p->rb <= p->rows ? p->rb
-							      : p->rows - block * p->rb);
-		const size_t a = (size_t)(off - block * bbytes);
-		const size_t blen = n * p->cols * os;
-		const size_t b = blen - a < len ? blen : a + len;
-
-		cpend *claim;
-
-		if (!cache_get(c, ti, block, out, a, b, dst, &claim)) {
-			/* a block this read takes whole goes straight to it, uncached */
-			const bool whole = a == 0 && b == blen;
-			scratch *w = scratch_get(c, n * p->cols);
-			uint8_t *data = whole ? dst : malloc(blen);
-
-			err = w && data ? GFS_OK : gfs_fail(GFS_ERR_NOMEM, "out of memory");
-			if (!err)
-				err = compute_block(l, s, t, p, block, out, w, data);
-			if (!err) {
-				if (!whole) {
-					memcpy(dst, data + a, b - a);
-					cache_put(c, ti, block, out, data, blen);
-				}
-				data = NULL;
-			}
-			cache_release(c, claim);
-			if (w)
-				scratch_put(c, w);
-			if (!whole)
-				free(data);
-			if (err)
-				return gfs_fail_prefix(err, "tensor %s", t->name);
-		}
-		dst += b - a;
-		off += b - a;
-		len -= b - a;
+	(void)pthread_mutex_lock(&c->mu);
+	if (!c->pooled) { /* without a pool (out of memory): one block after the other */
+		(void)gfs_pool_new(&c->pool);
+		c->pooled = true;
 	}
-	return GFS_OK;
+	(void)pthread_mutex_unlock(&c->mu);
+	x.bbytes = (uint64_t)x.p->rb * x.p->cols * os;
+	x.first = off / x.bbytes;
+	return gfs_pool_for(c->pool, (size_t)((x.end - 1) / x.bbytes - x.first + 1), read_block, &x);
 }

@@ -14,6 +14,10 @@
  * GFS_CBLOCK_ELEMS elements (at least one row); computing one takes 16
  * bytes per element of working memory, of which up to 8 blocks' worth is
  * kept for reuse.  Thread-safe; the computation runs outside any lock.
+ *
+ * Threads: the blocks of one read are computed in parallel, by the reading
+ * thread and whichever threads of a pool (one fewer than the online CPUs, at
+ * most 7, started on the first read) are idle.
  */
 #ifndef GATHERFS_COMPUTE_H
 #define GATHERFS_COMPUTE_H

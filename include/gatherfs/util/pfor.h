@@ -1,5 +1,7 @@
 /*
- * gatherfs — a bounded parallel loop, for reading many rank files' metadata.
+ * gatherfs — bounded parallel loops: gfs_pfor() on threads of its own (many
+ * rank files' metadata at mount), gfs_pool_for() on a pool of threads kept
+ * for the mount's life (the blocks of one read of a computed tensor).
  */
 #ifndef GATHERFS_PFOR_H
 #define GATHERFS_PFOR_H
@@ -18,5 +20,26 @@
  * error returns.  fn must be safe to run concurrently for distinct i.
  */
 gfs_err gfs_pfor(size_t n, gfs_err (*fn)(void *ctx, size_t i), void *ctx);
+
+typedef struct gfs_pool gfs_pool;
+
+/*
+ * gfs_pool_new(): a pool of min(online CPUs, GFS_PFOR_MAX_THREADS) - 1
+ * idle threads (none on one CPU: then gfs_pool_for() is a serial loop).
+ * @return GFS_OK and *out, or GFS_ERR_NOMEM (no thread could start: a pool
+ * without threads is still returned, *out is set either way on GFS_OK).
+ */
+gfs_err gfs_pool_new(gfs_pool **out);
+
+/* gfs_pool_free(): stops and joins the threads; p idle, or NULL. */
+void gfs_pool_free(gfs_pool *p);
+
+/*
+ * gfs_pool_for(): gfs_pfor() with p's idle threads helping the calling
+ * thread, which takes indices too: never waits for a busy pool, and several
+ * threads may call it at once (each call gets the threads idle at the time).
+ * Same result and error as gfs_pfor().  p NULL: a serial loop.
+ */
+gfs_err gfs_pool_for(gfs_pool *p, size_t n, gfs_err (*fn)(void *ctx, size_t i), void *ctx);
 
 #endif
