@@ -159,6 +159,17 @@ static uint16_t to_f16(double x)
 	       (uint16_t)(ldexp(r, 11 - e) - 1024.0);
 }
 
+/* put_le16(): h at p, little-endian (one 16-bit store where that is the host's order). */
+static ALWAYS_INLINE void put_le16(uint8_t *p, uint16_t h)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	memcpy(p, &h, 2);
+#else
+	p[0] = (uint8_t)h;
+	p[1] = (uint8_t)(h >> 8);
+#endif
+}
+
 /*
  * round_bf16(): to_bf16() of n values into p (little-endian), in two passes:
  * a branch-free one (it vectorizes) that is to_bf16() for every value whose
@@ -173,15 +184,16 @@ static ALWAYS_INLINE void round_bf16(const double *src, uint8_t *p, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		uint64_t u;
 		uint32_t e, h;
+		uint16_t h16;
 
 		memcpy(&u, &src[i], 8);
 		e = (uint32_t)(u >> 52) & 0x7ff;
-		odd |= (uint64_t)(e - (1023 - 126) > 253); /* e - 1023 outside [-126, 127] */
-		u = rne_bits(u, 45);
+		/* e - 1023 outside [-126, 127], and not a zero (or a float64 subnormal) */
+		odd |= (uint64_t)(e - (1023 - 126) > 253 && e != 0);
 		h = (uint32_t)(u >> 48) & 0x8000;
-		h |= ((uint32_t)(u >> 45) & 0x3ffff) - ((1023 - 127) << 7);
-		p[2 * i] = (uint8_t)h;
-		p[2 * i + 1] = (uint8_t)(h >> 8);
+		u = rne_bits(u, 45);
+		h16 = (uint16_t)(e == 0 ? h : h | (((uint32_t)(u >> 45) & 0x3ffff) - ((1023 - 127) << 7)));
+		put_le16(p + 2 * i, h16);
 	}
 	for (size_t i = 0; odd && i < n; i++) {
 		uint64_t u;
@@ -189,12 +201,8 @@ static ALWAYS_INLINE void round_bf16(const double *src, uint8_t *p, size_t n)
 
 		memcpy(&u, &src[i], 8);
 		e = (uint32_t)(u >> 52) & 0x7ff;
-		if (e - (1023 - 126) > 253) {
-			const uint16_t h = to_bf16(src[i]);
-
-			p[2 * i] = (uint8_t)h;
-			p[2 * i + 1] = (uint8_t)(h >> 8);
-		}
+		if (e - (1023 - 126) > 253 && e != 0)
+			put_le16(p + 2 * i, to_bf16(src[i]));
 	}
 }
 

@@ -119,18 +119,19 @@ static void test_rounding(void)
 	       bad[1], first_bad[1]);
 	tap_ok(!bad[2], "fp32: as the C conversion (%d wrong)", bad[2]);
 	{
-		const double sp[] = { NAN, INFINITY, -INFINITY, 0.0, -0.0, 1e300, -1e300 };
-		const uint16_t bf[] = { 0x7fc0, 0x7f80, 0xff80, 0, 0x8000, 0x7f80, 0xff80 };
-		const uint16_t hf[] = { 0x7e00, 0x7c00, 0xfc00, 0, 0x8000, 0x7c00, 0xfc00 };
-		uint8_t o[14], p[14];
+		const double sp[] = { NAN,   INFINITY, -INFINITY, 0.0,	   -0.0,
+				      1e300, -1e300,   0x1p-1074, -0x1p-1030 };
+		const uint16_t bf[] = { 0x7fc0, 0x7f80, 0xff80, 0, 0x8000, 0x7f80, 0xff80, 0, 0x8000 };
+		const uint16_t hf[] = { 0x7e00, 0x7c00, 0xfc00, 0, 0x8000, 0x7c00, 0xfc00, 0, 0x8000 };
+		uint8_t o[18], p[18];
 		int ok = 1;
 
-		gfs_merge_round(GFS_DT_BF16, sp, o, 7);
-		gfs_merge_round(GFS_DT_F16, sp, p, 7);
-		for (int i = 0; i < 7; i++)
+		gfs_merge_round(GFS_DT_BF16, sp, o, 9);
+		gfs_merge_round(GFS_DT_F16, sp, p, 9);
+		for (int i = 0; i < 9; i++)
 			ok &= (o[2 * i] | o[2 * i + 1] << 8) == bf[i] &&
 			      (p[2 * i] | p[2 * i + 1] << 8) == hf[i];
-		tap_ok(ok, "NaN, infinities, signed zeros and overflow");
+		tap_ok(ok, "NaN, infinities, signed zeros, float64 subnormals and overflow");
 	}
 	{
 		/* 1 + 2^-8 + 2^-40: above the bf16 midpoint, so it rounds up; through
