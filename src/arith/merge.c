@@ -274,14 +274,99 @@ void gfs_merge_round(gfs_dtype dt, const double *src, void *dst, size_t n)
 enum { TILE = 256, STRIP = 16 };
 enum { ISA_PLAIN, ISA_AVX2, ISA_FMA };
 
-#ifdef MERGE_X86
 /*
- * strip_avx2(), strip_fma(): strip_plain() in eight (four) registers.
+ * A strip finished in registers (x86-64 kernels, W and output fp32 or bf16):
+ * out = round(widen(W) + s * acc), the operations of round_body()'s tile
+ * path, for rows w0 (and w1 with a second row) into o0 (o1).
+ */
+typedef struct strip_out {
+	double s;
+	gfs_dtype wdt, odt;
+	const uint8_t *w0, *w1;
+	uint8_t *o0, *o1;
+} strip_out;
+
+#ifdef MERGE_X86
+#define AVX2 __attribute__((target("avx2")))
+
+/* load4(): four values of W (fp32 or bf16) at w, as float64 (exact). */
+AVX2 static ALWAYS_INLINE __m256d load4(gfs_dtype wdt, const uint8_t *w)
+{
+	__m128i b;
+
+	if (wdt == GFS_DT_F32)
+		return _mm256_cvtps_pd(_mm_loadu_ps((const float *)(const void *)w));
+	/* bf16: the high half of an fp32 */
+	b = _mm_cvtepu16_epi32(_mm_loadl_epi64((const __m128i *)(const void *)w));
+	return _mm256_cvtps_pd(_mm_castsi128_ps(_mm_slli_epi32(b, 16)));
+}
+
+/*
+ * bf16x4(): bf16_fast() of four float64 (in the low 16 bits of each 64-bit
+ * lane); *odd gets all ones in the lanes bf16_fast() would flag.
+ */
+AVX2 static ALWAYS_INLINE __m256i bf16x4(__m256d x, __m256i *odd)
+{
+	const __m256i u = _mm256_castpd_si256(x);
+	const __m256i e = _mm256_and_si256(_mm256_srli_epi64(u, 52), _mm256_set1_epi64x(0x7ff));
+	const __m256i zero = _mm256_cmpeq_epi64(e, _mm256_setzero_si256());
+	const __m256i hi = _mm256_cmpgt_epi64(e, _mm256_set1_epi64x(1023 + 127));
+	const __m256i lo = _mm256_andnot_si256(zero, _mm256_cmpgt_epi64(_mm256_set1_epi64x(1023 - 126), e));
+	const __m256i sign = _mm256_and_si256(_mm256_srli_epi64(u, 48), _mm256_set1_epi64x(0x8000));
+	const __m256i lsb = _mm256_and_si256(_mm256_srli_epi64(u, 45), _mm256_set1_epi64x(1));
+	const __m256i ur = _mm256_add_epi64(_mm256_add_epi64(u, _mm256_set1_epi64x(((int64_t)1 << 44) - 1)), lsb);
+	const __m256i m = _mm256_sub_epi64(_mm256_and_si256(_mm256_srli_epi64(ur, 45),
+							   _mm256_set1_epi64x(0x3ffff)),
+					   _mm256_set1_epi64x((1023 - 127) << 7));
+
+	*odd = _mm256_or_si256(*odd, _mm256_or_si256(hi, lo));
+	return _mm256_blendv_epi8(_mm256_or_si256(sign, m), sign, zero);
+}
+
+/* finish16(): out = round(widen(w) + s * acc) for a strip's 16 values of one row. */
+AVX2 static ALWAYS_INLINE void finish16(__m256d a0, __m256d a1, __m256d a2, __m256d a3,
+					const strip_out *f, const uint8_t *w, uint8_t *o)
+{
+	const size_t wes = f->wdt == GFS_DT_F32 ? 4 : 2;
+	const __m256d sv = _mm256_set1_pd(f->s);
+	const __m256d x0 = _mm256_add_pd(load4(f->wdt, w), _mm256_mul_pd(sv, a0));
+	const __m256d x1 = _mm256_add_pd(load4(f->wdt, w + 4 * wes), _mm256_mul_pd(sv, a1));
+	const __m256d x2 = _mm256_add_pd(load4(f->wdt, w + 8 * wes), _mm256_mul_pd(sv, a2));
+	const __m256d x3 = _mm256_add_pd(load4(f->wdt, w + 12 * wes), _mm256_mul_pd(sv, a3));
+	__m256i odd = _mm256_setzero_si256(), b;
+
+	if (f->odt == GFS_DT_F32) {
+		_mm_storeu_ps((float *)(void *)o, _mm256_cvtpd_ps(x0));
+		_mm_storeu_ps((float *)(void *)(o + 16), _mm256_cvtpd_ps(x1));
+		_mm_storeu_ps((float *)(void *)(o + 32), _mm256_cvtpd_ps(x2));
+		_mm_storeu_ps((float *)(void *)(o + 48), _mm256_cvtpd_ps(x3));
+		return;
+	}
+	/* the low 16 bits of sixteen 64-bit lanes, in order */
+	b = _mm256_packus_epi32(_mm256_packus_epi32(bf16x4(x0, &odd), bf16x4(x1, &odd)),
+				_mm256_packus_epi32(bf16x4(x2, &odd), bf16x4(x3, &odd)));
+	b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+	_mm256_storeu_si256((__m256i *)(void *)o, b);
+	if (!_mm256_testz_si256(odd, odd)) {
+		double t[STRIP];
+
+		_mm256_storeu_pd(t, x0);
+		_mm256_storeu_pd(t + 4, x1);
+		_mm256_storeu_pd(t + 8, x2);
+		_mm256_storeu_pd(t + 12, x3);
+		for (int j = 0; j < STRIP; j++)
+			put_le16(o + 2 * j, to_bf16(t[j]));
+	}
+}
+
+/*
+ * strip_avx2(), strip_fma(): strip_plain() in eight (four) registers; with
+ * f, finished in registers (finish16()) instead of stored to a and b.
  */
 #define STRIP_KERNEL(NAME, TARGET, MADD)                                                   \
 	__attribute__((target(TARGET))) static void NAME(size_t r, const double *ci,       \
 							 const double *P, double *a,        \
-							 double *b)                         \
+							 double *b, const strip_out *f)     \
 	{                                                                                  \
 		const double *di = ci + r;                                                 \
 		__m256d x0 = _mm256_setzero_pd(), x1 = x0, x2 = x0, x3 = x0;               \
@@ -306,6 +391,12 @@ enum { ISA_PLAIN, ISA_AVX2, ISA_FMA };
 				y2 = MADD(d, r2, y2);                                      \
 				y3 = MADD(d, r3, y3);                                      \
 			}                                                                  \
+		}                                                                          \
+		if (f) {                                                                   \
+			finish16(x0, x1, x2, x3, f, f->w0, f->o0);                         \
+			if (b)                                                             \
+				finish16(y0, y1, y2, y3, f, f->w1, f->o1);                 \
+			return;                                                            \
 		}                                                                          \
 		_mm256_storeu_pd(a, x0);                                                   \
 		_mm256_storeu_pd(a + 4, x1);                                               \
@@ -381,11 +472,11 @@ static ALWAYS_INLINE void acc_tile2(int isa, size_t n, size_t r, const double *c
 		const double *Ps = P + j * r;
 #ifdef MERGE_X86
 		if (isa == ISA_FMA) {
-			strip_fma(r, ci, Ps, a + j, b ? b + j : NULL);
+			strip_fma(r, ci, Ps, a + j, b ? b + j : NULL, NULL);
 			continue;
 		}
 		if (isa == ISA_AVX2) {
-			strip_avx2(r, ci, Ps, a + j, b ? b + j : NULL);
+			strip_avx2(r, ci, Ps, a + j, b ? b + j : NULL, NULL);
 			continue;
 		}
 #endif
@@ -440,25 +531,60 @@ static ALWAYS_INLINE void round_body(int isa, gfs_dtype wdt, const void *W, size
 	const uint8_t *w = W;
 	uint8_t *o = out;
 	double a[TILE], b[TILE], x[TILE];
+#ifdef MERGE_X86
+	/* whole strips finished in registers */
+	const bool inreg = isa != ISA_PLAIN && (wdt == GFS_DT_F32 || wdt == GFS_DT_BF16) &&
+			   (odt == GFS_DT_F32 || odt == GFS_DT_BF16);
+#else
+	const bool inreg = false;
+#endif
 
 	for (size_t j0 = 0; j0 < cols; j0 += TILE) {
 		const size_t n = cols - j0 < TILE ? cols - j0 : TILE;
 
 		for (size_t i = 0; i < rows; i += 2) {
 			const bool two = i + 1 < rows;
+			size_t j = 0;      /* columns of the tile done */
+			bool have = false; /* a and b hold the accumulations from column j */
 
-			acc_tile2(isa, n, r, c + i * r, P + j0 * r, a, two ? b : NULL);
+#ifdef MERGE_X86
+			for (; inreg && j < n; j += STRIP) {
+				const size_t e = i * cols + j0 + j;
+				const strip_out f = { .s = s, .wdt = wdt, .odt = odt,
+						      .w0 = w + e * wes,
+						      .w1 = two ? w + (e + cols) * wes : NULL,
+						      .o0 = o + e * oes,
+						      .o1 = two ? o + (e + cols) * oes : NULL };
+				const bool whole = j + STRIP <= n;
+
+				if (isa == ISA_FMA)
+					strip_fma(r, c + i * r, P + (j0 + j) * r, a + j, two ? b + j : NULL,
+						  whole ? &f : NULL);
+				else
+					strip_avx2(r, c + i * r, P + (j0 + j) * r, a + j, two ? b + j : NULL,
+						   whole ? &f : NULL);
+				if (!whole) {
+					have = true;
+					break;
+				}
+			}
+#endif
+			if (j >= n)
+				continue;
+			if (!have)
+				acc_tile2(isa, n, r, c + i * r, P + j0 * r, a, two ? b : NULL);
 			for (size_t q = 0; q < (two ? 2u : 1u); q++) {
-				const size_t e = (i + q) * cols + j0;
+				const size_t e = (i + q) * cols + j0 + j;
+				const double *acc = (q ? b : a) + j;
 
-				if (n == TILE) {
+				if (n == TILE && j == 0) {
 					widen_n(wdt, w + e * wes, x, TILE);
-					add_scaled(TILE, s, q ? b : a, x);
+					add_scaled(TILE, s, acc, x);
 					round_n(odt, x, o + e * oes, TILE);
 				} else {
-					widen_n(wdt, w + e * wes, x, n);
-					add_scaled(n, s, q ? b : a, x);
-					round_n(odt, x, o + e * oes, n);
+					widen_n(wdt, w + e * wes, x, n - j);
+					add_scaled(n - j, s, acc, x);
+					round_n(odt, x, o + e * oes, n - j);
 				}
 			}
 		}

@@ -192,7 +192,8 @@ static float rnd32(int e)
  * multiply-adds where the products are exact: W in each float dtype to each
  * output dtype, 5 rows (a pair and an odd one), 300 columns (a full and a
  * tail tile), ranks 6 and 19 (four-rank passes and the rest); fp32 operands
- * (exact products), then float64 ones (not exact: no fusing).
+ * (exact products), then float64 ones (not exact: no fusing); W with zeros,
+ * subnormals, NaN, infinities and values that overflow bf16.
  */
 static void test_round_pass(void)
 {
@@ -207,7 +208,8 @@ static void test_round_pass(void)
 			int ok = 1;
 
 			for (int i = 0; i < ROWS * COLS; i++) {
-				const double x = rnd32(1);
+				static const double sp[] = { 0.0, -0.0, 3e38, -1e-40, NAN, INFINITY, 1e-300 };
+				const double x = i % 37 == 3 ? sp[i / 37 % 7] : rnd32(1);
 
 				gfs_merge_round(dts[wi], &x, w + i * gfs_dtype_size(dts[wi]), 1);
 			}
