@@ -302,24 +302,31 @@ AVX2 static ALWAYS_INLINE __m256d load4(gfs_dtype wdt, const uint8_t *w)
 }
 
 /*
- * bf16x4(): bf16_fast() of four float64 (in the low 16 bits of each 64-bit
- * lane); *odd gets all ones in the lanes bf16_fast() would flag.
+ * bf16x8(): bf16_fast() of the four float64 of x0 and the four of x1, as
+ * 32-bit lanes holding the bf16 in their low 16 bits, in the order
+ * x0[0] x0[1] x1[0] x1[1] x0[2] x0[3] x1[2] x1[3]; *odd gets all ones in
+ * the lanes bf16_fast() would flag.  It works on the high 32 bits of each
+ * float64, with the low 32 folded into their lowest bit (they are all below
+ * the rounding bit, bit 44): the same rounding to nearest even at bit 45.
  */
-AVX2 static ALWAYS_INLINE __m256i bf16x4(__m256d x, __m256i *odd)
+AVX2 static ALWAYS_INLINE __m256i bf16x8(__m256d x0, __m256d x1, __m256i *odd)
 {
-	const __m256i u = _mm256_castpd_si256(x);
-	const __m256i e = _mm256_and_si256(_mm256_srli_epi64(u, 52), _mm256_set1_epi64x(0x7ff));
-	const __m256i zero = _mm256_cmpeq_epi64(e, _mm256_setzero_si256());
-	const __m256i hi = _mm256_cmpgt_epi64(e, _mm256_set1_epi64x(1023 + 127));
-	const __m256i lo = _mm256_andnot_si256(zero, _mm256_cmpgt_epi64(_mm256_set1_epi64x(1023 - 126), e));
-	const __m256i sign = _mm256_and_si256(_mm256_srli_epi64(u, 48), _mm256_set1_epi64x(0x8000));
-	const __m256i lsb = _mm256_and_si256(_mm256_srli_epi64(u, 45), _mm256_set1_epi64x(1));
-	const __m256i ur = _mm256_add_epi64(_mm256_add_epi64(u, _mm256_set1_epi64x(((int64_t)1 << 44) - 1)), lsb);
-	const __m256i m = _mm256_sub_epi64(_mm256_and_si256(_mm256_srli_epi64(ur, 45),
-							   _mm256_set1_epi64x(0x3ffff)),
-					   _mm256_set1_epi64x((1023 - 127) << 7));
+	const __m256 a = _mm256_castpd_ps(x0), b = _mm256_castpd_ps(x1);
+	const __m256i hi = _mm256_castps_si256(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+	const __m256i lo = _mm256_castps_si256(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)));
+	const __m256i one = _mm256_set1_epi32(1);
+	const __m256i e = _mm256_and_si256(_mm256_srli_epi32(hi, 20), _mm256_set1_epi32(0x7ff));
+	const __m256i zero = _mm256_cmpeq_epi32(e, _mm256_setzero_si256());
+	const __m256i big = _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1023 + 127));
+	const __m256i small = _mm256_andnot_si256(zero, _mm256_cmpgt_epi32(_mm256_set1_epi32(1023 - 126), e));
+	const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(hi, 16), _mm256_set1_epi32(0x8000));
+	const __m256i st = _mm256_or_si256(hi, _mm256_andnot_si256(_mm256_cmpeq_epi32(lo, _mm256_setzero_si256()), one));
+	const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(st, 13), one);
+	const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(st, _mm256_set1_epi32(0xfff)), lsb), 13);
+	const __m256i m = _mm256_sub_epi32(_mm256_and_si256(r, _mm256_set1_epi32(0x3ffff)),
+					   _mm256_set1_epi32((1023 - 127) << 7));
 
-	*odd = _mm256_or_si256(*odd, _mm256_or_si256(hi, lo));
+	*odd = _mm256_or_si256(*odd, _mm256_or_si256(big, small));
 	return _mm256_blendv_epi8(_mm256_or_si256(sign, m), sign, zero);
 }
 
@@ -342,9 +349,8 @@ AVX2 static ALWAYS_INLINE void finish16(__m256d a0, __m256d a1, __m256d a2, __m2
 		_mm_storeu_ps((float *)(void *)(o + 48), _mm256_cvtpd_ps(x3));
 		return;
 	}
-	/* the low 16 bits of sixteen 64-bit lanes, in order */
-	b = _mm256_packus_epi32(_mm256_packus_epi32(bf16x4(x0, &odd), bf16x4(x1, &odd)),
-				_mm256_packus_epi32(bf16x4(x2, &odd), bf16x4(x3, &odd)));
+	/* the low 16 bits of sixteen 32-bit lanes, back in order */
+	b = _mm256_packus_epi32(bf16x8(x0, x1, &odd), bf16x8(x2, x3, &odd));
 	b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 	_mm256_storeu_si256((__m256i *)(void *)o, b);
 	if (!_mm256_testz_si256(odd, odd)) {
@@ -372,25 +378,31 @@ AVX2 static ALWAYS_INLINE void finish16(__m256d a0, __m256d a1, __m256d a2, __m2
 		__m256d x0 = _mm256_setzero_pd(), x1 = x0, x2 = x0, x3 = x0;               \
 		__m256d y0 = x0, y1 = x0, y2 = x0, y3 = x0;                                \
                                                                                            \
-		for (size_t k = 0; k < r; k++) {                                           \
+		for (size_t k = 0; b && k < r; k++) { /* two rows */                       \
 			const double *Pk = P + k * STRIP;                                  \
 			const __m256d r0 = _mm256_loadu_pd(Pk), r1 = _mm256_loadu_pd(Pk + 4); \
 			const __m256d r2 = _mm256_loadu_pd(Pk + 8);                        \
 			const __m256d r3 = _mm256_loadu_pd(Pk + 12);                       \
 			const __m256d c = _mm256_broadcast_sd(ci + k);                     \
+			const __m256d d = _mm256_broadcast_sd(di + k);                     \
                                                                                            \
 			x0 = MADD(c, r0, x0);                                              \
 			x1 = MADD(c, r1, x1);                                              \
 			x2 = MADD(c, r2, x2);                                              \
 			x3 = MADD(c, r3, x3);                                              \
-			if (b) {                                                           \
-				const __m256d d = _mm256_broadcast_sd(di + k);             \
+			y0 = MADD(d, r0, y0);                                              \
+			y1 = MADD(d, r1, y1);                                              \
+			y2 = MADD(d, r2, y2);                                              \
+			y3 = MADD(d, r3, y3);                                              \
+		}                                                                          \
+		for (size_t k = 0; !b && k < r; k++) { /* one */                           \
+			const double *Pk = P + k * STRIP;                                  \
+			const __m256d c = _mm256_broadcast_sd(ci + k);                     \
                                                                                            \
-				y0 = MADD(d, r0, y0);                                      \
-				y1 = MADD(d, r1, y1);                                      \
-				y2 = MADD(d, r2, y2);                                      \
-				y3 = MADD(d, r3, y3);                                      \
-			}                                                                  \
+			x0 = MADD(c, _mm256_loadu_pd(Pk), x0);                             \
+			x1 = MADD(c, _mm256_loadu_pd(Pk + 4), x1);                         \
+			x2 = MADD(c, _mm256_loadu_pd(Pk + 8), x2);                         \
+			x3 = MADD(c, _mm256_loadu_pd(Pk + 12), x3);                        \
 		}                                                                          \
 		if (f) {                                                                   \
 			finish16(x0, x1, x2, x3, f, f->w0, f->o0);                         \

@@ -243,6 +243,43 @@ static void test_round_pass(void)
 				   "pass or three, the same bits", gfs_dtype_name(dts[wi]),
 			       f64 ? "float64" : "fp32");
 		}
+	{
+		/* fp32 W at bf16 midpoints: rows 0, 2, 4 unchanged (c = 0: exact ties,
+		 * to even), rows 1, 3 nudged by far less than a bf16 ulp (a tie no
+		 * more): the rounding sees every bit below the rounding bit */
+		int ok = 1;
+
+		for (int i = 0; i < ROWS * COLS; i++) {
+			const uint32_t b = ((uint32_t)xorshift() & 0x3fff0000u) | 0x8000u | 0x08000000u;
+			float f;
+
+			memcpy(&f, &b, 4);
+			memcpy(w + 4 * i, &f, 4);
+		}
+		for (int i = 0; i < ROWS; i++)
+			c[i] = i % 2 ? 0x1p-60 : 0;
+		for (int j = 0; j < COLS; j++)
+			R[j] = j % 3 ? 1 : -1;
+		gfs_merge_pack(1, COLS, R, P);
+		setenv("GATHERFS_MERGE_ISA", "plain", 1);
+		gfs_merge_lora_round(GFS_DT_F32, w, ROWS, COLS, 1, 1.0, c, P, true, GFS_DT_BF16, want);
+		for (size_t k = 1; k < 3; k++) {
+			setenv("GATHERFS_MERGE_ISA", isas[k], 1);
+			gfs_merge_lora_round(GFS_DT_F32, w, ROWS, COLS, 1, 1.0, c, P, true, GFS_DT_BF16,
+					     got);
+			ok &= memcmp(got, want, ROWS * COLS * 2) == 0;
+		}
+		unsetenv("GATHERFS_MERGE_ISA");
+		for (int i = 0; i < ROWS * COLS; i++) { /* and the plain kernel is right */
+			const double x = (double)*(const float *)(const void *)(w + 4 * i) +
+					 c[i / COLS] * (i % COLS % 3 ? 1 : -1);
+			uint8_t h[2];
+
+			gfs_merge_round(GFS_DT_BF16, &x, h, 1);
+			ok &= memcmp(h, want + 2 * i, 2) == 0;
+		}
+		tap_ok(ok, "bf16 output at exact ties and just off them: every kernel the same bits");
+	}
 }
 
 /* A source of 4096 bytes: float32 values k / 64 - 8 at element k. */
