@@ -547,8 +547,6 @@ static ALWAYS_INLINE void round_body(int isa, gfs_dtype wdt, const void *W, size
 	/* whole strips finished in registers */
 	const bool inreg = isa != ISA_PLAIN && (wdt == GFS_DT_F32 || wdt == GFS_DT_BF16) &&
 			   (odt == GFS_DT_F32 || odt == GFS_DT_BF16);
-#else
-	const bool inreg = false;
 #endif
 
 	for (size_t j0 = 0; j0 < cols; j0 += TILE) {
