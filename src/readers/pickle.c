@@ -219,9 +219,17 @@ typedef struct kindex {
 typedef struct pnode {
 	gfs_pv pv;
 	uint64_t hash; /* PN_BYVALUE nodes: hash of the value */
-	kindex *idx;   /* DICT and SET: index once large, else NULL */
 	unsigned flags;
 } pnode;
+
+/* DICT and SET nodes are allocated as a cnode, a pnode first. */
+typedef struct cnode {
+	pnode n;
+	kindex *idx; /* index once large, else NULL */
+} cnode;
+
+/* Values built once per load and shared (pickle.h). */
+#define SMALL_INTS 256
 
 #define PN_BYVALUE 1u    /* hashed and compared by value */
 #define PN_UNHASHABLE 2u /* list, dict, set, bytearray or a tuple holding one */
@@ -255,6 +263,7 @@ typedef struct vm {
 	gfs_pv **memo;
 	size_t memo_cap;
 	size_t memo_count; /* defined entries, the index MEMOIZE uses */
+	gfs_pv *none_v, *bool_v[2], *empty_tuple, *small_int[SMALL_INTS]; /* shared, once built */
 } vm;
 
 /* ------------------------------------------------------------------ errors */
@@ -487,6 +496,19 @@ static const pnode *cpn(const gfs_pv *v)
 	return (const pnode *)(const void *)v;
 }
 
+/* cidx(): the index slot of a DICT or SET node. */
+static kindex **cidx(gfs_pv *v)
+{
+	assert(v->kind == GFS_PV_DICT || v->kind == GFS_PV_SET);
+	return &((cnode *)(void *)v)->idx;
+}
+
+static const kindex *ccidx(const gfs_pv *v)
+{
+	assert(v->kind == GFS_PV_DICT || v->kind == GFS_PV_SET);
+	return ((const cnode *)(const void *)v)->idx;
+}
+
 /* key_hash(): the hash under which v is stored as a dict key or set item. */
 static uint64_t key_hash(uint64_t seed, const gfs_pv *v)
 {
@@ -560,7 +582,8 @@ static int key_eq(const gfs_pv *a, const gfs_pv *b, unsigned depth, size_t *budg
 static gfs_err new_node(vm *m, gfs_pv_kind kind, gfs_pv **out)
 {
 	void *mem = NULL;
-	const gfs_err err = vm_zalloc(m, sizeof(pnode), &mem);
+	const bool c = kind == GFS_PV_DICT || kind == GFS_PV_SET;
+	const gfs_err err = vm_zalloc(m, c ? sizeof(cnode) : sizeof(pnode), &mem);
 
 	if (err)
 		return err;
@@ -569,37 +592,54 @@ static gfs_err new_node(vm *m, gfs_pv_kind kind, gfs_pv **out)
 	return GFS_OK;
 }
 
+/* new_none(), new_bool(), new_int(): the load's shared node where it has one. */
 static gfs_err new_none(vm *m, gfs_pv **out)
 {
-	const gfs_err err = new_node(m, GFS_PV_NONE, out);
+	gfs_err err = GFS_OK;
 
-	if (!err) {
-		pn(*out)->flags = PN_BYVALUE;
-		pn(*out)->hash = mix64(m->seed ^ TAG_NONE);
+	if (!m->none_v) {
+		err = new_node(m, GFS_PV_NONE, &m->none_v);
+		if (!err) {
+			pn(m->none_v)->flags = PN_BYVALUE;
+			pn(m->none_v)->hash = mix64(m->seed ^ TAG_NONE);
+		}
 	}
+	*out = m->none_v;
 	return err;
 }
 
 static gfs_err new_bool(vm *m, bool b, gfs_pv **out)
 {
-	const gfs_err err = new_node(m, GFS_PV_BOOL, out);
+	gfs_err err = GFS_OK;
 
-	if (!err) {
-		(*out)->u.b = b;
-		pn(*out)->flags = PN_BYVALUE;
-		pn(*out)->hash = hash_int(m->seed, b);
+	if (!m->bool_v[b]) {
+		err = new_node(m, GFS_PV_BOOL, &m->bool_v[b]);
+		if (!err) {
+			m->bool_v[b]->u.b = b;
+			pn(m->bool_v[b])->flags = PN_BYVALUE;
+			pn(m->bool_v[b])->hash = hash_int(m->seed, b);
+		}
 	}
+	*out = m->bool_v[b];
 	return err;
 }
 
 static gfs_err new_int(vm *m, int64_t i, gfs_pv **out)
 {
-	const gfs_err err = new_node(m, GFS_PV_INT, out);
+	gfs_pv **const shared = i >= 0 && i < SMALL_INTS ? &m->small_int[i] : NULL;
+	gfs_err err;
 
+	if (shared && *shared) {
+		*out = *shared;
+		return GFS_OK;
+	}
+	err = new_node(m, GFS_PV_INT, out);
 	if (!err) {
 		(*out)->u.i = i;
 		pn(*out)->flags = PN_BYVALUE;
 		pn(*out)->hash = hash_int(m->seed, i);
+		if (shared)
+			*shared = *out;
 	}
 	return err;
 }
@@ -722,10 +762,17 @@ static gfs_err new_tuple(vm *m, gfs_pv *const *items, size_t n, gfs_pv **out)
 {
 	uint64_t h = mix64(m->seed ^ TAG_TUPLE ^ n);
 	unsigned flags = PN_BYVALUE;
-	const gfs_err err = new_seq(m, GFS_PV_TUPLE, n, out);
+	gfs_err err;
 
+	if (n == 0 && m->empty_tuple) {
+		*out = m->empty_tuple;
+		return GFS_OK;
+	}
+	err = new_seq(m, GFS_PV_TUPLE, n, out);
 	if (err)
 		return err;
+	if (n == 0)
+		m->empty_tuple = *out;
 	for (size_t i = 0; i < n; i++) {
 		(*out)->u.seq.items[i] = items[i];
 		if (cpn(items[i])->flags & PN_UNHASHABLE)
@@ -872,7 +919,7 @@ static gfs_err index_build(vm *m, gfs_pv *c)
 	x->seed = m->seed;
 	for (size_t i = 0; i < n; i++)
 		index_put(x, key_hash(m->seed, centry_key(c, i)), i);
-	pn(c)->idx = x;
+	*cidx(c) = x;
 	return GFS_OK;
 }
 
@@ -880,7 +927,7 @@ static gfs_err index_build(vm *m, gfs_pv *c)
 static gfs_err index_added(vm *m, gfs_pv *c)
 {
 	const size_t n = centry_count(c);
-	kindex *const x = pn(c)->idx;
+	kindex *const x = *cidx(c);
 
 	if (!x)
 		return n > INDEX_MIN ? index_build(m, c) : GFS_OK;
@@ -893,7 +940,7 @@ static gfs_err index_added(vm *m, gfs_pv *c)
 /* cfind(): look key up in dict or set c: *found and its entry *pos. */
 static gfs_err cfind(const vm *m, const gfs_pv *c, const gfs_pv *key, bool *found, size_t *pos)
 {
-	const kindex *const x = cpn(c)->idx;
+	const kindex *const x = ccidx(c);
 	const uint64_t h = key_hash(m->seed, key);
 	const size_t n = centry_count(c);
 	size_t budget = KEY_EQ_BUDGET;
@@ -1594,11 +1641,21 @@ static gfs_err make_tensor(vm *m, const gfs_pv *args, bool v3, gfs_pv **out)
 	if (err)
 		return err;
 	t = mem;
-	err = read_dims(m, a[2], "size", t->size);
-	if (!err)
-		err = read_dims(m, a[3], "stride", t->stride);
-	if (err)
-		return err;
+	if (a[2]->u.seq.len > 0) {
+		int64_t *dims;
+
+		err = vm_alloc(m, 2 * a[2]->u.seq.len * sizeof(*dims), &mem);
+		if (err)
+			return err;
+		dims = mem;
+		err = read_dims(m, a[2], "size", dims);
+		if (!err)
+			err = read_dims(m, a[3], "stride", dims + a[2]->u.seq.len);
+		if (err)
+			return err;
+		t->size = dims;
+		t->stride = dims + a[2]->u.seq.len;
+	}
 	t->storage.cls = cls->u.global.name;
 	t->storage.key = key->u.s.ptr;
 	t->storage.location = loc->u.s.ptr;
@@ -2429,7 +2486,7 @@ const gfs_pv *gfs_pv_dict_get(const gfs_pv *dict, const char *key)
 	if (!dict || !key || dict->kind != GFS_PV_DICT)
 		return NULL;
 	kl = strlen(key);
-	x = cpn(dict)->idx;
+	x = ccidx(dict);
 	if (x) {
 		const uint64_t h = hash_bytes(x->seed ^ TAG_STR, key, kl);
 

@@ -46,7 +46,10 @@
  *     and tensor storage keys and locations never do.
  *
  * All nodes live in an arena owned by the gfs_pickle and are freed together
- * by gfs_pickle_free().  Memo references make the tree a DAG (the same node
+ * by gfs_pickle_free().  Nodes are never modified once built except LIST,
+ * DICT, SET and OBJECT ones while loading, so one node may stand for several
+ * equal values: every None, True, False, empty tuple and int in [0, 256) of
+ * a pickle is one node.  Memo references make the tree a DAG (the same node
  * can appear in several places); pickle can also build cycles (a list that
  * contains itself), so generic walkers must bound their depth and, since
  * sharing lets a small pickle describe a huge tree, the nodes they visit.
@@ -97,9 +100,9 @@ typedef struct gfs_pv_tensor {
 	gfs_pv_storage storage;
 	const char *dtype;  /* v3 only: dtype name as in torch ("float32", ...), else NULL */
 	int64_t offset;     /* storage_offset, in elements */
-	uint32_t ndim;
-	int64_t size[GFS_PV_MAX_DIMS];
-	int64_t stride[GFS_PV_MAX_DIMS];
+	uint32_t ndim;      /* <= GFS_PV_MAX_DIMS */
+	const int64_t *size;   /* [ndim] */
+	const int64_t *stride; /* [ndim] */
 	bool requires_grad;
 } gfs_pv_tensor;
 
