@@ -21,6 +21,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1770,10 +1771,19 @@ static gfs_err resolve_tagdir(const char *dir, const char *tag, char **tagdir, c
 	return *tagdir ? GFS_OK : gfs_fail(GFS_ERR_NOMEM, "out of memory");
 }
 
-/* The files of the ranks, opened in parallel (gfs_pfor()). */
+/*
+ * The files of the ranks, opened in parallel (gfs_pfor()).  ZeRO-3 model
+ * states files: rank 0's is read alongside the others, which wait for it
+ * (m0_done) before they use it; gfs_pfor() takes index 0 first, so some
+ * thread always has it.
+ */
 typedef struct open_job {
 	ds_ckpt *c;
 	const ds_listing *ls;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool m0_done;
+	bool m0_ok;
 } open_job;
 
 /* open_optim(): optimizer states file of rank i + 1, checked against rank 0's. */
@@ -1812,30 +1822,37 @@ static gfs_err open_optim(void *ctx, size_t i)
 /* open_model(): ZeRO-3 model states file of rank r. */
 static gfs_err open_model(void *ctx, size_t r)
 {
-	const open_job *j = ctx;
+	open_job *j = ctx;
 	ds_ckpt *c = j->c;
+	bool m0_ok;
 	gfs_err err;
 
 	if (r >= j->ls->nzmodel || !j->ls->zmodel[r])
-		return gfs_fail(GFS_ERR_NOTFOUND,
-				"%s: model states file of rank %zu (of %llu) is missing",
-				c->tagdir, r, (unsigned long long)c->ws);
-	err = file_open(&c->model[r], c->tagdir, j->ls->zmodel[r]);
+		err = gfs_fail(GFS_ERR_NOTFOUND,
+			       "%s: model states file of rank %zu (of %llu) is missing",
+			       c->tagdir, r, (unsigned long long)c->ws);
+	else
+		err = file_open(&c->model[r], c->tagdir, j->ls->zmodel[r]);
+	(void)pthread_mutex_lock(&j->mu);
+	if (r == 0) {
+		j->m0_done = true;
+		j->m0_ok = !err;
+		(void)pthread_cond_broadcast(&j->cv);
+	}
+	while (!j->m0_done)
+		(void)pthread_cond_wait(&j->cv, &j->mu);
+	m0_ok = j->m0_ok;
+	(void)pthread_mutex_unlock(&j->mu);
+	if (r == 0 || err)
+		return err;
 	/* only frozen params are read from the other ranks' files: their
 	 * fragments are located, then each file is freed at once, so the
 	 * import holds a few ranks' pickles (one per thread), not ws of them */
-	if (!err && r > 0 && has_frozen(&c->model[0]))
+	if (m0_ok && has_frozen(&c->model[0]))
 		err = frags_read(&c->model[r],
 				 gfs_pv_dict_get(c->model[0].root, "frozen_param_shapes"));
-	if (!err && r > 0)
-		file_release(&c->model[r]);
+	file_release(&c->model[r]);
 	return err;
-}
-
-/* open_model_rest(): ZeRO-3 model states file of rank i + 1. */
-static gfs_err open_model_rest(void *ctx, size_t i)
-{
-	return open_model(ctx, i + 1);
 }
 
 static gfs_err open_files(ds_ckpt *c, const ds_listing *ls)
@@ -1869,7 +1886,7 @@ static gfs_err open_files(ds_ckpt *c, const ds_listing *ls)
 				"%s: found %s for rank %zu, but %s says the world size is %llu (a shard from another world size?)",
 				c->tagdir, ls->optim[ls->noptim - 1], ls->noptim - 1,
 				c->optim[0].name, (unsigned long long)c->ws);
-	err = gfs_pfor((size_t)c->ws - 1, open_optim, &(open_job){ c, ls });
+	err = gfs_pfor((size_t)c->ws - 1, open_optim, &(open_job){ .c = c, .ls = ls });
 	if (err)
 		return err;
 	if (c->stage == 3) {
@@ -1882,9 +1899,13 @@ static gfs_err open_files(ds_ckpt *c, const ds_listing *ls)
 		for (uint64_t r = 0; r < c->ws; r++)
 			c->model[r].fd = -1;
 		c->nmodel = (size_t)c->ws;
-		err = open_model(&(open_job){ c, ls }, 0);
-		if (!err)
-			err = gfs_pfor((size_t)c->ws - 1, open_model_rest, &(open_job){ c, ls });
+		open_job j = { .c = c, .ls = ls };
+
+		(void)pthread_mutex_init(&j.mu, NULL);
+		(void)pthread_cond_init(&j.cv, NULL);
+		err = gfs_pfor((size_t)c->ws, open_model, &j);
+		(void)pthread_cond_destroy(&j.cv);
+		(void)pthread_mutex_destroy(&j.mu);
 		if (err)
 			return err;
 	} else {
