@@ -1962,6 +1962,7 @@ gfs_err gfs_import_deepspeed(const char *dir, const char *tag, gfs_layout **out)
 		goto out;
 	err = open_files(&c, &ls);
 	listing_free(&ls);
+	gfs_pickle_pool_drain(); /* the ranks' pickles are read: not kept while emitting */
 	if (!err)
 		err = gfs_layout_new("deepspeed", c.tagdir, &c.l);
 	if (!err)

@@ -25,6 +25,7 @@
 
 #include <assert.h>
 #include <locale.h>
+#include <pthread.h>
 #include <stdalign.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -200,6 +201,45 @@ typedef struct arena_chunk {
 	size_t used;
 } arena_chunk;
 
+/*
+ * Full-size chunks that gfs_pickle_free() keeps for the next loads, until
+ * gfs_pickle_pool_drain(): an importer reading many rank files one after
+ * the other then reuses pages already faulted in, not fresh ones.
+ */
+#define POOL_MAX ((size_t)4096) /* chunks: 256 MiB */
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static arena_chunk *pool;
+static size_t pool_n;
+
+/* pool_get(): a pooled full-size chunk, or NULL. */
+static arena_chunk *pool_get(void)
+{
+	arena_chunk *c;
+
+	(void)pthread_mutex_lock(&pool_mu);
+	c = pool;
+	if (c) {
+		pool = c->next;
+		pool_n--;
+	}
+	(void)pthread_mutex_unlock(&pool_mu);
+	return c;
+}
+
+/* pool_put(): keep a full-size chunk c, or free it when the pool is full. */
+static void pool_put(arena_chunk *c)
+{
+	(void)pthread_mutex_lock(&pool_mu);
+	if (pool_n < POOL_MAX) {
+		c->next = pool;
+		pool = c;
+		pool_n++;
+		c = NULL;
+	}
+	(void)pthread_mutex_unlock(&pool_mu);
+	free(c);
+}
+
 struct gfs_pickle {
 	arena_chunk *chunks; /* the head is the chunk being filled */
 	size_t chunk_size;   /* size of the next chunk: doubles up to ARENA_CHUNK */
@@ -347,7 +387,9 @@ static gfs_err arena_take(vm *m, size_t size, bool zero, void **out)
 	err = charge(m, sizeof(arena_chunk) + csize);
 	if (err)
 		return err;
-	c = malloc(sizeof(arena_chunk) + csize);
+	c = csize == ARENA_CHUNK ? pool_get() : NULL;
+	if (!c)
+		c = malloc(sizeof(arena_chunk) + csize);
 	if (!c)
 		return vfail(m, GFS_ERR_NOMEM, "out of memory allocating %zu bytes", csize);
 	c->size = csize;
@@ -2471,9 +2513,20 @@ void gfs_pickle_free(gfs_pickle *p)
 		return;
 	for (c = p->chunks; c; c = next) {
 		next = c->next;
-		free(c);
+		if (c->size == ARENA_CHUNK)
+			pool_put(c);
+		else
+			free(c);
 	}
 	free(p);
+}
+
+void gfs_pickle_pool_drain(void)
+{
+	arena_chunk *c;
+
+	while ((c = pool_get()) != NULL)
+		free(c);
 }
 
 /* ------------------------------------------------------------------ accessors */

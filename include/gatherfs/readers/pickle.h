@@ -168,8 +168,18 @@ gfs_err gfs_pickle_load(const uint8_t *buf, size_t len, const char *label,
 /* gfs_pickle_root(): the object left on the stack by STOP. */
 const gfs_pv *gfs_pickle_root(const gfs_pickle *p);
 
-/* gfs_pickle_free(): free the pickle and every node; NULL is allowed. */
+/*
+ * gfs_pickle_free(): free the pickle and every node; NULL is allowed.  Up
+ * to 256 MiB of its memory is kept for the next gfs_pickle_load() calls of
+ * any thread, until gfs_pickle_pool_drain().
+ */
 void gfs_pickle_free(gfs_pickle *p);
+
+/*
+ * gfs_pickle_pool_drain(): free the memory gfs_pickle_free() kept; for an
+ * importer done reading pickles.  Thread-safe.
+ */
+void gfs_pickle_pool_drain(void);
 
 /*
  * Accessors.  All are NULL-safe: they return NULL / false when v is NULL or
