@@ -35,6 +35,7 @@
 #define ADAPTER_NAME "adapter"
 #define ADAPTER_ST "adapter_model.safetensors"
 #define ADAPTER_CFG "adapter_config.json"
+#define XATTR_USER "user."
 #define XATTR_DTYPE "user.gatherfs.dtype"
 #define XATTR_SHAPE "user.gatherfs.shape"
 #define XATTR_NAME "user.gatherfs.name"
@@ -1911,6 +1912,11 @@ gfs_err gfs_fs_getxattr(const gfs_fs *fs, const gfs_node *n, const char *name,
 	const gfs_tensor *t;
 	char shape[SHAPE_BUF];
 
+	/* no security labels, no ACLs: say so, and ls -l stops asking for them
+	 * (coreutils remembers a file system that does not support them) */
+	if (strncmp(name, XATTR_USER, sizeof(XATTR_USER) - 1) != 0)
+		return gfs_fail(GFS_ERR_UNSUPPORTED, "%s: attribute %s: only user.* is supported",
+				n->name, name);
 	if (!has_xattrs(n))
 		return gfs_fail(GFS_ERR_NOTFOUND, "%s: no attribute %s", n->name, name);
 	t = gfs_layout_target(l, (size_t)n->entry);

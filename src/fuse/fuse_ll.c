@@ -604,6 +604,8 @@ static void do_xattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t si
 		err = gfs_fs_listxattr(fs_of(req), n, buf, size, &len);
 	if (err == GFS_ERR_NOTFOUND)
 		fuse_reply_err(req, ENODATA);
+	else if (err == GFS_ERR_UNSUPPORTED)
+		fuse_reply_err(req, EOPNOTSUPP);
 	else if (err == GFS_ERR_LIMIT)
 		fuse_reply_err(req, ERANGE);
 	else if (err)

@@ -11,6 +11,7 @@
 
 #include "gatherfs/importers/import.h"
 #include "gatherfs/importers/import_plain.h"
+#include "gatherfs/readers/pickle.h"
 
 /* has_file(): does directory path hold a regular file called name? */
 static bool has_file(const char *path, const char *name)
@@ -74,7 +75,8 @@ static const char *dir_format(const char *path, const char *tag)
 	return gfs_plain_has_model(path) ? "plain" : "deepspeed";
 }
 
-gfs_err gfs_import(const char *path, const gfs_import_opts *opts, gfs_layout **out)
+/* import_path(): gfs_import() but for the pickle pool. */
+static gfs_err import_path(const char *path, const gfs_import_opts *opts, gfs_layout **out)
 {
 	struct stat st;
 	const char *tag = opts ? opts->tag : NULL;
@@ -132,4 +134,12 @@ gfs_err gfs_import(const char *path, const gfs_import_opts *opts, gfs_layout **o
 	if (strcmp(format, "zero3") == 0)
 		return gfs_import_zero3(path, tag, out);
 	return gfs_import_deepspeed(path, tag, out);
+}
+
+gfs_err gfs_import(const char *path, const gfs_import_opts *opts, gfs_layout **out)
+{
+	const gfs_err err = import_path(path, opts, out);
+
+	gfs_pickle_pool_drain();
+	return err;
 }

@@ -21,6 +21,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,9 @@ typedef struct ds_file {
 	gfs_pickle *pk;
 	const gfs_pv *root;
 	int64_t src;    /* layout source index once used, else -1 */
+	struct ds_frag *frags; /* ZeRO-3 rank > 0 with frozen params: [nfrags], in the
+				  order of rank 0's frozen_param_shapes */
+	size_t nfrags;
 } ds_file;
 
 /* A 1-D run of elements made of consecutive pieces of source files. */
@@ -104,6 +108,8 @@ typedef struct ds_ckpt {
 	size_t nsub;         /* stage 3: sub-groups (fp32_flat_groups per rank) */
 	struct ds_state *states; /* optimizer states, in rank 0's order */
 	size_t nstates;
+	struct fshape_key *fkeys; /* rank 0's frozen_param_shapes by name */
+	size_t nfkeys;
 } ds_ckpt;
 
 /*
@@ -180,8 +186,11 @@ static gfs_err file_open(ds_file *f, const char *dir, const char *name)
 	return GFS_OK;
 }
 
+static void frags_free(ds_file *f);
+
 static void file_close(ds_file *f)
 {
+	frags_free(f);
 	gfs_pickle_free(f->pk);
 	gfs_tzip_close(f->zip);
 	if (f->fd >= 0)
@@ -258,15 +267,29 @@ static gfs_err shape_from_pv(const gfs_pv *v, const char *path, const char *what
 }
 
 /*
- * tensor_view(): locate the bytes of a pickled tensor of file f.  The tensor
- * must be C-contiguous and lie inside its storage record.
+ * Where a tensor's bytes lie in its file, found without touching the
+ * layout: what tensor_place() needs once the pickle is freed.
  */
-static gfs_err tensor_view(ds_ckpt *c, ds_file *f, const gfs_pv *v, const char *what,
-			   tview *out)
+typedef struct tloc {
+	tview tv;          /* all but src */
+	uint64_t first;    /* byte offset of element 0 in the record */
+	uint64_t rec_off;  /* the record holding it */
+	uint64_t rec_size;
+	uint32_t crc32;
+	const char *rec_name; /* the zip directory's, or an owned copy */
+} tloc;
+
+/*
+ * tensor_locate(): locate the bytes of a pickled tensor of file f.  The
+ * tensor must be C-contiguous and lie inside its storage record.  Touches
+ * nothing but f: safe on a thread per file.
+ */
+static gfs_err tensor_locate(const ds_file *f, const gfs_pv *v, const char *what, tloc *out)
 {
 	const gfs_pv_tensor *t;
 	const gfs_tzip_record *rec;
-	uint64_t rec_off, rec_size, esize, expect = 1, first, nbytes, end;
+	tview *const tv = &out->tv;
+	uint64_t esize, expect = 1, nbytes, end;
 	gfs_err err;
 
 	if (!v || v->kind != GFS_PV_TENSOR) {
@@ -276,58 +299,168 @@ static gfs_err tensor_view(ds_ckpt *c, ds_file *f, const gfs_pv *v, const char *
 				v ? kind_phrase(v, kind, sizeof(kind)) : "missing");
 	}
 	t = v->u.tensor;
-	out->dtype = t->dtype ? gfs_dtype_parse(t->dtype)
-			      : gfs_dtype_from_storage_class(t->storage.cls);
-	if (out->dtype == GFS_DT_INVALID)
+	tv->dtype = t->dtype ? gfs_dtype_parse(t->dtype)
+			     : gfs_dtype_from_storage_class(t->storage.cls);
+	if (tv->dtype == GFS_DT_INVALID)
 		return gfs_fail(GFS_ERR_UNSUPPORTED, "%s: %s: unsupported storage type %s", f->path,
 				what, t->dtype ? t->dtype : t->storage.cls);
-	esize = gfs_dtype_size(out->dtype);
+	esize = gfs_dtype_size(tv->dtype);
 	if (t->ndim > GFS_MAX_DIMS)
 		return gfs_fail(GFS_ERR_LIMIT, "%s: %s: too many dimensions", f->path, what);
-	out->ndim = t->ndim;
-	out->numel = 1;
+	tv->ndim = t->ndim;
+	tv->numel = 1;
 	for (uint32_t d = 0; d < t->ndim; d++) {
 		if (t->size[d] < 0)
 			return gfs_fail(GFS_ERR_FORMAT, "%s: %s: negative size", f->path, what);
-		out->shape[d] = (uint64_t)t->size[d];
-		if (!gfs_mul_u64(out->numel, out->shape[d], &out->numel))
+		tv->shape[d] = (uint64_t)t->size[d];
+		if (!gfs_mul_u64(tv->numel, tv->shape[d], &tv->numel))
 			return gfs_fail(GFS_ERR_FORMAT, "%s: %s: size overflows", f->path, what);
 	}
 	for (uint32_t d = t->ndim; d-- > 0;) {
-		if (out->shape[d] > 1 && t->stride[d] != (int64_t)expect && out->numel > 0)
+		if (tv->shape[d] > 1 && t->stride[d] != (int64_t)expect && tv->numel > 0)
 			return gfs_fail(GFS_ERR_UNSUPPORTED,
 					"%s: %s is not contiguous (stride %lld in dimension %u)",
 					f->path, what, (long long)t->stride[d], d);
-		(void)gfs_mul_u64(expect, out->shape[d] ? out->shape[d] : 1, &expect);
+		(void)gfs_mul_u64(expect, tv->shape[d] ? tv->shape[d] : 1, &expect);
 	}
 	if (t->offset < 0)
 		return gfs_fail(GFS_ERR_FORMAT, "%s: %s: negative storage offset", f->path, what);
 	err = gfs_tzip_storage_record(f->zip, t->storage.key, &rec);
 	if (err)
 		return gfs_fail_prefix(err, "%s", what);
-	rec_off = rec->data_off;
-	rec_size = rec->size;
-	if (!gfs_mul_u64((uint64_t)t->offset, esize, &first) ||
-	    !gfs_mul_u64(out->numel, esize, &nbytes) || !gfs_add_u64(first, nbytes, &end) ||
-	    end > rec_size)
+	if (!gfs_mul_u64((uint64_t)t->offset, esize, &out->first) ||
+	    !gfs_mul_u64(tv->numel, esize, &nbytes) || !gfs_add_u64(out->first, nbytes, &end) ||
+	    end > rec->size)
 		return gfs_fail(GFS_ERR_FORMAT,
 				"%s: %s: elements %lld..+%llu lie outside storage data/%s (%llu bytes): truncated or corrupt",
-				f->path, what, (long long)t->offset, (unsigned long long)out->numel,
-				t->storage.key, (unsigned long long)rec_size);
+				f->path, what, (long long)t->offset, (unsigned long long)tv->numel,
+				t->storage.key, (unsigned long long)rec->size);
+	out->rec_off = rec->data_off;
+	out->rec_size = rec->size;
+	out->crc32 = rec->crc32;
+	out->rec_name = rec->name;
+	return GFS_OK;
+}
+
+/*
+ * tensor_place(): the view of a located tensor of file f, its file a source
+ * of the layout and its record registered (the whole record is checked: a
+ * CRC covers it all).
+ */
+static gfs_err tensor_place(ds_ckpt *c, ds_file *f, const tloc *loc, tview *out)
+{
+	gfs_err err;
+
+	*out = loc->tv;
 	err = file_source(c, f, &out->src);
 	if (!err) {
-		/* the whole record is checked: a CRC covers it all */
 		const gfs_record r = {
 			.src = out->src, .kind = GFS_PIECE_FILE,
-			.off = rec_off, .len = rec_size, .crc32 = rec->crc32,
+			.off = loc->rec_off, .len = loc->rec_size, .crc32 = loc->crc32,
 		};
 
-		err = gfs_layout_add_record(c->l, &r, rec->name);
+		err = gfs_layout_add_record(c->l, &r, loc->rec_name);
 	}
 	if (err)
 		return err;
-	out->off = rec_off + first;
+	out->off = loc->rec_off + loc->first;
 	return GFS_OK;
+}
+
+/* tensor_view(): tensor_locate() then tensor_place(). */
+static gfs_err tensor_view(ds_ckpt *c, ds_file *f, const gfs_pv *v, const char *what,
+			   tview *out)
+{
+	tloc loc;
+	const gfs_err err = tensor_locate(f, v, what, &loc);
+
+	return err ? err : tensor_place(c, f, &loc, out);
+}
+
+/* ------------------------------------------------------ frozen fragments */
+
+/*
+ * A frozen param's fragment in the model states file of a rank > 0, read
+ * when the file is opened, so that its pickle is freed at once (the import
+ * holds one rank's pickle per thread, not ws of them).
+ */
+typedef struct ds_frag {
+	gfs_err err;       /* GFS_OK, or why the fragment is unusable */
+	char *msg;         /* err: the message tensor_locate() gave */
+	gfs_dtype dtype;
+	uint64_t numel;
+	uint64_t first;    /* as in tloc */
+	uint64_t rec_off;
+	uint64_t rec_size;
+	uint32_t crc32;
+	char *rec_name;
+} ds_frag;
+
+static void frags_free(ds_file *f)
+{
+	for (size_t k = 0; k < f->nfrags; k++) {
+		free(f->frags[k].msg);
+		free(f->frags[k].rec_name);
+	}
+	free(f->frags);
+	f->frags = NULL;
+	f->nfrags = 0;
+}
+
+/*
+ * frags_read(): the fragments in f of the frozen params fshapes (rank 0's
+ * frozen_param_shapes) names.  A bad fragment is kept as its error, given
+ * when the param is emitted, as if it were read then.
+ */
+static gfs_err frags_read(ds_file *f, const gfs_pv *fshapes)
+{
+	const gfs_pv *frags = gfs_pv_dict_get(f->root, "frozen_param_fragments");
+	const size_t n = fshapes->u.dict.len;
+
+	f->frags = gfs_calloc(n ? n : 1, sizeof(*f->frags));
+	if (!f->frags)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	f->nfrags = n;
+	for (size_t k = 0; k < n; k++) {
+		const char *name = gfs_pv_name(fshapes->u.dict.items[k].key);
+		ds_frag *const fr = &f->frags[k];
+		tloc loc;
+
+		if (!name)
+			continue; /* never emitted: build_entries() refuses the name */
+		fr->err = tensor_locate(f, gfs_pv_dict_get(frags, name), name, &loc);
+		if (fr->err) {
+			fr->msg = gfs_strdup(gfs_errmsg());
+			if (!fr->msg)
+				return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+			continue;
+		}
+		fr->dtype = loc.tv.dtype;
+		fr->numel = loc.tv.numel;
+		fr->first = loc.first;
+		fr->rec_off = loc.rec_off;
+		fr->rec_size = loc.rec_size;
+		fr->crc32 = loc.crc32;
+		fr->rec_name = gfs_strdup(loc.rec_name);
+		if (!fr->rec_name)
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	return GFS_OK;
+}
+
+/* frag_view(): tensor_view() of fragment k of f, read by frags_read(). */
+static gfs_err frag_view(ds_ckpt *c, ds_file *f, size_t k, tview *out)
+{
+	const ds_frag *fr = &f->frags[k];
+	tloc loc = { .tv = { .dtype = fr->dtype, .ndim = 1, .shape = { fr->numel },
+			     .numel = fr->numel },
+		     .first = fr->first, .rec_off = fr->rec_off, .rec_size = fr->rec_size,
+		     .crc32 = fr->crc32, .rec_name = fr->rec_name };
+
+	assert(k < f->nfrags);
+	if (fr->err)
+		return gfs_fail(fr->err, "%s", fr->msg);
+	return tensor_place(c, f, &loc, out);
 }
 
 /* ------------------------------------------------------------------ flats */
@@ -938,7 +1071,11 @@ static gfs_err emit_module(ds_ckpt *c, const char *name, const gfs_pv *v, bool i
 	return emit_view(c, name, &tv, tv.numel, tv.ndim, tv.shape);
 }
 
-static gfs_err emit_frozen(ds_ckpt *c, const char *name, const gfs_pv *shape_pv)
+/*
+ * emit_frozen(): frozen param name of shape shape_pv, item k of rank 0's
+ * frozen_param_shapes.
+ */
+static gfs_err emit_frozen(ds_ckpt *c, const char *name, const gfs_pv *shape_pv, size_t k)
 {
 	uint64_t shape[GFS_MAX_DIMS], numel;
 	uint32_t ndim;
@@ -967,11 +1104,13 @@ static gfs_err emit_frozen(ds_ckpt *c, const char *name, const gfs_pv *shape_pv)
 
 		for (uint64_t r = 0; !err && r < c->ws; r++) {
 			ds_file *f = &c->model[r];
-			const gfs_pv *frag = gfs_pv_dict_get(
-				gfs_pv_dict_get(f->root, "frozen_param_fragments"), name);
 			tview tv;
 
-			err = tensor_view(c, f, frag, name, &tv);
+			if (r == 0)
+				err = tensor_view(c, f, gfs_pv_dict_get(gfs_pv_dict_get(
+						f->root, "frozen_param_fragments"), name), name, &tv);
+			else
+				err = frag_view(c, f, k, &tv);
 			if (!err)
 				err = flat_append(&fl, &tv, tv.numel, f->path);
 		}
@@ -987,6 +1126,56 @@ static gfs_err emit_frozen(ds_ckpt *c, const char *name, const gfs_pv *shape_pv)
 		free(fl.segs);
 		return err;
 	}
+}
+
+/* An item of rank 0's frozen_param_shapes, for fshape_find(). */
+typedef struct fshape_key {
+	const char *name;
+	size_t k; /* item index */
+} fshape_key;
+
+static int fshape_cmp(const void *a, const void *b)
+{
+	return strcmp(((const fshape_key *)a)->name, ((const fshape_key *)b)->name);
+}
+
+/*
+ * fshapes_index(): c->fkeys, the items of fshapes (rank 0's
+ * frozen_param_shapes) whose key is a name, sorted by name.
+ */
+static gfs_err fshapes_index(ds_ckpt *c, const gfs_pv *fshapes)
+{
+	c->fkeys = gfs_calloc(fshapes->u.dict.len ? fshapes->u.dict.len : 1, sizeof(*c->fkeys));
+	if (!c->fkeys)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t i = 0; i < fshapes->u.dict.len; i++) {
+		const char *name = gfs_pv_name(fshapes->u.dict.items[i].key);
+
+		if (name)
+			c->fkeys[c->nfkeys++] = (fshape_key){ name, i };
+	}
+	qsort(c->fkeys, c->nfkeys, sizeof(*c->fkeys), fshape_cmp);
+	return GFS_OK;
+}
+
+/*
+ * fshape_find(): the shape of frozen param name in fshapes, indexed by
+ * fshapes_index(), and its item index *k (the ranks' fragments are read by
+ * index: frags_read()), or NULL.
+ */
+static const gfs_pv *fshape_find(const ds_ckpt *c, const gfs_pv *fshapes, const char *name,
+				 size_t *k)
+{
+	const fshape_key key = { name, 0 };
+	const fshape_key *hit;
+
+	if (!fshapes)
+		return NULL;
+	hit = bsearch(&key, c->fkeys, c->nfkeys, sizeof(*c->fkeys), fshape_cmp);
+	if (!hit)
+		return NULL;
+	*k = hit->k;
+	return fshapes->u.dict.items[hit->k].value;
 }
 
 static bool in_list(const gfs_pv *list, const char *name)
@@ -1014,6 +1203,11 @@ static gfs_err build_entries(ds_ckpt *c)
 		return gfs_fail(GFS_ERR_FORMAT, "%s: no `module` state dict", m0->path);
 	if (fshapes && fshapes->kind != GFS_PV_DICT)
 		fshapes = NULL;
+	if (fshapes) {
+		err = fshapes_index(c, fshapes);
+		if (err)
+			return err;
+	}
 	if (shared && shared->kind != GFS_PV_DICT)
 		shared = NULL;
 	for (size_t i = 0; i < module->u.dict.len; i++) {
@@ -1022,6 +1216,7 @@ static gfs_err build_entries(ds_ckpt *c)
 		const char *target = gfs_pv_name(gfs_pv_dict_get(shared, name ? name : ""));
 		const train_param *tp;
 		const gfs_pv *fs;
+		size_t k;
 
 		if (!name)
 			return gfs_fail(GFS_ERR_FORMAT,
@@ -1037,8 +1232,8 @@ static gfs_err build_entries(ds_ckpt *c)
 		} else if ((tp = tmap_find(c, name)) != NULL) {
 			err = emit_trainable(c, tp, it->value);
 			used++;
-		} else if ((fs = gfs_pv_dict_get(fshapes, name)) != NULL) {
-			err = emit_frozen(c, name, fs);
+		} else if ((fs = fshape_find(c, fshapes, name, &k)) != NULL) {
+			err = emit_frozen(c, name, fs, k);
 		} else {
 			err = emit_module(c, name, it->value, in_list(buffers, name));
 		}
@@ -1576,10 +1771,19 @@ static gfs_err resolve_tagdir(const char *dir, const char *tag, char **tagdir, c
 	return *tagdir ? GFS_OK : gfs_fail(GFS_ERR_NOMEM, "out of memory");
 }
 
-/* The files of the ranks, opened in parallel (gfs_pfor()). */
+/*
+ * The files of the ranks, opened in parallel (gfs_pfor()).  ZeRO-3 model
+ * states files: rank 0's is read alongside the others, which wait for it
+ * (m0_done) before they use it; gfs_pfor() takes index 0 first, so some
+ * thread always has it.
+ */
 typedef struct open_job {
 	ds_ckpt *c;
 	const ds_listing *ls;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool m0_done;
+	bool m0_ok;
 } open_job;
 
 /* open_optim(): optimizer states file of rank i + 1, checked against rank 0's. */
@@ -1618,27 +1822,37 @@ static gfs_err open_optim(void *ctx, size_t i)
 /* open_model(): ZeRO-3 model states file of rank r. */
 static gfs_err open_model(void *ctx, size_t r)
 {
-	const open_job *j = ctx;
+	open_job *j = ctx;
 	ds_ckpt *c = j->c;
+	bool m0_ok;
 	gfs_err err;
 
 	if (r >= j->ls->nzmodel || !j->ls->zmodel[r])
-		return gfs_fail(GFS_ERR_NOTFOUND,
-				"%s: model states file of rank %zu (of %llu) is missing",
-				c->tagdir, r, (unsigned long long)c->ws);
-	err = file_open(&c->model[r], c->tagdir, j->ls->zmodel[r]);
-	/* only frozen params are read from the other ranks' files: without
-	 * them, each is checked and freed at once, so the import holds a few
-	 * ranks' metadata (one per thread), not ws of them */
-	if (!err && r > 0 && !has_frozen(&c->model[0]))
-		file_release(&c->model[r]);
+		err = gfs_fail(GFS_ERR_NOTFOUND,
+			       "%s: model states file of rank %zu (of %llu) is missing",
+			       c->tagdir, r, (unsigned long long)c->ws);
+	else
+		err = file_open(&c->model[r], c->tagdir, j->ls->zmodel[r]);
+	(void)pthread_mutex_lock(&j->mu);
+	if (r == 0) {
+		j->m0_done = true;
+		j->m0_ok = !err;
+		(void)pthread_cond_broadcast(&j->cv);
+	}
+	while (!j->m0_done)
+		(void)pthread_cond_wait(&j->cv, &j->mu);
+	m0_ok = j->m0_ok;
+	(void)pthread_mutex_unlock(&j->mu);
+	if (r == 0 || err)
+		return err;
+	/* only frozen params are read from the other ranks' files: their
+	 * fragments are located, then each file is freed at once, so the
+	 * import holds a few ranks' pickles (one per thread), not ws of them */
+	if (m0_ok && has_frozen(&c->model[0]))
+		err = frags_read(&c->model[r],
+				 gfs_pv_dict_get(c->model[0].root, "frozen_param_shapes"));
+	file_release(&c->model[r]);
 	return err;
-}
-
-/* open_model_rest(): ZeRO-3 model states file of rank i + 1. */
-static gfs_err open_model_rest(void *ctx, size_t i)
-{
-	return open_model(ctx, i + 1);
 }
 
 static gfs_err open_files(ds_ckpt *c, const ds_listing *ls)
@@ -1672,7 +1886,7 @@ static gfs_err open_files(ds_ckpt *c, const ds_listing *ls)
 				"%s: found %s for rank %zu, but %s says the world size is %llu (a shard from another world size?)",
 				c->tagdir, ls->optim[ls->noptim - 1], ls->noptim - 1,
 				c->optim[0].name, (unsigned long long)c->ws);
-	err = gfs_pfor((size_t)c->ws - 1, open_optim, &(open_job){ c, ls });
+	err = gfs_pfor((size_t)c->ws - 1, open_optim, &(open_job){ .c = c, .ls = ls });
 	if (err)
 		return err;
 	if (c->stage == 3) {
@@ -1685,9 +1899,13 @@ static gfs_err open_files(ds_ckpt *c, const ds_listing *ls)
 		for (uint64_t r = 0; r < c->ws; r++)
 			c->model[r].fd = -1;
 		c->nmodel = (size_t)c->ws;
-		err = open_model(&(open_job){ c, ls }, 0);
-		if (!err)
-			err = gfs_pfor((size_t)c->ws - 1, open_model_rest, &(open_job){ c, ls });
+		open_job j = { .c = c, .ls = ls };
+
+		(void)pthread_mutex_init(&j.mu, NULL);
+		(void)pthread_cond_init(&j.cv, NULL);
+		err = gfs_pfor((size_t)c->ws, open_model, &j);
+		(void)pthread_cond_destroy(&j.cv);
+		(void)pthread_mutex_destroy(&j.mu);
 		if (err)
 			return err;
 	} else {
@@ -1725,6 +1943,7 @@ static void ckpt_free(ds_ckpt *c)
 		free(c->states[k].values);
 	}
 	free(c->states);
+	free(c->fkeys);
 	free(c->tagdir);
 	gfs_layout_free(c->l);
 }
@@ -1743,6 +1962,7 @@ gfs_err gfs_import_deepspeed(const char *dir, const char *tag, gfs_layout **out)
 		goto out;
 	err = open_files(&c, &ls);
 	listing_free(&ls);
+	gfs_pickle_pool_drain(); /* the ranks' pickles are read: not kept while emitting */
 	if (!err)
 		err = gfs_layout_new("deepspeed", c.tagdir, &c.l);
 	if (!err)

@@ -809,8 +809,10 @@ static gfs_err index_record_pieces(gfs_layout *l)
 		for (size_t p = 0; p < l->tensors[i].npieces; p++) {
 			const uint32_t r = l->tensors[i].pieces[p].rec;
 
+			assert(i < UINT32_MAX && p < UINT32_MAX);
 			if (r != GFS_NO_RECORD)
-				l->rec_pieces[l->rec_piece0[r] + at[r]++] = (gfs_piece_ref){ i, p };
+				l->rec_pieces[l->rec_piece0[r] + at[r]++] =
+					(gfs_piece_ref){ (uint32_t)i, (uint32_t)p };
 		}
 	}
 	free(at);
@@ -1017,6 +1019,9 @@ gfs_err gfs_layout_finish(gfs_layout *l, const char *label)
 
 		if (t->alias_of >= 0 || t->comp)
 			continue;
+		if (t->npieces >= UINT32_MAX)
+			return gfs_fail(GFS_ERR_LIMIT, "%s: %s has %zu pieces", label, t->name,
+					t->npieces);
 		if (t->cap_pieces > t->npieces && t->npieces > 0) {
 			/* sealed: give back the room grown for more pieces */
 			gfs_piece *p = gfs_reallocarray(t->pieces, t->npieces, sizeof(*p));

@@ -25,6 +25,7 @@
 
 #include <assert.h>
 #include <locale.h>
+#include <pthread.h>
 #include <stdalign.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -200,6 +201,45 @@ typedef struct arena_chunk {
 	size_t used;
 } arena_chunk;
 
+/*
+ * Full-size chunks that gfs_pickle_free() keeps for the next loads, until
+ * gfs_pickle_pool_drain(): an importer reading many rank files one after
+ * the other then reuses pages already faulted in, not fresh ones.
+ */
+#define POOL_MAX ((size_t)4096) /* chunks: 256 MiB */
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static arena_chunk *pool;
+static size_t pool_n;
+
+/* pool_get(): a pooled full-size chunk, or NULL. */
+static arena_chunk *pool_get(void)
+{
+	arena_chunk *c;
+
+	(void)pthread_mutex_lock(&pool_mu);
+	c = pool;
+	if (c) {
+		pool = c->next;
+		pool_n--;
+	}
+	(void)pthread_mutex_unlock(&pool_mu);
+	return c;
+}
+
+/* pool_put(): keep a full-size chunk c, or free it when the pool is full. */
+static void pool_put(arena_chunk *c)
+{
+	(void)pthread_mutex_lock(&pool_mu);
+	if (pool_n < POOL_MAX) {
+		c->next = pool;
+		pool = c;
+		pool_n++;
+		c = NULL;
+	}
+	(void)pthread_mutex_unlock(&pool_mu);
+	free(c);
+}
+
 struct gfs_pickle {
 	arena_chunk *chunks; /* the head is the chunk being filled */
 	size_t chunk_size;   /* size of the next chunk: doubles up to ARENA_CHUNK */
@@ -219,9 +259,17 @@ typedef struct kindex {
 typedef struct pnode {
 	gfs_pv pv;
 	uint64_t hash; /* PN_BYVALUE nodes: hash of the value */
-	kindex *idx;   /* DICT and SET: index once large, else NULL */
 	unsigned flags;
 } pnode;
+
+/* DICT and SET nodes are allocated as a cnode, a pnode first. */
+typedef struct cnode {
+	pnode n;
+	kindex *idx; /* index once large, else NULL */
+} cnode;
+
+/* Values built once per load and shared (pickle.h). */
+#define SMALL_INTS 256
 
 #define PN_BYVALUE 1u    /* hashed and compared by value */
 #define PN_UNHASHABLE 2u /* list, dict, set, bytearray or a tuple holding one */
@@ -255,6 +303,7 @@ typedef struct vm {
 	gfs_pv **memo;
 	size_t memo_cap;
 	size_t memo_count; /* defined entries, the index MEMOIZE uses */
+	gfs_pv *none_v, *bool_v[2], *empty_tuple, *small_int[SMALL_INTS]; /* shared, once built */
 } vm;
 
 /* ------------------------------------------------------------------ errors */
@@ -338,7 +387,9 @@ static gfs_err arena_take(vm *m, size_t size, bool zero, void **out)
 	err = charge(m, sizeof(arena_chunk) + csize);
 	if (err)
 		return err;
-	c = malloc(sizeof(arena_chunk) + csize);
+	c = csize == ARENA_CHUNK ? pool_get() : NULL;
+	if (!c)
+		c = malloc(sizeof(arena_chunk) + csize);
 	if (!c)
 		return vfail(m, GFS_ERR_NOMEM, "out of memory allocating %zu bytes", csize);
 	c->size = csize;
@@ -487,6 +538,19 @@ static const pnode *cpn(const gfs_pv *v)
 	return (const pnode *)(const void *)v;
 }
 
+/* cidx(): the index slot of a DICT or SET node. */
+static kindex **cidx(gfs_pv *v)
+{
+	assert(v->kind == GFS_PV_DICT || v->kind == GFS_PV_SET);
+	return &((cnode *)(void *)v)->idx;
+}
+
+static const kindex *ccidx(const gfs_pv *v)
+{
+	assert(v->kind == GFS_PV_DICT || v->kind == GFS_PV_SET);
+	return ((const cnode *)(const void *)v)->idx;
+}
+
 /* key_hash(): the hash under which v is stored as a dict key or set item. */
 static uint64_t key_hash(uint64_t seed, const gfs_pv *v)
 {
@@ -560,7 +624,8 @@ static int key_eq(const gfs_pv *a, const gfs_pv *b, unsigned depth, size_t *budg
 static gfs_err new_node(vm *m, gfs_pv_kind kind, gfs_pv **out)
 {
 	void *mem = NULL;
-	const gfs_err err = vm_zalloc(m, sizeof(pnode), &mem);
+	const bool c = kind == GFS_PV_DICT || kind == GFS_PV_SET;
+	const gfs_err err = vm_zalloc(m, c ? sizeof(cnode) : sizeof(pnode), &mem);
 
 	if (err)
 		return err;
@@ -569,37 +634,54 @@ static gfs_err new_node(vm *m, gfs_pv_kind kind, gfs_pv **out)
 	return GFS_OK;
 }
 
+/* new_none(), new_bool(), new_int(): the load's shared node where it has one. */
 static gfs_err new_none(vm *m, gfs_pv **out)
 {
-	const gfs_err err = new_node(m, GFS_PV_NONE, out);
+	gfs_err err = GFS_OK;
 
-	if (!err) {
-		pn(*out)->flags = PN_BYVALUE;
-		pn(*out)->hash = mix64(m->seed ^ TAG_NONE);
+	if (!m->none_v) {
+		err = new_node(m, GFS_PV_NONE, &m->none_v);
+		if (!err) {
+			pn(m->none_v)->flags = PN_BYVALUE;
+			pn(m->none_v)->hash = mix64(m->seed ^ TAG_NONE);
+		}
 	}
+	*out = m->none_v;
 	return err;
 }
 
 static gfs_err new_bool(vm *m, bool b, gfs_pv **out)
 {
-	const gfs_err err = new_node(m, GFS_PV_BOOL, out);
+	gfs_err err = GFS_OK;
 
-	if (!err) {
-		(*out)->u.b = b;
-		pn(*out)->flags = PN_BYVALUE;
-		pn(*out)->hash = hash_int(m->seed, b);
+	if (!m->bool_v[b]) {
+		err = new_node(m, GFS_PV_BOOL, &m->bool_v[b]);
+		if (!err) {
+			m->bool_v[b]->u.b = b;
+			pn(m->bool_v[b])->flags = PN_BYVALUE;
+			pn(m->bool_v[b])->hash = hash_int(m->seed, b);
+		}
 	}
+	*out = m->bool_v[b];
 	return err;
 }
 
 static gfs_err new_int(vm *m, int64_t i, gfs_pv **out)
 {
-	const gfs_err err = new_node(m, GFS_PV_INT, out);
+	gfs_pv **const shared = i >= 0 && i < SMALL_INTS ? &m->small_int[i] : NULL;
+	gfs_err err;
 
+	if (shared && *shared) {
+		*out = *shared;
+		return GFS_OK;
+	}
+	err = new_node(m, GFS_PV_INT, out);
 	if (!err) {
 		(*out)->u.i = i;
 		pn(*out)->flags = PN_BYVALUE;
 		pn(*out)->hash = hash_int(m->seed, i);
+		if (shared)
+			*shared = *out;
 	}
 	return err;
 }
@@ -722,10 +804,17 @@ static gfs_err new_tuple(vm *m, gfs_pv *const *items, size_t n, gfs_pv **out)
 {
 	uint64_t h = mix64(m->seed ^ TAG_TUPLE ^ n);
 	unsigned flags = PN_BYVALUE;
-	const gfs_err err = new_seq(m, GFS_PV_TUPLE, n, out);
+	gfs_err err;
 
+	if (n == 0 && m->empty_tuple) {
+		*out = m->empty_tuple;
+		return GFS_OK;
+	}
+	err = new_seq(m, GFS_PV_TUPLE, n, out);
 	if (err)
 		return err;
+	if (n == 0)
+		m->empty_tuple = *out;
 	for (size_t i = 0; i < n; i++) {
 		(*out)->u.seq.items[i] = items[i];
 		if (cpn(items[i])->flags & PN_UNHASHABLE)
@@ -872,7 +961,7 @@ static gfs_err index_build(vm *m, gfs_pv *c)
 	x->seed = m->seed;
 	for (size_t i = 0; i < n; i++)
 		index_put(x, key_hash(m->seed, centry_key(c, i)), i);
-	pn(c)->idx = x;
+	*cidx(c) = x;
 	return GFS_OK;
 }
 
@@ -880,7 +969,7 @@ static gfs_err index_build(vm *m, gfs_pv *c)
 static gfs_err index_added(vm *m, gfs_pv *c)
 {
 	const size_t n = centry_count(c);
-	kindex *const x = pn(c)->idx;
+	kindex *const x = *cidx(c);
 
 	if (!x)
 		return n > INDEX_MIN ? index_build(m, c) : GFS_OK;
@@ -893,7 +982,7 @@ static gfs_err index_added(vm *m, gfs_pv *c)
 /* cfind(): look key up in dict or set c: *found and its entry *pos. */
 static gfs_err cfind(const vm *m, const gfs_pv *c, const gfs_pv *key, bool *found, size_t *pos)
 {
-	const kindex *const x = cpn(c)->idx;
+	const kindex *const x = ccidx(c);
 	const uint64_t h = key_hash(m->seed, key);
 	const size_t n = centry_count(c);
 	size_t budget = KEY_EQ_BUDGET;
@@ -1594,11 +1683,21 @@ static gfs_err make_tensor(vm *m, const gfs_pv *args, bool v3, gfs_pv **out)
 	if (err)
 		return err;
 	t = mem;
-	err = read_dims(m, a[2], "size", t->size);
-	if (!err)
-		err = read_dims(m, a[3], "stride", t->stride);
-	if (err)
-		return err;
+	if (a[2]->u.seq.len > 0) {
+		int64_t *dims;
+
+		err = vm_alloc(m, 2 * a[2]->u.seq.len * sizeof(*dims), &mem);
+		if (err)
+			return err;
+		dims = mem;
+		err = read_dims(m, a[2], "size", dims);
+		if (!err)
+			err = read_dims(m, a[3], "stride", dims + a[2]->u.seq.len);
+		if (err)
+			return err;
+		t->size = dims;
+		t->stride = dims + a[2]->u.seq.len;
+	}
 	t->storage.cls = cls->u.global.name;
 	t->storage.key = key->u.s.ptr;
 	t->storage.location = loc->u.s.ptr;
@@ -2414,9 +2513,20 @@ void gfs_pickle_free(gfs_pickle *p)
 		return;
 	for (c = p->chunks; c; c = next) {
 		next = c->next;
-		free(c);
+		if (c->size == ARENA_CHUNK)
+			pool_put(c);
+		else
+			free(c);
 	}
 	free(p);
+}
+
+void gfs_pickle_pool_drain(void)
+{
+	arena_chunk *c;
+
+	while ((c = pool_get()) != NULL)
+		free(c);
 }
 
 /* ------------------------------------------------------------------ accessors */
@@ -2429,7 +2539,7 @@ const gfs_pv *gfs_pv_dict_get(const gfs_pv *dict, const char *key)
 	if (!dict || !key || dict->kind != GFS_PV_DICT)
 		return NULL;
 	kl = strlen(key);
-	x = cpn(dict)->idx;
+	x = ccidx(dict);
 	if (x) {
 		const uint64_t h = hash_bytes(x->seed ^ TAG_STR, key, kl);
 

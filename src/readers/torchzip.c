@@ -445,12 +445,14 @@ static gfs_err parse_cd_entry(const gfs_tzip *z, const uint8_t *cd,
 
 /*
  * check_local(): read the local header of entry e (record rec, whose name
- * is already set) and compute where its data starts.
+ * is already set), unless got holds it already, and compute where its data
+ * starts.
  */
 static gfs_err check_local(const gfs_tzip *z, const cd_entry *e,
-			   gfs_tzip_record *rec)
+			   gfs_tzip_record *rec, const uint8_t *got)
 {
-	uint8_t hdr[LOCAL_HDR_SIZE + MAX_NAME_LEN];
+	uint8_t buf[LOCAL_HDR_SIZE + MAX_NAME_LEN];
+	const uint8_t *hdr = got ? got : buf;
 	char shown[SHOW_NAME_MAX];
 	const size_t n = LOCAL_HDR_SIZE + e->name_len;
 	uint64_t rel, end;
@@ -462,9 +464,11 @@ static gfs_err check_local(const gfs_tzip *z, const cd_entry *e,
 		return gfs_fail(GFS_ERR_FORMAT,
 				"%s: zip record %s: local header at offset %llu runs past the end of the archive",
 				z->label, shown, (unsigned long long)e->lho);
-	err = zread(z, hdr, n, e->lho);
-	if (err)
-		return err;
+	if (!got) {
+		err = zread(z, buf, n, e->lho);
+		if (err)
+			return err;
+	}
 	if (gfs_le32(hdr) != ZIP_LOCAL_SIG)
 		return gfs_fail(GFS_ERR_FORMAT,
 				"%s: zip record %s: no local header signature at offset %llu",
@@ -554,6 +558,65 @@ static gfs_err sort_names(gfs_tzip *z)
 	return GFS_OK;
 }
 
+/* local_end(): one past entry e's local header (name included), relative to base. */
+static uint64_t local_end(const cd_entry *e)
+{
+	return e->lho + LOCAL_HDR_SIZE + e->name_len;
+}
+
+/*
+ * check_locals(): check_local() for the count entries of the central
+ * directory cd.  The local headers of consecutive entries without data (a
+ * ZeRO-3 model states file has one per param) are read together, up to
+ * LOCAL_BATCH bytes a read: no data byte of a record is read.
+ */
+#define LOCAL_BATCH ((size_t)64 * 1024)
+
+static gfs_err check_locals(gfs_tzip *z, const uint8_t *cd, size_t cd_size, size_t count)
+{
+	cd_entry *ents = gfs_calloc(count ? count : 1, sizeof(*ents));
+	uint8_t *win = malloc(LOCAL_BATCH);
+	size_t pos = 0;
+	gfs_err err = GFS_OK;
+
+	if (!ents || !win) {
+		free(ents);
+		free(win);
+		return gfs_fail(GFS_ERR_NOMEM, "%s: out of memory", z->label);
+	}
+	for (size_t i = 0; i < count; i++) {
+		err = parse_cd_entry(z, cd, cd_size, &pos, i, &ents[i]);
+		assert(err == GFS_OK);
+	}
+	for (size_t i = 0; !err && i < count;) {
+		const uint64_t start = ents[i].lho;
+		uint64_t end = local_end(&ents[i]);
+		size_t j = i;
+
+		/* j + 1 joins while j has no data and its header follows in order */
+		while (j + 1 < count && ents[j].csize == 0 && ents[j + 1].lho > ents[j].lho &&
+		       local_end(&ents[j + 1]) <= z->len && end <= z->len &&
+		       (local_end(&ents[j + 1]) > end ? local_end(&ents[j + 1]) : end) - start <=
+			       LOCAL_BATCH) {
+			j++;
+			if (local_end(&ents[j]) > end)
+				end = local_end(&ents[j]);
+		}
+		if (j == i) {
+			err = check_local(z, &ents[i], &z->recs[i], NULL);
+			i++;
+			continue;
+		}
+		err = zread(z, win, (size_t)(end - start), start);
+		for (size_t k = i; !err && k <= j; k++)
+			err = check_local(z, &ents[k], &z->recs[k], win + (ents[k].lho - start));
+		i = j + 1;
+	}
+	free(ents);
+	free(win);
+	return err;
+}
+
 /*
  * load_records(): parse the count entries of the central directory cd
  * into z->recs (two passes: check and measure, then fill), then check the
@@ -606,12 +669,8 @@ static gfs_err load_records(gfs_tzip *z, const uint8_t *cd, size_t cd_size,
 		err = check_prefix(z);
 	if (!err)
 		err = sort_names(z);
-	pos = 0;
-	for (size_t i = 0; !err && i < count; i++) {
-		err = parse_cd_entry(z, cd, cd_size, &pos, i, &e);
-		assert(err == GFS_OK);
-		err = check_local(z, &e, &z->recs[i]);
-	}
+	if (!err)
+		err = check_locals(z, cd, cd_size, count);
 	return err;
 }
 

@@ -16,6 +16,7 @@ and the passed-through files.  Prints one line per problem and exits 1 if
 there is any.
 """
 import collections
+import errno
 import filecmp
 import hashlib
 import inspect
@@ -190,6 +191,17 @@ def main():
                     "user.gatherfs.name": name.encode()}
             if attrs != want:
                 bad(f"tensors/{name}: xattrs {attrs}")
+            # outside user.*: not supported (ENOTSUP: ls -l stops asking); a
+            # user.* name the file lacks: ENODATA
+            for a, code in (("security.selinux", errno.ENOTSUP),
+                            ("system.posix_acl_access", errno.ENOTSUP),
+                            ("user.gatherfs.none", errno.ENODATA)):
+                try:
+                    os.getxattr(p, a)
+                    bad(f"tensors/{name}: getxattr {a} succeeded")
+                except OSError as e:
+                    if e.errno != code:
+                        bad(f"tensors/{name}: getxattr {a}: {e.strerror}, not {os.strerror(code)}")
 
     # layout.json
     with open(os.path.join(mnt, "layout.json")) as f:

@@ -189,7 +189,8 @@ gfs_err gfs_fs_read(const gfs_fs *fs, const gfs_node *n, uint64_t off,
 /*
  * gfs_fs_getxattr(): the value of extended attribute `name` of n, without a
  * terminating NUL.  *len receives its length.  size 0: only the length is
- * returned.  @return GFS_ERR_NOTFOUND if n has no such attribute,
+ * returned.  @return GFS_ERR_UNSUPPORTED for a name outside user.* (no
+ * security labels, no ACLs), GFS_ERR_NOTFOUND if n has no such attribute,
  * GFS_ERR_LIMIT if it is longer than size.
  */
 gfs_err gfs_fs_getxattr(const gfs_fs *fs, const gfs_node *n, const char *name,

@@ -106,10 +106,13 @@ typedef struct gfs_record {
 	uint32_t crc32;      /* stored CRC-32 of the len bytes */
 } gfs_record;
 
-/* Piece p of tensor ti. */
+/*
+ * Piece p of tensor ti (a finished layout has fewer than UINT32_MAX entries,
+ * each of fewer than UINT32_MAX pieces).
+ */
 typedef struct gfs_piece_ref {
-	size_t ti;
-	size_t p;
+	uint32_t ti;
+	uint32_t p;
 } gfs_piece_ref;
 
 /*

@@ -46,7 +46,10 @@
  *     and tensor storage keys and locations never do.
  *
  * All nodes live in an arena owned by the gfs_pickle and are freed together
- * by gfs_pickle_free().  Memo references make the tree a DAG (the same node
+ * by gfs_pickle_free().  Nodes are never modified once built except LIST,
+ * DICT, SET and OBJECT ones while loading, so one node may stand for several
+ * equal values: every None, True, False, empty tuple and int in [0, 256) of
+ * a pickle is one node.  Memo references make the tree a DAG (the same node
  * can appear in several places); pickle can also build cycles (a list that
  * contains itself), so generic walkers must bound their depth and, since
  * sharing lets a small pickle describe a huge tree, the nodes they visit.
@@ -97,9 +100,9 @@ typedef struct gfs_pv_tensor {
 	gfs_pv_storage storage;
 	const char *dtype;  /* v3 only: dtype name as in torch ("float32", ...), else NULL */
 	int64_t offset;     /* storage_offset, in elements */
-	uint32_t ndim;
-	int64_t size[GFS_PV_MAX_DIMS];
-	int64_t stride[GFS_PV_MAX_DIMS];
+	uint32_t ndim;      /* <= GFS_PV_MAX_DIMS */
+	const int64_t *size;   /* [ndim] */
+	const int64_t *stride; /* [ndim] */
 	bool requires_grad;
 } gfs_pv_tensor;
 
@@ -165,8 +168,18 @@ gfs_err gfs_pickle_load(const uint8_t *buf, size_t len, const char *label,
 /* gfs_pickle_root(): the object left on the stack by STOP. */
 const gfs_pv *gfs_pickle_root(const gfs_pickle *p);
 
-/* gfs_pickle_free(): free the pickle and every node; NULL is allowed. */
+/*
+ * gfs_pickle_free(): free the pickle and every node; NULL is allowed.  Up
+ * to 256 MiB of its memory is kept for the next gfs_pickle_load() calls of
+ * any thread, until gfs_pickle_pool_drain().
+ */
 void gfs_pickle_free(gfs_pickle *p);
+
+/*
+ * gfs_pickle_pool_drain(): free the memory gfs_pickle_free() kept; for an
+ * importer done reading pickles.  Thread-safe.
+ */
+void gfs_pickle_pool_drain(void);
 
 /*
  * Accessors.  All are NULL-safe: they return NULL / false when v is NULL or
