@@ -4,7 +4,8 @@
  * Opening an archive reads the end of central directory (the last 22
  * bytes, or the last 64 KiB if the archive has a comment), its ZIP64
  * locator and record, the central directory in one pread, and the fixed
- * part plus the name of each record's local header, nothing else.  Every
+ * part plus the name of each record's local header, nothing else (the
+ * headers of a run of records with empty data in one pread).  Every
  * offset is relative to the archive's base and every range is checked
  * against [base, base + len) with overflow-safe arithmetic before use.
  * Sizes come from the central directory only: torch 2.x writes zero sizes
@@ -409,78 +410,127 @@ static gfs_err parse_cd_entry(const gfs_tzip *z, const uint8_t *cd,
 				z->label, idx, name_len, MAX_NAME_LEN);
 	e->name = p + CENTRAL_HDR_SIZE;
 	e->name_len = name_len;
-	show_name(shown, e->name, name_len);
 	if (memchr(e->name, '\0', name_len))
 		return gfs_fail(GFS_ERR_FORMAT,
 				"%s: zip central directory entry %zu (%s): name contains a NUL byte",
-				z->label, idx, shown);
+				z->label, idx, show_name(shown, e->name, name_len));
 	if (flags & (FLAG_ENCRYPTED | FLAG_STRONG_ENCRYPTION))
 		return gfs_fail(GFS_ERR_UNSUPPORTED,
-				"%s: zip record %s is encrypted", z->label, shown);
+				"%s: zip record %s is encrypted", z->label,
+				show_name(shown, e->name, name_len));
 	e->method = gfs_le16(p + 10);
 	e->crc32 = gfs_le32(p + 16);
 	e->csize = gfs_le32(p + 20);
 	e->usize = gfs_le32(p + 24);
 	e->lho = gfs_le32(p + 42);
-	err = parse_zip64_extra(z, idx, shown, e->name + name_len, extra_len,
-				e, &disk);
-	if (err)
-		return err;
+	/* only an entry with a saturated field has a ZIP64 extra field to read */
+	if (e->usize == ZIP_U32_MAX || e->csize == ZIP_U32_MAX || e->lho == ZIP_U32_MAX ||
+	    disk == ZIP_U16_MAX) {
+		err = parse_zip64_extra(z, idx, show_name(shown, e->name, name_len),
+					e->name + name_len, extra_len, e, &disk);
+		if (err)
+			return err;
+	}
 	if (disk != 0)
 		return gfs_fail(GFS_ERR_UNSUPPORTED,
 				"%s: zip record %s is on disk %lu (multi-disk archives are not supported)",
-				z->label, shown, (unsigned long)disk);
+				z->label, show_name(shown, e->name, name_len), (unsigned long)disk);
 	if (e->method == METHOD_STORED && e->csize != e->usize)
 		return gfs_fail(GFS_ERR_FORMAT,
 				"%s: zip record %s is STORED but its compressed size %llu differs from its size %llu",
-				z->label, shown, (unsigned long long)e->csize,
+				z->label, show_name(shown, e->name, name_len),
+				(unsigned long long)e->csize,
 				(unsigned long long)e->usize);
 	if (e->lho >= z->len || z->len - e->lho < LOCAL_HDR_SIZE)
 		return gfs_fail(GFS_ERR_FORMAT,
 				"%s: zip central directory entry %zu (%s) points past the end of the archive",
-				z->label, idx, shown);
+				z->label, idx, show_name(shown, e->name, name_len));
 	*pos += total;
 	return GFS_OK;
 }
 
 /*
- * check_local(): read the local header of entry e (record rec, whose name
- * is already set) and compute where its data starts.
+ * check_local(): check the local header of entry e (record rec, whose name
+ * is already set), whose first LOCAL_HDR_SIZE + e->name_len bytes are hdr,
+ * and compute where its data starts.
  */
-static gfs_err check_local(const gfs_tzip *z, const cd_entry *e,
+static gfs_err check_local(const gfs_tzip *z, const cd_entry *e, const uint8_t *hdr,
 			   gfs_tzip_record *rec)
 {
-	uint8_t hdr[LOCAL_HDR_SIZE + MAX_NAME_LEN];
 	char shown[SHOW_NAME_MAX];
 	const size_t n = LOCAL_HDR_SIZE + e->name_len;
 	uint64_t rel, end;
-	gfs_err err;
 
-	assert(e->name_len <= MAX_NAME_LEN && e->lho < z->len);
-	show_name(shown, rec->name, e->name_len);
-	if (z->len - e->lho < n)
-		return gfs_fail(GFS_ERR_FORMAT,
-				"%s: zip record %s: local header at offset %llu runs past the end of the archive",
-				z->label, shown, (unsigned long long)e->lho);
-	err = zread(z, hdr, n, e->lho);
-	if (err)
-		return err;
 	if (gfs_le32(hdr) != ZIP_LOCAL_SIG)
 		return gfs_fail(GFS_ERR_FORMAT,
 				"%s: zip record %s: no local header signature at offset %llu",
-				z->label, shown, (unsigned long long)e->lho);
+				z->label, show_name(shown, rec->name, e->name_len),
+				(unsigned long long)e->lho);
 	if (gfs_le16(hdr + 26) != e->name_len ||
 	    memcmp(hdr + LOCAL_HDR_SIZE, e->name, e->name_len) != 0)
 		return gfs_fail(GFS_ERR_FORMAT,
 				"%s: zip record %s: local header name differs from the central directory",
-				z->label, shown);
+				z->label, show_name(shown, rec->name, e->name_len));
 	if (!gfs_add_u64(e->lho, (uint64_t)n + gfs_le16(hdr + 28), &rel) ||
 	    !gfs_add_u64(rel, e->csize, &end) || end > z->len)
 		return gfs_fail(GFS_ERR_FORMAT,
 				"%s: zip record %s: data (%llu bytes) runs past the end of the archive",
-				z->label, shown, (unsigned long long)e->csize);
+				z->label, show_name(shown, rec->name, e->name_len),
+				(unsigned long long)e->csize);
 	rec->data_off = z->base + rel;
 	return GFS_OK;
+}
+
+/*
+ * Local headers are read HDR_WINDOW bytes at a time where no payload lies
+ * between them: a run of records with empty data (a ZeRO-3 model states
+ * file has one per parameter) costs one pread, not one per record.
+ */
+enum { HDR_WINDOW = 64 * 1024 };
+
+typedef struct hdr_window {
+	uint8_t *buf; /* HDR_WINDOW bytes */
+	uint64_t off; /* archive-relative offset of buf[0] */
+	size_t len;   /* bytes held */
+} hdr_window;
+
+/*
+ * window_fill(): read into w the local header of entry e (the central
+ * directory entry at index idx, whose end is *next in cd) and those of the
+ * entries after it while each one's predecessor has empty data, they go
+ * forward in the archive and all fit in HDR_WINDOW bytes: never a byte of
+ * a record's data.
+ */
+static gfs_err window_fill(const gfs_tzip *z, const uint8_t *cd, size_t cd_size,
+			   size_t next, size_t idx, const cd_entry *e, hdr_window *w)
+{
+	char shown[SHOW_NAME_MAX];
+	const size_t n = LOCAL_HDR_SIZE + e->name_len;
+	uint64_t end = e->lho + n, last_lho = e->lho, last_csize = e->csize;
+	cd_entry f;
+
+	assert(e->name_len <= MAX_NAME_LEN && e->lho < z->len);
+	if (z->len - e->lho < n)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: zip record %s: local header at offset %llu runs past the end of the archive",
+				z->label, show_name(shown, e->name, e->name_len),
+				(unsigned long long)e->lho);
+	for (size_t i = idx + 1; i < z->count && last_csize == 0; i++) {
+		const gfs_err err = parse_cd_entry(z, cd, cd_size, &next, i, &f);
+		uint64_t f_end;
+
+		assert(err == GFS_OK);
+		(void)err;
+		if (f.lho <= last_lho || !gfs_add_u64(f.lho, LOCAL_HDR_SIZE + f.name_len, &f_end) ||
+		    f_end > z->len || f_end - e->lho > HDR_WINDOW)
+			break;
+		end = f_end;
+		last_lho = f.lho;
+		last_csize = f.csize;
+	}
+	w->off = e->lho;
+	w->len = (size_t)(end - e->lho);
+	return zread(z, w->buf, w->len, w->off);
 }
 
 /* find_prefix(): set z->prefix from the first "<prefix>/data.pkl" record. */
@@ -563,6 +613,7 @@ static gfs_err load_records(gfs_tzip *z, const uint8_t *cd, size_t cd_size,
 			    size_t count)
 {
 	cd_entry e;
+	hdr_window w = { 0 };
 	size_t pos = 0;
 	size_t names_size = 0;
 	char *next;
@@ -606,12 +657,20 @@ static gfs_err load_records(gfs_tzip *z, const uint8_t *cd, size_t cd_size,
 		err = check_prefix(z);
 	if (!err)
 		err = sort_names(z);
+	w.buf = err ? NULL : malloc(HDR_WINDOW);
+	if (!err && !w.buf)
+		err = gfs_fail(GFS_ERR_NOMEM, "%s: out of memory", z->label);
 	pos = 0;
 	for (size_t i = 0; !err && i < count; i++) {
 		err = parse_cd_entry(z, cd, cd_size, &pos, i, &e);
 		assert(err == GFS_OK);
-		err = check_local(z, &e, &z->recs[i]);
+		if (e.lho < w.off || e.lho - w.off > w.len ||
+		    w.len - (e.lho - w.off) < LOCAL_HDR_SIZE + e.name_len)
+			err = window_fill(z, cd, cd_size, pos, i, &e, &w);
+		if (!err)
+			err = check_local(z, &e, w.buf + (e.lho - w.off), &z->recs[i]);
 	}
+	free(w.buf);
 	return err;
 }
 
