@@ -117,7 +117,9 @@ void gfs_layout_free(gfs_layout *l)
 	}
 	for (size_t i = 0; i < gfs_layout_nentries(l); i++) {
 		free(l->tensors[i].alias_target);
-		free(l->tensors[i].pieces);
+		free(l->tensors[i].build);
+		free(l->tensors[i].slots);
+		free(l->tensors[i].ext);
 		free(l->tensors[i].comp);
 	}
 	gfs_optim_clear(&l->optim);
@@ -213,8 +215,9 @@ gfs_err gfs_layout_add_source(gfs_layout *l, const char *path, uint64_t size,
 			return GFS_OK;
 		}
 	}
-	if (l->nsources >= UINT32_MAX)
-		return gfs_fail(GFS_ERR_LIMIT, "too many source files");
+	if (l->nsources >= GFS_MAX_SOURCES)
+		return gfs_fail(GFS_ERR_LIMIT, "too many source files (more than %lu)",
+				(unsigned long)GFS_MAX_SOURCES);
 	if (!gfs_grow((void **)&l->sources, &l->cap_sources, l->nsources, sizeof(*s), 8))
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	s = &l->sources[l->nsources];
@@ -435,7 +438,7 @@ static gfs_err push_piece(gfs_layout *l, size_t ti, gfs_piece_kind kind,
 		return gfs_fail(GFS_ERR_FORMAT, "tensor %s: piece names source %u of %zu",
 				t->name, src, l->nsources);
 	if (t->npieces) {
-		last = &t->pieces[t->npieces - 1];
+		last = &t->build[t->npieces - 1];
 		if (last->count != 1 || last->kind == GFS_PIECE_ZSTD)
 			return gfs_fail(GFS_ERR_FORMAT,
 					"tensor %s: a piece appended in order after a strided or zstd piece",
@@ -452,9 +455,12 @@ static gfs_err push_piece(gfs_layout *l, size_t ti, gfs_piece_kind kind,
 		last->len += len;
 		return GFS_OK;
 	}
-	if (!gfs_grow((void **)&t->pieces, &t->cap_pieces, t->npieces, sizeof(*t->pieces), 8))
+	if (t->npieces >= UINT32_MAX)
+		return gfs_fail(GFS_ERR_LIMIT, "tensor %s: more than %lu pieces", t->name,
+				(unsigned long)UINT32_MAX);
+	if (!gfs_grow((void **)&t->build, &t->cap_build, t->npieces, sizeof(*t->build), 8))
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	t->pieces[t->npieces++] = (gfs_piece){
+	t->build[t->npieces++] = (gfs_piece){
 		.toff = toff, .len = len, .src_off = src_off, .count = 1, .src = src, .kind = kind,
 	};
 	return GFS_OK;
@@ -508,23 +514,26 @@ gfs_err gfs_layout_add_general(gfs_layout *l, size_t ti, const gfs_piece *p)
 				"tensor %s: piece reads bytes up to %llu of a zstd frame of %llu bytes",
 				t->name, (unsigned long long)src_end,
 				(unsigned long long)p->frame_size);
-	if (!gfs_grow((void **)&t->pieces, &t->cap_pieces, t->npieces, sizeof(*t->pieces), 8))
+	if (t->npieces >= UINT32_MAX)
+		return gfs_fail(GFS_ERR_LIMIT, "tensor %s: more than %lu pieces", t->name,
+				(unsigned long)UINT32_MAX);
+	if (!gfs_grow((void **)&t->build, &t->cap_build, t->npieces, sizeof(*t->build), 8))
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	t->pieces[t->npieces] = *p;
+	t->build[t->npieces] = *p;
 	if (p->count == 1) {
-		t->pieces[t->npieces].dst_stride = 0;
-		t->pieces[t->npieces].src_stride = 0;
+		t->build[t->npieces].dst_stride = 0;
+		t->build[t->npieces].src_stride = 0;
 	}
 	if (p->kind != GFS_PIECE_ZSTD) {
-		t->pieces[t->npieces].frame_off = 0;
-		t->pieces[t->npieces].frame_len = 0;
-		t->pieces[t->npieces].frame_size = 0;
+		t->build[t->npieces].frame_off = 0;
+		t->build[t->npieces].frame_len = 0;
+		t->build[t->npieces].frame_size = 0;
 	}
 	if (p->kind == GFS_PIECE_ZERO) {
-		t->pieces[t->npieces].src = 0;
-		t->pieces[t->npieces].src_off = 0;
+		t->build[t->npieces].src = 0;
+		t->build[t->npieces].src_off = 0;
 	}
-	t->pieces[t->npieces].reach = 0;
+	t->build[t->npieces].reach = 0;
 	t->npieces++;
 	return GFS_OK;
 }
@@ -647,7 +656,7 @@ static gfs_err check_contiguous(const char *label, const gfs_tensor *t)
 	uint64_t covered = 0;
 
 	for (size_t p = 0; p < t->npieces; p++) {
-		const gfs_piece *pc = &t->pieces[p];
+		const gfs_piece *pc = &t->build[p];
 
 		if (pc->toff > covered)
 			break;
@@ -666,6 +675,39 @@ static gfs_err check_contiguous(const char *label, const gfs_tensor *t)
 }
 
 /*
+ * span_of(): gfs_piece_candidates() over n pieces pcs sorted by toff with
+ * their reach set.
+ */
+static gfs_piece_span span_of(const gfs_piece *pcs, size_t n, uint64_t off, uint64_t end)
+{
+	size_t lo = 0, hi = n;
+	gfs_piece_span sp;
+
+	/* first piece whose reach passes off (reach is non-decreasing) */
+	while (lo < hi) {
+		const size_t mid = lo + (hi - lo) / 2;
+
+		if (pcs[mid].reach > off)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	sp.first = lo;
+	/* one past the last piece starting before end (toff is non-decreasing) */
+	hi = n;
+	while (lo < hi) {
+		const size_t mid = lo + (hi - lo) / 2;
+
+		if (pcs[mid].toff < end)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	sp.last = lo;
+	return sp;
+}
+
+/*
  * check_strided(): walk the runs of a tensor with strided pieces in tensor
  * order: at every position exactly one run starts or continues, and no other
  * run starts before it ends.  *budget counts down the runs walked.
@@ -675,7 +717,7 @@ static gfs_err check_strided(const char *label, const gfs_tensor *t, uint64_t *b
 	uint64_t pos = 0;
 
 	while (pos < t->nbytes) {
-		gfs_piece_span sp = gfs_piece_candidates(t, pos, pos + 1);
+		gfs_piece_span sp = span_of(t->build, t->npieces, pos, pos + 1);
 		uint64_t run_end = 0;
 		size_t owner = SIZE_MAX;
 
@@ -686,7 +728,7 @@ static gfs_err check_strided(const char *label, const gfs_tensor *t, uint64_t *b
 		for (size_t i = sp.first; i < sp.last; i++) {
 			uint64_t start, end;
 
-			if (!gfs_piece_run_at(&t->pieces[i], pos, &start, &end))
+			if (!gfs_piece_run_at(&t->build[i], pos, &start, &end))
 				continue;
 			if (start != pos || owner != SIZE_MAX)
 				return gfs_fail(GFS_ERR_FORMAT,
@@ -700,11 +742,11 @@ static gfs_err check_strided(const char *label, const gfs_tensor *t, uint64_t *b
 					"%s: tensor %s: pieces leave a gap at byte %llu of its %llu bytes",
 					label, t->name, (unsigned long long)pos,
 					(unsigned long long)t->nbytes);
-		sp = gfs_piece_candidates(t, pos, run_end);
+		sp = span_of(t->build, t->npieces, pos, run_end);
 		for (size_t i = sp.first; i < sp.last; i++) {
 			uint64_t start, end;
 
-			if (i != owner && gfs_piece_next_run(&t->pieces[i], pos, &start, &end) &&
+			if (i != owner && gfs_piece_next_run(&t->build[i], pos, &start, &end) &&
 			    start < run_end)
 				return gfs_fail(GFS_ERR_FORMAT,
 						"%s: tensor %s: pieces overlap at byte %llu",
@@ -794,8 +836,8 @@ static gfs_err index_record_pieces(gfs_layout *l)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	for (size_t i = 0; i < gfs_layout_nentries(l); i++)
 		for (size_t p = 0; p < l->tensors[i].npieces; p++)
-			if (l->tensors[i].pieces[p].rec != GFS_NO_RECORD)
-				l->rec_piece0[l->tensors[i].pieces[p].rec + 1]++;
+			if (l->tensors[i].slots[p].rec != GFS_NO_RECORD)
+				l->rec_piece0[l->tensors[i].slots[p].rec + 1]++;
 	for (size_t r = 0; r < l->nrecords; r++)
 		l->rec_piece0[r + 1] += l->rec_piece0[r];
 	n = l->rec_piece0[l->nrecords];
@@ -807,10 +849,12 @@ static gfs_err index_record_pieces(gfs_layout *l)
 	}
 	for (size_t i = 0; i < gfs_layout_nentries(l); i++) {
 		for (size_t p = 0; p < l->tensors[i].npieces; p++) {
-			const uint32_t r = l->tensors[i].pieces[p].rec;
+			const uint32_t r = l->tensors[i].slots[p].rec;
 
+			/* gfs_layout_finish() bounded entries and pieces by UINT32_MAX */
 			if (r != GFS_NO_RECORD)
-				l->rec_pieces[l->rec_piece0[r] + at[r]++] = (gfs_piece_ref){ i, p };
+				l->rec_pieces[l->rec_piece0[r] + at[r]++] =
+					(gfs_piece_ref){ (uint32_t)i, (uint32_t)p };
 		}
 	}
 	free(at);
@@ -827,9 +871,11 @@ static void assign_records(const gfs_layout *l, gfs_layout *tl, uint32_t *used)
 		gfs_tensor *t = &tl->tensors[i];
 
 		for (size_t p = 0; p < t->npieces; p++) {
-			t->pieces[p].rec = piece_record(l, &t->pieces[p]);
-			if (t->pieces[p].rec != GFS_NO_RECORD)
-				used[t->pieces[p].rec] = 1;
+			const gfs_piece pc = gfs_tensor_piece(t, p);
+
+			t->slots[p].rec = piece_record(l, &pc);
+			if (t->slots[p].rec != GFS_NO_RECORD)
+				used[t->slots[p].rec] = 1;
 		}
 	}
 }
@@ -841,8 +887,8 @@ static void remap_records(gfs_layout *tl, const uint32_t *remap)
 		gfs_tensor *t = &tl->tensors[i];
 
 		for (size_t p = 0; p < t->npieces; p++)
-			if (t->pieces[p].rec != GFS_NO_RECORD)
-				t->pieces[p].rec = remap[t->pieces[p].rec];
+			if (t->slots[p].rec != GFS_NO_RECORD)
+				t->slots[p].rec = remap[t->slots[p].rec];
 	}
 }
 
@@ -902,7 +948,7 @@ static gfs_err finish_records(gfs_layout *l, const char *label)
 static bool reads_record(const gfs_tensor *t, uint32_t r)
 {
 	for (size_t p = 0; p < t->npieces; p++)
-		if (t->pieces[p].rec == r)
+		if (t->slots[p].rec == r)
 			return true;
 	return false;
 }
@@ -971,6 +1017,48 @@ const char *gfs_record_describe(const gfs_layout *l, uint32_t r, size_t max_name
 	return buf;
 }
 
+/*
+ * compact(): store t's checked pieces (sorted, reach set) as slots, with
+ * a side table for ZSTD pieces and, in a tensor with strided pieces, for
+ * all (see gfs_pslot), and free the building array.
+ */
+static gfs_err compact(gfs_tensor *t)
+{
+	size_t next = 0;
+
+	for (size_t p = 0; p < t->npieces; p++)
+		next += t->strided || t->build[p].kind == GFS_PIECE_ZSTD;
+	t->slots = gfs_calloc(t->npieces ? t->npieces : 1, sizeof(*t->slots));
+	t->ext = next ? gfs_calloc(next, sizeof(*t->ext)) : NULL;
+	if (!t->slots || (next && !t->ext))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	next = 0;
+	for (size_t p = 0; p < t->npieces; p++) {
+		const gfs_piece *pc = &t->build[p];
+		gfs_pslot *sl = &t->slots[p];
+
+		assert(pc->src < GFS_MAX_SOURCES);
+		sl->toff = pc->toff;
+		sl->rec = pc->rec;
+		sl->bits = pc->src | (uint32_t)pc->kind << GFS_PSLOT_KIND_SHIFT;
+		sl->off = pc->src_off;
+		if (t->strided || pc->kind == GFS_PIECE_ZSTD) {
+			t->ext[next] = (gfs_pext){
+				.src_off = pc->src_off, .len = pc->len, .count = pc->count,
+				.dst_stride = pc->dst_stride, .src_stride = pc->src_stride,
+				.frame_off = pc->frame_off, .frame_len = pc->frame_len,
+				.frame_size = pc->frame_size, .reach = pc->reach,
+			};
+			sl->bits |= GFS_PSLOT_EXT;
+			sl->off = next++;
+		}
+	}
+	free(t->build);
+	t->build = NULL;
+	t->cap_build = 0;
+	return GFS_OK;
+}
+
 gfs_err gfs_layout_finish(gfs_layout *l, const char *label)
 {
 	uint64_t budget = GFS_MAX_RUNS;
@@ -1017,20 +1105,11 @@ gfs_err gfs_layout_finish(gfs_layout *l, const char *label)
 
 		if (t->alias_of >= 0 || t->comp)
 			continue;
-		if (t->cap_pieces > t->npieces && t->npieces > 0) {
-			/* sealed: give back the room grown for more pieces */
-			gfs_piece *p = gfs_reallocarray(t->pieces, t->npieces, sizeof(*p));
-
-			if (p) {
-				t->pieces = p;
-				t->cap_pieces = t->npieces;
-			}
-		}
 		if (t->npieces > 1) /* qsort(NULL, 0) is undefined */
-			qsort(t->pieces, t->npieces, sizeof(*t->pieces), piece_cmp);
+			qsort(t->build, t->npieces, sizeof(*t->build), piece_cmp);
 		t->strided = false;
 		for (size_t p = 0; p < t->npieces; p++) {
-			gfs_piece *pc = &t->pieces[p];
+			gfs_piece *pc = &t->build[p];
 			const uint64_t end = gfs_piece_end(pc);
 
 			if (end > reach)
@@ -1043,6 +1122,8 @@ gfs_err gfs_layout_finish(gfs_layout *l, const char *label)
 				return err;
 		}
 		err = t->strided ? check_strided(label, t, &budget) : check_contiguous(label, t);
+		if (!err)
+			err = compact(t);
 		if (err)
 			return err;
 	}
@@ -1055,14 +1136,19 @@ gfs_err gfs_layout_finish(gfs_layout *l, const char *label)
 
 gfs_piece_span gfs_piece_candidates(const gfs_tensor *t, uint64_t off, uint64_t end)
 {
+	const gfs_pslot *const sl = t->slots;
 	size_t lo = 0, hi = t->npieces;
 	gfs_piece_span sp;
 
-	/* first piece whose reach passes off (reach is non-decreasing) */
+	assert(t->npieces == 0 || sl);
+	/* first piece whose reach passes off (reach is non-decreasing); without
+	 * strided pieces a piece's reach is the next one's toff */
 	while (lo < hi) {
 		const size_t mid = lo + (hi - lo) / 2;
+		const uint64_t reach = t->strided ? t->ext[mid].reach
+				       : mid + 1 < t->npieces ? sl[mid + 1].toff : t->nbytes;
 
-		if (t->pieces[mid].reach > off)
+		if (reach > off)
 			hi = mid;
 		else
 			lo = mid + 1;
@@ -1073,7 +1159,7 @@ gfs_piece_span gfs_piece_candidates(const gfs_tensor *t, uint64_t off, uint64_t 
 	while (lo < hi) {
 		const size_t mid = lo + (hi - lo) / 2;
 
-		if (t->pieces[mid].toff < end)
+		if (sl[mid].toff < end)
 			lo = mid + 1;
 		else
 			hi = mid;
