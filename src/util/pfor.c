@@ -81,3 +81,54 @@ gfs_err gfs_pfor(size_t n, gfs_err (*fn)(void *ctx, size_t i), void *ctx)
 		return gfs_fail(p.err, "%s", p.msg);
 	return GFS_OK;
 }
+
+struct gfs_pfor_bg {
+	gfs_err (*fn)(void *ctx, size_t i);
+	void *ctx;
+	size_t n;
+	pthread_t tid;
+	bool started;
+	gfs_err err;
+	char msg[1024]; /* the size of gfs_errmsg()'s buffer */
+};
+
+/* bg_run(): the loop, its outcome kept in bg (messages are per thread). */
+static void *bg_run(void *arg)
+{
+	gfs_pfor_bg *bg = arg;
+
+	bg->err = gfs_pfor(bg->n, bg->fn, bg->ctx);
+	if (bg->err)
+		(void)snprintf(bg->msg, sizeof(bg->msg), "%s", gfs_errmsg());
+	return NULL;
+}
+
+gfs_err gfs_pfor_start(size_t n, gfs_err (*fn)(void *ctx, size_t i), void *ctx,
+		       gfs_pfor_bg **out)
+{
+	gfs_pfor_bg *bg = calloc(1, sizeof(*bg));
+
+	if (!bg)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	bg->fn = fn;
+	bg->ctx = ctx;
+	bg->n = n;
+	bg->started = pthread_create(&bg->tid, NULL, bg_run, bg) == 0;
+	if (!bg->started)
+		(void)bg_run(bg);
+	*out = bg;
+	return GFS_OK;
+}
+
+gfs_err gfs_pfor_join(gfs_pfor_bg *bg)
+{
+	gfs_err err;
+
+	if (bg->started)
+		(void)pthread_join(bg->tid, NULL);
+	err = bg->err;
+	if (err)
+		err = gfs_fail(err, "%s", bg->msg);
+	free(bg);
+	return err;
+}
