@@ -626,6 +626,15 @@ static int piece_cmp(const void *a, const void *b)
 	return x->toff < y->toff ? -1 : x->toff > y->toff;
 }
 
+/* sorted_by_toff(): are t's pieces (being built) in toff order already? */
+static bool sorted_by_toff(const gfs_tensor *t)
+{
+	for (size_t p = 1; p < t->npieces; p++)
+		if (t->build[p].toff < t->build[p - 1].toff)
+			return false;
+	return true;
+}
+
 /* check_source(): piece pc reads inside its source (FILE) or frame (ZSTD). */
 static gfs_err check_source(const gfs_layout *l, const char *label, const gfs_tensor *t,
 			    const gfs_piece *pc)
@@ -1105,7 +1114,7 @@ gfs_err gfs_layout_finish(gfs_layout *l, const char *label)
 
 		if (t->alias_of >= 0 || t->comp)
 			continue;
-		if (t->npieces > 1) /* qsort(NULL, 0) is undefined */
+		if (!sorted_by_toff(t)) /* importers mostly add pieces in order */
 			qsort(t->build, t->npieces, sizeof(*t->build), piece_cmp);
 		t->strided = false;
 		for (size_t p = 0; p < t->npieces; p++) {
