@@ -131,6 +131,7 @@ void gfs_layout_free(gfs_layout *l)
 	free(l->records);
 	free(l->rec_piece0);
 	free(l->rec_pieces);
+	free(l->piece0);
 	for (size_t i = 0; i < l->nmetafiles; i++)
 		free(l->metafiles[i]);
 	free(l->metafiles);
@@ -841,8 +842,15 @@ static gfs_err index_record_pieces(gfs_layout *l)
 	size_t n = 0;
 
 	l->rec_piece0 = gfs_calloc(l->nrecords + 1, sizeof(*l->rec_piece0));
-	if (!l->rec_piece0)
+	l->piece0 = gfs_calloc(gfs_layout_nentries(l) + 1, sizeof(*l->piece0));
+	if (!l->rec_piece0 || !l->piece0)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t i = 0; i < gfs_layout_nentries(l); i++) {
+		l->piece0[i + 1] = l->piece0[i] + l->tensors[i].npieces;
+		if (l->piece0[i + 1] > UINT32_MAX)
+			return gfs_fail(GFS_ERR_LIMIT, "more than %lu pieces in all",
+					(unsigned long)UINT32_MAX);
+	}
 	for (size_t i = 0; i < gfs_layout_nentries(l); i++)
 		for (size_t p = 0; p < l->tensors[i].npieces; p++)
 			if (l->tensors[i].slots[p].rec != GFS_NO_RECORD)
@@ -860,10 +868,9 @@ static gfs_err index_record_pieces(gfs_layout *l)
 		for (size_t p = 0; p < l->tensors[i].npieces; p++) {
 			const uint32_t r = l->tensors[i].slots[p].rec;
 
-			/* gfs_layout_finish() bounded entries and pieces by UINT32_MAX */
+			/* piece0[] is bounded by UINT32_MAX */
 			if (r != GFS_NO_RECORD)
-				l->rec_pieces[l->rec_piece0[r] + at[r]++] =
-					(gfs_piece_ref){ (uint32_t)i, (uint32_t)p };
+				l->rec_pieces[l->rec_piece0[r] + at[r]++] = (uint32_t)(l->piece0[i] + p);
 		}
 	}
 	free(at);
@@ -977,18 +984,19 @@ size_t gfs_record_tensors(const gfs_layout *l, uint32_t r, size_t *out, size_t m
 				hit = t->comp->in[k] >= 0 &&
 				      reads_record(&l->inputs->tensors[t->comp->in[k]], r);
 		} else {
-			/* the record's pieces are in tensor order: binary search ti */
+			/* the record's pieces are in layout order: binary search
+			 * ti's first piece */
 			size_t lo = l->rec_piece0[r], hi = l->rec_piece0[r + 1];
 
 			while (lo < hi) {
 				const size_t mid = lo + (hi - lo) / 2;
 
-				if (l->rec_pieces[mid].ti < ti)
+				if (l->rec_pieces[mid] < l->piece0[ti])
 					lo = mid + 1;
 				else
 					hi = mid;
 			}
-			hit = lo < l->rec_piece0[r + 1] && l->rec_pieces[lo].ti == ti;
+			hit = lo < l->rec_piece0[r + 1] && l->rec_pieces[lo] < l->piece0[ti + 1];
 		}
 		if (!hit)
 			continue;
@@ -1224,6 +1232,24 @@ int64_t gfs_layout_find_state(const gfs_layout *l, const char *state, const char
 		h = (h + 1) & (l->hash_cap - 1);
 	}
 	return -1;
+}
+
+gfs_piece_ref gfs_layout_piece_ref(const gfs_layout *l, uint32_t g)
+{
+	size_t lo = 0, hi = gfs_layout_nentries(l);
+
+	assert(l->finished && g < l->piece0[hi]);
+	/* the last entry whose first piece is at or before g (piece0[hi] > g
+	 * throughout): entries without pieces come before it */
+	while (hi - lo > 1) {
+		const size_t mid = lo + (hi - lo) / 2;
+
+		if (l->piece0[mid] <= g)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return (gfs_piece_ref){ (uint32_t)lo, (uint32_t)(g - l->piece0[lo]) };
 }
 
 int64_t gfs_layout_find(const gfs_layout *l, const char *name)

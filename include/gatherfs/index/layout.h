@@ -146,7 +146,7 @@ typedef struct gfs_record {
 	uint32_t crc32;      /* stored CRC-32 of the len bytes */
 } gfs_record;
 
-/* Piece p of tensor ti (gfs_layout_finish() bounds both by UINT32_MAX). */
+/* Piece p of entry ti (gfs_layout_finish() bounds both by UINT32_MAX). */
 typedef struct gfs_piece_ref {
 	uint32_t ti;
 	uint32_t p;
@@ -328,9 +328,13 @@ typedef struct gfs_layout {
 	size_t cap_records;
 	/* set by gfs_layout_finish(): the pieces of the layout's entries (not
 	 * of its inputs table) in record r are
-	 * rec_pieces[rec_piece0[r] .. rec_piece0[r + 1]) */
+	 * rec_pieces[rec_piece0[r] .. rec_piece0[r + 1]), in layout order, as
+	 * numbers among all the entries' pieces (gfs_layout_piece_ref());
+	 * entry i's pieces are numbered from piece0[i] (piece0 has an entry
+	 * more: the total, bounded by UINT32_MAX) */
 	size_t *rec_piece0;
-	gfs_piece_ref *rec_pieces;
+	uint32_t *rec_pieces;
+	size_t *piece0;
 	/* operands of computed tensors (layout version 3), NULL if none: a
 	 * layout whose sources are this layout's own (copied by
 	 * gfs_layout_finish_inputs()) and whose pieces read this layout's
@@ -542,6 +546,12 @@ size_t gfs_record_tensors(const gfs_layout *l, uint32_t r, size_t *out, size_t m
  */
 const char *gfs_record_describe(const gfs_layout *l, uint32_t r, size_t max_names,
 				char *buf, size_t n);
+
+/*
+ * gfs_layout_piece_ref(): the entry and piece numbered g (< the finished
+ * layout's piece0[nentries]) in rec_pieces.  O(log entries).
+ */
+gfs_piece_ref gfs_layout_piece_ref(const gfs_layout *l, uint32_t g);
 
 /* gfs_layout_find(): index of the model tensor named name, or -1.  O(1). */
 int64_t gfs_layout_find(const gfs_layout *l, const char *name);
