@@ -808,8 +808,14 @@ static int record_cmp(const void *a, const void *b)
 	return c ? c : x->len < y->len ? -1 : x->len > y->len;
 }
 
-/* piece_record(): the record holding every source byte of pc, or GFS_NO_RECORD. */
-static uint32_t piece_record(const gfs_layout *l, const gfs_piece *pc)
+/*
+ * piece_record(): the record holding every source byte of pc, or
+ * GFS_NO_RECORD.  *hint is a record index to try first (or
+ * GFS_NO_RECORD), set to the last record whose key is <= the piece's
+ * start: the pieces of consecutive tensors often share records (one per
+ * rank and flat group), found then in O(1).
+ */
+static uint32_t piece_record(const gfs_layout *l, const gfs_piece *pc, uint32_t *hint)
 {
 	const uint64_t fo = pc->kind == GFS_PIECE_ZSTD ? pc->frame_off : 0;
 	size_t lo = 0, hi = l->nrecords;
@@ -817,6 +823,12 @@ static uint32_t piece_record(const gfs_layout *l, const gfs_piece *pc)
 
 	if (pc->kind == GFS_PIECE_ZERO)
 		return GFS_NO_RECORD;
+	if (*hint < l->nrecords &&
+	    rec_key_cmp(pc->src, pc->kind, fo, pc->src_off, &l->records[*hint]) >= 0 &&
+	    (*hint + 1 == l->nrecords ||
+	     rec_key_cmp(pc->src, pc->kind, fo, pc->src_off, &l->records[*hint + 1]) < 0)) {
+		lo = hi = *hint + 1;
+	}
 	/* the last record whose key is <= the piece's start */
 	while (lo < hi) {
 		const size_t mid = lo + (hi - lo) / 2;
@@ -828,6 +840,7 @@ static uint32_t piece_record(const gfs_layout *l, const gfs_piece *pc)
 	}
 	if (lo == 0)
 		return GFS_NO_RECORD;
+	*hint = (uint32_t)(lo - 1);
 	r = &l->records[lo - 1];
 	if (r->src != pc->src || r->kind != pc->kind || r->frame_off != fo ||
 	    gfs_piece_src_end(pc) > r->off + r->len)
@@ -881,19 +894,29 @@ static gfs_err index_record_pieces(gfs_layout *l)
  * assign_records(): give every piece of tl's entries (tl is l, or l's inputs
  * table, whose sources are l's) its record of l, and mark it in used.
  */
-static void assign_records(const gfs_layout *l, gfs_layout *tl, uint32_t *used)
+static gfs_err assign_records(const gfs_layout *l, gfs_layout *tl, uint32_t *used)
 {
+	/* per source: the record the previous piece from it was looked up at */
+	uint32_t *hint = malloc((l->nsources ? l->nsources : 1) * sizeof(*hint));
+
+	if (!hint)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t k = 0; k < l->nsources; k++)
+		hint[k] = GFS_NO_RECORD;
 	for (size_t i = 0; i < gfs_layout_nentries(tl); i++) {
 		gfs_tensor *t = &tl->tensors[i];
 
 		for (size_t p = 0; p < t->npieces; p++) {
 			const gfs_piece pc = gfs_tensor_piece(t, p);
 
-			t->slots[p].rec = piece_record(l, &pc);
+			assert(pc.kind == GFS_PIECE_ZERO || pc.src < l->nsources);
+			t->slots[p].rec = piece_record(l, &pc, &hint[pc.src]);
 			if (t->slots[p].rec != GFS_NO_RECORD)
 				used[t->slots[p].rec] = 1;
 		}
 	}
+	free(hint);
+	return GFS_OK;
 }
 
 /* remap_records(): renumber the records of tl's pieces through remap. */
@@ -917,6 +940,7 @@ static gfs_err finish_records(gfs_layout *l, const char *label)
 {
 	uint32_t *remap;
 	size_t n = 0;
+	gfs_err err;
 
 	for (size_t i = 0; i < l->nrecords; i++) {
 		const gfs_record *r = &l->records[i];
@@ -940,9 +964,13 @@ static gfs_err finish_records(gfs_layout *l, const char *label)
 	remap = gfs_calloc(n ? n : 1, sizeof(*remap));
 	if (!remap)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	assign_records(l, l, remap);
-	if (l->inputs)
-		assign_records(l, l->inputs, remap);
+	err = assign_records(l, l, remap);
+	if (!err && l->inputs)
+		err = assign_records(l, l->inputs, remap);
+	if (err) {
+		free(remap);
+		return err;
+	}
 	n = 0;
 	for (size_t i = 0; i < l->nrecords; i++) {
 		if (!remap[i]) {
