@@ -92,9 +92,6 @@ typedef struct ds_ckpt {
 	size_t noptim;
 	ds_file *model;      /* stage 3: [ws] by rank; else [1] */
 	size_t nmodel;
-	/* stage 3 without frozen params: the model states files of ranks > 0,
-	 * checked on other threads while the layout is built (NULL once joined) */
-	gfs_pfor_bg *model_check;
 	gfs_layout *l;
 	train_param *train;
 	size_t ntrain;
@@ -1583,7 +1580,6 @@ static gfs_err resolve_tagdir(const char *dir, const char *tag, char **tagdir, c
 typedef struct open_job {
 	ds_ckpt *c;
 	const ds_listing *ls;
-	bool release; /* stage 3: rank 0 has no frozen params, ranks > 0 are only checked */
 } open_job;
 
 /* open_optim(): optimizer states file of rank i + 1, checked against rank 0's. */
@@ -1634,7 +1630,7 @@ static gfs_err open_model(void *ctx, size_t r)
 	/* only frozen params are read from the other ranks' files: without
 	 * them, each is checked and freed at once, so the import holds a few
 	 * ranks' metadata (one per thread), not ws of them */
-	if (!err && r > 0 && j->release)
+	if (!err && r > 0 && !has_frozen(&c->model[0]))
 		file_release(&c->model[r]);
 	return err;
 }
@@ -1645,17 +1641,8 @@ static gfs_err open_model_rest(void *ctx, size_t i)
 	return open_model(ctx, i + 1);
 }
 
-/*
- * open_files(): open the ranks' files (job: c and ls, valid until
- * join_model_check()).  Stage 3 without frozen params: the model states
- * files of ranks > 0 are checked on other threads (c->model_check) while
- * the caller goes on; only their names and sizes are read again, after
- * join_model_check().
- */
-static gfs_err open_files(open_job *job)
+static gfs_err open_files(ds_ckpt *c, const ds_listing *ls)
 {
-	ds_ckpt *const c = job->c;
-	const ds_listing *const ls = job->ls;
 	gfs_err err;
 
 	if (ls->count_optim == 0)
@@ -1685,7 +1672,7 @@ static gfs_err open_files(open_job *job)
 				"%s: found %s for rank %zu, but %s says the world size is %llu (a shard from another world size?)",
 				c->tagdir, ls->optim[ls->noptim - 1], ls->noptim - 1,
 				c->optim[0].name, (unsigned long long)c->ws);
-	err = gfs_pfor((size_t)c->ws - 1, open_optim, job);
+	err = gfs_pfor((size_t)c->ws - 1, open_optim, &(open_job){ c, ls });
 	if (err)
 		return err;
 	if (c->stage == 3) {
@@ -1698,14 +1685,9 @@ static gfs_err open_files(open_job *job)
 		for (uint64_t r = 0; r < c->ws; r++)
 			c->model[r].fd = -1;
 		c->nmodel = (size_t)c->ws;
-		err = open_model(job, 0);
-		if (err)
-			return err;
-		job->release = !has_frozen(&c->model[0]);
-		if (job->release)
-			return gfs_pfor_start((size_t)c->ws - 1, open_model_rest, job,
-					      &c->model_check);
-		err = gfs_pfor((size_t)c->ws - 1, open_model_rest, job);
+		err = open_model(&(open_job){ c, ls }, 0);
+		if (!err)
+			err = gfs_pfor((size_t)c->ws - 1, open_model_rest, &(open_job){ c, ls });
 		if (err)
 			return err;
 	} else {
@@ -1726,25 +1708,8 @@ static gfs_err open_files(open_job *job)
 	return GFS_OK;
 }
 
-/*
- * join_model_check(): wait for the checks open_files() left running, if
- * any.  @return their error, which comes before the later one (a serial
- * import stops at it), else later.
- */
-static gfs_err join_model_check(ds_ckpt *c, gfs_err later)
-{
-	gfs_err err;
-
-	if (!c->model_check)
-		return later;
-	err = gfs_pfor_join(c->model_check); /* sets the message only on an error */
-	c->model_check = NULL;
-	return err ? err : later;
-}
-
 static void ckpt_free(ds_ckpt *c)
 {
-	(void)join_model_check(c, GFS_OK);
 	for (size_t r = 0; r < c->noptim; r++)
 		file_close(&c->optim[r]);
 	for (size_t r = 0; c->model && r < c->nmodel; r++)
@@ -1768,7 +1733,6 @@ gfs_err gfs_import_deepspeed(const char *dir, const char *tag, gfs_layout **out)
 {
 	ds_ckpt c = { .label = dir };
 	ds_listing ls = { 0 };
-	open_job job = { &c, &ls, false };
 	char *root = NULL, *note = NULL;
 	char info[256];
 	gfs_err err = resolve_tagdir(dir, tag, &c.tagdir, &root, &note);
@@ -1777,13 +1741,16 @@ gfs_err gfs_import_deepspeed(const char *dir, const char *tag, gfs_layout **out)
 		err = list_tagdir(c.tagdir, &ls);
 	if (err)
 		goto out;
-	err = open_files(&job);
+	err = open_files(&c, &ls);
+	listing_free(&ls);
 	if (!err)
 		err = gfs_layout_new("deepspeed", c.tagdir, &c.l);
 	if (!err)
 		err = gfs_layout_set_root(c.l, root);
 	for (size_t r = 0; !err && r < c.noptim; r++)
 		err = gfs_layout_add_metafile(c.l, c.optim[r].path);
+	for (size_t r = 0; !err && r < c.nmodel; r++)
+		err = gfs_layout_add_metafile(c.l, c.model[r].path);
 	if (!err)
 		err = gfs_layout_set_note(c.l, note);
 	if (!err)
@@ -1796,10 +1763,6 @@ gfs_err gfs_import_deepspeed(const char *dir, const char *tag, gfs_layout **out)
 		err = plan_states(&c);
 	if (!err)
 		err = emit_states(&c);
-	err = join_model_check(&c, err);
-	listing_free(&ls);
-	for (size_t r = 0; !err && r < c.nmodel; r++)
-		err = gfs_layout_add_metafile(c.l, c.model[r].path);
 	if (!err)
 		err = build_optim(&c);
 	if (!err) {

@@ -19,24 +19,4 @@
  */
 gfs_err gfs_pfor(size_t n, gfs_err (*fn)(void *ctx, size_t i), void *ctx);
 
-/* A gfs_pfor() running on a thread of its own. */
-typedef struct gfs_pfor_bg gfs_pfor_bg;
-
-/*
- * gfs_pfor_start(): begin gfs_pfor(n, fn, ctx) on a new thread and return
- * at once, so that the caller works meanwhile (if the thread cannot be
- * created, the loop runs in the calling thread before returning).  ctx
- * must stay valid until gfs_pfor_join().  @return GFS_OK and *out, or
- * GFS_ERR_NOMEM (nothing started).
- */
-gfs_err gfs_pfor_start(size_t n, gfs_err (*fn)(void *ctx, size_t i), void *ctx,
-		       gfs_pfor_bg **out);
-
-/*
- * gfs_pfor_join(): wait for bg's loop and free bg.  @return what gfs_pfor()
- * would have: GFS_OK, or the error and message of the lowest failing index
- * (the message set in the calling thread).
- */
-gfs_err gfs_pfor_join(gfs_pfor_bg *bg);
-
 #endif
