@@ -32,7 +32,7 @@ static void check_tiling(const gfs_tensor *t)
 	if (!seen)
 		abort();
 	for (size_t p = 0; p < t->npieces; p++) {
-		const gfs_piece *pc = &t->pieces[p];
+		const gfs_piece pcv = gfs_tensor_piece(t, p), *pc = &pcv;
 
 		for (uint64_t k = 0; k < pc->count; k++)
 			for (uint64_t b = 0; b < pc->len; b++) {
@@ -77,10 +77,10 @@ static void check_invariants(const gfs_layout *l)
 			continue;
 		}
 		for (size_t p = 0; p < t->npieces; p++) {
-			const gfs_piece *pc = &t->pieces[p];
+			const gfs_piece pcv = gfs_tensor_piece(t, p), *pc = &pcv;
 
 			if (pc->len == 0 || pc->count == 0 || gfs_piece_end(pc) > t->nbytes ||
-			    (p > 0 && pc->toff < t->pieces[p - 1].toff))
+			    (p > 0 && pc->toff < t->slots[p - 1].toff))
 				abort();
 			if (pc->count > 1 && (pc->dst_stride <= pc->len || pc->src_stride < pc->len))
 				abort();

@@ -106,7 +106,7 @@ static uint8_t *reference(const gfs_tensor *t, gfs_dtype out)
 		abort();
 	memset(native, 0xA5, t->nbytes); /* a byte no piece wrote stays visible */
 	for (size_t p = 0; p < t->npieces; p++) {
-		const gfs_piece *pc = &t->pieces[p];
+		const gfs_piece pcv = gfs_tensor_piece(t, p), *pc = &pcv;
 
 		for (uint64_t k = 0; k < pc->len; k++)
 			native[pc->toff + k] = pc->kind == GFS_PIECE_ZERO ? 0 :

@@ -597,7 +597,7 @@ static uint64_t unchecked_bytes(const gfs_layout *l, size_t *ntensors)
 		bool any = false;
 
 		for (size_t p = 0; t->alias_of < 0 && p < t->npieces; p++) {
-			const gfs_piece *pc = &t->pieces[p];
+			const gfs_piece pcv = gfs_tensor_piece(t, p), *pc = &pcv;
 
 			if (pc->kind != GFS_PIECE_ZERO && pc->rec == GFS_NO_RECORD) {
 				bytes += pc->len * pc->count;

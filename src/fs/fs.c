@@ -381,9 +381,12 @@ static gfs_err set_add_entry(gfs_fs *fs, size_t i)
 	const gfs_tensor *t = gfs_layout_target(fs->ctx.layout, i);
 	gfs_err err = GFS_OK;
 
-	for (size_t k = 0; k < t->npieces && !err; k++)
-		if (t->pieces[k].kind != GFS_PIECE_ZERO)
-			err = set_add_source(fs, t->pieces[k].src);
+	for (size_t k = 0; k < t->npieces && !err; k++) {
+		const gfs_piece pc = gfs_tensor_piece(t, k);
+
+		if (pc.kind != GFS_PIECE_ZERO)
+			err = set_add_source(fs, pc.src);
+	}
 	return err;
 }
 

@@ -338,7 +338,7 @@ static gfs_err collect(lbuild *b, const gfs_layout *l)
 static gfs_err copy_pieces(gfs_layout *dst, size_t di, const gfs_tensor *t, const uint32_t *remap)
 {
 	for (size_t p = 0; p < t->npieces; p++) {
-		gfs_piece pc = t->pieces[p];
+		gfs_piece pc = gfs_tensor_piece(t, p);
 		gfs_err err;
 
 		if (pc.kind != GFS_PIECE_ZERO)

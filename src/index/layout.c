@@ -117,7 +117,9 @@ void gfs_layout_free(gfs_layout *l)
 	}
 	for (size_t i = 0; i < gfs_layout_nentries(l); i++) {
 		free(l->tensors[i].alias_target);
-		free(l->tensors[i].pieces);
+		free(l->tensors[i].build);
+		free(l->tensors[i].slots);
+		free(l->tensors[i].ext);
 		free(l->tensors[i].comp);
 	}
 	gfs_optim_clear(&l->optim);
@@ -129,6 +131,7 @@ void gfs_layout_free(gfs_layout *l)
 	free(l->records);
 	free(l->rec_piece0);
 	free(l->rec_pieces);
+	free(l->piece0);
 	for (size_t i = 0; i < l->nmetafiles; i++)
 		free(l->metafiles[i]);
 	free(l->metafiles);
@@ -213,8 +216,9 @@ gfs_err gfs_layout_add_source(gfs_layout *l, const char *path, uint64_t size,
 			return GFS_OK;
 		}
 	}
-	if (l->nsources >= UINT32_MAX)
-		return gfs_fail(GFS_ERR_LIMIT, "too many source files");
+	if (l->nsources >= GFS_MAX_SOURCES)
+		return gfs_fail(GFS_ERR_LIMIT, "too many source files (more than %lu)",
+				(unsigned long)GFS_MAX_SOURCES);
 	if (!gfs_grow((void **)&l->sources, &l->cap_sources, l->nsources, sizeof(*s), 8))
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	s = &l->sources[l->nsources];
@@ -435,7 +439,7 @@ static gfs_err push_piece(gfs_layout *l, size_t ti, gfs_piece_kind kind,
 		return gfs_fail(GFS_ERR_FORMAT, "tensor %s: piece names source %u of %zu",
 				t->name, src, l->nsources);
 	if (t->npieces) {
-		last = &t->pieces[t->npieces - 1];
+		last = &t->build[t->npieces - 1];
 		if (last->count != 1 || last->kind == GFS_PIECE_ZSTD)
 			return gfs_fail(GFS_ERR_FORMAT,
 					"tensor %s: a piece appended in order after a strided or zstd piece",
@@ -452,9 +456,12 @@ static gfs_err push_piece(gfs_layout *l, size_t ti, gfs_piece_kind kind,
 		last->len += len;
 		return GFS_OK;
 	}
-	if (!gfs_grow((void **)&t->pieces, &t->cap_pieces, t->npieces, sizeof(*t->pieces), 8))
+	if (t->npieces >= UINT32_MAX)
+		return gfs_fail(GFS_ERR_LIMIT, "tensor %s: more than %lu pieces", t->name,
+				(unsigned long)UINT32_MAX);
+	if (!gfs_grow((void **)&t->build, &t->cap_build, t->npieces, sizeof(*t->build), 8))
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	t->pieces[t->npieces++] = (gfs_piece){
+	t->build[t->npieces++] = (gfs_piece){
 		.toff = toff, .len = len, .src_off = src_off, .count = 1, .src = src, .kind = kind,
 	};
 	return GFS_OK;
@@ -508,23 +515,26 @@ gfs_err gfs_layout_add_general(gfs_layout *l, size_t ti, const gfs_piece *p)
 				"tensor %s: piece reads bytes up to %llu of a zstd frame of %llu bytes",
 				t->name, (unsigned long long)src_end,
 				(unsigned long long)p->frame_size);
-	if (!gfs_grow((void **)&t->pieces, &t->cap_pieces, t->npieces, sizeof(*t->pieces), 8))
+	if (t->npieces >= UINT32_MAX)
+		return gfs_fail(GFS_ERR_LIMIT, "tensor %s: more than %lu pieces", t->name,
+				(unsigned long)UINT32_MAX);
+	if (!gfs_grow((void **)&t->build, &t->cap_build, t->npieces, sizeof(*t->build), 8))
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	t->pieces[t->npieces] = *p;
+	t->build[t->npieces] = *p;
 	if (p->count == 1) {
-		t->pieces[t->npieces].dst_stride = 0;
-		t->pieces[t->npieces].src_stride = 0;
+		t->build[t->npieces].dst_stride = 0;
+		t->build[t->npieces].src_stride = 0;
 	}
 	if (p->kind != GFS_PIECE_ZSTD) {
-		t->pieces[t->npieces].frame_off = 0;
-		t->pieces[t->npieces].frame_len = 0;
-		t->pieces[t->npieces].frame_size = 0;
+		t->build[t->npieces].frame_off = 0;
+		t->build[t->npieces].frame_len = 0;
+		t->build[t->npieces].frame_size = 0;
 	}
 	if (p->kind == GFS_PIECE_ZERO) {
-		t->pieces[t->npieces].src = 0;
-		t->pieces[t->npieces].src_off = 0;
+		t->build[t->npieces].src = 0;
+		t->build[t->npieces].src_off = 0;
 	}
-	t->pieces[t->npieces].reach = 0;
+	t->build[t->npieces].reach = 0;
 	t->npieces++;
 	return GFS_OK;
 }
@@ -617,6 +627,15 @@ static int piece_cmp(const void *a, const void *b)
 	return x->toff < y->toff ? -1 : x->toff > y->toff;
 }
 
+/* sorted_by_toff(): are t's pieces (being built) in toff order already? */
+static bool sorted_by_toff(const gfs_tensor *t)
+{
+	for (size_t p = 1; p < t->npieces; p++)
+		if (t->build[p].toff < t->build[p - 1].toff)
+			return false;
+	return true;
+}
+
 /* check_source(): piece pc reads inside its source (FILE) or frame (ZSTD). */
 static gfs_err check_source(const gfs_layout *l, const char *label, const gfs_tensor *t,
 			    const gfs_piece *pc)
@@ -647,7 +666,7 @@ static gfs_err check_contiguous(const char *label, const gfs_tensor *t)
 	uint64_t covered = 0;
 
 	for (size_t p = 0; p < t->npieces; p++) {
-		const gfs_piece *pc = &t->pieces[p];
+		const gfs_piece *pc = &t->build[p];
 
 		if (pc->toff > covered)
 			break;
@@ -666,6 +685,39 @@ static gfs_err check_contiguous(const char *label, const gfs_tensor *t)
 }
 
 /*
+ * span_of(): gfs_piece_candidates() over n pieces pcs sorted by toff with
+ * their reach set.
+ */
+static gfs_piece_span span_of(const gfs_piece *pcs, size_t n, uint64_t off, uint64_t end)
+{
+	size_t lo = 0, hi = n;
+	gfs_piece_span sp;
+
+	/* first piece whose reach passes off (reach is non-decreasing) */
+	while (lo < hi) {
+		const size_t mid = lo + (hi - lo) / 2;
+
+		if (pcs[mid].reach > off)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	sp.first = lo;
+	/* one past the last piece starting before end (toff is non-decreasing) */
+	hi = n;
+	while (lo < hi) {
+		const size_t mid = lo + (hi - lo) / 2;
+
+		if (pcs[mid].toff < end)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	sp.last = lo;
+	return sp;
+}
+
+/*
  * check_strided(): walk the runs of a tensor with strided pieces in tensor
  * order: at every position exactly one run starts or continues, and no other
  * run starts before it ends.  *budget counts down the runs walked.
@@ -675,7 +727,7 @@ static gfs_err check_strided(const char *label, const gfs_tensor *t, uint64_t *b
 	uint64_t pos = 0;
 
 	while (pos < t->nbytes) {
-		gfs_piece_span sp = gfs_piece_candidates(t, pos, pos + 1);
+		gfs_piece_span sp = span_of(t->build, t->npieces, pos, pos + 1);
 		uint64_t run_end = 0;
 		size_t owner = SIZE_MAX;
 
@@ -686,7 +738,7 @@ static gfs_err check_strided(const char *label, const gfs_tensor *t, uint64_t *b
 		for (size_t i = sp.first; i < sp.last; i++) {
 			uint64_t start, end;
 
-			if (!gfs_piece_run_at(&t->pieces[i], pos, &start, &end))
+			if (!gfs_piece_run_at(&t->build[i], pos, &start, &end))
 				continue;
 			if (start != pos || owner != SIZE_MAX)
 				return gfs_fail(GFS_ERR_FORMAT,
@@ -700,11 +752,11 @@ static gfs_err check_strided(const char *label, const gfs_tensor *t, uint64_t *b
 					"%s: tensor %s: pieces leave a gap at byte %llu of its %llu bytes",
 					label, t->name, (unsigned long long)pos,
 					(unsigned long long)t->nbytes);
-		sp = gfs_piece_candidates(t, pos, run_end);
+		sp = span_of(t->build, t->npieces, pos, run_end);
 		for (size_t i = sp.first; i < sp.last; i++) {
 			uint64_t start, end;
 
-			if (i != owner && gfs_piece_next_run(&t->pieces[i], pos, &start, &end) &&
+			if (i != owner && gfs_piece_next_run(&t->build[i], pos, &start, &end) &&
 			    start < run_end)
 				return gfs_fail(GFS_ERR_FORMAT,
 						"%s: tensor %s: pieces overlap at byte %llu",
@@ -756,8 +808,14 @@ static int record_cmp(const void *a, const void *b)
 	return c ? c : x->len < y->len ? -1 : x->len > y->len;
 }
 
-/* piece_record(): the record holding every source byte of pc, or GFS_NO_RECORD. */
-static uint32_t piece_record(const gfs_layout *l, const gfs_piece *pc)
+/*
+ * piece_record(): the record holding every source byte of pc, or
+ * GFS_NO_RECORD.  *hint is a record index to try first (or
+ * GFS_NO_RECORD), set to the last record whose key is <= the piece's
+ * start: the pieces of consecutive tensors often share records (one per
+ * rank and flat group), found then in O(1).
+ */
+static uint32_t piece_record(const gfs_layout *l, const gfs_piece *pc, uint32_t *hint)
 {
 	const uint64_t fo = pc->kind == GFS_PIECE_ZSTD ? pc->frame_off : 0;
 	size_t lo = 0, hi = l->nrecords;
@@ -765,6 +823,12 @@ static uint32_t piece_record(const gfs_layout *l, const gfs_piece *pc)
 
 	if (pc->kind == GFS_PIECE_ZERO)
 		return GFS_NO_RECORD;
+	if (*hint < l->nrecords &&
+	    rec_key_cmp(pc->src, pc->kind, fo, pc->src_off, &l->records[*hint]) >= 0 &&
+	    (*hint + 1 == l->nrecords ||
+	     rec_key_cmp(pc->src, pc->kind, fo, pc->src_off, &l->records[*hint + 1]) < 0)) {
+		lo = hi = *hint + 1;
+	}
 	/* the last record whose key is <= the piece's start */
 	while (lo < hi) {
 		const size_t mid = lo + (hi - lo) / 2;
@@ -776,6 +840,7 @@ static uint32_t piece_record(const gfs_layout *l, const gfs_piece *pc)
 	}
 	if (lo == 0)
 		return GFS_NO_RECORD;
+	*hint = (uint32_t)(lo - 1);
 	r = &l->records[lo - 1];
 	if (r->src != pc->src || r->kind != pc->kind || r->frame_off != fo ||
 	    gfs_piece_src_end(pc) > r->off + r->len)
@@ -790,12 +855,19 @@ static gfs_err index_record_pieces(gfs_layout *l)
 	size_t n = 0;
 
 	l->rec_piece0 = gfs_calloc(l->nrecords + 1, sizeof(*l->rec_piece0));
-	if (!l->rec_piece0)
+	l->piece0 = gfs_calloc(gfs_layout_nentries(l) + 1, sizeof(*l->piece0));
+	if (!l->rec_piece0 || !l->piece0)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t i = 0; i < gfs_layout_nentries(l); i++) {
+		l->piece0[i + 1] = l->piece0[i] + l->tensors[i].npieces;
+		if (l->piece0[i + 1] > UINT32_MAX)
+			return gfs_fail(GFS_ERR_LIMIT, "more than %lu pieces in all",
+					(unsigned long)UINT32_MAX);
+	}
 	for (size_t i = 0; i < gfs_layout_nentries(l); i++)
 		for (size_t p = 0; p < l->tensors[i].npieces; p++)
-			if (l->tensors[i].pieces[p].rec != GFS_NO_RECORD)
-				l->rec_piece0[l->tensors[i].pieces[p].rec + 1]++;
+			if (l->tensors[i].slots[p].rec != GFS_NO_RECORD)
+				l->rec_piece0[l->tensors[i].slots[p].rec + 1]++;
 	for (size_t r = 0; r < l->nrecords; r++)
 		l->rec_piece0[r + 1] += l->rec_piece0[r];
 	n = l->rec_piece0[l->nrecords];
@@ -807,12 +879,11 @@ static gfs_err index_record_pieces(gfs_layout *l)
 	}
 	for (size_t i = 0; i < gfs_layout_nentries(l); i++) {
 		for (size_t p = 0; p < l->tensors[i].npieces; p++) {
-			const uint32_t r = l->tensors[i].pieces[p].rec;
+			const uint32_t r = l->tensors[i].slots[p].rec;
 
-			assert(i < UINT32_MAX && p < UINT32_MAX);
+			/* piece0[] is bounded by UINT32_MAX */
 			if (r != GFS_NO_RECORD)
-				l->rec_pieces[l->rec_piece0[r] + at[r]++] =
-					(gfs_piece_ref){ (uint32_t)i, (uint32_t)p };
+				l->rec_pieces[l->rec_piece0[r] + at[r]++] = (uint32_t)(l->piece0[i] + p);
 		}
 	}
 	free(at);
@@ -823,17 +894,29 @@ static gfs_err index_record_pieces(gfs_layout *l)
  * assign_records(): give every piece of tl's entries (tl is l, or l's inputs
  * table, whose sources are l's) its record of l, and mark it in used.
  */
-static void assign_records(const gfs_layout *l, gfs_layout *tl, uint32_t *used)
+static gfs_err assign_records(const gfs_layout *l, gfs_layout *tl, uint32_t *used)
 {
+	/* per source: the record the previous piece from it was looked up at */
+	uint32_t *hint = malloc((l->nsources ? l->nsources : 1) * sizeof(*hint));
+
+	if (!hint)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t k = 0; k < l->nsources; k++)
+		hint[k] = GFS_NO_RECORD;
 	for (size_t i = 0; i < gfs_layout_nentries(tl); i++) {
 		gfs_tensor *t = &tl->tensors[i];
 
 		for (size_t p = 0; p < t->npieces; p++) {
-			t->pieces[p].rec = piece_record(l, &t->pieces[p]);
-			if (t->pieces[p].rec != GFS_NO_RECORD)
-				used[t->pieces[p].rec] = 1;
+			const gfs_piece pc = gfs_tensor_piece(t, p);
+
+			assert(pc.kind == GFS_PIECE_ZERO || pc.src < l->nsources);
+			t->slots[p].rec = piece_record(l, &pc, &hint[pc.src]);
+			if (t->slots[p].rec != GFS_NO_RECORD)
+				used[t->slots[p].rec] = 1;
 		}
 	}
+	free(hint);
+	return GFS_OK;
 }
 
 /* remap_records(): renumber the records of tl's pieces through remap. */
@@ -843,8 +926,8 @@ static void remap_records(gfs_layout *tl, const uint32_t *remap)
 		gfs_tensor *t = &tl->tensors[i];
 
 		for (size_t p = 0; p < t->npieces; p++)
-			if (t->pieces[p].rec != GFS_NO_RECORD)
-				t->pieces[p].rec = remap[t->pieces[p].rec];
+			if (t->slots[p].rec != GFS_NO_RECORD)
+				t->slots[p].rec = remap[t->slots[p].rec];
 	}
 }
 
@@ -857,6 +940,7 @@ static gfs_err finish_records(gfs_layout *l, const char *label)
 {
 	uint32_t *remap;
 	size_t n = 0;
+	gfs_err err;
 
 	for (size_t i = 0; i < l->nrecords; i++) {
 		const gfs_record *r = &l->records[i];
@@ -880,9 +964,13 @@ static gfs_err finish_records(gfs_layout *l, const char *label)
 	remap = gfs_calloc(n ? n : 1, sizeof(*remap));
 	if (!remap)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	assign_records(l, l, remap);
-	if (l->inputs)
-		assign_records(l, l->inputs, remap);
+	err = assign_records(l, l, remap);
+	if (!err && l->inputs)
+		err = assign_records(l, l->inputs, remap);
+	if (err) {
+		free(remap);
+		return err;
+	}
 	n = 0;
 	for (size_t i = 0; i < l->nrecords; i++) {
 		if (!remap[i]) {
@@ -904,7 +992,7 @@ static gfs_err finish_records(gfs_layout *l, const char *label)
 static bool reads_record(const gfs_tensor *t, uint32_t r)
 {
 	for (size_t p = 0; p < t->npieces; p++)
-		if (t->pieces[p].rec == r)
+		if (t->slots[p].rec == r)
 			return true;
 	return false;
 }
@@ -924,18 +1012,19 @@ size_t gfs_record_tensors(const gfs_layout *l, uint32_t r, size_t *out, size_t m
 				hit = t->comp->in[k] >= 0 &&
 				      reads_record(&l->inputs->tensors[t->comp->in[k]], r);
 		} else {
-			/* the record's pieces are in tensor order: binary search ti */
+			/* the record's pieces are in layout order: binary search
+			 * ti's first piece */
 			size_t lo = l->rec_piece0[r], hi = l->rec_piece0[r + 1];
 
 			while (lo < hi) {
 				const size_t mid = lo + (hi - lo) / 2;
 
-				if (l->rec_pieces[mid].ti < ti)
+				if (l->rec_pieces[mid] < l->piece0[ti])
 					lo = mid + 1;
 				else
 					hi = mid;
 			}
-			hit = lo < l->rec_piece0[r + 1] && l->rec_pieces[lo].ti == ti;
+			hit = lo < l->rec_piece0[r + 1] && l->rec_pieces[lo] < l->piece0[ti + 1];
 		}
 		if (!hit)
 			continue;
@@ -971,6 +1060,48 @@ const char *gfs_record_describe(const gfs_layout *l, uint32_t r, size_t max_name
 	if (used < n)
 		snprintf(buf + used, n - used, ")");
 	return buf;
+}
+
+/*
+ * compact(): store t's checked pieces (sorted, reach set) as slots, with
+ * a side table for ZSTD pieces and, in a tensor with strided pieces, for
+ * all (see gfs_pslot), and free the building array.
+ */
+static gfs_err compact(gfs_tensor *t)
+{
+	size_t next = 0;
+
+	for (size_t p = 0; p < t->npieces; p++)
+		next += t->strided || t->build[p].kind == GFS_PIECE_ZSTD;
+	t->slots = gfs_calloc(t->npieces ? t->npieces : 1, sizeof(*t->slots));
+	t->ext = next ? gfs_calloc(next, sizeof(*t->ext)) : NULL;
+	if (!t->slots || (next && !t->ext))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	next = 0;
+	for (size_t p = 0; p < t->npieces; p++) {
+		const gfs_piece *pc = &t->build[p];
+		gfs_pslot *sl = &t->slots[p];
+
+		assert(pc->src < GFS_MAX_SOURCES);
+		sl->toff = pc->toff;
+		sl->rec = pc->rec;
+		sl->bits = pc->src | (uint32_t)pc->kind << GFS_PSLOT_KIND_SHIFT;
+		sl->off = pc->src_off;
+		if (t->strided || pc->kind == GFS_PIECE_ZSTD) {
+			t->ext[next] = (gfs_pext){
+				.src_off = pc->src_off, .len = pc->len, .count = pc->count,
+				.dst_stride = pc->dst_stride, .src_stride = pc->src_stride,
+				.frame_off = pc->frame_off, .frame_len = pc->frame_len,
+				.frame_size = pc->frame_size, .reach = pc->reach,
+			};
+			sl->bits |= GFS_PSLOT_EXT;
+			sl->off = next++;
+		}
+	}
+	free(t->build);
+	t->build = NULL;
+	t->cap_build = 0;
+	return GFS_OK;
 }
 
 gfs_err gfs_layout_finish(gfs_layout *l, const char *label)
@@ -1019,23 +1150,11 @@ gfs_err gfs_layout_finish(gfs_layout *l, const char *label)
 
 		if (t->alias_of >= 0 || t->comp)
 			continue;
-		if (t->npieces >= UINT32_MAX)
-			return gfs_fail(GFS_ERR_LIMIT, "%s: %s has %zu pieces", label, t->name,
-					t->npieces);
-		if (t->cap_pieces > t->npieces && t->npieces > 0) {
-			/* sealed: give back the room grown for more pieces */
-			gfs_piece *p = gfs_reallocarray(t->pieces, t->npieces, sizeof(*p));
-
-			if (p) {
-				t->pieces = p;
-				t->cap_pieces = t->npieces;
-			}
-		}
-		if (t->npieces > 1) /* qsort(NULL, 0) is undefined */
-			qsort(t->pieces, t->npieces, sizeof(*t->pieces), piece_cmp);
+		if (!sorted_by_toff(t)) /* importers mostly add pieces in order */
+			qsort(t->build, t->npieces, sizeof(*t->build), piece_cmp);
 		t->strided = false;
 		for (size_t p = 0; p < t->npieces; p++) {
-			gfs_piece *pc = &t->pieces[p];
+			gfs_piece *pc = &t->build[p];
 			const uint64_t end = gfs_piece_end(pc);
 
 			if (end > reach)
@@ -1048,6 +1167,8 @@ gfs_err gfs_layout_finish(gfs_layout *l, const char *label)
 				return err;
 		}
 		err = t->strided ? check_strided(label, t, &budget) : check_contiguous(label, t);
+		if (!err)
+			err = compact(t);
 		if (err)
 			return err;
 	}
@@ -1060,14 +1181,19 @@ gfs_err gfs_layout_finish(gfs_layout *l, const char *label)
 
 gfs_piece_span gfs_piece_candidates(const gfs_tensor *t, uint64_t off, uint64_t end)
 {
+	const gfs_pslot *const sl = t->slots;
 	size_t lo = 0, hi = t->npieces;
 	gfs_piece_span sp;
 
-	/* first piece whose reach passes off (reach is non-decreasing) */
+	assert(t->npieces == 0 || sl);
+	/* first piece whose reach passes off (reach is non-decreasing); without
+	 * strided pieces a piece's reach is the next one's toff */
 	while (lo < hi) {
 		const size_t mid = lo + (hi - lo) / 2;
+		const uint64_t reach = t->strided ? t->ext[mid].reach
+				       : mid + 1 < t->npieces ? sl[mid + 1].toff : t->nbytes;
 
-		if (t->pieces[mid].reach > off)
+		if (reach > off)
 			hi = mid;
 		else
 			lo = mid + 1;
@@ -1078,7 +1204,7 @@ gfs_piece_span gfs_piece_candidates(const gfs_tensor *t, uint64_t off, uint64_t 
 	while (lo < hi) {
 		const size_t mid = lo + (hi - lo) / 2;
 
-		if (t->pieces[mid].toff < end)
+		if (sl[mid].toff < end)
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -1134,6 +1260,24 @@ int64_t gfs_layout_find_state(const gfs_layout *l, const char *state, const char
 		h = (h + 1) & (l->hash_cap - 1);
 	}
 	return -1;
+}
+
+gfs_piece_ref gfs_layout_piece_ref(const gfs_layout *l, uint32_t g)
+{
+	size_t lo = 0, hi = gfs_layout_nentries(l);
+
+	assert(l->finished && g < l->piece0[hi]);
+	/* the last entry whose first piece is at or before g (piece0[hi] > g
+	 * throughout): entries without pieces come before it */
+	while (hi - lo > 1) {
+		const size_t mid = lo + (hi - lo) / 2;
+
+		if (l->piece0[mid] <= g)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return (gfs_piece_ref){ (uint32_t)lo, (uint32_t)(g - l->piece0[lo]) };
 }
 
 int64_t gfs_layout_find(const gfs_layout *l, const char *name)

@@ -39,9 +39,12 @@ static cJSON *shape_json(const gfs_tensor *t)
 /* tensor_is_general(): does t need version-2 pieces (explicit "at")? */
 static bool tensor_is_general(const gfs_tensor *t)
 {
-	for (size_t p = 0; p < t->npieces; p++)
-		if (t->pieces[p].count > 1 || t->pieces[p].kind == GFS_PIECE_ZSTD)
+	for (size_t p = 0; p < t->npieces; p++) {
+		const gfs_piece pc = gfs_tensor_piece(t, p);
+
+		if (pc.count > 1 || pc.kind == GFS_PIECE_ZSTD)
 			return true;
+	}
 	return false;
 }
 
@@ -134,7 +137,8 @@ static cJSON *tensor_json(const gfs_layout *l, const gfs_tensor *t, bool with_pi
 		goto fail;
 	}
 	for (size_t p = 0; with_pieces && p < t->npieces; p++) {
-		cJSON *pj = piece_json(&t->pieces[p], tensor_is_general(t));
+		const gfs_piece pc = gfs_tensor_piece(t, p);
+		cJSON *pj = piece_json(&pc, tensor_is_general(t));
 
 		if (!pj || !cJSON_AddItemToArray(pieces, pj)) {
 			cJSON_Delete(pj);
@@ -586,7 +590,7 @@ static void pieces_text(jbuf *b, const gfs_tensor *t)
 	const bool general = tensor_is_general(t);
 
 	for (size_t k = 0; k < t->npieces; k++) {
-		const gfs_piece *p = &t->pieces[k];
+		const gfs_piece pc = gfs_tensor_piece(t, k), *p = &pc;
 		bool first = true;
 
 		jb_put(b, k ? ", {" : "{", k ? 3 : 1);

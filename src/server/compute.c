@@ -231,12 +231,12 @@ static gfs_err check_inputs(const gfs_layout *l, const gfs_srcset *s, const gfs_
 		const gfs_tensor *in = t->comp->in[k] >= 0 ? &l->inputs->tensors[t->comp->in[k]] : NULL;
 
 		for (size_t p = 0; in && p < in->npieces && !err; p++) {
-			if (in->pieces[p].rec == GFS_NO_RECORD)
+			if (in->slots[p].rec == GFS_NO_RECORD)
 				continue;
 			if (!gfs_grow((void **)&recs, &cap, n, sizeof(*recs), 8))
 				err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
 			else
-				recs[n++] = in->pieces[p].rec;
+				recs[n++] = in->slots[p].rec;
 		}
 	}
 	if (!err && n)

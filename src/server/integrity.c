@@ -275,8 +275,8 @@ static gfs_err plan(const gfs_layout *l, const uint32_t *claimed, size_t n, chk_
 		const gfs_record *r = &l->records[claimed[k]];
 
 		for (size_t i = l->rec_piece0[claimed[k]]; i < l->rec_piece0[claimed[k] + 1]; i++) {
-			const gfs_piece_ref ref = l->rec_pieces[i];
-			const gfs_piece *pc = &l->tensors[ref.ti].pieces[ref.p];
+			const gfs_piece_ref ref = gfs_layout_piece_ref(l, l->rec_pieces[i]);
+			const gfs_piece pcv = gfs_tensor_piece(&l->tensors[ref.ti], ref.p), *pc = &pcv;
 
 			if (pc->kind != GFS_PIECE_FILE || pc->count != 1)
 				continue;

@@ -241,19 +241,28 @@ static bool piece_is_summed(const gfs_piece *pc)
 	return pc->kind == GFS_PIECE_FILE && pc->count == 1 && pc->rec != GFS_NO_RECORD;
 }
 
+/* piece_summed_at(): piece_is_summed() of piece p of entry ti. */
+static bool piece_summed_at(const gfs_layout *l, size_t ti, size_t p)
+{
+	const gfs_piece pc = gfs_tensor_piece(&l->tensors[ti], p);
+
+	return piece_is_summed(&pc);
+}
+
 void gfs_srcset_set_piece_crc(const gfs_srcset *s, size_t ti, size_t p, uint32_t crc)
 {
 	assert(ti < gfs_layout_nentries(s->layout) && p < s->layout->tensors[ti].npieces);
-	assert(piece_is_summed(&s->layout->tensors[ti].pieces[p]));
+	assert(piece_summed_at(s->layout, ti, p));
 	s->rt->piece_crc[s->rt->piece_base[ti] + p] = crc;
 }
 
 bool gfs_srcset_piece_crc(const gfs_srcset *s, size_t ti, size_t p, uint32_t *crc)
 {
-	const gfs_piece *pc;
+	gfs_piece pcv;
+	const gfs_piece *pc = &pcv;
 
 	assert(ti < gfs_layout_nentries(s->layout) && p < s->layout->tensors[ti].npieces);
-	pc = &s->layout->tensors[ti].pieces[p];
+	pcv = gfs_tensor_piece(&s->layout->tensors[ti], p);
 	if (!piece_is_summed(pc) || atomic_load(&s->rt->state[pc->rec]) != GFS_REC_OK)
 		return false;
 	*crc = s->rt->piece_crc[s->rt->piece_base[ti] + p];
@@ -796,7 +805,7 @@ static gfs_err read_native(const gfs_layout *l, const gfs_srcset *s,
 	if (len == 0)
 		return GFS_OK;
 	for (size_t p = sp.first; p < sp.last; p++) {
-		const gfs_piece *pc = &t->pieces[p];
+		const gfs_piece pcv = gfs_tensor_piece(t, p), *pc = &pcv;
 		uint64_t k = 0, kend = pc->count;
 		gfs_err err = GFS_OK;
 

@@ -323,13 +323,15 @@ static gfs_err map_tensor(const gfs_vfile *vf, const gfs_seg *seg, uint64_t off,
 	while (pos < end) {
 		const gfs_piece_span sp = gfs_piece_candidates(t, pos, end);
 		const gfs_piece *pc = NULL;
+		gfs_piece pcv;
 		uint64_t rs = 0, re = 0;
 		size_t take;
 		gfs_err err;
 
 		for (size_t i = sp.first; i <= sp.last && i < t->npieces; i++) {
-			if (gfs_piece_run_at(&t->pieces[i], pos, &rs, &re)) {
-				pc = &t->pieces[i];
+			pcv = gfs_tensor_piece(t, i);
+			if (gfs_piece_run_at(&pcv, pos, &rs, &re)) {
+				pc = &pcv;
 				break;
 			}
 		}

@@ -384,7 +384,7 @@ static void add_sources(const gfs_layout *l, size_t entry, uint8_t *seen, uint32
 	const gfs_tensor *t = gfs_layout_target(l, entry);
 
 	for (size_t p = 0; p < t->npieces; p++) {
-		const uint32_t rec = t->pieces[p].rec;
+		const uint32_t rec = t->slots[p].rec;
 
 		if (rec != GFS_NO_RECORD && !seen[rec]) {
 			seen[rec] = 1;
@@ -487,7 +487,7 @@ static bool crc_from_sources(const gfs_tzview *z, size_t r, uint32_t *out)
 
 		if (!gfs_srcset_piece_crc(z->ctx->src, ti, p, &c))
 			return false;
-		crc = crc32_combine(crc, c, (z_off_t)t->pieces[p].len);
+		crc = crc32_combine(crc, c, (z_off_t)gfs_tensor_piece(t, p).len);
 	}
 	*out = (uint32_t)crc;
 	return true;
@@ -795,7 +795,7 @@ static void kh_pieces(keyhash *h, const gfs_tensor *t)
 {
 	kh_u64(h, t->npieces);
 	for (size_t p = 0; p < t->npieces; p++) {
-		const gfs_piece *pc = &t->pieces[p];
+		const gfs_piece pcv = gfs_tensor_piece(t, p), *pc = &pcv;
 		const uint64_t f[] = { (uint64_t)pc->kind, pc->src, pc->toff, pc->len,
 				       pc->src_off, pc->count, pc->dst_stride,
 				       pc->src_stride, pc->frame_off, pc->frame_len,

@@ -189,7 +189,7 @@ static void test_strided(void)
 	tap_ok(strided(8, 8, &l) == GFS_OK, "column pieces tile a [4, 4]: %s", gfs_errmsg());
 	if (!l)
 		return;
-	tap_ok(l->tensors[0].pieces[0].toff == 0 && l->tensors[0].strided, "pieces sorted, strided");
+	tap_ok(gfs_tensor_piece(&l->tensors[0], 0).toff == 0 && l->tensors[0].strided, "pieces sorted, strided");
 	for (int r = 0; r < 4; r++)
 		for (int c = 0; c < 16; c++)
 			want[r * 16 + c] = (uint8_t)(c < 8 ? r * 8 + c : 32 + r * 8 + c - 8);
@@ -206,7 +206,7 @@ static void test_strided(void)
 	tap_ok(gfs_layout_to_json(l, &json) == GFS_OK && strstr(json, "\"gatherfs_layout\":\t2") &&
 	       strstr(json, "\"dst_stride\":\t16"), "strided: JSON version 2 with strides");
 	tap_ok(json && gfs_layout_from_json(json, strlen(json), "s.json", tmpdir, &l2) == GFS_OK &&
-	       l2->tensors[0].npieces == 2 && l2->tensors[0].pieces[1].count == 4,
+	       l2->tensors[0].npieces == 2 && gfs_tensor_piece(&l2->tensors[0], 1).count == 4,
 	       "strided: JSON round trip: %s", gfs_errmsg());
 	free(json);
 	gfs_layout_free(l2);
@@ -329,8 +329,8 @@ static void test_records(void)
 	tap_ok(l->nrecords == 2 && strcmp(l->records[0].name, "arch/data/0") == 0 &&
 		       strcmp(l->records[1].name, "arch/data/1") == 0,
 	       "duplicates merged, the record no piece reads dropped (%zu left)", l->nrecords);
-	tap_ok(ta->pieces[0].rec == 0 && ta->pieces[1].rec == 1 && l->tensors[b].pieces[0].rec == 1 &&
-		       l->tensors[c].pieces[0].rec == GFS_NO_RECORD,
+	tap_ok(ta->slots[0].rec == 0 && ta->slots[1].rec == 1 && l->tensors[b].slots[0].rec == 1 &&
+		       l->tensors[c].slots[0].rec == GFS_NO_RECORD,
 	       "each piece knows its record; a piece across a record's end has none");
 	tap_ok(gfs_record_tensors(l, 1, idx, 4) == 3 && idx[0] == a && idx[1] == b &&
 		       l->tensors[idx[2]].alias_of == (int64_t)a,

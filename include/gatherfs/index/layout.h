@@ -15,7 +15,9 @@
  * target's dtype and shape.
  *
  * Importers build a layout with gfs_layout_new(), gfs_layout_add_*() and
- * gfs_layout_finish(), which validates it.  A finished layout is immutable
+ * gfs_layout_finish(), which validates it and stores the pieces compactly
+ * (gfs_pslot: 24 bytes for a contiguous FILE piece); readers get a piece
+ * with gfs_tensor_piece().  A finished layout is immutable
  * and safe to share between threads.  The JSON form is documented in
  * docs/layout-json.md.
  */
@@ -39,6 +41,11 @@ typedef enum gfs_piece_kind {
 /* Upper bound on the runs a layout's validation walks (GFS_ERR_LIMIT past it). */
 #define GFS_MAX_RUNS ((uint64_t)1 << 28)
 
+/*
+ * A piece in full, as importers add it (gfs_layout_add_general()) and as
+ * gfs_tensor_piece() returns it from a finished layout, which stores it
+ * compactly (gfs_pslot).
+ */
 typedef struct gfs_piece {
 	uint64_t toff;       /* offset of the (first) run inside the tensor's bytes */
 	uint64_t len;        /* bytes per run, > 0 */
@@ -57,6 +64,39 @@ typedef struct gfs_piece {
 				GFS_NO_RECORD */
 	gfs_piece_kind kind;
 } gfs_piece;
+
+/*
+ * A finished tensor's piece as stored: 24 bytes for a contiguous FILE or
+ * ZERO piece of a tensor without strided pieces, whose length is the
+ * distance to the next piece (they tile the tensor in order) and whose
+ * reach is its end.  A ZSTD piece, and every piece of a tensor with strided
+ * pieces, keeps the rest in the tensor's side table (gfs_pext), which off
+ * then indexes.  Read pieces with gfs_tensor_piece().
+ */
+typedef struct gfs_pslot {
+	uint64_t toff;
+	uint64_t off;  /* GFS_PSLOT_EXT clear: src_off (0 for ZERO); set: index into gfs_tensor.ext */
+	uint32_t bits; /* source index (GFS_PSLOT_SRC), GFS_PSLOT_EXT, kind << GFS_PSLOT_KIND_SHIFT */
+	uint32_t rec;  /* as gfs_piece.rec */
+} gfs_pslot;
+
+#define GFS_MAX_SOURCES ((uint32_t)1 << 29) /* sources a layout may have */
+#define GFS_PSLOT_SRC (GFS_MAX_SOURCES - 1)
+#define GFS_PSLOT_EXT GFS_MAX_SOURCES
+#define GFS_PSLOT_KIND_SHIFT 30
+
+/* What a gfs_pslot with GFS_PSLOT_EXT does not hold. */
+typedef struct gfs_pext {
+	uint64_t src_off;
+	uint64_t len;
+	uint64_t count;
+	uint64_t dst_stride;
+	uint64_t src_stride;
+	uint64_t frame_off;
+	uint64_t frame_len;
+	uint64_t frame_size;
+	uint64_t reach;
+} gfs_pext;
 
 #define GFS_NO_RECORD UINT32_MAX
 
@@ -149,7 +189,9 @@ typedef struct gfs_compute {
 typedef struct gfs_tensor {
 	char *name;       /* in the layout's arena */
 	uint64_t *shape;  /* ndim sizes, in the layout's arena (shared by an alias) */
-	gfs_piece *pieces;
+	gfs_piece *build;  /* the pieces while building (cap_build of them), NULL once finished */
+	gfs_pslot *slots;  /* the pieces once finished (gfs_tensor_piece()), else NULL */
+	gfs_pext *ext;     /* once finished: the slots' side table, or NULL */
 	char *alias_target; /* while building: name of the alias target, else NULL */
 	char *state;      /* optimizer-state entries: the state ("exp_avg", "step"...), in
 			     the layout's arena (shared by the entries of one state); else NULL */
@@ -158,11 +200,46 @@ typedef struct gfs_tensor {
 	uint64_t nbytes;  /* numel * dtype size */
 	int64_t alias_of; /* index of the target tensor, or -1 */
 	size_t npieces;
-	size_t cap_pieces;
+	size_t cap_build;
 	gfs_dtype dtype;
 	uint32_t ndim;
 	bool strided;     /* set by gfs_layout_finish(): some piece has count > 1 */
 } gfs_tensor;
+
+/*
+ * gfs_tensor_piece(): piece i (< t->npieces) of a finished tensor, in full.
+ * O(1).
+ */
+static inline gfs_piece gfs_tensor_piece(const gfs_tensor *t, size_t i)
+{
+	const gfs_pslot *s = &t->slots[i];
+	gfs_piece p = {
+		.toff = s->toff,
+		.count = 1,
+		.src = s->bits & GFS_PSLOT_SRC,
+		.rec = s->rec,
+		.kind = (gfs_piece_kind)(s->bits >> GFS_PSLOT_KIND_SHIFT),
+	};
+
+	if (s->bits & GFS_PSLOT_EXT) {
+		const gfs_pext *x = &t->ext[s->off];
+
+		p.src_off = x->src_off;
+		p.len = x->len;
+		p.count = x->count;
+		p.dst_stride = x->dst_stride;
+		p.src_stride = x->src_stride;
+		p.frame_off = x->frame_off;
+		p.frame_len = x->frame_len;
+		p.frame_size = x->frame_size;
+		p.reach = x->reach;
+	} else {
+		p.src_off = s->off;
+		p.len = (i + 1 < t->npieces ? t->slots[i + 1].toff : t->nbytes) - s->toff;
+		p.reach = s->toff + p.len;
+	}
+	return p;
+}
 
 /*
  * A non-tensor entry of the checkpoint (a DCP BytesStorageMetadata value:
@@ -254,9 +331,13 @@ typedef struct gfs_layout {
 	size_t cap_records;
 	/* set by gfs_layout_finish(): the pieces of the layout's entries (not
 	 * of its inputs table) in record r are
-	 * rec_pieces[rec_piece0[r] .. rec_piece0[r + 1]) */
+	 * rec_pieces[rec_piece0[r] .. rec_piece0[r + 1]), in layout order, as
+	 * numbers among all the entries' pieces (gfs_layout_piece_ref());
+	 * entry i's pieces are numbered from piece0[i] (piece0 has an entry
+	 * more: the total, bounded by UINT32_MAX) */
 	size_t *rec_piece0;
-	gfs_piece_ref *rec_pieces;
+	uint32_t *rec_pieces;
+	size_t *piece0;
 	/* operands of computed tensors (layout version 3), NULL if none: a
 	 * layout whose sources are this layout's own (copied by
 	 * gfs_layout_finish_inputs()) and whose pieces read this layout's
@@ -468,6 +549,12 @@ size_t gfs_record_tensors(const gfs_layout *l, uint32_t r, size_t *out, size_t m
  */
 const char *gfs_record_describe(const gfs_layout *l, uint32_t r, size_t max_names,
 				char *buf, size_t n);
+
+/*
+ * gfs_layout_piece_ref(): the entry and piece numbered g (< the finished
+ * layout's piece0[nentries]) in rec_pieces.  O(log entries).
+ */
+gfs_piece_ref gfs_layout_piece_ref(const gfs_layout *l, uint32_t g);
 
 /* gfs_layout_find(): index of the model tensor named name, or -1.  O(1). */
 int64_t gfs_layout_find(const gfs_layout *l, const char *name);
