@@ -8,9 +8,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 
 #include "gatherfs/importers/import.h"
 #include "gatherfs/importers/import_plain.h"
@@ -78,7 +75,7 @@ static const char *dir_format(const char *path, const char *tag)
 	return gfs_plain_has_model(path) ? "plain" : "deepspeed";
 }
 
-/* import_path(): gfs_import() but for the allocator and the pickle pool. */
+/* import_path(): gfs_import() but for the pickle pool. */
 static gfs_err import_path(const char *path, const gfs_import_opts *opts, gfs_layout **out)
 {
 	struct stat st;
@@ -139,26 +136,11 @@ static gfs_err import_path(const char *path, const gfs_import_opts *opts, gfs_la
 	return gfs_import_deepspeed(path, tag, out);
 }
 
-/*
- * The importers free each rank file's pickle once it is read, on several
- * threads.  glibc gives the top of a thread's heap back to the kernel on
- * such a free (past M_TRIM_THRESHOLD, 128 KiB), and the next file faults
- * the same pages in again, zeroed: at 1,024 ranks that was a third of the
- * import's CPU time.  During an import the memory stays in the allocator.
- */
-enum { IMPORT_TRIM_THRESHOLD = 1 << 30, GLIBC_TRIM_THRESHOLD = 128 * 1024 };
-
 gfs_err gfs_import(const char *path, const gfs_import_opts *opts, gfs_layout **out)
 {
 	gfs_err err;
 
-#ifdef __GLIBC__
-	(void)mallopt(M_TRIM_THRESHOLD, IMPORT_TRIM_THRESHOLD);
-#endif
 	err = import_path(path, opts, out);
 	gfs_pickle_pool_drain();
-#ifdef __GLIBC__
-	(void)mallopt(M_TRIM_THRESHOLD, GLIBC_TRIM_THRESHOLD);
-#endif
 	return err;
 }

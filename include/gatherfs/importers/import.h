@@ -36,9 +36,6 @@ typedef struct gfs_import_opts {
  * DeepSpeed and zero3 saves only, opts->prefix to DCP and plain files only
  * (GFS_ERR_INVAL otherwise).
  * opts may be NULL.
- * With glibc, the memory the import frees stays in the allocator until it
- * returns (M_TRIM_THRESHOLD raised, then set back to glibc's 128 KiB): a
- * caller that keeps running calls malloc_trim(0) to give it back.
  * @return GFS_OK and a finished layout in *out.
  */
 gfs_err gfs_import(const char *path, const gfs_import_opts *opts, gfs_layout **out);
