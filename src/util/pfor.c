@@ -24,6 +24,18 @@ typedef struct pfor {
 	char msg[1024]; /* the size of gfs_errmsg()'s buffer */
 } pfor;
 
+/* serial(): fn(ctx, i) for i in [0, n) in this thread, up to the first error. */
+static gfs_err serial(size_t n, gfs_err (*fn)(void *ctx, size_t i), void *ctx)
+{
+	for (size_t i = 0; i < n; i++) {
+		const gfs_err err = fn(ctx, i);
+
+		if (err)
+			return err;
+	}
+	return GFS_OK;
+}
+
 static void *worker(void *arg)
 {
 	pfor *p = arg;
@@ -63,13 +75,7 @@ gfs_err gfs_pfor(size_t n, gfs_err (*fn)(void *ctx, size_t i), void *ctx)
 	if (nthreads > n)
 		nthreads = n;
 	if (nthreads < 2) {
-		for (size_t i = 0; i < n; i++) {
-			const gfs_err err = fn(ctx, i);
-
-			if (err)
-				return err;
-		}
-		return GFS_OK;
+		return serial(n, fn, ctx);
 	}
 	(void)pthread_mutex_init(&p.mu, NULL);
 	/* the calling thread is one of the workers */
@@ -186,13 +192,7 @@ gfs_err gfs_pool_for(gfs_pool *p, size_t n, gfs_err (*fn)(void *ctx, size_t i), 
 	job j = { .p = { .fn = fn, .ctx = ctx, .n = n, .failed = n } };
 
 	if (!p || p->nthreads == 0 || n < 2) {
-		for (size_t i = 0; i < n; i++) {
-			const gfs_err err = fn(ctx, i);
-
-			if (err)
-				return err;
-		}
-		return GFS_OK;
+		return serial(n, fn, ctx);
 	}
 	(void)pthread_mutex_init(&j.p.mu, NULL);
 	(void)pthread_mutex_lock(&p->mu);
