@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include <assert.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -272,7 +273,7 @@ void gfs_merge_round(gfs_dtype dt, const double *src, void *dst, size_t n)
 #endif
 
 enum { TILE = 256, STRIP = 16 };
-enum { ISA_PLAIN, ISA_AVX2, ISA_FMA };
+enum { ISA_PLAIN, ISA_AVX2, ISA_FMA, ISA_FAST };
 
 /*
  * A strip finished in registers (x86-64 kernels, W and output fp32 or bf16):
@@ -530,14 +531,15 @@ static ALWAYS_INLINE void rows_body(int isa, size_t rows, size_t cols, size_t r,
 }
 
 /*
- * round_body(): rows x cols of out (dtype odt, row-major) = the rounding of
- * widen(W) + s * (c @ R), for rows x cols of W (dtype wdt), R packed in P:
- * one tile of one row in float64 at a time.  n == TILE is constant where it
- * is, so that the loops vectorize at -O2.
+ * round_body(): rows x cols of out (dtype odt, row-major, rows ld elements
+ * apart) = the rounding of widen(W) + s * (c @ R), for rows x cols of W
+ * (dtype wdt, rows ld elements apart), R packed in P: one tile of one row
+ * in float64 at a time.  n == TILE is constant where it is, so that the
+ * loops vectorize at -O2.
  */
-static ALWAYS_INLINE void round_body(int isa, gfs_dtype wdt, const void *W, size_t rows,
-				     size_t cols, size_t r, double s, const double *c,
-				     const double *P, gfs_dtype odt, void *out)
+static ALWAYS_INLINE void round_body(int isa, gfs_dtype wdt, const void *W, size_t ld,
+				     size_t rows, size_t cols, size_t r, double s,
+				     const double *c, const double *P, gfs_dtype odt, void *out)
 {
 	const size_t wes = gfs_dtype_size(wdt), oes = gfs_dtype_size(odt);
 	const uint8_t *w = W;
@@ -559,12 +561,12 @@ static ALWAYS_INLINE void round_body(int isa, gfs_dtype wdt, const void *W, size
 
 #ifdef MERGE_X86
 			for (; inreg && j < n; j += STRIP) {
-				const size_t e = i * cols + j0 + j;
+				const size_t e = i * ld + j0 + j;
 				const strip_out f = { .s = s, .wdt = wdt, .odt = odt,
 						      .w0 = w + e * wes,
-						      .w1 = two ? w + (e + cols) * wes : NULL,
+						      .w1 = two ? w + (e + ld) * wes : NULL,
 						      .o0 = o + e * oes,
-						      .o1 = two ? o + (e + cols) * oes : NULL };
+						      .o1 = two ? o + (e + ld) * oes : NULL };
 				const bool whole = j + STRIP <= n;
 
 				if (isa == ISA_FMA)
@@ -584,7 +586,7 @@ static ALWAYS_INLINE void round_body(int isa, gfs_dtype wdt, const void *W, size
 			if (!have)
 				acc_tile2(isa, n, r, c + i * r, P + j0 * r, a, two ? b : NULL);
 			for (size_t q = 0; q < (two ? 2u : 1u); q++) {
-				const size_t e = (i + q) * cols + j0 + j;
+				const size_t e = (i + q) * ld + j0 + j;
 				const double *acc = (q ? b : a) + j;
 
 				if (n == TILE && j == 0) {
@@ -625,10 +627,11 @@ static void rows_plain(size_t rows, size_t cols, size_t r, double s, const doubl
 	rows_body(ISA_PLAIN, rows, cols, r, s, c, R, v);
 }
 
-static void round_plain(gfs_dtype wdt, const void *W, size_t rows, size_t cols, size_t r,
-			double s, const double *c, const double *R, gfs_dtype odt, void *out)
+static void round_plain(gfs_dtype wdt, const void *W, size_t ld, size_t rows, size_t cols,
+			size_t r, double s, const double *c, const double *R, gfs_dtype odt,
+			void *out)
 {
-	round_body(ISA_PLAIN, wdt, W, rows, cols, r, s, c, R, odt, out);
+	round_body(ISA_PLAIN, wdt, W, ld, rows, cols, r, s, c, R, odt, out);
 }
 
 #ifdef MERGE_X86
@@ -647,22 +650,23 @@ rows_fma(size_t rows, size_t cols, size_t r, double s, const double *c, const do
 }
 
 __attribute__((target("avx2"))) static void
-round_avx2(gfs_dtype wdt, const void *W, size_t rows, size_t cols, size_t r, double s,
-	   const double *c, const double *R, gfs_dtype odt, void *out)
+round_avx2(gfs_dtype wdt, const void *W, size_t ld, size_t rows, size_t cols, size_t r,
+	   double s, const double *c, const double *R, gfs_dtype odt, void *out)
 {
-	round_body(ISA_AVX2, wdt, W, rows, cols, r, s, c, R, odt, out);
+	round_body(ISA_AVX2, wdt, W, ld, rows, cols, r, s, c, R, odt, out);
 }
 
 __attribute__((target("avx2,fma"))) static void
-round_fma(gfs_dtype wdt, const void *W, size_t rows, size_t cols, size_t r, double s,
-	  const double *c, const double *R, gfs_dtype odt, void *out)
+round_fma(gfs_dtype wdt, const void *W, size_t ld, size_t rows, size_t cols, size_t r,
+	  double s, const double *c, const double *R, gfs_dtype odt, void *out)
 {
-	round_body(ISA_FMA, wdt, W, rows, cols, r, s, c, R, odt, out);
+	round_body(ISA_FMA, wdt, W, ld, rows, cols, r, s, c, R, odt, out);
 }
 
 /*
- * cpu(): the best kernel this CPU runs, ISA_FMA only for exact products;
- * GATHERFS_MERGE_ISA=plain or avx2 caps it (tests, benchmarks).
+ * cpu(): the best kernel this CPU runs, ISA_FMA and ISA_FAST (ISA_FMA with
+ * the bf16 filter) only for exact products; GATHERFS_MERGE_ISA=plain, avx2
+ * or fma caps it (tests, benchmarks).
  */
 static int cpu(bool exact_products)
 {
@@ -673,8 +677,303 @@ static int cpu(bool exact_products)
 		return ISA_PLAIN;
 	if (cap && strcmp(cap, "avx2") == 0)
 		return ISA_AVX2;
-	return exact_products && __builtin_cpu_supports("fma") ? ISA_FMA : ISA_AVX2;
+	if (!exact_products || !__builtin_cpu_supports("fma"))
+		return ISA_AVX2;
+	return cap && strcmp(cap, "fma") == 0 ? ISA_FMA : ISA_FAST;
 }
+#endif
+
+struct gfs_merge_r32 {
+	size_t r, cols;
+	float *P;      /* R packed as gfs_merge_pack() does, in fp32 */
+	float *colsum; /* per column (padded to whole strips): >= sum_k |R[k][j]| */
+	double rmin;   /* the smallest nonzero |R[k][j]| (INFINITY: none) */
+	double smax;   /* the largest colsum */
+};
+
+gfs_merge_r32 *gfs_merge_r32_new(size_t r, size_t cols, const double *P)
+{
+	const size_t ns = (cols + STRIP - 1) / STRIP;
+	gfs_merge_r32 *q;
+
+	if (r == 0 || r > GFS_MERGE_R32_MAX)
+		return NULL;
+	q = calloc(1, sizeof(*q));
+	if (!q)
+		return NULL;
+	q->r = r;
+	q->cols = cols;
+	q->rmin = INFINITY;
+	q->P = malloc(gfs_merge_packed_len(r, cols) * sizeof(float) + 1);
+	q->colsum = malloc(ns * STRIP * sizeof(float) + 1);
+	if (!q->P || !q->colsum) {
+		gfs_merge_r32_free(q);
+		return NULL;
+	}
+	for (size_t sj = 0; sj < ns; sj++) {
+		double sum[STRIP] = { 0 };
+
+		for (size_t k = 0; k < r; k++)
+			for (size_t x = 0; x < STRIP; x++) {
+				const size_t i = (sj * r + k) * STRIP + x;
+				const double a = fabs(P[i]);
+
+				q->P[i] = (float)P[i];
+				if (!(a <= FLT_MAX) || (double)q->P[i] != P[i]) { /* not an fp32 */
+					gfs_merge_r32_free(q);
+					return NULL;
+				}
+				sum[x] += a;
+				if (a != 0 && a < q->rmin)
+					q->rmin = a;
+			}
+		for (size_t x = 0; x < STRIP; x++) {
+			/* above the float64 sum's rounding (r * 2^-53) and the conversion's */
+			const float f = (float)(sum[x] * 1.001);
+
+			if (!(f <= FLT_MAX)) {
+				gfs_merge_r32_free(q);
+				return NULL;
+			}
+			q->colsum[sj * STRIP + x] = f;
+			if (f > q->smax)
+				q->smax = f;
+		}
+	}
+	return q;
+}
+
+void gfs_merge_r32_free(gfs_merge_r32 *q)
+{
+	if (q) {
+		free(q->P);
+		free(q->colsum);
+		free(q);
+	}
+}
+
+#ifdef MERGE_X86
+/*
+ * The bf16 filter (ISA_FAST).  Rows of four, strips of 16 columns: the
+ * accumulation in fp32 with fused multiply-adds (8 lanes, twice the float64
+ * kernel's), y = fl32(W + s32 * a), then y rounded to bf16.  That bf16 is the
+ * float64 kernel's whenever no bf16 rounding boundary (a midpoint between
+ * two bf16 values) lies within E of y, where E bounds both |y - exact| and
+ * |float64 kernel's value - exact| (rounding is monotonic: everything in
+ * [y - E, y + E] then rounds alike):
+ *   - the fp32 sum of r fused products: gamma_r * S, S = sum_k |c_k R_k| <=
+ *     cmax * colsum_j, gamma_r = r u / (1 - r u), u = 2^-24; s32 = fl32(s):
+ *     u |s| S more; so K * colsum_j with K = |s| cmax (r + 2) u * 1.01;
+ *   - y's own rounding (2^-24 |y|), the float64 kernel's ((r + 1) 2^-53 of
+ *     the operands' scale) and E's own (2^-24 E): 2^-23 |y|.
+ * fast_row() keeps the products and sums away from fp32 underflow and
+ * overflow (every nonzero product >= 2^-100, every sum <= 2^100), where
+ * these bounds hold.  The midpoint nearest to y is y's fp32 bits with the
+ * low 16 replaced by 0x8000 (the one below a power of two is at least
+ * |y| 2^-10 away: E must be below that too); y - mid is exact (same
+ * exponent).  A row pair with a lane outside this is done again by the
+ * float64 kernel (strip_fma()), as is a row fast_row() refuses: every
+ * output bit is the float64 kernel's.  NaN and infinite y fail the test.
+ */
+#define FMA __attribute__((target("avx2,fma")))
+
+enum { FAST_CHUNK = 16 }; /* rows whose fp32 factors round_fast() keeps */
+
+/* load8(): eight values of W (fp32 or bf16) at w, as fp32 (exact). */
+FMA static ALWAYS_INLINE __m256 load8(gfs_dtype wdt, const uint8_t *w)
+{
+	const __m128i b = _mm_loadu_si128((const __m128i *)(const void *)w);
+
+	if (wdt == GFS_DT_F32)
+		return _mm256_loadu_ps((const float *)(const void *)w);
+	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
+}
+
+/* bf16_of(): eight fp32 rounded to bf16 (nearest even), in the low 16 bits of 32-bit lanes. */
+FMA static ALWAYS_INLINE __m256i bf16_of(__m256 y)
+{
+	const __m256i b = _mm256_castps_si256(y);
+	const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+
+	return _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7fff)), lsb),
+				 16);
+}
+
+/* sure(): all ones in the lanes whose y has no bf16 rounding boundary within e. */
+FMA static ALWAYS_INLINE __m256 sure(__m256 y, __m256 e, __m256 ay)
+{
+	const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+	const __m256i hi = _mm256_and_si256(_mm256_castps_si256(y), _mm256_set1_epi32((int)0xffff0000u));
+	const __m256 mid = _mm256_castsi256_ps(_mm256_or_si256(hi, _mm256_set1_epi32(0x8000)));
+	const __m256 d = _mm256_and_ps(_mm256_sub_ps(y, mid), abs);
+
+	return _mm256_and_ps(_mm256_cmp_ps(d, e, _CMP_GT_OQ),
+			     _mm256_cmp_ps(e, _mm256_mul_ps(ay, _mm256_set1_ps(0x1p-10f)), _CMP_LE_OQ));
+}
+
+/* fin32(): a row's 16 outputs from accumulations a0, a1; false if a lane is not sure(). */
+FMA static ALWAYS_INLINE bool fin32(__m256 a0, __m256 a1, __m256 sv, float k, const float *bnd,
+				    gfs_dtype wdt, const uint8_t *w, uint8_t *o)
+{
+	const size_t wes = wdt == GFS_DT_F32 ? 4 : 2;
+	const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+	const __m256 kv = _mm256_set1_ps(k), tiny = _mm256_set1_ps(0x1p-23f);
+	const __m256 y0 = _mm256_fmadd_ps(sv, a0, load8(wdt, w));
+	const __m256 y1 = _mm256_fmadd_ps(sv, a1, load8(wdt, w + 8 * wes));
+	const __m256 ay0 = _mm256_and_ps(y0, abs), ay1 = _mm256_and_ps(y1, abs);
+	const __m256 e0 = _mm256_fmadd_ps(kv, _mm256_loadu_ps(bnd), _mm256_mul_ps(ay0, tiny));
+	const __m256 e1 = _mm256_fmadd_ps(kv, _mm256_loadu_ps(bnd + 8), _mm256_mul_ps(ay1, tiny));
+	const __m256 ok = _mm256_and_ps(sure(y0, e0, ay0), sure(y1, e1, ay1));
+	const __m256i h = _mm256_packus_epi32(bf16_of(y0), bf16_of(y1));
+
+	_mm256_storeu_si256((__m256i *)(void *)o, _mm256_permute4x64_epi64(h, _MM_SHUFFLE(3, 1, 2, 0)));
+	return _mm256_movemask_ps(ok) == 0xff;
+}
+
+/*
+ * strip4(): four rows (their fp32 factors at cf, r apart) of one strip (Q: its
+ * packed fp32 R, bnd: its colsums), W at w and out at o, rows wld and old
+ * bytes apart; bit q of the result: row q needs the float64 kernel.
+ */
+FMA static unsigned strip4(size_t r, const float *cf, const float *Q, const float *bnd,
+			   const float *K, float s, gfs_dtype wdt, const uint8_t *w, size_t wld,
+			   uint8_t *o, size_t old)
+{
+	const __m256 sv = _mm256_set1_ps(s);
+	__m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0, c0 = a0, c1 = a0, d0 = a0,
+	       d1 = a0;
+	unsigned bad = 0;
+
+	for (size_t k = 0; k < r; k++) {
+		const __m256 q0 = _mm256_loadu_ps(Q + k * STRIP), q1 = _mm256_loadu_ps(Q + k * STRIP + 8);
+		__m256 x = _mm256_broadcast_ss(cf + k);
+
+		a0 = _mm256_fmadd_ps(x, q0, a0);
+		a1 = _mm256_fmadd_ps(x, q1, a1);
+		x = _mm256_broadcast_ss(cf + r + k);
+		b0 = _mm256_fmadd_ps(x, q0, b0);
+		b1 = _mm256_fmadd_ps(x, q1, b1);
+		x = _mm256_broadcast_ss(cf + 2 * r + k);
+		c0 = _mm256_fmadd_ps(x, q0, c0);
+		c1 = _mm256_fmadd_ps(x, q1, c1);
+		x = _mm256_broadcast_ss(cf + 3 * r + k);
+		d0 = _mm256_fmadd_ps(x, q0, d0);
+		d1 = _mm256_fmadd_ps(x, q1, d1);
+	}
+	bad |= (unsigned)!fin32(a0, a1, sv, K[0], bnd, wdt, w, o);
+	bad |= (unsigned)!fin32(b0, b1, sv, K[1], bnd, wdt, w + wld, o + old) << 1;
+	bad |= (unsigned)!fin32(c0, c1, sv, K[2], bnd, wdt, w + 2 * wld, o + 2 * old) << 2;
+	bad |= (unsigned)!fin32(d0, d1, sv, K[3], bnd, wdt, w + 3 * wld, o + 3 * old) << 3;
+	return bad;
+}
+
+/*
+ * fast_row(): row ci's factors in fp32 into cf and its K; false if the row
+ * is outside the filter's range (fp32 underflow or overflow possible).
+ */
+static bool fast_row(size_t r, const double *ci, double s, const gfs_merge_r32 *q, float *cf,
+		     float *K)
+{
+	double cmax = 0, cmin = INFINITY, kd;
+
+	for (size_t k = 0; k < r; k++) {
+		const double a = fabs(ci[k]);
+
+		if (!(a <= FLT_MAX))
+			return false;
+		cf[k] = (float)ci[k]; /* exact: the caller has exact products */
+		if (a > cmax)
+			cmax = a;
+		if (a != 0 && a < cmin)
+			cmin = a;
+	}
+	if (cmax == 0) { /* every product zero: the sum is exactly zero */
+		*K = 0;
+		return true;
+	}
+	kd = fabs(s) * cmax * (double)(r + 2) * 0x1p-24 * 1.01;
+	if (!(cmin * q->rmin >= 0x1p-100 && cmax * q->smax <= 0x1p100 &&
+	      fabs(s) * cmax * q->smax <= 0x1p100 && kd >= 0x1p-120))
+		return false;
+	*K = (float)kd;
+	return true;
+}
+
+/*
+ * fast_tile(): round_fast() of rows [i0, i0 + m) (m a multiple of 4, cf, K
+ * and ok theirs: fast_row() and its verdict per four) and columns [j0, j0 + n).
+ */
+FMA static ALWAYS_INLINE void fast_tile(gfs_dtype wdt, const void *W, size_t cols, size_t i0,
+					size_t m, size_t j0, size_t n, size_t r, double s,
+					const double *c, const double *P, const gfs_merge_r32 *q,
+					const float *cf, const float *K, const bool *ok, void *out)
+{
+	const size_t wes = gfs_dtype_size(wdt);
+	const float s32 = (float)s;
+	const uint8_t *w = W;
+	uint8_t *o = out;
+
+	for (size_t i = i0; i < i0 + m; i += 4) {
+		const size_t x0 = i - i0;
+
+		if (!ok[x0 / 4]) {
+			const size_t e = i * cols + j0;
+
+			round_fma(wdt, w + e * wes, cols, 4, n, r, s, c + i * r, P + j0 * r,
+				  GFS_DT_BF16, o + e * 2);
+			continue;
+		}
+		for (size_t j = 0; j < n; j += STRIP) {
+			const size_t e = i * cols + j0 + j;
+			const unsigned bad = strip4(r, cf + x0 * r, q->P + (j0 + j) * r,
+						    q->colsum + j0 + j, K + x0, s32, wdt, w + e * wes,
+						    cols * wes, o + e * 2, cols * 2);
+
+			for (size_t x = 0; x < 4; x += 2) { /* a pair, or the one row of it */
+				const unsigned two = bad >> x & 3;
+				const size_t e2 = e + (x + (two == 2)) * cols;
+				const strip_out f = { .s = s, .wdt = wdt, .odt = GFS_DT_BF16,
+						      .w0 = w + e2 * wes,
+						      .w1 = w + (e2 + cols) * wes,
+						      .o0 = o + e2 * 2, .o1 = o + (e2 + cols) * 2 };
+				double a[STRIP], b[STRIP];
+
+				if (two)
+					strip_fma(r, c + (i + x + (two == 2)) * r, P + (j0 + j) * r, a,
+						  two == 3 ? b : NULL, &f);
+			}
+		}
+	}
+}
+
+/*
+ * round_fast(): gfs_merge_lora_round() to bf16 of rows [0, rows & ~3) and
+ * columns [0, cols & ~15) through the bf16 filter (W fp32 or bf16, exact
+ * products, q made from P); the rest is the caller's.
+ */
+FMA static void round_fast(gfs_dtype wdt, const void *W, size_t rows, size_t cols, size_t r,
+			   double s, const double *c, const double *P, const gfs_merge_r32 *q,
+			   void *out)
+{
+	const size_t rows4 = rows & ~(size_t)3, cols16 = cols & ~(size_t)(STRIP - 1);
+	float cf[FAST_CHUNK * GFS_MERGE_R32_MAX], K[FAST_CHUNK];
+	bool ok[FAST_CHUNK / 4];
+
+	assert(r <= GFS_MERGE_R32_MAX && q->r == r && q->cols == cols);
+	for (size_t i0 = 0; i0 < rows4; i0 += FAST_CHUNK) { /* a chunk of rows, every tile */
+		const size_t m = rows4 - i0 < FAST_CHUNK ? rows4 - i0 : FAST_CHUNK;
+
+		for (size_t x = 0; x < m; x++) {
+			const bool y = fast_row(r, c + (i0 + x) * r, s, q, cf + x * r, &K[x]);
+
+			ok[x / 4] = (x % 4 == 0 || ok[x / 4]) && y;
+		}
+		for (size_t j0 = 0; j0 < cols16; j0 += TILE)
+			fast_tile(wdt, W, cols, i0, m, j0, cols16 - j0 < TILE ? cols16 - j0 : TILE, r,
+				  s, c, P, q, cf, K, ok, out);
+	}
+}
+
 #endif
 
 void gfs_merge_lora_rows(size_t rows, size_t cols, size_t r, double s, const double *c,
@@ -682,6 +981,7 @@ void gfs_merge_lora_rows(size_t rows, size_t cols, size_t r, double s, const dou
 {
 #ifdef MERGE_X86
 	switch (cpu(exact_products)) {
+	case ISA_FAST:
 	case ISA_FMA:
 		rows_fma(rows, cols, r, s, c, R, v);
 		return;
@@ -695,22 +995,41 @@ void gfs_merge_lora_rows(size_t rows, size_t cols, size_t r, double s, const dou
 }
 
 void gfs_merge_lora_round(gfs_dtype wdt, const void *W, size_t rows, size_t cols, size_t r,
-			  double s, const double *c, const double *R, bool exact_products,
-			  gfs_dtype odt, void *out)
+			  double s, const double *c, const double *R, const gfs_merge_r32 *q,
+			  bool exact_products, gfs_dtype odt, void *out)
 {
 	assert(gfs_dtype_is_float(wdt) && gfs_dtype_is_float(odt));
+	assert(!q || (q->r == r && q->cols == cols));
 #ifdef MERGE_X86
 	switch (cpu(exact_products)) {
+	case ISA_FAST:
+		if (q && odt == GFS_DT_BF16 && (wdt == GFS_DT_F32 || wdt == GFS_DT_BF16)) {
+			const size_t wes = gfs_dtype_size(wdt), rows4 = rows & ~(size_t)3;
+			const size_t cols16 = cols & ~(size_t)(STRIP - 1);
+			const uint8_t *w = W;
+			uint8_t *o = out;
+
+			round_fast(wdt, W, rows, cols, r, s, c, R, q, out);
+			if (cols16 < cols && rows4)
+				round_fma(wdt, w + cols16 * wes, cols, rows4, cols - cols16, r, s, c,
+					  R + cols16 * r, odt, o + cols16 * 2);
+			if (rows4 < rows)
+				round_fma(wdt, w + rows4 * cols * wes, cols, rows - rows4, cols, r, s,
+					  c + rows4 * r, R, odt, o + rows4 * cols * 2);
+			return;
+		}
+		/* fall through */
 	case ISA_FMA:
-		round_fma(wdt, W, rows, cols, r, s, c, R, odt, out);
+		round_fma(wdt, W, cols, rows, cols, r, s, c, R, odt, out);
 		return;
 	case ISA_AVX2:
-		round_avx2(wdt, W, rows, cols, r, s, c, R, odt, out);
+		round_avx2(wdt, W, cols, rows, cols, r, s, c, R, odt, out);
 		return;
 	}
 #endif
 	(void)exact_products;
-	round_plain(wdt, W, rows, cols, r, s, c, R, odt, out);
+	(void)q;
+	round_plain(wdt, W, cols, rows, cols, r, s, c, R, odt, out);
 }
 
 void gfs_merge_dora_rows(size_t rows, size_t cols, const double *m, double *v)

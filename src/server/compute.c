@@ -23,6 +23,7 @@ typedef struct prep {
 	bool exact;               /* every product C[i][k] R[k][j] is exact in float64 */
 	double *C;                /* [rows, r] */
 	double *R;                /* [r, cols], packed (gfs_merge_pack()) */
+	gfs_merge_r32 *R32;       /* R for the bf16 filter (exact products), or NULL */
 	double *m;                /* DoRA, norms per row: the magnitude [rows] */
 	double *colf;             /* DoRA, norms per column: m[j] / ||V[:, j]|| [cols] */
 } prep;
@@ -98,6 +99,7 @@ static void prep_free(prep *p)
 		return;
 	free(p->C);
 	free(p->R);
+	gfs_merge_r32_free(p->R32);
 	free(p->m);
 	free(p->colf);
 	free(p);
@@ -298,6 +300,8 @@ static gfs_err build_prep(const gfs_layout *l, const gfs_srcset *s, const gfs_te
 	}
 	if (!err && !(p->R = pack(p->R, p->r, p->cols)))
 		err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	if (!err && p->exact && c->op == GFS_OP_LORA)
+		p->R32 = gfs_merge_r32_new(p->r, p->cols, p->R); /* NULL: no filter, same bits */
 	p->rb = p->cols == 0 || p->cols >= GFS_CBLOCK_ELEMS ? 1 : GFS_CBLOCK_ELEMS / p->cols;
 	if (!err && c->op == GFS_OP_DORA && tr) {
 		/* one norm per column: a pass over the whole tensor */
@@ -413,7 +417,7 @@ static gfs_err compute_block(const gfs_layout *l, const gfs_srcset *s, const gfs
 	err = gfs_tensor_read_raw(l, s, W, (uint64_t)i0 * p->cols * es, w->raw, n * p->cols * es);
 	if (!err)
 		gfs_merge_lora_round(W->dtype, w->raw, n, p->cols, p->r, c->scale,
-				     p->C + i0 * p->r, p->R, p->exact, out, data);
+				     p->C + i0 * p->r, p->R, p->R32, p->exact, out, data);
 	return err;
 }
 

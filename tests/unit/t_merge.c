@@ -199,9 +199,10 @@ static void test_round_pass(void)
 {
 	enum { ROWS = 5, COLS = 300, RKMAX = 19 };
 	static const gfs_dtype dts[] = { GFS_DT_F32, GFS_DT_BF16, GFS_DT_F16, GFS_DT_F64 };
-	static const char *const isas[] = { "plain", "avx2", "" };
+	static const char *const isas[] = { "plain", "avx2", "fma", "" };
 	static double c[ROWS * RKMAX], R[RKMAX * COLS], P[RKMAX * (COLS + 15)], v[ROWS * COLS];
 	static uint8_t w[ROWS * COLS * 8], want[ROWS * COLS * 8], got[ROWS * COLS * 8];
+	gfs_merge_r32 *q;
 
 	for (int f64 = 0; f64 < 2; f64++)
 		for (size_t wi = 0; wi < 4; wi++) {
@@ -219,6 +220,8 @@ static void test_round_pass(void)
 				for (size_t i = 0; i < rk * COLS; i++)
 					R[i] = f64 ? rnd32(4) * (1 - 0x1p-45) : rnd32(4);
 				gfs_merge_pack(rk, COLS, R, P);
+				q = gfs_merge_r32_new(rk, COLS, P); /* NULL for float64 operands */
+				ok &= (q == NULL) == (f64 != 0);
 				for (size_t oi = 0; oi < 4; oi++) {
 					const size_t n = ROWS * COLS * gfs_dtype_size(dts[oi]);
 
@@ -226,10 +229,10 @@ static void test_round_pass(void)
 					gfs_merge_widen(dts[wi], w, v, ROWS * COLS);
 					gfs_merge_lora_rows(ROWS, COLS, rk, 0.375, c, P, v, false);
 					gfs_merge_round(dts[oi], v, want, ROWS * COLS);
-					for (size_t k = 0; k < 3; k++) {
+					for (size_t k = 0; k < 4; k++) {
 						setenv("GATHERFS_MERGE_ISA", isas[k], 1);
 						gfs_merge_lora_round(dts[wi], w, ROWS, COLS, rk, 0.375, c,
-								     P, !f64, dts[oi], got);
+								     P, q, !f64, dts[oi], got);
 						ok &= memcmp(got, want, n) == 0;
 						gfs_merge_widen(dts[wi], w, v, ROWS * COLS);
 						gfs_merge_lora_rows(ROWS, COLS, rk, 0.375, c, P, v, !f64);
@@ -237,6 +240,7 @@ static void test_round_pass(void)
 						ok &= memcmp(got, want, n) == 0;
 					}
 				}
+				gfs_merge_r32_free(q);
 			}
 			unsetenv("GATHERFS_MERGE_ISA");
 			tap_ok(ok, "merge of %s W with %s operands: every kernel, fused or not, one "
@@ -261,15 +265,18 @@ static void test_round_pass(void)
 		for (int j = 0; j < COLS; j++)
 			R[j] = j % 3 ? 1 : -1;
 		gfs_merge_pack(1, COLS, R, P);
+		q = gfs_merge_r32_new(1, COLS, P);
 		setenv("GATHERFS_MERGE_ISA", "plain", 1);
-		gfs_merge_lora_round(GFS_DT_F32, w, ROWS, COLS, 1, 1.0, c, P, true, GFS_DT_BF16, want);
-		for (size_t k = 1; k < 3; k++) {
+		gfs_merge_lora_round(GFS_DT_F32, w, ROWS, COLS, 1, 1.0, c, P, NULL, true, GFS_DT_BF16,
+				     want);
+		for (size_t k = 1; k < 4; k++) {
 			setenv("GATHERFS_MERGE_ISA", isas[k], 1);
-			gfs_merge_lora_round(GFS_DT_F32, w, ROWS, COLS, 1, 1.0, c, P, true, GFS_DT_BF16,
+			gfs_merge_lora_round(GFS_DT_F32, w, ROWS, COLS, 1, 1.0, c, P, q, true, GFS_DT_BF16,
 					     got);
 			ok &= memcmp(got, want, ROWS * COLS * 2) == 0;
 		}
 		unsetenv("GATHERFS_MERGE_ISA");
+		gfs_merge_r32_free(q);
 		for (int i = 0; i < ROWS * COLS; i++) { /* and the plain kernel is right */
 			const double x = (double)*(const float *)(const void *)(w + 4 * i) +
 					 c[i / COLS] * (i % COLS % 3 ? 1 : -1);
@@ -280,6 +287,83 @@ static void test_round_pass(void)
 		}
 		tap_ok(ok, "bf16 output at exact ties and just off them: every kernel the same bits");
 	}
+}
+
+/*
+ * The bf16 filter (merge.c): where fp32 accumulation decides a bf16 rounding
+ * wrongly, the float64 kernel's bits come out anyway.  Rows of c = [1, e,
+ * -1] with e = +-2^-25 over R = 1: the fp32 sum is 0 (1 + e rounds to 1),
+ * the exact one e; fp32 W at bf16 midpoints of magnitude 1 to 16, so that
+ * W + e is a tie for fp32 and no tie for float64.  Then a large random
+ * block (rank 16, rows of four and an odd tail, W fp32 and bf16).
+ */
+static void test_bf16_filter(void)
+{
+	enum { ROWS = 9, COLS = 100, RK = 16 };
+	static double c[ROWS * RK], R[RK * COLS], P[RK * (COLS + 15)];
+	static uint8_t w[ROWS * COLS * 4], want[ROWS * COLS * 2], got[ROWS * COLS * 2];
+	gfs_merge_r32 *q;
+	int ok = 1, hard = 0;
+
+	for (int i = 0; i < ROWS; i++) {
+		c[i * 3] = 1;
+		c[i * 3 + 1] = i % 2 ? 0x1p-25 : -0x1p-25;
+		c[i * 3 + 2] = -1;
+	}
+	for (int j = 0; j < 3 * COLS; j++)
+		R[j] = 1;
+	for (int i = 0; i < ROWS * COLS; i++) {
+		const uint32_t b = (uint32_t)(xorshift() & 0x80030000u) | 0x3f808000u;
+
+		memcpy(w + 4 * i, &b, 4);
+	}
+	gfs_merge_pack(3, COLS, R, P);
+	q = gfs_merge_r32_new(3, COLS, P);
+	setenv("GATHERFS_MERGE_ISA", "plain", 1);
+	gfs_merge_lora_round(GFS_DT_F32, w, ROWS, COLS, 3, 1.0, c, P, NULL, true, GFS_DT_BF16, want);
+	unsetenv("GATHERFS_MERGE_ISA");
+	gfs_merge_lora_round(GFS_DT_F32, w, ROWS, COLS, 3, 1.0, c, P, q, true, GFS_DT_BF16, got);
+	ok &= q != NULL && memcmp(got, want, sizeof(want)) == 0;
+	for (int i = 0; i < ROWS * COLS; i++) { /* what fp32 alone would give: W, a tie */
+		uint8_t h[2];
+		float f;
+		double x;
+
+		memcpy(&f, w + 4 * i, 4);
+		x = f;
+		gfs_merge_round(GFS_DT_BF16, &x, h, 1);
+		hard += memcmp(h, want + 2 * i, 2) != 0;
+	}
+	gfs_merge_r32_free(q);
+	tap_ok(ok && hard > ROWS * COLS / 4,
+	       "bf16 filter: sums fp32 gets wrong at ties (%d of %d would round otherwise) "
+	       "come out as in float64", hard, ROWS * COLS);
+
+	ok = 1;
+	for (int i = 0; i < ROWS * RK; i++)
+		c[i] = rnd32(6);
+	for (int i = 0; i < RK * COLS; i++)
+		R[i] = rnd32(6);
+	gfs_merge_pack(RK, COLS, R, P);
+	q = gfs_merge_r32_new(RK, COLS, P);
+	for (int bf = 0; bf < 2; bf++) {
+		const gfs_dtype wdt = bf ? GFS_DT_BF16 : GFS_DT_F32;
+
+		for (int i = 0; i < ROWS * COLS; i++) {
+			const double x = rnd32(4);
+
+			gfs_merge_round(wdt, &x, w + i * gfs_dtype_size(wdt), 1);
+		}
+		setenv("GATHERFS_MERGE_ISA", "plain", 1);
+		gfs_merge_lora_round(wdt, w, ROWS, COLS, RK, 3.0, c, P, NULL, true, GFS_DT_BF16,
+				     want);
+		unsetenv("GATHERFS_MERGE_ISA");
+		gfs_merge_lora_round(wdt, w, ROWS, COLS, RK, 3.0, c, P, q, true, GFS_DT_BF16, got);
+		ok &= q != NULL && memcmp(got, want, sizeof(want)) == 0;
+	}
+	gfs_merge_r32_free(q);
+	tap_ok(ok, "bf16 filter: %d x %d at rank %d, W fp32 and bf16, the float64 kernel's bits",
+	       ROWS, COLS, RK);
 }
 
 /* A source of 4096 bytes: float32 values k / 64 - 8 at element k. */
@@ -419,6 +503,7 @@ int main(void)
 	test_rounding();
 	test_update();
 	test_round_pass();
+	test_bf16_filter();
 	make_source();
 	test_computed();
 	unlink(srcpath);

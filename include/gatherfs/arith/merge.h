@@ -17,6 +17,12 @@
  * distance of a rounding boundary, and always within 1 ulp of the operand
  * scale.  fp64 operands lose the exact-product property (documented
  * departure: then the error is that of a float64 dot product).
+ *
+ * To bf16, on x86-64 CPUs with FMA, a block may first be computed in fp32
+ * (twice the lanes) with a bound on its error: where no bf16 rounding
+ * boundary lies within that bound, the fp32 value rounds to the same bf16 as
+ * the float64 one, and the rest is computed in float64.  The output is the
+ * float64 computation's, bit for bit (merge.c, "The bf16 filter").
  */
 #ifndef GATHERFS_MERGE_H
 #define GATHERFS_MERGE_H
@@ -62,16 +68,31 @@ void gfs_merge_pack(size_t r, size_t cols, const double *R, double *P);
 void gfs_merge_lora_rows(size_t rows, size_t cols, size_t r, double s, const double *c,
 			 const double *P, double *v, bool exact_products);
 
+/* R in fp32 for gfs_merge_lora_round()'s bf16 filter (merge.c). */
+typedef struct gfs_merge_r32 gfs_merge_r32;
+
+#define GFS_MERGE_R32_MAX 256 /* the largest rank the bf16 filter takes */
+
+/*
+ * gfs_merge_r32_new(): the bf16 filter's copy of R [r, cols] packed in P
+ * (gfs_merge_pack()); NULL (no filter) when a value of R is not a finite
+ * fp32, r is 0 or above GFS_MERGE_R32_MAX, or memory is short.  Free it
+ * with gfs_merge_r32_free() (NULL allowed).
+ */
+gfs_merge_r32 *gfs_merge_r32_new(size_t r, size_t cols, const double *P);
+void gfs_merge_r32_free(gfs_merge_r32 *q);
+
 /*
  * gfs_merge_lora_round(): rows x cols of out (dtype odt) = W + s * (c @ R),
  * rounded once: gfs_merge_round() of gfs_merge_widen() of W (rows x cols of
  * dtype wdt, little endian) after gfs_merge_lora_rows(), the same bits,
- * without a float64 copy of the block.  P as for gfs_merge_lora_rows().  W
- * and out may be unaligned and must not overlap.
+ * without a float64 copy of the block.  P as for gfs_merge_lora_rows(); q:
+ * gfs_merge_r32_new() of the same r, cols and P, or NULL.  W and out may be
+ * unaligned and must not overlap.
  */
 void gfs_merge_lora_round(gfs_dtype wdt, const void *W, size_t rows, size_t cols, size_t r,
-			  double s, const double *c, const double *P, bool exact_products,
-			  gfs_dtype odt, void *out);
+			  double s, const double *c, const double *P, const gfs_merge_r32 *q,
+			  bool exact_products, gfs_dtype odt, void *out);
 
 /*
  * gfs_merge_dora_rows(): DoRA with one norm per row: v[i][j] *= m[i] /
