@@ -269,6 +269,39 @@ static void format_shape(const gfs_tensor *t, char *buf, size_t n)
 		snprintf(buf + used, n - used, "]");
 }
 
+/*
+ * json_entry(): a new object in arr for entry t: its state (if state),
+ * name, dtype dt and shape; NULL when memory is short (arr keeps what it has).
+ */
+static cJSON *json_entry(cJSON *arr, const gfs_tensor *t, bool state, gfs_dtype dt)
+{
+	cJSON *e = cJSON_CreateObject();
+	cJSON *shape = cJSON_CreateArray();
+	bool ok = e && shape && cJSON_AddItemToArray(arr, e);
+
+	if (!ok) {
+		cJSON_Delete(e);
+		cJSON_Delete(shape);
+		return NULL;
+	}
+	ok = (!state || cJSON_AddStringToObject(e, "state", t->state)) &&
+	     cJSON_AddStringToObject(e, "name", t->name) &&
+	     cJSON_AddStringToObject(e, "dtype", gfs_dtype_name(dt)) &&
+	     cJSON_AddItemToObject(e, "shape", shape);
+	if (!ok) {
+		cJSON_Delete(shape);
+		return NULL;
+	}
+	for (uint32_t d = 0; ok && d < t->ndim; d++) {
+		cJSON *v = gfs_json_u64_item(t->shape[d]);
+
+		ok = v && cJSON_AddItemToArray(shape, v);
+		if (!ok)
+			cJSON_Delete(v);
+	}
+	return ok ? e : NULL;
+}
+
 /* cmd_ls_optim(): ls --optim: the optimizer-state entries. */
 static int cmd_ls_optim(const inspect_opts *o, const gfs_layout *l)
 {
@@ -279,31 +312,9 @@ static int cmd_ls_optim(const inspect_opts *o, const gfs_layout *l)
 
 		for (size_t i = l->ntensors; ok && i < gfs_layout_nentries(l); i++) {
 			const gfs_tensor *t = &l->tensors[i];
-			cJSON *e = cJSON_CreateObject();
-			cJSON *shape = cJSON_CreateArray();
+			cJSON *e = json_entry(arr, t, true, t->dtype);
 
-			ok = e && shape && cJSON_AddItemToArray(arr, e);
-			if (!ok) {
-				cJSON_Delete(e);
-				cJSON_Delete(shape);
-				break;
-			}
-			ok = cJSON_AddStringToObject(e, "state", t->state) &&
-			     cJSON_AddStringToObject(e, "name", t->name) &&
-			     cJSON_AddStringToObject(e, "dtype", gfs_dtype_name(t->dtype)) &&
-			     cJSON_AddItemToObject(e, "shape", shape);
-			if (!ok) {
-				cJSON_Delete(shape);
-				break;
-			}
-			for (uint32_t d = 0; ok && d < t->ndim; d++) {
-				cJSON *v = gfs_json_u64_item(t->shape[d]);
-
-				ok = v && cJSON_AddItemToArray(shape, v);
-				if (!ok)
-					cJSON_Delete(v);
-			}
-			ok = ok && gfs_json_add_u64(e, "nbytes", t->nbytes);
+			ok = e && gfs_json_add_u64(e, "nbytes", t->nbytes);
 		}
 		text = ok ? cJSON_Print(arr) : NULL;
 		cJSON_Delete(arr);
@@ -341,29 +352,9 @@ static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 		for (size_t i = 0; ok && i < l->ntensors; i++) {
 			const gfs_tensor *t = &l->tensors[i];
 			const gfs_dtype dt = gfs_dtype_out(t->dtype, o->dtype);
-			cJSON *e = cJSON_CreateObject();
-			cJSON *shape = cJSON_CreateArray();
+			cJSON *e = json_entry(arr, t, false, dt);
 
-			ok = e && shape && cJSON_AddItemToArray(arr, e);
-			if (!ok) {
-				cJSON_Delete(e);
-				cJSON_Delete(shape);
-				break;
-			}
-			ok = cJSON_AddStringToObject(e, "name", t->name) &&
-			     cJSON_AddStringToObject(e, "dtype", gfs_dtype_name(dt)) &&
-			     cJSON_AddItemToObject(e, "shape", shape);
-			if (!ok) {
-				cJSON_Delete(shape);
-				break;
-			}
-			for (uint32_t d = 0; ok && d < t->ndim; d++) {
-				cJSON *v = gfs_json_u64_item(t->shape[d]);
-
-				ok = v && cJSON_AddItemToArray(shape, v);
-				if (!ok)
-					cJSON_Delete(v);
-			}
+			ok = e != NULL;
 			if (ok && kinds) {
 				char kb[32];
 
