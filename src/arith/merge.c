@@ -73,24 +73,6 @@ void gfs_merge_widen(gfs_dtype dt, const void *src, double *dst, size_t n)
 }
 
 /*
- * round_bits(): |x| (finite) rounded once, to nearest even, to p significant
- * bits with exponents no lower than emin (the quantum stops shrinking below
- * 2^emin: subnormals).  Scaling by powers of two is exact, nearbyint()
- * rounds ties to even in the default mode.
- */
-static double round_bits(double ax, int p, int emin)
-{
-	int e;
-
-	if (ax == 0)
-		return 0;
-	(void)frexp(ax, &e); /* ax = m * 2^e, 0.5 <= m < 1 */
-	if (e < emin)
-		e = emin;
-	return ldexp(nearbyint(ldexp(ax, p - e)), e - p);
-}
-
-/*
  * rne_bits(): the bits of double x rounded to nearest even at bit `drop`
  * of its significand (keeping 52 - drop fraction bits).  Exact for any
  * finite x whose result stays a normal number of the target format: a
@@ -104,60 +86,55 @@ static uint64_t rne_bits(uint64_t u, int drop)
 	return u & ~(((uint64_t)1 << drop) - 1);
 }
 
-static uint16_t to_bf16(double x)
+/* A 16-bit binary format: sign, exponent of ebits bits (bias), mbits fraction bits. */
+typedef struct half_fmt {
+	int mbits, bias;
+	uint16_t qnan;
+} half_fmt;
+
+static const half_fmt BF16 = { 7, 127, 0x7fc0 }, F16 = { 10, 15, 0x7e00 };
+
+/*
+ * to_half(): x rounded once, to nearest even, to format f.  A normal result
+ * (or the infinity a carry reaches) from the float64 bits (rne_bits()); a
+ * subnormal one (or zero, or the smallest normal it rounds up to: the same
+ * encoding) as the nearest multiple of the subnormal quantum, which scaling
+ * by a power of two makes an integer to round (nearbyint(): ties to even in
+ * the default mode).
+ */
+static uint16_t to_half(double x, const half_fmt *f)
 {
 	const uint16_t sign = signbit(x) ? 0x8000 : 0;
+	const int emin = 1 - f->bias, emax = f->bias + 1, drop = 52 - f->mbits;
+	const uint16_t inf = (uint16_t)((2 * f->bias + 1) << f->mbits);
 	uint64_t u;
-	double r;
-	float f;
-	uint32_t b;
 	int e;
 
 	memcpy(&u, &x, 8);
 	e = (int)((u >> 52) & 0x7ff) - 1023;
-	if (e >= -126 && e < 128) { /* a bf16 normal (or it rounds up to 2^128: infinity) */
-		u = rne_bits(u, 45);
+	if (e >= emin && e < emax) {
+		u = rne_bits(u, drop);
 		e = (int)((u >> 52) & 0x7ff) - 1023;
-		if (e >= 128)
-			return sign | 0x7f80;
-		return sign | (uint16_t)((e + 127) << 7) | (uint16_t)((u >> 45) & 0x7f);
+		if (e >= emax)
+			return sign | inf;
+		return sign | (uint16_t)((e + f->bias) << f->mbits) |
+		       (uint16_t)((u >> drop) & (((uint64_t)1 << f->mbits) - 1));
 	}
 	if (isnan(x))
-		return sign | 0x7fc0;
-	if (isinf(x))
-		return sign | 0x7f80;
-	r = round_bits(fabs(x), 8, -125); /* 8 bits, normals down to 2^-126 */
-	f = (float)r;                    /* exact, or infinity past the largest bf16 */
-	memcpy(&b, &f, 4);
-	return sign | (uint16_t)(b >> 16);
+		return sign | f->qnan;
+	if (e >= emax) /* infinite, or finite past the format's range */
+		return sign | inf;
+	return sign | (uint16_t)nearbyint(ldexp(fabs(x), f->mbits - emin));
+}
+
+static uint16_t to_bf16(double x)
+{
+	return to_half(x, &BF16);
 }
 
 static uint16_t to_f16(double x)
 {
-	const uint16_t sign = signbit(x) ? 0x8000 : 0;
-	uint64_t u;
-	double r;
-	int e;
-
-	memcpy(&u, &x, 8);
-	e = (int)((u >> 52) & 0x7ff) - 1023;
-	if (e >= -14 && e < 16) { /* an f16 normal (or it rounds up to 2^16: infinity) */
-		u = rne_bits(u, 42);
-		e = (int)((u >> 52) & 0x7ff) - 1023;
-		if (e >= 16)
-			return sign | 0x7c00;
-		return sign | (uint16_t)((e + 15) << 10) | (uint16_t)((u >> 42) & 0x3ff);
-	}
-	if (isnan(x))
-		return sign | 0x7e00;
-	r = isinf(x) ? INFINITY : round_bits(fabs(x), 11, -13); /* normals down to 2^-14 */
-	if (r >= 65536.0)
-		return sign | 0x7c00;
-	if (r < 0x1p-14)
-		return sign | (uint16_t)ldexp(r, 24); /* subnormal (or zero): a multiple of 2^-24 */
-	(void)frexp(r, &e); /* r = 1.f * 2^(e-1) */
-	return sign | (uint16_t)((e - 1 + 15) << 10) |
-	       (uint16_t)(ldexp(r, 11 - e) - 1024.0);
+	return to_half(x, &F16);
 }
 
 /* put_le16(): h at p, little-endian (one 16-bit store where that is the host's order). */
