@@ -364,6 +364,36 @@ static void test_bf16_filter(void)
 	gfs_merge_r32_free(q);
 	tap_ok(ok, "bf16 filter: %d x %d at rank %d, W fp32 and bf16, the float64 kernel's bits",
 	       ROWS, COLS, RK);
+
+	/* magnitudes where fp32 would underflow or overflow (the rows go to
+	 * float64), subnormal factors, and scales from tiny to huge */
+	ok = 1;
+	for (int m = 0; m < 6; m++) {
+		static const int ce[] = { 80, 140, 6, 0, -60, 20 }, re[] = { 30, 6, 140, -70, -60, 6 };
+		static const double sc[] = { 1.0, 2.0, 0x1p-130, 0x1p90, 1.0, 0.0 };
+
+		for (int i = 0; i < ROWS * RK; i++)
+			c[i] = i % 5 ? ldexp(rnd32(0), -ce[m]) : 0;
+		for (int i = 0; i < RK * COLS; i++)
+			R[i] = ldexp(rnd32(0), -re[m]);
+		gfs_merge_pack(RK, COLS, R, P);
+		q = gfs_merge_r32_new(RK, COLS, P);
+		for (int i = 0; i < ROWS * COLS; i++) {
+			const double x = i % 7 ? rnd32(4) : ldexp(rnd32(0), -130);
+
+			gfs_merge_round(GFS_DT_BF16, &x, w + 2 * i, 1);
+		}
+		setenv("GATHERFS_MERGE_ISA", "plain", 1);
+		gfs_merge_lora_round(GFS_DT_BF16, w, ROWS, COLS, RK, sc[m], c, P, NULL, true,
+				     GFS_DT_BF16, want);
+		unsetenv("GATHERFS_MERGE_ISA");
+		gfs_merge_lora_round(GFS_DT_BF16, w, ROWS, COLS, RK, sc[m], c, P, q, true,
+				     GFS_DT_BF16, got);
+		ok &= memcmp(got, want, sizeof(want)) == 0;
+		gfs_merge_r32_free(q);
+	}
+	tap_ok(ok, "bf16 filter: products near fp32 underflow and overflow, scales 2^-130 to "
+		   "2^90 and 0: the float64 kernel's bits");
 }
 
 /* A source of 4096 bytes: float32 values k / 64 - 8 at element k. */
