@@ -135,14 +135,13 @@ static const char *kind_phrase(const gfs_pv *v, char *buf, size_t n)
 	return buf;
 }
 
-static gfs_err file_open(ds_file *f, const char *dir, const char *name)
+/*
+ * file_stat(): open dir/name (f->fd) and check that it is a non-empty
+ * regular file, setting f's name, path and size.
+ */
+static gfs_err file_stat(ds_file *f, const char *dir, const char *name)
 {
 	struct stat st;
-	const gfs_tzip_record *rec;
-	uint8_t *buf = NULL;
-	size_t len = 0;
-	char label[4096 + 64];
-	gfs_err err;
 	const size_t plen = strlen(dir) + 1 + strlen(name) + 1;
 
 	f->fd = -1;
@@ -164,7 +163,18 @@ static gfs_err file_open(ds_file *f, const char *dir, const char *name)
 	if (f->size == 0)
 		return gfs_fail(GFS_ERR_FORMAT, "%s: empty file (0 bytes), not a torch checkpoint",
 				f->path);
-	err = gfs_tzip_open(f->fd, 0, f->size, f->path, NULL, &f->zip);
+	return GFS_OK;
+}
+
+/* file_read(): read the zip directory and the pickle of f, checked by file_stat(). */
+static gfs_err file_read(ds_file *f)
+{
+	const gfs_tzip_record *rec;
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	char label[4096 + 64];
+	gfs_err err = gfs_tzip_open(f->fd, 0, f->size, f->path, NULL, &f->zip);
+
 	if (err)
 		return err;
 	rec = gfs_tzip_find(f->zip, "data.pkl");
@@ -184,6 +194,13 @@ static gfs_err file_open(ds_file *f, const char *dir, const char *name)
 				"%s: not a DeepSpeed checkpoint file: its pickle holds %s, not a dict",
 				f->path, kind_phrase(f->root, label, sizeof(label)));
 	return GFS_OK;
+}
+
+static gfs_err file_open(ds_file *f, const char *dir, const char *name)
+{
+	const gfs_err err = file_stat(f, dir, name);
+
+	return err ? err : file_read(f);
 }
 
 static void frags_free(ds_file *f);
@@ -1831,8 +1848,10 @@ static gfs_err open_model(void *ctx, size_t r)
 		err = gfs_fail(GFS_ERR_NOTFOUND,
 			       "%s: model states file of rank %zu (of %llu) is missing",
 			       c->tagdir, r, (unsigned long long)c->ws);
-	else
+	else if (r == 0)
 		err = file_open(&c->model[r], c->tagdir, j->ls->zmodel[r]);
+	else
+		err = file_stat(&c->model[r], c->tagdir, j->ls->zmodel[r]);
 	(void)pthread_mutex_lock(&j->mu);
 	if (r == 0) {
 		j->m0_done = true;
@@ -1845,12 +1864,19 @@ static gfs_err open_model(void *ctx, size_t r)
 	(void)pthread_mutex_unlock(&j->mu);
 	if (r == 0 || err)
 		return err;
-	/* only frozen params are read from the other ranks' files: their
+	/* only frozen params are read from the other ranks' files (names,
+	 * shapes, buffers and aliases come from rank 0's, as in
+	 * zero_to_fp32): without frozen params their pickles are not parsed
+	 * (a ZeRO-3 rank's holds param_shapes and a placeholder for every
+	 * param: most of the import's time at scale); with them their
 	 * fragments are located, then each file is freed at once, so the
 	 * import holds a few ranks' pickles (one per thread), not ws of them */
-	if (m0_ok && has_frozen(&c->model[0]))
-		err = frags_read(&c->model[r],
-				 gfs_pv_dict_get(c->model[0].root, "frozen_param_shapes"));
+	if (m0_ok && has_frozen(&c->model[0])) {
+		err = file_read(&c->model[r]);
+		if (!err)
+			err = frags_read(&c->model[r],
+					 gfs_pv_dict_get(c->model[0].root, "frozen_param_shapes"));
+	}
 	file_release(&c->model[r]);
 	return err;
 }
