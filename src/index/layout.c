@@ -1418,7 +1418,7 @@ gfs_piece_span gfs_piece_candidates(const gfs_tensor *t, uint64_t off, uint64_t 
 	if (t->rf) {
 		const uint64_t last = end / t->rf_plen + (end % t->rf_plen != 0);
 
-		sp.first = off / t->rf_plen < t->npieces ? (size_t)(off / t->rf_plen) : t->npieces;
+		sp.first = off < t->nbytes ? (size_t)(off / t->rf_plen) : t->npieces;
 		sp.last = last < t->npieces ? (size_t)last : t->npieces;
 		if (sp.last < sp.first)
 			sp.last = sp.first;
