@@ -1030,7 +1030,7 @@ static const rf_set *rf_set_of(ds_ckpt *c, const flat *fl)
 		return NULL;
 	c->rfsets = rs;
 	rs = &c->rfsets[c->nrfsets];
-	*rs = (rf_set){ .flats = fl, .uniform = f0->n > 0 && c->ws <= UINT32_MAX };
+	*rs = (rf_set){ .flats = fl, .uniform = f0->n > 0 };
 	rs->ids = malloc((f0->n ? f0->n : 1) * sizeof(*rs->ids));
 	if (!rs->ids)
 		return NULL;

@@ -620,6 +620,8 @@ gfs_err gfs_layout_add_partition(gfs_layout *l, size_t ti, uint32_t f, uint64_t 
 	t->rf_off = off;
 	t->rf_plen = plen;
 	t->npieces = (size_t)np;
+	if (np > l->rflats[f]->maxp)
+		l->rflats[f]->maxp = (uint32_t)np;
 	return GFS_OK;
 }
 
@@ -1087,12 +1089,6 @@ static void assign_rflat_records(gfs_layout *l, uint32_t *used)
 {
 	uint32_t hint = GFS_NO_RECORD;
 
-	for (size_t i = 0; i < gfs_layout_nentries(l); i++) {
-		gfs_rflat *f = (gfs_rflat *)l->tensors[i].rf;
-
-		if (f && l->tensors[i].npieces > f->maxp)
-			f->maxp = (uint32_t)l->tensors[i].npieces;
-	}
 	for (size_t i = 0; i < l->nrflats; i++) {
 		gfs_rflat *f = l->rflats[i];
 

@@ -204,7 +204,7 @@ typedef struct gfs_rflat_rank {
 typedef struct gfs_rflat {
 	uint64_t nbytes;        /* on each rank */
 	uint32_t nranks;
-	uint32_t maxp;          /* set by gfs_layout_finish(): most pieces of its tensors */
+	uint32_t maxp;          /* most pieces of its tensors (ranks with a record) */
 	gfs_rflat_rank *ranks;  /* [nranks] */
 } gfs_rflat;
 
