@@ -100,6 +100,17 @@ typedef struct fs_virt {
 	fs_attr attr;
 } fs_virt;
 
+/* The common owner and group of some files, as merge_owner() folds them. */
+typedef struct fs_owner {
+	bool any;
+	bool uid_mixed;
+	bool gid_mixed;
+	uid_t uid;
+	gid_t gid;
+} fs_owner;
+
+enum { RF_MEMO = 8 };
+
 /*
  * The files behind a node, while its attributes are derived: perm objects,
  * and whether the metadata inputs count (see fs.h).
@@ -126,6 +137,15 @@ typedef struct fs_access {
 	uid_t meta_uid;
 	gid_t meta_gid;
 	unsigned meta_bits;
+	fs_owner meta_owner; /* merge_owner() over the metadata inputs */
+	/* the attributes of the last files of tensors on regular flats, by
+	 * flat and piece count (the same sources: the same attributes) */
+	struct {
+		const gfs_rflat *rf;
+		size_t npieces;
+		fs_attr attr;
+	} rf_memo[RF_MEMO];
+	size_t rf_next;
 } fs_access;
 
 /*
@@ -407,18 +427,17 @@ static gfs_err set_add_entries(gfs_fs *fs, const size_t *entries, size_t n)
 }
 
 /* merge_owner(): fold an object's owner and group into the common ones. */
-static void merge_owner(const gfs_perm *p, uint32_t id, bool *any, uid_t *uid, gid_t *gid,
-			bool *uid_mixed, bool *gid_mixed)
+static void merge_owner(const gfs_perm *p, uint32_t id, fs_owner *o)
 {
 	uid_t u;
 	gid_t g;
 
 	gfs_perm_owner(p, id, &u, &g);
-	*uid_mixed |= *any && u != *uid;
-	*gid_mixed |= *any && g != *gid;
-	*uid = u;
-	*gid = g;
-	*any = true;
+	o->uid_mixed |= o->any && u != o->uid;
+	o->gid_mixed |= o->any && g != o->gid;
+	o->uid = u;
+	o->gid = g;
+	o->any = true;
 }
 
 /* meta_bits(): the classes of uid:gid that may read every metadata input. */
@@ -447,20 +466,16 @@ static fs_attr set_attr(gfs_fs *fs, bool dir)
 {
 	fs_access *a = &fs->acc;
 	const fs_set *s = &a->set;
-	bool any = false, uid_mixed = false, gid_mixed = false;
-	uid_t uid = 0;
-	gid_t gid = 0;
+	fs_owner o = s->meta ? a->meta_owner : (fs_owner){ 0 };
+	uid_t uid;
+	gid_t gid;
 	unsigned bits;
 	const mode_t r = dir ? 5 : 4;
 
-	for (size_t k = 0; s->meta && k < a->nmeta; k++)
-		merge_owner(a->perm, a->meta_ids[k], &any, &uid, &gid, &uid_mixed, &gid_mixed);
 	for (size_t k = 0; k < s->n; k++)
-		merge_owner(a->perm, s->ids[k], &any, &uid, &gid, &uid_mixed, &gid_mixed);
-	if (!any || uid_mixed)
-		uid = geteuid();
-	if (!any || gid_mixed)
-		gid = getegid();
+		merge_owner(a->perm, s->ids[k], &o);
+	uid = !o.any || o.uid_mixed ? geteuid() : o.uid;
+	gid = !o.any || o.gid_mixed ? getegid() : o.gid;
 	bits = s->meta ? meta_bits(fs, uid, gid) : GFS_CLASS_ALL;
 	for (size_t k = 0; k < s->n && bits; k++)
 		bits &= gfs_perm_bits(a->perm, s->ids[k], uid, gid);
@@ -518,7 +533,41 @@ static gfs_err access_begin(gfs_fs *fs)
 		err = gfs_perm_add_path(a->perm, l->root_dir, GFS_NEED_R | GFS_NEED_X, &a->root_id);
 		a->root_listed = !err;
 	}
+	for (size_t k = 0; !err && k < a->nmeta; k++)
+		merge_owner(a->perm, a->meta_ids[k], &a->meta_owner);
 	return err;
+}
+
+/*
+ * tensor_attr(): the attributes of tensor i's file (not an alias): its
+ * sources' with the metadata inputs'.  Those of a tensor on a regular flat
+ * are those of the last one on the same flat with as many pieces, if
+ * remembered.
+ */
+static gfs_err tensor_attr(gfs_fs *fs, size_t i, fs_attr *out)
+{
+	fs_access *a = &fs->acc;
+	const gfs_tensor *t = &fs->ctx.layout->tensors[i];
+	gfs_err err;
+
+	for (size_t k = 0; t->rf && k < RF_MEMO; k++) {
+		if (a->rf_memo[k].rf == t->rf && a->rf_memo[k].npieces == t->npieces) {
+			*out = a->rf_memo[k].attr;
+			return GFS_OK;
+		}
+	}
+	set_begin(fs, true);
+	err = set_add_entry(fs, i);
+	if (err)
+		return err;
+	*out = set_attr(fs, false);
+	if (t->rf) {
+		a->rf_memo[a->rf_next].rf = t->rf;
+		a->rf_memo[a->rf_next].npieces = t->npieces;
+		a->rf_memo[a->rf_next].attr = *out;
+		a->rf_next = (a->rf_next + 1) % RF_MEMO;
+	}
+	return GFS_OK;
 }
 
 /* access_end(): free the derivation state. */
@@ -1049,10 +1098,7 @@ static gfs_err build_tensors(gfs_fs *fs)
 			gfs_vfile *vf = NULL;
 			fs_attr attr = { 0 };
 
-			set_begin(fs, true);
-			err = set_add_entry(fs, i);
-			if (!err)
-				attr = set_attr(fs, false);
+			err = tensor_attr(fs, i, &attr);
 			if (!err)
 				err = own_vfile(fs, &vf);
 			if (!err)

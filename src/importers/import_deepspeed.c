@@ -110,7 +110,22 @@ typedef struct ds_ckpt {
 	size_t nstates;
 	struct fshape_key *fkeys; /* rank 0's frozen_param_shapes by name */
 	size_t nfkeys;
+	struct rf_set *rfsets;   /* stage 3: the per-rank flats seen by emit_slices() */
+	size_t nrfsets;
 } ds_ckpt;
+
+/*
+ * Stage 3 per-rank flats (rank_flats, or a state's flats) as regular flats
+ * of the layout: when every rank's flat has the same segments (one per
+ * sub-group: same start, length and dtype, neighbouring ranks in other
+ * files), a param's partitions lie at the same offset of one segment on
+ * every rank: one gfs_layout_add_partition(), not ws pieces.
+ */
+typedef struct rf_set {
+	const flat *flats;  /* [ws] */
+	bool uniform;
+	uint32_t *ids;      /* [segments of rank 0]: layout regular flat, or UINT32_MAX */
+} rf_set;
 
 /*
  * One optimizer state of the torch optimizer DeepSpeed wraps.  Per-element
@@ -135,14 +150,13 @@ static const char *kind_phrase(const gfs_pv *v, char *buf, size_t n)
 	return buf;
 }
 
-static gfs_err file_open(ds_file *f, const char *dir, const char *name)
+/*
+ * file_stat(): open dir/name (f->fd) and check that it is a non-empty
+ * regular file, setting f's name, path and size.
+ */
+static gfs_err file_stat(ds_file *f, const char *dir, const char *name)
 {
 	struct stat st;
-	const gfs_tzip_record *rec;
-	uint8_t *buf = NULL;
-	size_t len = 0;
-	char label[4096 + 64];
-	gfs_err err;
 	const size_t plen = strlen(dir) + 1 + strlen(name) + 1;
 
 	f->fd = -1;
@@ -164,7 +178,18 @@ static gfs_err file_open(ds_file *f, const char *dir, const char *name)
 	if (f->size == 0)
 		return gfs_fail(GFS_ERR_FORMAT, "%s: empty file (0 bytes), not a torch checkpoint",
 				f->path);
-	err = gfs_tzip_open(f->fd, 0, f->size, f->path, NULL, &f->zip);
+	return GFS_OK;
+}
+
+/* file_read(): read the zip directory and the pickle of f, checked by file_stat(). */
+static gfs_err file_read(ds_file *f)
+{
+	const gfs_tzip_record *rec;
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	char label[4096 + 64];
+	gfs_err err = gfs_tzip_open(f->fd, 0, f->size, f->path, NULL, &f->zip);
+
 	if (err)
 		return err;
 	rec = gfs_tzip_find(f->zip, "data.pkl");
@@ -184,6 +209,13 @@ static gfs_err file_open(ds_file *f, const char *dir, const char *name)
 				"%s: not a DeepSpeed checkpoint file: its pickle holds %s, not a dict",
 				f->path, kind_phrase(f->root, label, sizeof(label)));
 	return GFS_OK;
+}
+
+static gfs_err file_open(ds_file *f, const char *dir, const char *name)
+{
+	const gfs_err err = file_stat(f, dir, name);
+
+	return err ? err : file_read(f);
 }
 
 static void frags_free(ds_file *f);
@@ -984,6 +1016,93 @@ static gfs_err plan_stage3(ds_ckpt *c)
 	return GFS_OK;
 }
 
+/* rf_set_of(): the rf_set of per-rank flats fl, made on first use; NULL if out of memory. */
+static const rf_set *rf_set_of(ds_ckpt *c, const flat *fl)
+{
+	rf_set *rs;
+	const flat *f0 = &fl[0];
+
+	for (size_t i = 0; i < c->nrfsets; i++)
+		if (c->rfsets[i].flats == fl)
+			return &c->rfsets[i];
+	rs = gfs_reallocarray(c->rfsets, c->nrfsets + 1, sizeof(*c->rfsets));
+	if (!rs)
+		return NULL;
+	c->rfsets = rs;
+	rs = &c->rfsets[c->nrfsets];
+	*rs = (rf_set){ .flats = fl, .uniform = f0->n > 0 };
+	rs->ids = malloc((f0->n ? f0->n : 1) * sizeof(*rs->ids));
+	if (!rs->ids)
+		return NULL;
+	c->nrfsets++;
+	memset(rs->ids, 0xff, (f0->n ? f0->n : 1) * sizeof(*rs->ids));
+	for (uint64_t r = 1; rs->uniform && r < c->ws; r++) {
+		const flat *f = &fl[r];
+
+		rs->uniform = f->n == f0->n && f->dtype == f0->dtype;
+		for (size_t g = 0; rs->uniform && g < f0->n; g++)
+			rs->uniform = f->segs[g].start == f0->segs[g].start &&
+				      f->segs[g].nelem == f0->segs[g].nelem &&
+				      f->segs[g].src != fl[r - 1].segs[g].src;
+	}
+	return rs;
+}
+
+/*
+ * emit_partition(): if per-rank flats fl are regular (rf_set) and the
+ * partitions of part elements at element off lie in one segment, give
+ * entry ti its pieces as a partition of that segment's regular flat: true
+ * in *done (else nothing is added).
+ */
+static gfs_err emit_partition(ds_ckpt *c, size_t ti, const flat *fl, uint64_t off, uint64_t part,
+			      bool *done)
+{
+	const rf_set *rs = rf_set_of(c, fl);
+	const flat *f0 = &fl[0];
+	const uint64_t es = gfs_dtype_size(f0->dtype);
+	size_t lo = 0, hi = f0->n;
+	const flat_seg *sg;
+
+	*done = false;
+	if (!rs)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	if (!rs->uniform || part == 0)
+		return GFS_OK;
+	while (hi - lo > 1) {
+		const size_t mid = lo + (hi - lo) / 2;
+
+		if (f0->segs[mid].start <= off)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	sg = &f0->segs[lo];
+	if (off < sg->start || off - sg->start > sg->nelem || sg->nelem - (off - sg->start) < part)
+		return GFS_OK;
+	if (rs->ids[lo] == UINT32_MAX) {
+		uint32_t *srcs = malloc((size_t)c->ws * sizeof(*srcs));
+		uint64_t *offs = malloc((size_t)c->ws * sizeof(*offs));
+		gfs_err err = GFS_ERR_NOMEM;
+
+		if (srcs && offs) {
+			for (uint64_t r = 0; r < c->ws; r++) {
+				srcs[r] = fl[r].segs[lo].src;
+				offs[r] = fl[r].segs[lo].off;
+			}
+			err = gfs_layout_add_rflat(c->l, (uint32_t)c->ws, srcs, offs, sg->nelem * es,
+						   &rs->ids[lo]);
+		} else {
+			err = gfs_fail(err, "out of memory");
+		}
+		free(srcs);
+		free(offs);
+		if (err)
+			return err;
+	}
+	*done = true;
+	return gfs_layout_add_partition(c->l, ti, rs->ids[lo], (off - sg->start) * es, part * es);
+}
+
 /*
  * emit_slices(): the pieces of param tp (numel elements) in entry ti, from
  * flats laid out like the fp32 masters: stage 1/2 group_flats[tp->group]
@@ -995,9 +1114,14 @@ static gfs_err emit_slices(ds_ckpt *c, size_t ti, const train_param *tp, uint64_
 			   const flat *group_flats, const flat *rank_flats, const char *what)
 {
 	const uint64_t part = numel / c->ws + (numel % c->ws != 0);
+	bool done;
+	gfs_err err0;
 
 	if (c->stage < 3)
 		return flat_emit(c->l, ti, &group_flats[tp->group], tp->offset, numel);
+	err0 = emit_partition(c, ti, rank_flats, tp->offset, part, &done);
+	if (err0 || done)
+		return err0;
 	for (uint64_t r = 0; r < c->ws; r++) {
 		const uint64_t first = r * part;
 		const uint64_t take = first >= numel ? 0
@@ -1831,8 +1955,10 @@ static gfs_err open_model(void *ctx, size_t r)
 		err = gfs_fail(GFS_ERR_NOTFOUND,
 			       "%s: model states file of rank %zu (of %llu) is missing",
 			       c->tagdir, r, (unsigned long long)c->ws);
-	else
+	else if (r == 0)
 		err = file_open(&c->model[r], c->tagdir, j->ls->zmodel[r]);
+	else
+		err = file_stat(&c->model[r], c->tagdir, j->ls->zmodel[r]);
 	(void)pthread_mutex_lock(&j->mu);
 	if (r == 0) {
 		j->m0_done = true;
@@ -1845,12 +1971,19 @@ static gfs_err open_model(void *ctx, size_t r)
 	(void)pthread_mutex_unlock(&j->mu);
 	if (r == 0 || err)
 		return err;
-	/* only frozen params are read from the other ranks' files: their
+	/* only frozen params are read from the other ranks' files (names,
+	 * shapes, buffers and aliases come from rank 0's, as in
+	 * zero_to_fp32): without frozen params their pickles are not parsed
+	 * (a ZeRO-3 rank's holds param_shapes and a placeholder for every
+	 * param: most of the import's time at scale); with them their
 	 * fragments are located, then each file is freed at once, so the
 	 * import holds a few ranks' pickles (one per thread), not ws of them */
-	if (m0_ok && has_frozen(&c->model[0]))
-		err = frags_read(&c->model[r],
-				 gfs_pv_dict_get(c->model[0].root, "frozen_param_shapes"));
+	if (m0_ok && has_frozen(&c->model[0])) {
+		err = file_read(&c->model[r]);
+		if (!err)
+			err = frags_read(&c->model[r],
+					 gfs_pv_dict_get(c->model[0].root, "frozen_param_shapes"));
+	}
 	file_release(&c->model[r]);
 	return err;
 }
@@ -1944,6 +2077,9 @@ static void ckpt_free(ds_ckpt *c)
 	}
 	free(c->states);
 	free(c->fkeys);
+	for (size_t i = 0; i < c->nrfsets; i++)
+		free(c->rfsets[i].ids);
+	free(c->rfsets);
 	free(c->tagdir);
 	gfs_layout_free(c->l);
 }

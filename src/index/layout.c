@@ -132,6 +132,15 @@ void gfs_layout_free(gfs_layout *l)
 	free(l->rec_piece0);
 	free(l->rec_pieces);
 	free(l->piece0);
+	for (size_t i = 0; i < l->nrflats; i++) {
+		free(l->rflats[i]->ranks);
+		free(l->rflats[i]);
+	}
+	free(l->rflats);
+	free(l->rec_rf0);
+	free(l->rec_rfs);
+	free(l->rf_ent0);
+	free(l->rf_ents);
 	for (size_t i = 0; i < l->nmetafiles; i++)
 		free(l->metafiles[i]);
 	free(l->metafiles);
@@ -433,6 +442,9 @@ static gfs_err push_piece(gfs_layout *l, size_t ti, gfs_piece_kind kind,
 	t = &l->tensors[ti];
 	if (t->alias_of >= 0)
 		return gfs_fail(GFS_ERR_FORMAT, "alias %s cannot have pieces", t->name);
+	if (t->rf)
+		return gfs_fail(GFS_ERR_FORMAT, "tensor %s: partitioned on a flat: no other pieces",
+				t->name);
 	if (len == 0)
 		return GFS_OK;
 	if (kind == GFS_PIECE_FILE && src >= l->nsources)
@@ -488,6 +500,9 @@ gfs_err gfs_layout_add_general(gfs_layout *l, size_t ti, const gfs_piece *p)
 	t = &l->tensors[ti];
 	if (t->alias_of >= 0)
 		return gfs_fail(GFS_ERR_FORMAT, "alias %s cannot have pieces", t->name);
+	if (t->rf)
+		return gfs_fail(GFS_ERR_FORMAT, "tensor %s: partitioned on a flat: no other pieces",
+				t->name);
 	if (p->kind != GFS_PIECE_FILE && p->kind != GFS_PIECE_ZERO && p->kind != GFS_PIECE_ZSTD)
 		return gfs_fail(GFS_ERR_FORMAT, "tensor %s: unknown piece kind", t->name);
 	if (p->kind != GFS_PIECE_ZERO && p->src >= l->nsources)
@@ -536,6 +551,77 @@ gfs_err gfs_layout_add_general(gfs_layout *l, size_t ti, const gfs_piece *p)
 	}
 	t->build[t->npieces].reach = 0;
 	t->npieces++;
+	return GFS_OK;
+}
+
+gfs_err gfs_layout_add_rflat(gfs_layout *l, uint32_t nranks, const uint32_t *srcs,
+			     const uint64_t *offs, uint64_t nbytes, uint32_t *idx)
+{
+	gfs_rflat *f;
+	uint64_t end;
+
+	assert(!l->finished);
+	if (nranks == 0 || l->nrflats >= UINT32_MAX)
+		return gfs_fail(GFS_ERR_LIMIT, "a regular flat of %u ranks (the %zu-th)", nranks,
+				l->nrflats + 1);
+	for (uint32_t k = 0; k < nranks; k++) {
+		if (srcs[k] >= l->nsources)
+			return gfs_fail(GFS_ERR_FORMAT, "regular flat: rank %u names source %u of %zu",
+					k, srcs[k], l->nsources);
+		if (k > 0 && srcs[k] == srcs[k - 1])
+			return gfs_fail(GFS_ERR_FORMAT,
+					"regular flat: ranks %u and %u have the same source", k - 1, k);
+		if (!gfs_add_u64(offs[k], nbytes, &end))
+			return gfs_fail(GFS_ERR_FORMAT, "regular flat: rank %u's bytes overflow", k);
+	}
+	if (!gfs_grow((void **)&l->rflats, &l->cap_rflats, l->nrflats, sizeof(*l->rflats), 8))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	f = calloc(1, sizeof(*f));
+	if (f)
+		f->ranks = gfs_calloc(nranks, sizeof(*f->ranks));
+	if (!f || !f->ranks) {
+		free(f);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	f->nbytes = nbytes;
+	f->nranks = nranks;
+	for (uint32_t k = 0; k < nranks; k++)
+		f->ranks[k] = (gfs_rflat_rank){ .off = offs[k], .src = srcs[k], .rec = GFS_NO_RECORD };
+	*idx = (uint32_t)l->nrflats;
+	l->rflats[l->nrflats++] = f;
+	return GFS_OK;
+}
+
+gfs_err gfs_layout_add_partition(gfs_layout *l, size_t ti, uint32_t f, uint64_t off,
+				 uint64_t plen)
+{
+	gfs_tensor *t;
+	uint64_t end, np;
+
+	assert(!l->finished && ti < gfs_layout_nentries(l) && f < l->nrflats);
+	t = &l->tensors[ti];
+	if (t->alias_of >= 0 || t->comp || t->npieces || t->rf)
+		return gfs_fail(GFS_ERR_FORMAT, "tensor %s: a partition of a tensor with pieces",
+				t->name);
+	if (plen == 0 || !gfs_add_u64(off, plen, &end) || end > l->rflats[f]->nbytes)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"tensor %s: partitions of %llu bytes at %llu outside a flat of %llu",
+				t->name, (unsigned long long)plen, (unsigned long long)off,
+				(unsigned long long)l->rflats[f]->nbytes);
+	np = t->nbytes / plen + (t->nbytes % plen != 0);
+	if (np > l->rflats[f]->nranks)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"tensor %s: %llu bytes need %llu partitions of %llu, the flat has %u ranks",
+				t->name, (unsigned long long)t->nbytes, (unsigned long long)np,
+				(unsigned long long)plen, l->rflats[f]->nranks);
+	if (np == 0)
+		return GFS_OK;
+	t->rf = l->rflats[f];
+	t->rf_off = off;
+	t->rf_plen = plen;
+	t->npieces = (size_t)np;
+	if (np > l->rflats[f]->maxp)
+		l->rflats[f]->maxp = (uint32_t)np;
 	return GFS_OK;
 }
 
@@ -848,6 +934,81 @@ static uint32_t piece_record(const gfs_layout *l, const gfs_piece *pc, uint32_t 
 	return (uint32_t)(lo - 1);
 }
 
+/* rflat_index(): the index of l's regular flat f (a linear search: flats are few). */
+static uint32_t rflat_index(const gfs_layout *l, const gfs_rflat *f)
+{
+	size_t i = 0;
+
+	while (l->rflats[i] != f)
+		i++;
+	assert(i < l->nrflats);
+	return (uint32_t)i;
+}
+
+/*
+ * index_rflats(): l->rf_ent0 and l->rf_ents (the entries on each regular
+ * flat), l->rec_rf0 and l->rec_rfs (the flat ranks of each record).
+ */
+static gfs_err index_rflats(gfs_layout *l)
+{
+	size_t *at, n = 0;
+	uint32_t *flat_of;
+	const size_t ne = gfs_layout_nentries(l);
+
+	l->rf_ent0 = gfs_calloc(l->nrflats + 1, sizeof(*l->rf_ent0));
+	l->rec_rf0 = gfs_calloc(l->nrecords + 1, sizeof(*l->rec_rf0));
+	flat_of = gfs_calloc(ne ? ne : 1, sizeof(*flat_of));
+	at = gfs_calloc((l->nrflats > l->nrecords ? l->nrflats : l->nrecords) + 1, sizeof(*at));
+	if (!l->rf_ent0 || !l->rec_rf0 || !flat_of || !at)
+		goto nomem;
+	for (size_t i = 0, last = 0; i < ne; i++) {
+		const gfs_rflat *f = l->tensors[i].rf;
+
+		if (!f)
+			continue;
+		if (l->rflats[last] != f)
+			last = rflat_index(l, f);
+		flat_of[i] = (uint32_t)last;
+		l->rf_ent0[last + 1]++;
+	}
+	for (size_t f = 0; f < l->nrflats; f++)
+		l->rf_ent0[f + 1] += l->rf_ent0[f];
+	l->rf_ents = gfs_calloc(l->rf_ent0[l->nrflats] ? l->rf_ent0[l->nrflats] : 1,
+				sizeof(*l->rf_ents));
+	if (!l->rf_ents)
+		goto nomem;
+	for (size_t i = 0; i < ne; i++)
+		if (l->tensors[i].rf)
+			l->rf_ents[l->rf_ent0[flat_of[i]] + at[flat_of[i]]++] = (uint32_t)i;
+	for (size_t f = 0; f < l->nrflats; f++)
+		for (uint32_t k = 0; k < l->rflats[f]->nranks; k++)
+			if (l->rflats[f]->ranks[k].rec != GFS_NO_RECORD) {
+				l->rec_rf0[l->rflats[f]->ranks[k].rec + 1]++;
+				n++;
+			}
+	for (size_t r = 0; r < l->nrecords; r++)
+		l->rec_rf0[r + 1] += l->rec_rf0[r];
+	l->rec_rfs = gfs_calloc(n ? n : 1, sizeof(*l->rec_rfs));
+	if (!l->rec_rfs)
+		goto nomem;
+	memset(at, 0, ((l->nrflats > l->nrecords ? l->nrflats : l->nrecords) + 1) * sizeof(*at));
+	for (size_t f = 0; f < l->nrflats; f++)
+		for (uint32_t k = 0; k < l->rflats[f]->nranks; k++) {
+			const uint32_t r = l->rflats[f]->ranks[k].rec;
+
+			if (r != GFS_NO_RECORD)
+				l->rec_rfs[l->rec_rf0[r] + at[r]++] =
+					(gfs_rflat_ref){ .flat = (uint32_t)f, .rank = k };
+		}
+	free(at);
+	free(flat_of);
+	return GFS_OK;
+nomem:
+	free(at);
+	free(flat_of);
+	return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+}
+
 /* index_record_pieces(): l->rec_piece0 and l->rec_pieces, by counting. */
 static gfs_err index_record_pieces(gfs_layout *l)
 {
@@ -865,7 +1026,7 @@ static gfs_err index_record_pieces(gfs_layout *l)
 					(unsigned long)UINT32_MAX);
 	}
 	for (size_t i = 0; i < gfs_layout_nentries(l); i++)
-		for (size_t p = 0; p < l->tensors[i].npieces; p++)
+		for (size_t p = 0; !l->tensors[i].rf && p < l->tensors[i].npieces; p++)
 			if (l->tensors[i].slots[p].rec != GFS_NO_RECORD)
 				l->rec_piece0[l->tensors[i].slots[p].rec + 1]++;
 	for (size_t r = 0; r < l->nrecords; r++)
@@ -878,7 +1039,7 @@ static gfs_err index_record_pieces(gfs_layout *l)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	}
 	for (size_t i = 0; i < gfs_layout_nentries(l); i++) {
-		for (size_t p = 0; p < l->tensors[i].npieces; p++) {
+		for (size_t p = 0; !l->tensors[i].rf && p < l->tensors[i].npieces; p++) {
 			const uint32_t r = l->tensors[i].slots[p].rec;
 
 			/* piece0[] is bounded by UINT32_MAX */
@@ -887,7 +1048,7 @@ static gfs_err index_record_pieces(gfs_layout *l)
 		}
 	}
 	free(at);
-	return GFS_OK;
+	return index_rflats(l);
 }
 
 /*
@@ -906,7 +1067,7 @@ static gfs_err assign_records(const gfs_layout *l, gfs_layout *tl, uint32_t *use
 	for (size_t i = 0; i < gfs_layout_nentries(tl); i++) {
 		gfs_tensor *t = &tl->tensors[i];
 
-		for (size_t p = 0; p < t->npieces; p++) {
+		for (size_t p = 0; !t->rf && p < t->npieces; p++) {
 			const gfs_piece pc = gfs_tensor_piece(t, p);
 
 			assert(pc.kind == GFS_PIECE_ZERO || pc.src < l->nsources);
@@ -919,13 +1080,36 @@ static gfs_err assign_records(const gfs_layout *l, gfs_layout *tl, uint32_t *use
 	return GFS_OK;
 }
 
+/*
+ * assign_rflat_records(): give every rank of l's regular flats that some
+ * tensor has a piece on the record holding all its bytes (a piece inside
+ * them is inside it), and mark it in used.
+ */
+static void assign_rflat_records(gfs_layout *l, uint32_t *used)
+{
+	uint32_t hint = GFS_NO_RECORD;
+
+	for (size_t i = 0; i < l->nrflats; i++) {
+		gfs_rflat *f = l->rflats[i];
+
+		for (uint32_t k = 0; k < f->maxp; k++) {
+			const gfs_piece pc = { .len = f->nbytes, .src_off = f->ranks[k].off, .count = 1,
+					       .src = f->ranks[k].src, .kind = GFS_PIECE_FILE };
+
+			f->ranks[k].rec = piece_record(l, &pc, &hint);
+			if (f->ranks[k].rec != GFS_NO_RECORD)
+				used[f->ranks[k].rec] = 1;
+		}
+	}
+}
+
 /* remap_records(): renumber the records of tl's pieces through remap. */
 static void remap_records(gfs_layout *tl, const uint32_t *remap)
 {
 	for (size_t i = 0; i < gfs_layout_nentries(tl); i++) {
 		gfs_tensor *t = &tl->tensors[i];
 
-		for (size_t p = 0; p < t->npieces; p++)
+		for (size_t p = 0; !t->rf && p < t->npieces; p++)
 			if (t->slots[p].rec != GFS_NO_RECORD)
 				t->slots[p].rec = remap[t->slots[p].rec];
 	}
@@ -971,6 +1155,7 @@ static gfs_err finish_records(gfs_layout *l, const char *label)
 		free(remap);
 		return err;
 	}
+	assign_rflat_records(l, remap);
 	n = 0;
 	for (size_t i = 0; i < l->nrecords; i++) {
 		if (!remap[i]) {
@@ -984,6 +1169,10 @@ static gfs_err finish_records(gfs_layout *l, const char *label)
 	remap_records(l, remap);
 	if (l->inputs)
 		remap_records(l->inputs, remap);
+	for (size_t i = 0; i < l->nrflats; i++)
+		for (uint32_t k = 0; k < l->rflats[i]->nranks; k++)
+			if (l->rflats[i]->ranks[k].rec != GFS_NO_RECORD)
+				l->rflats[i]->ranks[k].rec = remap[l->rflats[i]->ranks[k].rec];
 	free(remap);
 	return index_record_pieces(l);
 }
@@ -1011,6 +1200,10 @@ size_t gfs_record_tensors(const gfs_layout *l, uint32_t r, size_t *out, size_t m
 			for (int k = 0; k < GFS_OPIN_COUNT && !hit; k++)
 				hit = t->comp->in[k] >= 0 &&
 				      reads_record(&l->inputs->tensors[t->comp->in[k]], r);
+		} else if (t->rf) {
+			for (size_t k = l->rec_rf0[r]; k < l->rec_rf0[r + 1] && !hit; k++)
+				hit = l->rflats[l->rec_rfs[k].flat] == t->rf &&
+				      l->rec_rfs[k].rank < t->npieces;
 		} else {
 			/* the record's pieces are in layout order: binary search
 			 * ti's first piece */
@@ -1033,6 +1226,24 @@ size_t gfs_record_tensors(const gfs_layout *l, uint32_t r, size_t *out, size_t m
 		n++;
 	}
 	return n;
+}
+
+bool gfs_record_each_piece(const gfs_layout *l, uint32_t r,
+			   bool (*fn)(void *ctx, gfs_piece_ref ref), void *ctx)
+{
+	assert(l->finished && r < l->nrecords);
+	for (size_t i = l->rec_piece0[r]; i < l->rec_piece0[r + 1]; i++)
+		if (!fn(ctx, gfs_layout_piece_ref(l, l->rec_pieces[i])))
+			return false;
+	for (size_t k = l->rec_rf0[r]; k < l->rec_rf0[r + 1]; k++) {
+		const gfs_rflat_ref *x = &l->rec_rfs[k];
+
+		for (size_t e = l->rf_ent0[x->flat]; e < l->rf_ent0[x->flat + 1]; e++)
+			if (x->rank < l->tensors[l->rf_ents[e]].npieces &&
+			    !fn(ctx, (gfs_piece_ref){ l->rf_ents[e], x->rank }))
+				return false;
+	}
+	return true;
 }
 
 const char *gfs_record_describe(const gfs_layout *l, uint32_t r, size_t max_names,
@@ -1148,7 +1359,7 @@ gfs_err gfs_layout_finish(gfs_layout *l, const char *label)
 		gfs_tensor *t = &l->tensors[i];
 		uint64_t reach = 0;
 
-		if (t->alias_of >= 0 || t->comp)
+		if (t->alias_of >= 0 || t->comp || t->rf)
 			continue;
 		if (!sorted_by_toff(t)) /* importers mostly add pieces in order */
 			qsort(t->build, t->npieces, sizeof(*t->build), piece_cmp);
@@ -1172,6 +1383,20 @@ gfs_err gfs_layout_finish(gfs_layout *l, const char *label)
 		if (err)
 			return err;
 	}
+	for (size_t i = 0; i < l->nrflats; i++) {
+		const gfs_rflat *f = l->rflats[i];
+
+		for (uint32_t k = 0; k < f->nranks; k++) {
+			const gfs_source *src = &l->sources[f->ranks[k].src];
+
+			if (f->ranks[k].off + f->nbytes > src->size)
+				return gfs_fail(GFS_ERR_FORMAT,
+						"%s: flat bytes %llu..%llu of %s lie past its end (%llu bytes)",
+						label, (unsigned long long)f->ranks[k].off,
+						(unsigned long long)(f->ranks[k].off + f->nbytes),
+						src->path, (unsigned long long)src->size);
+		}
+	}
 	err = finish_records(l, label);
 	if (err)
 		return err;
@@ -1185,7 +1410,16 @@ gfs_piece_span gfs_piece_candidates(const gfs_tensor *t, uint64_t off, uint64_t 
 	size_t lo = 0, hi = t->npieces;
 	gfs_piece_span sp;
 
-	assert(t->npieces == 0 || sl);
+	assert(t->npieces == 0 || sl || t->rf);
+	if (t->rf) {
+		const uint64_t last = end / t->rf_plen + (end % t->rf_plen != 0);
+
+		sp.first = off < t->nbytes ? (size_t)(off / t->rf_plen) : t->npieces;
+		sp.last = last < t->npieces ? (size_t)last : t->npieces;
+		if (sp.last < sp.first)
+			sp.last = sp.first;
+		return sp;
+	}
 	/* first piece whose reach passes off (reach is non-decreasing); without
 	 * strided pieces a piece's reach is the next one's toff */
 	while (lo < hi) {

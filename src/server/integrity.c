@@ -256,6 +256,32 @@ static void plan_free(chk_plan *pl, chk_job *job)
 	free(job->items);
 }
 
+/* What add_piece() adds the pieces of claimed record k to. */
+typedef struct plan_add {
+	const gfs_layout *l;
+	chk_plan *pl;
+	size_t *cap;
+	size_t k;
+	uint64_t roff; /* the record's offset */
+} plan_add;
+
+/* add_piece(): a contiguous FILE piece of the record to the plan; false if out of memory. */
+static bool add_piece(void *ctx, gfs_piece_ref ref)
+{
+	plan_add *a = ctx;
+	const gfs_piece pc = gfs_tensor_piece(&a->l->tensors[ref.ti], ref.p);
+
+	if (pc.kind != GFS_PIECE_FILE || pc.count != 1)
+		return true;
+	if (!gfs_grow((void **)&a->pl->pieces, a->cap, a->pl->npieces, sizeof(*a->pl->pieces), 64))
+		return false;
+	a->pl->pieces[a->pl->npieces++] = (chk_piece){
+		.k = a->k, .off = pc.src_off - a->roff, .end = pc.src_off - a->roff + pc.len,
+		.ti = ref.ti, .p = ref.p,
+	};
+	return true;
+}
+
 /*
  * plan(): cut the claimed records into segments and items, and find the
  * pieces inside them.  O(x log x), x = their pieces + bytes / CHUNK.
@@ -272,22 +298,11 @@ static gfs_err plan(const gfs_layout *l, const uint32_t *claimed, size_t n, chk_
 	if (!pl->piece0 || !pl->seg0)
 		goto out;
 	for (size_t k = 0; k < n; k++) {
-		const gfs_record *r = &l->records[claimed[k]];
+		plan_add ctx = { .l = l, .pl = pl, .cap = &cap_pieces, .k = k,
+				 .roff = l->records[claimed[k]].off };
 
-		for (size_t i = l->rec_piece0[claimed[k]]; i < l->rec_piece0[claimed[k] + 1]; i++) {
-			const gfs_piece_ref ref = gfs_layout_piece_ref(l, l->rec_pieces[i]);
-			const gfs_piece pcv = gfs_tensor_piece(&l->tensors[ref.ti], ref.p), *pc = &pcv;
-
-			if (pc->kind != GFS_PIECE_FILE || pc->count != 1)
-				continue;
-			if (!gfs_grow((void **)&pl->pieces, &cap_pieces, pl->npieces,
-				      sizeof(*pl->pieces), 64))
-				goto out;
-			pl->pieces[pl->npieces++] = (chk_piece){
-				.k = k, .off = pc->src_off - r->off,
-				.end = pc->src_off - r->off + pc->len, .ti = ref.ti, .p = ref.p,
-			};
-		}
+		if (!gfs_record_each_piece(l, claimed[k], add_piece, &ctx))
+			goto out;
 	}
 	if (pl->npieces > 1)
 		qsort(pl->pieces, pl->npieces, sizeof(*pl->pieces), cpiece_cmp);

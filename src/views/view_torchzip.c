@@ -384,7 +384,7 @@ static void add_sources(const gfs_layout *l, size_t entry, uint8_t *seen, uint32
 	const gfs_tensor *t = gfs_layout_target(l, entry);
 
 	for (size_t p = 0; p < t->npieces; p++) {
-		const uint32_t rec = t->slots[p].rec;
+		const uint32_t rec = gfs_tensor_piece(t, p).rec;
 
 		if (rec != GFS_NO_RECORD && !seen[rec]) {
 			seen[rec] = 1;

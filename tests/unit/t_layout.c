@@ -355,6 +355,187 @@ static void test_records(void)
 	gfs_layout_free(l);
 }
 
+/* A second source of 256 bytes, byte i holding 255 - i; @return its path. */
+static const char *make_source2(void)
+{
+	static char path[600];
+	uint8_t buf[256];
+	FILE *f;
+
+	for (int i = 0; i < 256; i++)
+		buf[i] = (uint8_t)(255 - i);
+	snprintf(path, sizeof(path), "%s/src2.bin", tmpdir);
+	f = fopen(path, "wb");
+	if (!f || fwrite(buf, 1, sizeof(buf), f) != sizeof(buf) || fclose(f) != 0)
+		abort();
+	return path;
+}
+
+/* crc_of2(): CRC-32 of bytes [off, off + len) of make_source2()'s file. */
+static uint32_t crc_of2(unsigned off, unsigned len)
+{
+	uint8_t b[256];
+
+	for (unsigned i = 0; i < len; i++)
+		b[i] = (uint8_t)(255 - (off + i));
+	return (uint32_t)crc32(crc32(0, Z_NULL, 0), b, len);
+}
+
+/*
+ * rflat_layout(): a float32 [10] x and a uint8 [5] y partitioned over 3
+ * ranks (sources src, src2, src; flats of 48 bytes at 32, 64, 160): x's
+ * partitions are 16 bytes at 8, y's 2 at 40; a uint8 [0] z.  Regular:
+ * gfs_layout_add_partition(); else the same pieces one by one.  Records:
+ * rank 0's flat [32, 80) of src with its CRC-32, rank 1's [64, 112) of
+ * src2 with a wrong one; rank 2's in none.
+ */
+static gfs_err rflat_layout(bool regular, gfs_layout **out)
+{
+	const uint64_t s10[1] = { 10 }, s5[1] = { 5 }, s0[1] = { 0 };
+	const uint64_t offs[3] = { 32, 64, 160 };
+	uint32_t srcs[3], f = 0;
+	gfs_record r = { .kind = GFS_PIECE_FILE };
+	gfs_layout *l;
+	size_t x, y, z;
+	gfs_err err = gfs_layout_new("test", tmpdir, &l);
+
+	err = err ? err : gfs_layout_add_source(l, "src.bin", 256, &srcs[0]);
+	err = err ? err : gfs_layout_add_source(l, "src2.bin", 256, &srcs[1]);
+	srcs[2] = srcs[0];
+	err = err ? err : gfs_layout_add_tensor(l, "x", GFS_DT_F32, 1, s10, &x);
+	err = err ? err : gfs_layout_add_tensor(l, "y", GFS_DT_U8, 1, s5, &y);
+	err = err ? err : gfs_layout_add_tensor(l, "z", GFS_DT_U8, 1, s0, &z);
+	if (!err && regular) {
+		err = gfs_layout_add_rflat(l, 3, srcs, offs, 48, &f);
+		err = err ? err : gfs_layout_add_partition(l, x, f, 8, 16);
+		err = err ? err : gfs_layout_add_partition(l, y, f, 40, 2);
+		err = err ? err : gfs_layout_add_partition(l, z, f, 0, 1);
+	} else if (!err) {
+		for (int k = 0; k < 3 && !err; k++)
+			err = gfs_layout_add_piece(l, x, srcs[k], offs[k] + 8, k < 2 ? 16 : 8);
+		for (int k = 0; k < 3 && !err; k++)
+			err = gfs_layout_add_piece(l, y, srcs[k], offs[k] + 40, k < 2 ? 2 : 1);
+	}
+	r.src = srcs[0], r.off = 32, r.len = 48, r.crc32 = crc_of(32, 48);
+	err = err ? err : gfs_layout_add_record(l, &r, "r0/data/0");
+	r.src = srcs[1], r.off = 64, r.len = 48, r.crc32 = crc_of2(64, 48) ^ 1;
+	err = err ? err : gfs_layout_add_record(l, &r, "r1/data/0");
+	err = err ? err : gfs_layout_finish(l, "test");
+	if (err) {
+		gfs_layout_free(l);
+		return err;
+	}
+	*out = l;
+	return GFS_OK;
+}
+
+/* rflat_error(): what gfs_layout_add_*() or finish say of a bad regular flat (variant). */
+static void rflat_error(int variant, const char *what, const char *word)
+{
+	const uint64_t s10[1] = { 10 };
+	const uint64_t offs[2] = { 0, 220 };
+	uint32_t srcs[2], f = 0;
+	gfs_layout *l;
+	size_t x;
+	gfs_err err = gfs_layout_new("test", tmpdir, &l);
+
+	err = err ? err : gfs_layout_add_source(l, "src.bin", 256, &srcs[0]);
+	err = err ? err : gfs_layout_add_source(l, "src2.bin", 256, &srcs[1]);
+	if (variant == 0)
+		srcs[1] = srcs[0];
+	err = err ? err : gfs_layout_add_tensor(l, "x", GFS_DT_F32, 1, s10, &x);
+	err = err ? err : gfs_layout_add_rflat(l, 2, srcs, offs, variant == 4 ? 48 : 32, &f);
+	err = err ? err : gfs_layout_add_partition(l, x, f, variant == 2 ? 24 : 0,
+						   variant == 1 ? 16 : 20);
+	if (!err && variant == 3)
+		err = gfs_layout_add_piece(l, x, srcs[0], 0, 4);
+	err = err ? err : gfs_layout_finish(l, "test");
+	tap_ok(err != GFS_OK && strstr(gfs_errmsg(), word), "regular flat: %s is refused: %s", what,
+	       gfs_errmsg());
+	gfs_layout_free(l);
+}
+
+/* test_rflat(): a partitioned tensor has exactly the pieces it would have piece by piece. */
+static void test_rflat(void)
+{
+	gfs_layout *lr = NULL, *le = NULL;
+	gfs_srcset *s = NULL, *se = NULL;
+	char *jr = NULL, *je = NULL;
+	const char *p2 = make_source2();
+	bool same = true;
+	size_t idx[4], nbad = 0;
+	uint32_t crc = 0;
+	uint8_t a[40], b[40];
+	gfs_err err = rflat_layout(true, &lr);
+
+	tap_ok(err == GFS_OK, "a layout of partitions on a regular flat: %s",
+	       err ? gfs_errmsg() : "ok");
+	err = err ? err : rflat_layout(false, &le);
+	if (err) {
+		gfs_layout_free(lr);
+		unlink(p2);
+		return;
+	}
+	tap_ok(lr->tensors[0].npieces == 3 && lr->tensors[1].npieces == 3 &&
+		       lr->tensors[2].npieces == 0 && !lr->tensors[0].slots,
+	       "x and y have 3 pieces each, stored as partitions; z none");
+	for (size_t t = 0; t < 2; t++)
+		for (size_t p = 0; p < 3; p++) {
+			const gfs_piece x = gfs_tensor_piece(&lr->tensors[t], p);
+			const gfs_piece y = gfs_tensor_piece(&le->tensors[t], p);
+
+			same = same && x.toff == y.toff && x.len == y.len && x.src_off == y.src_off &&
+			       x.src == y.src && x.rec == y.rec && x.reach == y.reach &&
+			       x.kind == y.kind && x.count == y.count;
+		}
+	tap_ok(same, "every piece (offsets, length, source, record, reach) as added one by one");
+	for (uint64_t off = 0; off <= 40; off++)
+		for (uint64_t end = off; end <= 40; end++) {
+			const gfs_piece_span x = gfs_piece_candidates(&lr->tensors[0], off, end);
+			const gfs_piece_span y = gfs_piece_candidates(&le->tensors[0], off, end);
+
+			same = same && x.first == y.first && x.last == y.last;
+		}
+	tap_ok(same, "the candidate pieces of every range are the same");
+	tap_ok(gfs_layout_to_json(lr, &jr) == GFS_OK && gfs_layout_to_json(le, &je) == GFS_OK &&
+		       strcmp(jr, je) == 0, "the same layout JSON");
+	tap_ok(lr->nrecords == 2 && gfs_record_tensors(lr, 1, idx, 4) == 2 && idx[0] == 0 &&
+		       idx[1] == 1, "the tensors of rank 1's record: x and y");
+	err = gfs_srcset_open(lr, &s);
+	err = err ? err : gfs_srcset_open(le, &se);
+	tap_ok(!err && gfs_tensor_read(lr, s, 0, GFS_DT_INVALID, 0, a, 16) == GFS_OK &&
+		       gfs_tensor_read(le, se, 0, GFS_DT_INVALID, 0, b, 16) == GFS_OK &&
+		       memcmp(a, b, 16) == 0 && a[0] == 40,
+	       "partition bytes read as the pieces'");
+	err = err ? err : gfs_integrity_check(lr, s, NULL, 0, 2, &nbad, NULL);
+	tap_ok(err == GFS_OK && nbad == 1 && gfs_srcset_rec_state(s, 0) == GFS_REC_OK &&
+		       gfs_srcset_rec_state(s, 1) == GFS_REC_BAD,
+	       "the check finds rank 1's record bad, rank 0's good");
+	tap_ok(gfs_srcset_piece_crc(s, 0, 0, &crc) && crc == crc_of(40, 16) &&
+		       gfs_srcset_piece_crc(s, 1, 0, &crc) && crc == crc_of(72, 2),
+	       "the pieces of rank 0's record have their CRC-32s");
+	err = gfs_tensor_read(lr, s, 0, GFS_DT_INVALID, 0, a, 40);
+	tap_ok(err == GFS_ERR_IO && strstr(gfs_errmsg(), "r1/data/0") &&
+		       strstr(gfs_errmsg(), "tensors x, y"),
+	       "bytes from the bad record are refused: %s", gfs_errmsg());
+	tap_ok(gfs_tensor_read(lr, s, 0, GFS_DT_INVALID, 32, a, 8) == GFS_OK &&
+		       gfs_tensor_read(le, se, 0, GFS_DT_INVALID, 32, b, 8) == GFS_OK &&
+		       memcmp(a, b, 8) == 0 && a[0] == 168,
+	       "bytes of rank 2 (in no record) are served");
+	gfs_srcset_close(s);
+	gfs_srcset_close(se);
+	free(jr);
+	free(je);
+	gfs_layout_free(lr);
+	gfs_layout_free(le);
+	rflat_error(0, "neighbouring ranks in one source", "same source");
+	rflat_error(1, "more partitions than ranks", "has 2 ranks");
+	rflat_error(2, "a partition past the flat's end", "outside a flat");
+	rflat_error(3, "a piece added to a partitioned tensor", "no other pieces");
+	rflat_error(4, "a flat past its source's end", "past its end");
+	unlink(p2);
+}
+
 int main(void)
 {
 	make_source();
@@ -362,6 +543,7 @@ int main(void)
 	test_json_roundtrip();
 	test_strided();
 	test_records();
+	test_rflat();
 	expect_finish_error("a gap in the pieces", 0, "cover 4 of its 8");
 	expect_finish_error("pieces beyond the tensor", 1, "exceed");
 	expect_finish_error("a piece past the end of its source", 2, "past its end");

@@ -5,7 +5,9 @@
  * either regresses past a bound (issue 16: O(tensors + pieces) with small
  * constants).  Two layouts of N tensors, one piece and PIECES pieces each,
  * from alternating sources so that no pieces merge: the difference is
- * per piece, the rest per tensor.
+ * per piece, the rest per tensor.  A third layout partitions N tensors
+ * over RANKS ranks of a regular flat (ZeRO-3): RANKS pieces each, stored
+ * once per tensor, so its entry costs what an entry of one piece does.
  *
  * Bounds, from the measurements of this tree (bench/RESULTS.md, "Scale:
  * memory"): a layout entry and a piece as stored, and the namespace's
@@ -28,7 +30,7 @@
 #include "gatherfs/server/server.h"
 #include "tap.h"
 
-enum { N = 20000, PIECES = 9, ELEMS = 64 };
+enum { N = 20000, PIECES = 9, ELEMS = 64, RANKS = 256 };
 
 #define MAX_TENSOR_BYTES 240.0 /* layout, per entry */
 #define MAX_PIECE_BYTES 26.0   /* layout, per piece */
@@ -81,6 +83,49 @@ static gfs_layout *build(const char *dir, size_t npieces)
 	return l;
 }
 
+/*
+ * build_rflat(): a finished layout of N float32 tensors [PIECES * ELEMS],
+ * each partitioned over the RANKS ranks of one regular flat (ranks
+ * alternating between two sources in dir).
+ */
+static gfs_layout *build_rflat(const char *dir)
+{
+	const uint64_t nbytes = (uint64_t)ELEMS * PIECES * 4;
+	const uint64_t plen = (nbytes + RANKS - 1) / RANKS;
+	const uint64_t size = (uint64_t)N * PIECES * ELEMS * 4;
+	const uint64_t shape[2] = { PIECES, ELEMS };
+	uint32_t srcs[RANKS], src[2], f = 0;
+	uint64_t offs[RANKS] = { 0 };
+	gfs_layout *l = NULL;
+	gfs_err err = gfs_layout_new("json", dir, &l);
+
+	if (!err)
+		err = gfs_layout_add_source(l, "a.bin", size, &src[0]);
+	if (!err)
+		err = gfs_layout_add_source(l, "b.bin", size, &src[1]);
+	for (size_t k = 0; k < RANKS; k++)
+		srcs[k] = src[k & 1];
+	if (!err)
+		err = gfs_layout_add_rflat(l, RANKS, srcs, offs, N * plen, &f);
+	for (size_t i = 0; i < N && !err; i++) {
+		char name[64];
+		size_t ti;
+
+		snprintf(name, sizeof(name), "model.layers.%zu.mlp.down_proj.weight", i);
+		err = gfs_layout_add_tensor(l, name, GFS_DT_F32, 2, shape, &ti);
+		if (!err)
+			err = gfs_layout_add_partition(l, ti, f, i * plen, plen);
+	}
+	if (!err)
+		err = gfs_layout_finish(l, "t_memsize");
+	if (err) {
+		printf("# %s\n", gfs_errmsg());
+		gfs_layout_free(l);
+		return NULL;
+	}
+	return l;
+}
+
 /* source_file(): a sparse file dir/name of size bytes. */
 static int source_file(const char *dir, const char *name, uint64_t size)
 {
@@ -100,8 +145,8 @@ int main(void)
 {
 	char dir[] = "/tmp/gatherfs-t_memsize.XXXXXX";
 	const uint64_t size = (uint64_t)N * PIECES * ELEMS * 4;
-	double h0, one, many, fs_bytes = 0, per_piece, per_tensor;
-	gfs_layout *l1, *l9;
+	double h0, one, many, fs_bytes = 0, per_piece, per_tensor, per_part;
+	gfs_layout *l1, *l9, *lr;
 	gfs_srcset *src = NULL;
 	gfs_fs *fs = NULL;
 	const gfs_fs_opts o = { .want = GFS_DT_INVALID, .views = GFS_VIEW_ALL };
@@ -126,6 +171,14 @@ int main(void)
 	       MAX_TENSOR_BYTES);
 	tap_ok(per_piece <= MAX_PIECE_BYTES, "piece: %.1f bytes <= %.0f", per_piece,
 	       MAX_PIECE_BYTES);
+	h0 = heap_used();
+	lr = build_rflat(dir);
+	per_part = (heap_used() - h0) / N;
+	printf("# layout: %.1f bytes per entry partitioned over %d ranks\n", per_part, RANKS);
+	tap_ok(lr && lr->tensors[0].npieces == RANKS && per_part <= MAX_TENSOR_BYTES,
+	       "an entry of %d pieces on a regular flat: %.1f bytes <= %.0f", RANKS, per_part,
+	       MAX_TENSOR_BYTES);
+	gfs_layout_free(lr);
 	if (l9 && gfs_srcset_open(l9, &src) == GFS_OK) {
 		h0 = heap_used();
 		if (gfs_fs_new(l9, src, &o, &fs) == GFS_OK)

@@ -186,6 +186,28 @@ typedef struct gfs_compute {
 	int64_t in[GFS_OPIN_COUNT];    /* indices into the inputs table, -1: unused */
 } gfs_compute;
 
+/*
+ * A regular flat (a ZeRO-3 flat group, or one optimizer state of it): on
+ * each of nranks ranks, nbytes bytes at byte off of source src, held by
+ * record rec.  A tensor partitioned on it (gfs_layout_add_partition()) has
+ * its piece k on rank k: plen bytes (the last piece shorter) at the same
+ * byte offset of every rank's flat, so it costs O(1), not O(ranks).
+ * Pieces are synthesized by gfs_tensor_piece(); their records are those
+ * holding all of their rank's nbytes (gfs_layout_finish()), else none.
+ */
+typedef struct gfs_rflat_rank {
+	uint64_t off;
+	uint32_t src;
+	uint32_t rec; /* set by gfs_layout_finish(), as gfs_piece.rec */
+} gfs_rflat_rank;
+
+typedef struct gfs_rflat {
+	uint64_t nbytes;        /* on each rank */
+	uint32_t nranks;
+	uint32_t maxp;          /* most pieces of its tensors (ranks with a record) */
+	gfs_rflat_rank *ranks;  /* [nranks] */
+} gfs_rflat;
+
 typedef struct gfs_tensor {
 	char *name;       /* in the layout's arena */
 	uint64_t *shape;  /* ndim sizes, in the layout's arena (shared by an alias) */
@@ -196,6 +218,9 @@ typedef struct gfs_tensor {
 	char *state;      /* optimizer-state entries: the state ("exp_avg", "step"...), in
 			     the layout's arena (shared by the entries of one state); else NULL */
 	gfs_compute *comp; /* a computed tensor (no pieces), else NULL */
+	const gfs_rflat *rf; /* partitioned on a regular flat (no slots), else NULL */
+	uint64_t rf_off;  /* rf: byte offset of the partitions in every rank's flat */
+	uint64_t rf_plen; /* rf: bytes of each rank's partition, > 0 */
 	uint64_t numel;
 	uint64_t nbytes;  /* numel * dtype size */
 	int64_t alias_of; /* index of the target tensor, or -1 */
@@ -212,15 +237,26 @@ typedef struct gfs_tensor {
  */
 static inline gfs_piece gfs_tensor_piece(const gfs_tensor *t, size_t i)
 {
-	const gfs_pslot *s = &t->slots[i];
-	gfs_piece p = {
-		.toff = s->toff,
-		.count = 1,
-		.src = s->bits & GFS_PSLOT_SRC,
-		.rec = s->rec,
-		.kind = (gfs_piece_kind)(s->bits >> GFS_PSLOT_KIND_SHIFT),
-	};
+	const gfs_pslot *s;
+	gfs_piece p = { .count = 1 };
 
+	if (t->rf) {
+		const gfs_rflat_rank *k = &t->rf->ranks[i];
+
+		p.toff = i * t->rf_plen;
+		p.len = t->nbytes - p.toff < t->rf_plen ? t->nbytes - p.toff : t->rf_plen;
+		p.src_off = k->off + t->rf_off;
+		p.reach = p.toff + p.len;
+		p.src = k->src;
+		p.rec = k->rec;
+		p.kind = GFS_PIECE_FILE;
+		return p;
+	}
+	s = &t->slots[i];
+	p.toff = s->toff;
+	p.src = s->bits & GFS_PSLOT_SRC;
+	p.rec = s->rec;
+	p.kind = (gfs_piece_kind)(s->bits >> GFS_PSLOT_KIND_SHIFT);
 	if (s->bits & GFS_PSLOT_EXT) {
 		const gfs_pext *x = &t->ext[s->off];
 
@@ -326,6 +362,9 @@ typedef struct gfs_layout {
 	size_t cap_tensors;
 	size_t noptim;     /* optimizer-state entries: [ntensors, ntensors + noptim) */
 	gfs_optim optim;   /* filled by importers directly; freed with the layout */
+	gfs_rflat **rflats;  /* regular flats (gfs_layout_add_rflat()) */
+	size_t nrflats;
+	size_t cap_rflats;
 	gfs_record *records; /* sorted by (src, kind, frame_off, off) once finished */
 	size_t nrecords;
 	size_t cap_records;
@@ -338,6 +377,15 @@ typedef struct gfs_layout {
 	size_t *rec_piece0;
 	uint32_t *rec_pieces;
 	size_t *piece0;
+	/* set by gfs_layout_finish(): the pieces on regular flats are not in
+	 * rec_pieces; record r holds the ranks rec_rfs[rec_rf0[r] ..
+	 * rec_rf0[r + 1]) of regular flats (gfs_record_each_piece()) */
+	size_t *rec_rf0;
+	struct gfs_rflat_ref *rec_rfs;
+	/* set by gfs_layout_finish(): the entries partitioned on regular flat
+	 * f are rf_ents[rf_ent0[f] .. rf_ent0[f + 1]), in layout order */
+	size_t *rf_ent0;
+	uint32_t *rf_ents;
 	/* operands of computed tensors (layout version 3), NULL if none: a
 	 * layout whose sources are this layout's own (copied by
 	 * gfs_layout_finish_inputs()) and whose pieces read this layout's
@@ -437,6 +485,26 @@ gfs_err gfs_layout_add_alias(gfs_layout *l, const char *name, const char *target
  */
 gfs_err gfs_layout_add_piece(gfs_layout *l, size_t ti, uint32_t src,
 			     uint64_t src_off, uint64_t len);
+
+/*
+ * gfs_layout_add_rflat(): register a regular flat of nbytes bytes on each
+ * of nranks ranks, rank k's at byte offs[k] of source srcs[k] (checked
+ * against the source's size by gfs_layout_finish()).  Neighbouring ranks
+ * must have different sources (their pieces are never merged).
+ * @return GFS_OK and *idx.
+ */
+gfs_err gfs_layout_add_rflat(gfs_layout *l, uint32_t nranks, const uint32_t *srcs,
+			     const uint64_t *offs, uint64_t nbytes, uint32_t *idx);
+
+/*
+ * gfs_layout_add_partition(): make tensor ti (no pieces; not of an inputs
+ * table) partitioned on regular flat f: its piece k is bytes [off, off +
+ * plen) of rank k's flat, cut to the tensor's size: ceil(nbytes / plen)
+ * pieces, at most the flat's ranks.  The same pieces as
+ * gfs_layout_add_piece() of each rank's range in turn, in O(1).
+ */
+gfs_err gfs_layout_add_partition(gfs_layout *l, size_t ti, uint32_t f, uint64_t off,
+				 uint64_t plen);
 
 /*
  * gfs_layout_add_record(): register a checksummed record r named name
@@ -542,6 +610,21 @@ bool gfs_piece_next_run(const gfs_piece *p, uint64_t pos, uint64_t *start, uint6
  * O(tensors log pieces).
  */
 size_t gfs_record_tensors(const gfs_layout *l, uint32_t r, size_t *out, size_t max);
+
+/* A rank of a regular flat. */
+typedef struct gfs_rflat_ref {
+	uint32_t flat;
+	uint32_t rank;
+} gfs_rflat_ref;
+
+/*
+ * gfs_record_each_piece(): call fn(ctx, ref) for every piece of the
+ * finished layout's entries (not of its inputs table) in record r, in no
+ * set order, until fn returns false.  O(pieces in r + tensors on the
+ * regular flats in r).  @return false if fn did.
+ */
+bool gfs_record_each_piece(const gfs_layout *l, uint32_t r,
+			   bool (*fn)(void *ctx, gfs_piece_ref ref), void *ctx);
 
 /*
  * gfs_record_describe(): "SOURCE: record NAME (tensors A, B, ...)" into
