@@ -456,7 +456,7 @@ gfs_err gfs_export(const gfs_layout *l, const gfs_srcset *s, const char *out,
 		goto out;
 	jobs = gfs_calloc(njobs, sizeof(*jobs));
 	files = gfs_calloc(njobs + 1, sizeof(*files));
-	buf = malloc(EXPORT_CHUNK);
+	buf = gfs_iobuf(EXPORT_CHUNK);
 	if (!jobs || !files || !buf) {
 		err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
 		goto out;

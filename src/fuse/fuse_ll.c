@@ -353,7 +353,7 @@ static rstate *thread_state(void)
 static char *thread_buf(rstate *r, size_t size)
 {
 	if (r->cap < size) {
-		char *b = malloc(size);
+		char *b = gfs_iobuf(size ? size : 1);
 
 		if (!b)
 			return NULL;

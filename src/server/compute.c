@@ -126,10 +126,12 @@ static scratch *scratch_get(gfs_ccache *c, size_t n)
 	if (!w && !(w = calloc(1, sizeof(*w))))
 		return NULL;
 	if (w->cap < n) {
+		const size_t nb = n <= SIZE_MAX / sizeof(double) ? n * sizeof(double) : 0;
+
 		free(w->v);
 		free(w->raw);
-		w->v = gfs_calloc(n, sizeof(*w->v));
-		w->raw = gfs_calloc(n, sizeof(double)); /* the widest input dtype */
+		w->v = nb ? gfs_iobuf(nb) : NULL;
+		w->raw = nb ? gfs_iobuf(nb) : NULL; /* the widest input dtype */
 		w->cap = w->v && w->raw ? n : 0;
 		if (!w->cap) {
 			scratch_free(w);
@@ -173,7 +175,7 @@ static gfs_err read_input(const gfs_layout *l, const gfs_srcset *s, const gfs_te
 			  double **out)
 {
 	double *d = gfs_calloc(in->numel ? in->numel : 1, sizeof(*d));
-	void *raw = malloc(in->nbytes ? in->nbytes : 1);
+	void *raw = gfs_iobuf(in->nbytes ? (size_t)in->nbytes : 1);
 	gfs_err err = GFS_OK;
 
 	if (!d || !raw)

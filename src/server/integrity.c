@@ -174,8 +174,8 @@ static gfs_err check_zstd(const chk_job *job, chk_item *it, ZSTD_DCtx *d, uint8_
 static void *chk_worker(void *arg)
 {
 	chk_job *job = arg;
-	uint8_t *buf = malloc(READ_BUF);
-	uint8_t *zin = malloc(ZSTD_IN);
+	uint8_t *buf = gfs_iobuf(READ_BUF);
+	uint8_t *zin = gfs_iobuf(ZSTD_IN);
 	uint8_t *zout = malloc(ZSTD_OUT);
 	ZSTD_DCtx *d = ZSTD_createDCtx();
 

@@ -122,7 +122,7 @@ static void *worker(void *arg)
 		vf = c->s->vf;
 		pthread_mutex_unlock(&p->mu);
 		if (!c->buf)
-			c->buf = malloc(GFS_PF_CHUNK);
+			c->buf = gfs_iobuf(GFS_PF_CHUNK);
 		/* The error (if any) is reported when the reader reads the
 		 * range itself. */
 		ok = c->buf && gfs_vfile_read(vf, c->off, c->buf, c->len, &got) == GFS_OK &&

@@ -88,6 +88,14 @@ void *gfs_calloc(size_t n, size_t size)
 	return calloc(n, size);
 }
 
+void *gfs_iobuf(size_t n)
+{
+	void *p = NULL;
+
+	assert(n > 0);
+	return posix_memalign(&p, GFS_IOBUF_ALIGN, n) == 0 ? p : NULL;
+}
+
 void *gfs_reallocarray(void *p, size_t n, size_t size)
 {
 	size_t total;

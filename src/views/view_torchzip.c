@@ -522,7 +522,7 @@ static gfs_err crc_one(gfs_tzview *z, size_t r)
 
 		if (atomic_compare_exchange_strong(&rec->state, &state, CRC_BUSY)) {
 			assert(rec->entry != NO_ENTRY);
-			buf = malloc(CRC_READ_BUF);
+			buf = gfs_iobuf(CRC_READ_BUF);
 			err = buf ? check_sources(z, &r, 1)
 				  : gfs_fail(GFS_ERR_NOMEM, "out of memory");
 			if (!err && !crc_from_sources(z, r, &crc))
@@ -568,7 +568,7 @@ static void job_fail(crc_job *job, gfs_err err)
 static void *crc_worker(void *arg)
 {
 	crc_job *job = arg;
-	uint8_t *buf = malloc(CRC_READ_BUF);
+	uint8_t *buf = gfs_iobuf(CRC_READ_BUF);
 
 	if (!buf) {
 		job_fail(job, gfs_fail(GFS_ERR_NOMEM, "out of memory"));

@@ -74,6 +74,17 @@ void *gfs_reallocarray(void *p, size_t n, size_t size);
 char *gfs_strdup(const char *s);
 char *gfs_strndup(const char *s, size_t n);
 
+/*
+ * gfs_iobuf(): n bytes (n > 0) aligned to GFS_IOBUF_ALIGN, for buffers that
+ * pread() and copies fill from the page cache; free() it.  NULL when out of
+ * memory.  A large malloc() block starts 16 bytes into its mapping, and the
+ * kernel's copy of page-aligned page-cache bytes to such an address runs at
+ * a fifth of its speed on some x86-64 CPUs (bench/RESULTS.md, "Read
+ * buffers aligned").  Contents are undefined.
+ */
+#define GFS_IOBUF_ALIGN 64
+void *gfs_iobuf(size_t n);
+
 /* gfs_path_join(): "dir/name" as a new string (free() it), NULL when out of memory. */
 char *gfs_path_join(const char *dir, const char *name);
 
