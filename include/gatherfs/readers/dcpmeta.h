@@ -95,8 +95,8 @@ typedef struct gfs_dcpmeta {
  * state_dict_metadata dict has name keys and whose storage_data dict maps
  * MetadataIndex objects (a name, an int tuple or None) to _StorageInfo
  * objects (a name, non-negative offset and length).  label names the file
- * in messages.  max_bytes bounds the memory the reader holds at once (0:
- * 1 GiB); besides it, the reader holds a bitmap of len / 8 bytes at most.
+ * in messages.  max_bytes bounds all the memory the reader holds, the
+ * records it returns included (0: 1 GiB).  len must be at most 1 GiB.
  * @return GFS_OK and *out (free with gfs_dcpmeta_free()), or an error
  * and *out NULL.
  */
