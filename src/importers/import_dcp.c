@@ -288,6 +288,12 @@ static gfs_err file_get(dcp_ckpt *c, uint32_t rel_id, dcp_file **out)
 	if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode))
 		return gfs_fail(GFS_ERR_FORMAT, "%s: not a regular file", f->path);
 	f->size = (uint64_t)st.st_size;
+	/*
+	 * No read-ahead: the import reads a few hundred bytes at each end of
+	 * every chunk archive, and read-ahead past them would fill the page
+	 * cache with the payloads (holes of sparse files included).
+	 */
+	(void)posix_fadvise(f->fd, 0, 0, POSIX_FADV_RANDOM);
 	*out = f;
 	if (file_remember(c, rel_id, c->nfiles - 1))
 		return GFS_ERR_NOMEM;
