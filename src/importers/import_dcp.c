@@ -53,7 +53,7 @@ typedef struct dcp_ckpt {
 	const char *dir;
 	char *meta_path;
 	gfs_dcpmeta *md;
-	uint32_t *itab;    /* storage items by (fqn, offset): index + 1, open addressing */
+	uint64_t *itab;    /* storage items by (fqn, offset): index + 1 | key hash << 32 */
 	size_t itab_cap;
 	dcp_file *files;
 	size_t nfiles, cap_files;
@@ -103,26 +103,33 @@ static uint64_t str_hash(const char *s)
 	return h;
 }
 
-static size_t item_slot(uint64_t fqn_hash, uint32_t offset, size_t cap)
+/* item_key(): the hash of (fqn, offset); its low bits pick the slot, its high 32 are kept. */
+static uint64_t item_key(uint64_t fqn_hash, uint32_t offset)
 {
 	uint64_t h = fqn_hash ^ ((uint64_t)offset * 0x9e3779b97f4a7c15ULL);
 
-	return (size_t)(h ^ (h >> 29)) & (cap - 1);
+	h ^= h >> 29;
+	return h * 0xbf58476d1ce4e5b9ULL;
 }
 
 /*
  * item_find(): the storage item of (fqn, offset), offset an int tuple id
- * (equal tuples have one id) or GFS_DCP_NONE; h is str_hash(fqn).
+ * (equal tuples have one id) or GFS_DCP_NONE; h is str_hash(fqn).  Slots
+ * whose kept hash differs are passed without reading their item.
  */
 static const gfs_dcp_item *item_find(const dcp_ckpt *c, const char *fqn, uint64_t h,
 				     uint32_t offset)
 {
-	for (size_t s = item_slot(h, offset, c->itab_cap);; s = (s + 1) & (c->itab_cap - 1)) {
+	const uint64_t k = item_key(h, offset);
+
+	for (size_t s = (size_t)k & (c->itab_cap - 1);; s = (s + 1) & (c->itab_cap - 1)) {
 		const gfs_dcp_item *it;
 
 		if (!c->itab[s])
 			return NULL;
-		it = &c->md->items[c->itab[s] - 1];
+		if (c->itab[s] >> 32 != k >> 32)
+			continue;
+		it = &c->md->items[(uint32_t)c->itab[s] - 1];
 		if (it->offset == offset && strcmp(gfs_dcpmeta_str(c->md, it->fqn), fqn) == 0)
 			return it;
 	}
@@ -171,6 +178,7 @@ static gfs_err read_metadata(dcp_ckpt *c)
 	for (size_t i = 0; i < c->md->nitems; i++) {
 		const gfs_dcp_item *it = &c->md->items[i];
 		const char *fqn = gfs_dcpmeta_str(c->md, it->fqn);
+		uint64_t k;
 		size_t s;
 
 		if (it->fqn != last) {
@@ -180,10 +188,10 @@ static gfs_err read_metadata(dcp_ckpt *c)
 		if (item_find(c, fqn, h, it->offset))
 			return gfs_fail(GFS_ERR_FORMAT, "%s: storage data lists %s twice at one offset",
 					c->meta_path, fqn);
-		for (s = item_slot(h, it->offset, c->itab_cap); c->itab[s];
-		     s = (s + 1) & (c->itab_cap - 1))
+		k = item_key(h, it->offset);
+		for (s = (size_t)k & (c->itab_cap - 1); c->itab[s]; s = (s + 1) & (c->itab_cap - 1))
 			;
-		c->itab[s] = (uint32_t)i + 1;
+		c->itab[s] = (k >> 32 << 32) | (i + 1);
 	}
 	return GFS_OK;
 }
