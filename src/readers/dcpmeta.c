@@ -593,7 +593,8 @@ static gfs_err node_add(vm *m, dv nv, const dv *items, size_t k)
 	if (err)
 		return err;
 	n->cap = (uint32_t)cap;
-	memcpy(n->items + n->len, items, k * sizeof(dv));
+	if (k)
+		memcpy(n->items + n->len, items, k * sizeof(dv));
 	n->len += (uint32_t)k;
 	return GFS_OK;
 }
@@ -1253,6 +1254,12 @@ static gfs_err finish(vm *m, dv root)
 		if (P->chunks[i].sizes >= ID_LIMIT)
 			P->chunks[i].sizes = GFS_DCP_NONE;
 	}
+	/* the arrays are never NULL, empty or not */
+	err = grow(m, (void **)&P->tensors, &P->tensors_cap, 1, sizeof(*P->tensors));
+	if (!err)
+		err = grow(m, (void **)&P->chunks, &P->chunks_cap, 1, sizeof(*P->chunks));
+	if (err)
+		return err;
 	o->entries = P->entries;
 	o->tensors = P->tensors;
 	o->chunks = P->chunks;
@@ -1300,7 +1307,12 @@ gfs_err gfs_dcpmeta_load(const uint8_t *buf, size_t len, const char *label, size
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	}
 	m.out->pools = m.P;
-	err = prescan(&m);
+	/* never NULL: the empty tuple's ints are P->ints + 0, an empty stack's top m.stack + 0 */
+	err = grow(&m, (void **)&m.P->ints, &m.P->ints_cap, 1, sizeof(*m.P->ints));
+	if (!err)
+		err = grow(&m, (void **)&m.stack, &m.stack_cap, 1, sizeof(*m.stack));
+	if (!err)
+		err = prescan(&m);
 	m.pos = 0;
 	while (!err && !stop)
 		err = step(&m, &stop);

@@ -231,6 +231,19 @@ int main(void)
 		fails("70,001 MARKs", deep, 70002, 0, GFS_ERR_LIMIT, "stack deeper than");
 		free(deep);
 	}
+	{
+		gfs_dcpmeta *m = NULL;
+		const gfs_err err = gfs_dcpmeta_load(
+			PK("\x80\x02" "ctorch.distributed.checkpoint.metadata\nMetadata\n)\x81}("
+			   "X\x13\x00\x00\x00" "state_dict_metadata}X\x0c\x00\x00\x00" "storage_data}ub."),
+			"empty.metadata", 0, &m);
+
+		tap_ok(err == GFS_OK && m && m->nentries == 0 && m->nitems == 0 && m->chunks &&
+		       m->tensors && m->version == GFS_DCP_NONE,
+		       "a Metadata with empty dicts: no entries, arrays not NULL (%s)", gfs_errmsg());
+		gfs_dcpmeta_free(m);
+	}
+	fails("an empty tuple", PK("\x80\x05)."), 0, GFS_ERR_FORMAT, "no Metadata object");
 	fails("Metadata without dicts",
 	      PK("\x80\x02" "ctorch.distributed.checkpoint.metadata\nMetadata\n)\x81}b."), 0,
 	      GFS_ERR_FORMAT, "lacks a state_dict_metadata or storage_data dict");
