@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "gatherfs/importers/import.h"
-#include "gatherfs/readers/pickle.h"
+#include "gatherfs/readers/dcpmeta.h"
 #include "gatherfs/server/server.h"
 
 #include "fuzz_common.h"
@@ -91,14 +91,14 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	gfs_pickle *pk = NULL;
+	gfs_dcpmeta *pk = NULL;
 	gfs_layout *l = NULL;
 	FILE *f;
 	const gfs_err perr = gfs_dcp_parse_metadata(data, size, "fuzz.metadata", &pk);
 
 	if (perr != GFS_OK && (pk || !gfs_errmsg()[0] || strchr(gfs_errmsg(), '\n')))
 		abort();
-	gfs_pickle_free(pk);
+	gfs_dcpmeta_free(pk);
 	f = fopen(g_meta, "wb");
 	if (!f || (size && fwrite(data, 1, size, f) != size) || fclose(f) != 0)
 		die("cannot write", g_meta);

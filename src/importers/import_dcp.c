@@ -30,6 +30,7 @@
 #include <zstd.h>
 
 #include "gatherfs/importers/import.h"
+#include "gatherfs/readers/dcpmeta.h"
 #include "gatherfs/readers/pickle.h"
 #include "gatherfs/readers/torchzip.h"
 
@@ -48,21 +49,17 @@ typedef struct dcp_file {
 	uint32_t src; /* layout source index */
 } dcp_file;
 
-/* A storage_data entry: the MetadataIndex and its _StorageInfo. */
-typedef struct dcp_item {
-	const char *fqn;
-	const gfs_pv *offset; /* TUPLE, or NULL (bytes entries) */
-	const gfs_pv *info;   /* _StorageInfo fields (DICT) */
-} dcp_item;
-
 typedef struct dcp_ckpt {
 	const char *dir;
 	char *meta_path;
-	gfs_pickle *pk;
-	dcp_item *items;   /* sorted by fqn, offsets */
-	size_t nitems;
+	gfs_dcpmeta *md;
+	uint64_t *itab;    /* storage items by (fqn, offset): index + 1 | key hash << 32 */
+	size_t itab_cap;
 	dcp_file *files;
 	size_t nfiles, cap_files;
+	uint32_t *fkey;    /* relative_path string id + 1 -> its file (fval), open addressing */
+	uint32_t *fval;
+	size_t fcap, fused;
 	gfs_layout *l;
 	uint64_t npieces;
 	bool zstd;
@@ -78,90 +75,72 @@ typedef struct chunk_loc {
 	uint64_t frame_size;
 } chunk_loc;
 
-/* ------------------------------------------------------------ pickle helpers */
+/* ------------------------------------------------------------ metadata */
 
-/* fields(): the field dict of a dataclass OBJECT (BUILD state, or its slots part). */
-static const gfs_pv *fields(const gfs_pv *v)
+/* ints(): the int tuple id (a torch.Size) of non-negative ints into out[]. */
+static bool ints(const gfs_dcpmeta *md, uint32_t id, uint32_t *n, uint64_t *out)
 {
-	const gfs_pv *st;
+	uint32_t len = 0;
+	const int64_t *v = gfs_dcpmeta_ints(md, id, &len);
 
-	if (!v || v->kind != GFS_PV_OBJECT)
-		return NULL;
-	st = v->u.obj.state;
-	if (st && st->kind == GFS_PV_TUPLE && gfs_pv_seq_len(st) == 2)
-		st = gfs_pv_seq_at(st, gfs_pv_seq_at(st, 0)->kind == GFS_PV_DICT ? 0 : 1);
-	return st && st->kind == GFS_PV_DICT ? st : NULL;
-}
-
-/* class_is(): v is an OBJECT of a class called name (any module). */
-static bool class_is(const gfs_pv *v, const char *name)
-{
-	const gfs_pv *cls;
-
-	if (!v || v->kind != GFS_PV_OBJECT)
+	if (!v || len > GFS_MAX_DIMS)
 		return false;
-	cls = v->u.obj.cls;
-	return cls && cls->kind == GFS_PV_GLOBAL && strcmp(cls->u.global.name, name) == 0;
-}
-
-/* ints(): a TUPLE (torch.Size) of non-negative ints into out[]. */
-static bool ints(const gfs_pv *v, uint32_t *n, uint64_t *out)
-{
-	const size_t len = gfs_pv_seq_len(v);
-
-	if (!v || v->kind != GFS_PV_TUPLE || len > GFS_MAX_DIMS)
-		return false;
-	for (size_t i = 0; i < len; i++) {
-		int64_t x;
-
-		if (!gfs_pv_int(gfs_pv_seq_at(v, i), &x) || x < 0)
+	for (uint32_t i = 0; i < len; i++) {
+		if (v[i] < 0)
 			return false;
-		out[i] = (uint64_t)x;
+		out[i] = (uint64_t)v[i];
 	}
-	*n = (uint32_t)len;
+	*n = len;
 	return true;
 }
 
-/* tuple_cmp(): order two int tuples (NULL first). */
-static int tuple_cmp(const gfs_pv *a, const gfs_pv *b)
+static uint64_t str_hash(const char *s)
 {
-	const size_t na = gfs_pv_seq_len(a), nb = gfs_pv_seq_len(b);
+	uint64_t h = 0xcbf29ce484222325ULL;
 
-	if (!a || !b)
-		return (a != NULL) - (b != NULL);
-	for (size_t i = 0; i < na && i < nb; i++) {
-		int64_t x = 0, y = 0;
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+	return h;
+}
 
-		(void)gfs_pv_int(gfs_pv_seq_at(a, i), &x);
-		(void)gfs_pv_int(gfs_pv_seq_at(b, i), &y);
-		if (x != y)
-			return x < y ? -1 : 1;
+/* item_key(): the hash of (fqn, offset); its low bits pick the slot, its high 32 are kept. */
+static uint64_t item_key(uint64_t fqn_hash, uint32_t offset)
+{
+	uint64_t h = fqn_hash ^ ((uint64_t)offset * 0x9e3779b97f4a7c15ULL);
+
+	h ^= h >> 29;
+	return h * 0xbf58476d1ce4e5b9ULL;
+}
+
+/*
+ * item_find(): the storage item of (fqn, offset), offset an int tuple id
+ * (equal tuples have one id) or GFS_DCP_NONE; h is str_hash(fqn).  Slots
+ * whose kept hash differs are passed without reading their item.
+ */
+static const gfs_dcp_item *item_find(const dcp_ckpt *c, const char *fqn, uint64_t h,
+				     uint32_t offset)
+{
+	const uint64_t k = item_key(h, offset);
+
+	for (size_t s = (size_t)k & (c->itab_cap - 1);; s = (s + 1) & (c->itab_cap - 1)) {
+		const gfs_dcp_item *it;
+
+		if (!c->itab[s])
+			return NULL;
+		if (c->itab[s] >> 32 != k >> 32)
+			continue;
+		it = &c->md->items[(uint32_t)c->itab[s] - 1];
+		if (it->offset == offset && strcmp(gfs_dcpmeta_str(c->md, it->fqn), fqn) == 0)
+			return it;
 	}
-	return (na > nb) - (na < nb);
 }
 
-static int item_cmp(const void *pa, const void *pb)
+static gfs_err read_metadata(dcp_ckpt *c)
 {
-	const dcp_item *a = pa, *b = pb;
-	const int c = strcmp(a->fqn, b->fqn);
-
-	return c ? c : tuple_cmp(a->offset, b->offset);
-}
-
-static const dcp_item *item_find(const dcp_ckpt *c, const char *fqn, const gfs_pv *offset)
-{
-	const dcp_item key = { .fqn = fqn, .offset = offset };
-
-	return bsearch(&key, c->items, c->nitems, sizeof(key), item_cmp);
-}
-
-/* ------------------------------------------------------------ metadata */
-
-static gfs_err read_metadata(dcp_ckpt *c, const gfs_pv **sdm)
-{
-	const gfs_pv *root, *meta, *sd;
 	uint8_t *buf = NULL;
 	struct stat st;
+	uint32_t last = GFS_DCP_NONE;
+	uint64_t h = 0;
 	gfs_err err;
 	const int fd = open(c->meta_path, O_RDONLY | O_CLOEXEC);
 
@@ -186,101 +165,109 @@ static gfs_err read_metadata(dcp_ckpt *c, const gfs_pv **sdm)
 	err = gfs_pread_full(fd, buf, (size_t)st.st_size, 0, c->meta_path);
 	close(fd);
 	if (!err)
-		err = gfs_dcp_parse_metadata(buf, (size_t)st.st_size, c->meta_path, &c->pk);
+		err = gfs_dcp_parse_metadata(buf, (size_t)st.st_size, c->meta_path, &c->md);
 	free(buf);
 	if (err)
 		return err;
-	root = gfs_pickle_root(c->pk);
-	meta = fields(root);
-	*sdm = gfs_pv_dict_get(meta, "state_dict_metadata");
-	sd = gfs_pv_dict_get(meta, "storage_data");
-	assert(*sdm && sd); /* checked by gfs_dcp_parse_metadata() */
-	c->items = gfs_calloc(sd->u.dict.len ? sd->u.dict.len : 1, sizeof(*c->items));
-	if (!c->items)
+	c->itab_cap = 16;
+	while (c->itab_cap < 2 * c->md->nitems)
+		c->itab_cap *= 2;
+	c->itab = gfs_calloc(c->itab_cap, sizeof(*c->itab));
+	if (!c->itab)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	for (size_t i = 0; i < sd->u.dict.len; i++) {
-		const gfs_pv *k = fields(sd->u.dict.items[i].key);
-		const gfs_pv *v = fields(sd->u.dict.items[i].value);
-		const gfs_pv *off = gfs_pv_dict_get(k, "offset");
+	for (size_t i = 0; i < c->md->nitems; i++) {
+		const gfs_dcp_item *it = &c->md->items[i];
+		const char *fqn = gfs_dcpmeta_str(c->md, it->fqn);
+		uint64_t k;
+		size_t s;
 
-		c->items[i] = (dcp_item){
-			.fqn = gfs_pv_str(gfs_pv_dict_get(k, "fqn")),
-			.offset = off && off->kind == GFS_PV_TUPLE ? off : NULL,
-			.info = v,
-		};
-	}
-	c->nitems = sd->u.dict.len;
-	qsort(c->items, c->nitems, sizeof(*c->items), item_cmp);
-	for (size_t i = 1; i < c->nitems; i++)
-		if (item_cmp(&c->items[i - 1], &c->items[i]) == 0)
+		if (it->fqn != last) {
+			last = it->fqn;
+			h = str_hash(fqn);
+		}
+		if (item_find(c, fqn, h, it->offset))
 			return gfs_fail(GFS_ERR_FORMAT, "%s: storage data lists %s twice at one offset",
-					c->meta_path, c->items[i].fqn);
+					c->meta_path, fqn);
+		k = item_key(h, it->offset);
+		for (s = (size_t)k & (c->itab_cap - 1); c->itab[s]; s = (s + 1) & (c->itab_cap - 1))
+			;
+		c->itab[s] = (k >> 32 << 32) | (i + 1);
+	}
 	return GFS_OK;
 }
 
 gfs_err gfs_dcp_parse_metadata(const uint8_t *buf, size_t len, const char *label,
-			       gfs_pickle **out)
+			       gfs_dcpmeta **out)
 {
-	const gfs_pv *root, *meta, *sdm, *sd;
-	gfs_pickle *pk = NULL;
-	gfs_err err;
-
 	*out = NULL;
-	err = gfs_pickle_load(buf, len, label, NULL, &pk);
-	if (err)
-		return err;
-	root = gfs_pickle_root(pk);
-	meta = fields(root);
-	sdm = gfs_pv_dict_get(meta, "state_dict_metadata");
-	sd = gfs_pv_dict_get(meta, "storage_data");
-	if (!class_is(root, "Metadata") || !meta)
-		err = gfs_fail(GFS_ERR_FORMAT, "%s: not a DCP .metadata (no Metadata object)", label);
-	else if (!sdm || sdm->kind != GFS_PV_DICT || !sd || sd->kind != GFS_PV_DICT)
-		err = gfs_fail(GFS_ERR_FORMAT,
-			       "%s: Metadata lacks a state_dict_metadata or storage_data dict", label);
-	for (size_t i = 0; !err && i < sd->u.dict.len; i++) {
-		const gfs_pv *k = fields(sd->u.dict.items[i].key);
-		const gfs_pv *v = fields(sd->u.dict.items[i].value);
-		const gfs_pv *off = gfs_pv_dict_get(k, "offset");
-		int64_t x;
-
-		if (!gfs_pv_name(gfs_pv_dict_get(k, "fqn")) ||
-		    (off && off->kind != GFS_PV_TUPLE && off->kind != GFS_PV_NONE))
-			err = gfs_fail(GFS_ERR_FORMAT,
-				       "%s: storage data entry %zu: key is not a MetadataIndex with a plain name",
-				       label, i);
-		else if (!gfs_pv_name(gfs_pv_dict_get(v, "relative_path")) ||
-			 !gfs_pv_int(gfs_pv_dict_get(v, "offset"), &x) || x < 0 ||
-			 !gfs_pv_int(gfs_pv_dict_get(v, "length"), &x) || x < 0)
-			err = gfs_fail(GFS_ERR_FORMAT,
-				       "%s: storage data entry %zu: value is not a _StorageInfo",
-				       label, i);
-	}
-	for (size_t i = 0; !err && i < sdm->u.dict.len; i++)
-		if (!gfs_pv_name(sdm->u.dict.items[i].key))
-			err = gfs_fail(GFS_ERR_FORMAT,
-				       "%s: state_dict_metadata key %zu is not a string without control characters",
-				       label, i);
-	if (err) {
-		gfs_pickle_free(pk);
-		return err;
-	}
-	*out = pk;
-	return GFS_OK;
+	if (len > UINT32_MAX)
+		return gfs_fail(GFS_ERR_LIMIT, "%s: %zu bytes is not a plausible DCP .metadata",
+				label, len);
+	return gfs_dcpmeta_load(buf, len, label, 0, out);
 }
 
 /* ------------------------------------------------------------ files */
 
-static gfs_err file_get(dcp_ckpt *c, const char *rel, dcp_file **out)
+static size_t fslot(uint32_t id, size_t cap)
 {
+	return (size_t)(((uint64_t)id * 0x9e3779b97f4a7c15ULL) >> 20) & (cap - 1);
+}
+
+/* file_remember(): map string id rel to file i. */
+static gfs_err file_remember(dcp_ckpt *c, uint32_t rel, size_t i)
+{
+	size_t s;
+
+	if (2 * (c->fused + 1) > c->fcap) {
+		const size_t ncap = c->fcap ? 2 * c->fcap : 64;
+		uint32_t *k = gfs_calloc(ncap, sizeof(*k)), *v = gfs_calloc(ncap, sizeof(*v));
+
+		if (!k || !v) {
+			free(k);
+			free(v);
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		}
+		for (size_t j = 0; j < c->fcap; j++) {
+			if (!c->fkey[j])
+				continue;
+			for (s = fslot(c->fkey[j] - 1, ncap); k[s]; s = (s + 1) & (ncap - 1))
+				;
+			k[s] = c->fkey[j];
+			v[s] = c->fval[j];
+		}
+		free(c->fkey);
+		free(c->fval);
+		c->fkey = k;
+		c->fval = v;
+		c->fcap = ncap;
+	}
+	for (s = fslot(rel, c->fcap); c->fkey[s]; s = (s + 1) & (c->fcap - 1))
+		;
+	c->fkey[s] = rel + 1;
+	c->fval[s] = (uint32_t)i;
+	c->fused++;
+	return GFS_OK;
+}
+
+/* file_get(): the file named by string id rel_id, opened on first use. */
+static gfs_err file_get(dcp_ckpt *c, uint32_t rel_id, dcp_file **out)
+{
+	const char *rel = gfs_dcpmeta_str(c->md, rel_id);
 	dcp_file *f;
 	struct stat st;
 	size_t n;
 
+	for (size_t s = c->fcap ? fslot(rel_id, c->fcap) : 0; c->fcap && c->fkey[s];
+	     s = (s + 1) & (c->fcap - 1)) {
+		if (c->fkey[s] == rel_id + 1) {
+			*out = &c->files[c->fval[s]];
+			return GFS_OK;
+		}
+	}
 	for (size_t i = 0; i < c->nfiles; i++) {
 		if (strcmp(c->files[i].rel, rel) == 0) {
 			*out = &c->files[i];
-			return GFS_OK;
+			return file_remember(c, rel_id, i);
 		}
 	}
 	if (rel[0] == '\0' || rel[0] == '/' || strstr(rel, "..") || strchr(rel, '/'))
@@ -309,52 +296,53 @@ static gfs_err file_get(dcp_ckpt *c, const char *rel, dcp_file **out)
 	if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode))
 		return gfs_fail(GFS_ERR_FORMAT, "%s: not a regular file", f->path);
 	f->size = (uint64_t)st.st_size;
+	/*
+	 * No read-ahead: the import reads a few hundred bytes at each end of
+	 * every chunk archive, and read-ahead past them would fill the page
+	 * cache with the payloads (holes of sparse files included).
+	 */
+	(void)posix_fadvise(f->fd, 0, 0, POSIX_FADV_RANDOM);
 	*out = f;
+	if (file_remember(c, rel_id, c->nfiles - 1))
+		return GFS_ERR_NOMEM;
 	return gfs_layout_add_source(c->l, rel, f->size, &f->src);
 }
 
 /* item_file(): the file and byte range of a storage item, checked. */
-static gfs_err item_file(dcp_ckpt *c, const dcp_item *it, dcp_file **f, uint64_t *off,
+static gfs_err item_file(dcp_ckpt *c, const gfs_dcp_item *it, dcp_file **f, uint64_t *off,
 			 uint64_t *len)
 {
-	int64_t o = 0, n = 0;
 	uint64_t end;
-	gfs_err err;
+	const gfs_err err = file_get(c, it->rel, f);
 
-	(void)gfs_pv_int(gfs_pv_dict_get(it->info, "offset"), &o);
-	(void)gfs_pv_int(gfs_pv_dict_get(it->info, "length"), &n);
-	err = file_get(c, gfs_pv_str(gfs_pv_dict_get(it->info, "relative_path")), f);
 	if (err)
 		return err;
-	*off = (uint64_t)o;
-	*len = (uint64_t)n;
+	*off = it->off;
+	*len = it->len;
 	if (!gfs_add_u64(*off, *len, &end) || end > (*f)->size)
 		return gfs_fail(GFS_ERR_FORMAT,
 				"%s: item of %s at bytes %llu..+%llu lies past its end (%llu bytes): truncated",
-				(*f)->path, it->fqn, (unsigned long long)*off,
+				(*f)->path, gfs_dcpmeta_str(c->md, it->fqn), (unsigned long long)*off,
 				(unsigned long long)*len, (unsigned long long)(*f)->size);
 	return GFS_OK;
 }
 
 /* item_transform(): false for none, true for zstd; other transforms fail. */
-static gfs_err item_transform(const dcp_ckpt *c, const dcp_item *it, bool *zstd)
+static gfs_err item_transform(const dcp_ckpt *c, const gfs_dcp_item *it, bool *zstd)
 {
-	const gfs_pv *td = gfs_pv_dict_get(it->info, "transform_descriptors");
-	const size_t n = gfs_pv_seq_len(td);
-	const char *first;
+	const char *first = gfs_dcpmeta_str(c->md, it->td0);
 
 	*zstd = false;
-	if (!td || td->kind == GFS_PV_NONE || n == 0)
+	if (it->ntd == 0)
 		return GFS_OK;
-	if (n == 1 && gfs_pv_str(gfs_pv_seq_at(td, 0)) &&
-	    strcmp(gfs_pv_str(gfs_pv_seq_at(td, 0)), DCP_ZSTD_DESCRIPTOR) == 0) {
+	if (it->ntd == 1 && first && strcmp(first, DCP_ZSTD_DESCRIPTOR) == 0) {
 		*zstd = true;
 		return GFS_OK;
 	}
-	first = gfs_pv_str(gfs_pv_seq_at(td, 0));
 	return gfs_fail(GFS_ERR_UNSUPPORTED,
-			"%s: %s: unsupported stream transforms (%zu, the first '%s'); only a single %s is",
-			c->meta_path, it->fqn, n, first ? first : "?", DCP_ZSTD_DESCRIPTOR);
+			"%s: %s: unsupported stream transforms (%u, the first '%s'); only a single %s is",
+			c->meta_path, gfs_dcpmeta_str(c->md, it->fqn), it->ntd, first ? first : "?",
+			DCP_ZSTD_DESCRIPTOR);
 }
 
 /*
@@ -619,7 +607,7 @@ static gfs_err emit_chunk(dcp_ckpt *c, size_t ti, uint32_t n, const uint64_t *S,
 	return GFS_OK;
 }
 
-static gfs_err chunk_locate(dcp_ckpt *c, const dcp_item *it, gfs_dtype dt, uint32_t n,
+static gfs_err chunk_locate(dcp_ckpt *c, const gfs_dcp_item *it, gfs_dtype dt, uint32_t n,
 			    const uint64_t *sizes, chunk_loc *loc)
 {
 	dcp_file *f;
@@ -634,7 +622,8 @@ static gfs_err chunk_locate(dcp_ckpt *c, const dcp_item *it, gfs_dtype dt, uint3
 		err = item_transform(c, it, &zstd);
 	if (err)
 		return err;
-	snprintf(label, sizeof(label), "%s@%llu (%s)", f->path, (unsigned long long)off, it->fqn);
+	snprintf(label, sizeof(label), "%s@%llu (%s)", f->path, (unsigned long long)off,
+		 gfs_dcpmeta_str(c->md, it->fqn));
 	memset(loc, 0, sizeof(*loc));
 	loc->src = f->src;
 	if (!zstd) {
@@ -643,7 +632,7 @@ static gfs_err chunk_locate(dcp_ckpt *c, const dcp_item *it, gfs_dtype dt, uint3
 		loc->kind = GFS_PIECE_FILE;
 		loc->off = data;
 	} else {
-		err = unzstd(f, it->fqn, off, len, &mfd, &size);
+		err = unzstd(f, gfs_dcpmeta_str(c->md, it->fqn), off, len, &mfd, &size);
 		if (err)
 			return err;
 		err = inner_tensor(label, mfd, 0, size, dt, n, sizes, &data, &rec, rname,
@@ -668,56 +657,108 @@ static gfs_err chunk_locate(dcp_ckpt *c, const dcp_item *it, gfs_dtype dt, uint3
 	return gfs_layout_add_record(c->l, &rec, name);
 }
 
-static gfs_err import_tensor(dcp_ckpt *c, const char *fqn, const char *name, const gfs_pv *tsm)
+/* box_cmp(): order chunks by their first offset. */
+typedef struct box_key {
+	uint64_t o0;
+	size_t k;
+} box_key;
+
+static int box_cmp(const void *pa, const void *pb)
 {
-	const gfs_pv *tf = fields(tsm);
-	const gfs_pv *props = gfs_pv_dict_get(tf, "properties");
-	const gfs_pv *chunks = gfs_pv_dict_get(tf, "chunks");
-	const gfs_pv *pst = props && props->kind == GFS_PV_OBJECT ? props->u.obj.state : NULL;
-	const gfs_pv *dtv = NULL;
-	const size_t nch = gfs_pv_seq_len(chunks);
-	uint64_t shape[GFS_MAX_DIMS], numel = 1, covered = 0;
+	const box_key *a = pa, *b = pb;
+
+	if (a->o0 != b->o0)
+		return a->o0 < b->o0 ? -1 : 1;
+	return (a->k > b->k) - (a->k < b->k);
+}
+
+/*
+ * overlaps(): find two non-empty boxes of the nch in box that intersect,
+ * sorted on dimension 0: a box is only compared with those that start
+ * inside its extent there.  @return true and *a < *b.
+ */
+static bool overlaps(uint32_t ndim, uint64_t (*box)[2][GFS_MAX_DIMS], const uint64_t *vol,
+		     size_t nch, size_t *a, size_t *b)
+{
+	box_key *order = gfs_calloc(nch ? nch : 1, sizeof(*order));
+	size_t n = 0;
+	bool found = false;
+
+	if (!order) { /* out of memory: compare all pairs */
+		for (size_t k = 0; k < nch; k++)
+			for (size_t j = 0; j < k; j++)
+				if (vol[j] && vol[k] &&
+				    box_overlap(ndim, box[j][0], box[j][1], box[k][0], box[k][1])) {
+					*a = j;
+					*b = k;
+					return true;
+				}
+		return false;
+	}
+	for (size_t k = 0; k < nch; k++)
+		if (vol[k])
+			order[n++] = (box_key){ ndim ? box[k][0][0] : 0, k };
+	qsort(order, n, sizeof(*order), box_cmp);
+	for (size_t i = 0; i < n && !found; i++) {
+		const size_t p = order[i].k;
+
+		for (size_t j = i + 1; j < n && !found &&
+		     (ndim == 0 || order[j].o0 < box[p][0][0] + box[p][1][0]); j++) {
+			const size_t q = order[j].k;
+
+			if (box_overlap(ndim, box[p][0], box[p][1], box[q][0], box[q][1])) {
+				*a = p < q ? p : q;
+				*b = p < q ? q : p;
+				found = true;
+			}
+		}
+	}
+	free(order);
+	return found;
+}
+
+static gfs_err import_tensor(dcp_ckpt *c, const char *fqn, const char *name,
+			     const gfs_dcp_tensor *t)
+{
+	const char *dts = gfs_dcpmeta_str(c->md, t->dtype);
+	const gfs_dcp_chunk *chunks = c->md->chunks + t->first;
+	const size_t nch = t->nchunks;
+	const uint64_t h = str_hash(fqn);
+	uint64_t shape[GFS_MAX_DIMS], numel = 1, covered = 0, *vol = NULL;
 	uint64_t (*box)[2][GFS_MAX_DIMS] = NULL;
 	uint32_t ndim;
-	gfs_dtype dt = GFS_DT_INVALID;
-	size_t ti;
-	gfs_err err;
+	const gfs_dtype dt = dts ? gfs_dtype_parse(dts) : GFS_DT_INVALID;
+	size_t ti, ja = 0, jb = SIZE_MAX;
+	gfs_err err = GFS_OK;
 
-	if (pst && pst->kind == GFS_PV_TUPLE)
-		dtv = gfs_pv_seq_at(pst, 0);
-	else if (pst && pst->kind == GFS_PV_DICT)
-		dtv = gfs_pv_dict_get(pst, "dtype");
-	if (dtv && dtv->kind == GFS_PV_GLOBAL && strcmp(dtv->u.global.module, "torch") == 0)
-		dt = gfs_dtype_parse(dtv->u.global.name);
 	if (dt == GFS_DT_INVALID)
 		return gfs_fail(GFS_ERR_UNSUPPORTED, "%s: %s: missing or unsupported dtype %s",
-				c->meta_path, fqn,
-				dtv && dtv->kind == GFS_PV_GLOBAL ? dtv->u.global.name : "");
-	if (!ints(gfs_pv_dict_get(tf, "size"), &ndim, shape))
+				c->meta_path, fqn, dts ? dts : "");
+	if (!ints(c->md, t->size, &ndim, shape))
 		return gfs_fail(GFS_ERR_FORMAT, "%s: %s: bad size", c->meta_path, fqn);
-	if (!chunks || chunks->kind != GFS_PV_LIST)
+	if (!t->has_chunks)
 		return gfs_fail(GFS_ERR_FORMAT, "%s: %s: chunks is not a list", c->meta_path, fqn);
 	err = gfs_layout_add_tensor(c->l, name, dt, ndim, shape, &ti);
 	if (err)
 		return gfs_fail_prefix(err, "%s", c->meta_path);
 	numel = c->l->tensors[ti].numel;
 	box = gfs_calloc(nch ? nch : 1, sizeof(*box));
-	if (!box)
+	vol = gfs_calloc(nch ? nch : 1, sizeof(*vol));
+	if (!box || !vol) {
+		free(box);
+		free(vol);
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
 	for (size_t k = 0; k < nch && !err; k++) {
-		const gfs_pv *cf = fields(gfs_pv_seq_at(chunks, k));
-		const gfs_pv *offs = gfs_pv_dict_get(cf, "offsets");
 		uint32_t n1 = 0, n2 = 0;
-		uint64_t vol = 1;
-		const dcp_item *it;
-		chunk_loc loc;
 
-		if (!ints(offs, &n1, box[k][0]) ||
-		    !ints(gfs_pv_dict_get(cf, "sizes"), &n2, box[k][1]) || n1 != ndim || n2 != ndim) {
+		if (!ints(c->md, chunks[k].offsets, &n1, box[k][0]) ||
+		    !ints(c->md, chunks[k].sizes, &n2, box[k][1]) || n1 != ndim || n2 != ndim) {
 			err = gfs_fail(GFS_ERR_FORMAT, "%s: %s: chunk %zu has bad offsets or sizes",
 				       c->meta_path, fqn, k);
 			break;
 		}
+		vol[k] = 1;
 		for (uint32_t d = 0; d < ndim; d++) {
 			if (box[k][0][d] > shape[d] || box[k][1][d] > shape[d] - box[k][0][d]) {
 				err = gfs_fail(GFS_ERR_FORMAT,
@@ -725,18 +766,24 @@ static gfs_err import_tensor(dcp_ckpt *c, const char *fqn, const char *name, con
 					       c->meta_path, fqn, k, d);
 				break;
 			}
-			vol *= box[k][1][d];
+			vol[k] *= box[k][1][d];
 		}
-		for (size_t j = 0; !err && j < k; j++)
-			if (vol && box_overlap(ndim, box[j][0], box[j][1], box[k][0], box[k][1]))
-				err = gfs_fail(GFS_ERR_FORMAT, "%s: %s: chunks %zu and %zu overlap",
-					       c->meta_path, fqn, j, k);
-		if (err)
+		covered += vol[k];
+	}
+	if (err || !overlaps(ndim, box, vol, nch, &ja, &jb))
+		jb = SIZE_MAX;
+	for (size_t k = 0; k < nch && !err; k++) {
+		const gfs_dcp_item *it;
+		chunk_loc loc;
+
+		if (k == jb) { /* the chunks before it are located first */
+			err = gfs_fail(GFS_ERR_FORMAT, "%s: %s: chunks %zu and %zu overlap",
+				       c->meta_path, fqn, ja, jb);
 			break;
-		covered += vol;
-		if (vol == 0)
+		}
+		if (vol[k] == 0)
 			continue;
-		it = item_find(c, fqn, offs);
+		it = item_find(c, fqn, h, chunks[k].offsets);
 		if (!it) {
 			err = gfs_fail(GFS_ERR_FORMAT, "%s: %s: chunk %zu has no storage data entry",
 				       c->meta_path, fqn, k);
@@ -747,6 +794,7 @@ static gfs_err import_tensor(dcp_ckpt *c, const char *fqn, const char *name, con
 			err = emit_chunk(c, ti, ndim, shape, box[k][0], box[k][1], dt, &loc);
 	}
 	free(box);
+	free(vol);
 	if (!err && covered != numel)
 		err = gfs_fail(GFS_ERR_FORMAT,
 			       "%s: %s: chunks cover %llu of its %llu elements (they do not tile it)",
@@ -757,7 +805,7 @@ static gfs_err import_tensor(dcp_ckpt *c, const char *fqn, const char *name, con
 
 static gfs_err import_object(dcp_ckpt *c, const char *fqn, const char *name)
 {
-	const dcp_item *it = item_find(c, fqn, NULL);
+	const gfs_dcp_item *it = item_find(c, fqn, str_hash(fqn), GFS_DCP_NONE);
 	dcp_file *f;
 	uint64_t off, len;
 	gfs_err err;
@@ -777,16 +825,17 @@ static void ckpt_free(dcp_ckpt *c)
 		free(c->files[i].path);
 	}
 	free(c->files);
-	free(c->items);
+	free(c->fkey);
+	free(c->fval);
+	free(c->itab);
 	free(c->meta_path);
-	gfs_pickle_free(c->pk);
+	gfs_dcpmeta_free(c->md);
 	gfs_layout_free(c->l);
 }
 
 gfs_err gfs_import_dcp(const char *dir, const char *prefix, gfs_layout **out)
 {
 	dcp_ckpt c = { .dir = dir };
-	const gfs_pv *sdm = NULL;
 	const size_t plen = prefix ? strlen(prefix) : 0;
 	size_t ntensors = 0, nobjects = 0;
 	char info[512];
@@ -802,17 +851,17 @@ gfs_err gfs_import_dcp(const char *dir, const char *prefix, gfs_layout **out)
 	if (!err)
 		err = gfs_layout_add_metafile(c.l, c.meta_path);
 	if (!err)
-		err = read_metadata(&c, &sdm);
-	for (size_t i = 0; !err && i < sdm->u.dict.len; i++) {
-		const char *fqn = gfs_pv_str(sdm->u.dict.items[i].key);
-		const gfs_pv *v = sdm->u.dict.items[i].value;
+		err = read_metadata(&c);
+	for (size_t i = 0; !err && i < c.md->nentries; i++) {
+		const gfs_dcp_entry *e = &c.md->entries[i];
+		const char *fqn = gfs_dcpmeta_str(c.md, e->fqn);
 
 		if (plen && strncmp(fqn, prefix, plen) != 0)
 			continue;
-		if (class_is(v, "TensorStorageMetadata")) {
-			err = import_tensor(&c, fqn, fqn + plen, v);
+		if (e->kind == GFS_DCP_TENSOR) {
+			err = import_tensor(&c, fqn, fqn + plen, &c.md->tensors[e->tensor]);
 			ntensors++;
-		} else if (class_is(v, "BytesStorageMetadata")) {
+		} else if (e->kind == GFS_DCP_BYTES) {
 			err = import_object(&c, fqn, fqn + plen);
 			nobjects++;
 		} else {
@@ -825,7 +874,7 @@ gfs_err gfs_import_dcp(const char *dir, const char *prefix, gfs_layout **out)
 		err = gfs_fail(GFS_ERR_NOTFOUND, "%s: no key starts with the prefix '%s'",
 			       c.meta_path, prefix);
 	if (!err) {
-		const char *ver = gfs_pv_str(gfs_pv_dict_get(fields(gfs_pickle_root(c.pk)), "version"));
+		const char *ver = gfs_dcpmeta_str(c.md, c.md->version);
 
 		snprintf(info, sizeof(info),
 			 "PyTorch DCP%s%s, %zu tensors, %zu objects, %zu files%s%s%s",
@@ -833,8 +882,11 @@ gfs_err gfs_import_dcp(const char *dir, const char *prefix, gfs_layout **out)
 			 c.zstd ? ", zstd" : "", plen ? ", prefix " : "", plen ? prefix : "");
 		err = gfs_layout_set_info(c.l, info);
 	}
-	if (!err)
+	if (!err) {
+		gfs_dcpmeta_free(c.md); /* before the layout is sealed: its peak */
+		c.md = NULL;
 		err = gfs_layout_finish(c.l, c.meta_path);
+	}
 	if (!err) {
 		*out = c.l;
 		c.l = NULL;

@@ -9,7 +9,7 @@
 
 #include "gatherfs/index/layout.h"
 
-typedef struct gfs_pickle gfs_pickle;
+typedef struct gfs_dcpmeta gfs_dcpmeta;
 
 typedef struct gfs_import_opts {
 	const char *tag;    /* DeepSpeed tag (e.g. "global_step3"); NULL: read `latest` */
@@ -62,16 +62,17 @@ gfs_err gfs_import_dcp(const char *dir, const char *prefix, gfs_layout **out);
 
 /*
  * gfs_dcp_parse_metadata(): parse a DCP `.metadata` pickle held in
- * buf[0..len) and check its shape: a Metadata object whose
- * state_dict_metadata has string keys and whose storage_data maps
- * MetadataIndex objects (fqn string, offset tuple or None) to _StorageInfo
- * objects (relative_path string, non-negative offset and length).  Key,
- * fqn and relative_path strings must hold no NUL or control character.  label
- * names the file in messages.  @return GFS_OK and the pickle in *out (the
- * caller frees it with gfs_pickle_free()).
+ * buf[0..len) with the DCP metadata reader (gatherfs/readers/dcpmeta.h)
+ * and check its shape: a Metadata object whose state_dict_metadata has
+ * string keys and whose storage_data maps MetadataIndex objects (fqn
+ * string, offset tuple or None) to _StorageInfo objects (relative_path
+ * string, non-negative offset and length).  Key, fqn and relative_path
+ * strings must hold no NUL or control character.  label names the file in
+ * messages.  @return GFS_OK and the metadata in *out (the caller frees it
+ * with gfs_dcpmeta_free()).
  */
 gfs_err gfs_dcp_parse_metadata(const uint8_t *buf, size_t len, const char *label,
-			       gfs_pickle **out);
+			       gfs_dcpmeta **out);
 
 /*
  * gfs_import_zero3(): import the rank-local ZeRO-3 save in dir
