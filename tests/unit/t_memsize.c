@@ -44,6 +44,19 @@ static double heap_used(void)
 	return (double)m.uordblks + (double)m.hblkhd;
 }
 
+/* finished(): l finished (gfs_layout_finish()) if err is GFS_OK, else freed: NULL. */
+static gfs_layout *finished(gfs_layout *l, gfs_err err)
+{
+	if (!err)
+		err = gfs_layout_finish(l, "t_memsize");
+	if (err) {
+		printf("# %s\n", gfs_errmsg());
+		gfs_layout_free(l);
+		return NULL;
+	}
+	return l;
+}
+
 /*
  * build(): a finished layout of N float32 tensors [PIECES * ELEMS] with
  * npieces pieces each, alternating between two sources in dir.
@@ -73,14 +86,7 @@ static gfs_layout *build(const char *dir, size_t npieces)
 			off[p & 1] += plen;
 		}
 	}
-	if (!err)
-		err = gfs_layout_finish(l, "t_memsize");
-	if (err) {
-		printf("# %s\n", gfs_errmsg());
-		gfs_layout_free(l);
-		return NULL;
-	}
-	return l;
+	return finished(l, err);
 }
 
 /*
@@ -116,14 +122,7 @@ static gfs_layout *build_rflat(const char *dir)
 		if (!err)
 			err = gfs_layout_add_partition(l, ti, f, i * plen, plen);
 	}
-	if (!err)
-		err = gfs_layout_finish(l, "t_memsize");
-	if (err) {
-		printf("# %s\n", gfs_errmsg());
-		gfs_layout_free(l);
-		return NULL;
-	}
-	return l;
+	return finished(l, err);
 }
 
 /* source_file(): a sparse file dir/name of size bytes. */
