@@ -327,7 +327,7 @@ static gfs_err prescan(vm *m)
 	size_t pos = 0, nref = 0;
 	uint8_t op = 0;
 	arg a;
-	gfs_err err;
+	gfs_err err = GFS_OK; /* the loop may end on a fast path, before any decode() */
 
 	/* the usual opcodes inline; decode() for the rest and for messages */
 	do {
