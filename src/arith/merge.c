@@ -924,15 +924,18 @@ FMA static ALWAYS_INLINE void fast_tile(gfs_dtype wdt, const void *W, size_t col
 }
 
 /*
- * round_fast(): gfs_merge_lora_round() to bf16 of rows [0, rows & ~3) and
- * columns [0, cols & ~15) through the bf16 filter (W fp32 or bf16, exact
- * products, q made from P); the rest is the caller's.
+ * round_fast(): gfs_merge_lora_round() to bf16 (W fp32 or bf16, exact
+ * products, q made from P): rows [0, rows & ~3) and columns [0, cols & ~15)
+ * through the bf16 filter, the column and row tails by round_fma().
  */
 FMA static void round_fast(gfs_dtype wdt, const void *W, size_t rows, size_t cols, size_t r,
 			   double s, const double *c, const double *P, const gfs_merge_r32 *q,
 			   void *out)
 {
-	const size_t rows4 = rows & ~(size_t)3, cols16 = cols & ~(size_t)(STRIP - 1);
+	const size_t wes = gfs_dtype_size(wdt), rows4 = rows & ~(size_t)3;
+	const size_t cols16 = cols & ~(size_t)(STRIP - 1);
+	const uint8_t *w = W;
+	uint8_t *o = out;
 	float cf[FAST_CHUNK * GFS_MERGE_R32_MAX], K[FAST_CHUNK];
 	bool ok[FAST_CHUNK / 4];
 
@@ -949,6 +952,12 @@ FMA static void round_fast(gfs_dtype wdt, const void *W, size_t rows, size_t col
 			fast_tile(wdt, W, cols, i0, m, j0, cols16 - j0 < TILE ? cols16 - j0 : TILE, r,
 				  s, c, P, q, cf, K, ok, out);
 	}
+	if (cols16 < cols && rows4)
+		round_fma(wdt, w + cols16 * wes, cols, rows4, cols - cols16, r, s, c, P + cols16 * r,
+			  GFS_DT_BF16, o + cols16 * 2);
+	if (rows4 < rows)
+		round_fma(wdt, w + rows4 * cols * wes, cols, rows - rows4, cols, r, s, c + rows4 * r,
+			  P, GFS_DT_BF16, o + rows4 * cols * 2);
 }
 
 #endif
@@ -981,18 +990,7 @@ void gfs_merge_lora_round(gfs_dtype wdt, const void *W, size_t rows, size_t cols
 	switch (cpu(exact_products)) {
 	case ISA_FAST:
 		if (q && odt == GFS_DT_BF16 && (wdt == GFS_DT_F32 || wdt == GFS_DT_BF16)) {
-			const size_t wes = gfs_dtype_size(wdt), rows4 = rows & ~(size_t)3;
-			const size_t cols16 = cols & ~(size_t)(STRIP - 1);
-			const uint8_t *w = W;
-			uint8_t *o = out;
-
 			round_fast(wdt, W, rows, cols, r, s, c, R, q, out);
-			if (cols16 < cols && rows4)
-				round_fma(wdt, w + cols16 * wes, cols, rows4, cols - cols16, r, s, c,
-					  R + cols16 * r, odt, o + cols16 * 2);
-			if (rows4 < rows)
-				round_fma(wdt, w + rows4 * cols * wes, cols, rows - rows4, cols, r, s,
-					  c + rows4 * r, R, odt, o + rows4 * cols * 2);
 			return;
 		}
 		/* fall through */
