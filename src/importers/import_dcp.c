@@ -439,7 +439,8 @@ static gfs_err inner_tensor(const char *label, int zfd, uint64_t base, uint64_t 
 	size_t blen = 0;
 	uint64_t rec_off, rec_size, expect = 1, nbytes = gfs_dtype_size(dt), first, end;
 	gfs_dtype got;
-	gfs_err err = gfs_tzip_open(zfd, base, len, label, NULL, &z);
+	static const gfs_tzip_limits lim = { .windows = true };
+	gfs_err err = gfs_tzip_open(zfd, base, len, label, &lim, &z);
 
 	if (err)
 		return err;

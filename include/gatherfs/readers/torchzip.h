@@ -32,6 +32,11 @@ typedef struct gfs_tzip gfs_tzip;
 typedef struct gfs_tzip_limits {
 	uint64_t max_records; /* default 1 << 22 */
 	uint64_t max_cd_bytes; /* central directory size, default 1 GiB */
+	/* read the pages holding the archive's first and last 2 KiB first, one
+	 * pread each, and serve the reads that fall inside them from those: a
+	 * torch.save of one tensor (a DCP chunk) opens in two preads, reading
+	 * up to 12 KiB of payload (four pages, less the 2 KiB ends) */
+	bool windows;
 } gfs_tzip_limits;
 
 /*
@@ -42,7 +47,8 @@ typedef struct gfs_tzip_limits {
  * The fd is borrowed; it must stay open while the gfs_tzip is used.
  * lim may be NULL (all defaults).  Reads the end records (the last 22
  * bytes, plus up to 64 KiB before them only if they are not an end record
- * without comment), the central directory and each local header.
+ * without comment), the central directory and each local header; with
+ * lim->windows, see gfs_tzip_limits.
  * @return GFS_OK and *out, freed with gfs_tzip_close(); on error *out is
  * NULL.
  */
