@@ -373,7 +373,7 @@ static void check_expected(const gfs_tzip *z, const expect_zip *e,
 	   "%s: absent storage is GFS_ERR_NOTFOUND", what);
 }
 
-static void test_expected(void)
+static void test_expected(const gfs_tzip_limits *lim)
 {
 	for (size_t i = 0; i < N_EXPECTED; i++) {
 		const expect_zip *const e = &expected[i];
@@ -386,7 +386,7 @@ static void test_expected(void)
 		if (fd < 0 || fstat(fd, &st) != 0)
 			die("cannot open", path);
 		err = gfs_tzip_open(fd, 0, (uint64_t)st.st_size, e->file,
-				    NULL, &z);
+				    lim, &z);
 		if (ok(err == GFS_OK, "%s: opens", e->file)) {
 			ok(strcmp(gfs_tzip_label(z), e->file) == 0,
 			   "%s: label", e->file);
@@ -451,7 +451,7 @@ static void test_order_and_limits(void)
 }
 
 /* An archive at an offset inside a larger file, as DCP embeds them. */
-static void test_embedded(void)
+static void test_embedded(const gfs_tzip_limits *lim)
 {
 	const blob b = load("torch113.pt");
 	const size_t pre = 1000, post = 500;
@@ -465,20 +465,20 @@ static void test_embedded(void)
 	memcpy(big.p + 10, "PK\x03\x04PK\x05\x06", 8); /* decoys */
 	memcpy(big.p + pre, b.p, b.n);
 	fd = mem_fd(big.p, big.n);
-	if (ok(gfs_tzip_open(fd, pre, b.n, "embedded", NULL, &z) == GFS_OK,
+	if (ok(gfs_tzip_open(fd, pre, b.n, "embedded", lim, &z) == GFS_OK,
 	       "embedded at offset %zu opens", pre)) {
 		check_expected(z, &expected[0], pre, "embedded");
 		ok(records_ok(z, pre, b.n), "embedded: records inside the range");
 	}
 	gfs_tzip_close(z);
 	z = NULL;
-	if (ok(gfs_tzip_open(fd, pre, b.n + post, "trailing", NULL, &z) ==
+	if (ok(gfs_tzip_open(fd, pre, b.n + post, "trailing", lim, &z) ==
 		       GFS_OK,
 	       "embedded with trailing bytes in the range opens"))
 		check_expected(z, &expected[0], pre, "trailing");
 	gfs_tzip_close(z);
 	z = NULL;
-	ok(gfs_tzip_open(fd, 0, pre + b.n, "whole", NULL, &z) ==
+	ok(gfs_tzip_open(fd, 0, pre + b.n, "whole", lim, &z) ==
 		   GFS_ERR_FORMAT,
 	   "embedded archive opened at base 0 fails");
 	gfs_tzip_close(z);
@@ -491,7 +491,7 @@ static void test_embedded(void)
  * Truncation at many lengths: within the full file (len limits the view),
  * and of the file itself (opened with its real and its original length).
  */
-static void test_truncation(const char *name)
+static void test_truncation(const char *name, const gfs_tzip_limits *lim)
 {
 	const blob b = load(name);
 	const int full = mem_fd(b.p, b.n);
@@ -507,18 +507,18 @@ static void test_truncation(const char *name)
 		tried++;
 		if (ftruncate(cut, (off_t)l) != 0)
 			die("cannot truncate", name);
-		err = gfs_tzip_open(full, 0, l, name, NULL, &z);
+		err = gfs_tzip_open(full, 0, l, name, lim, &z);
 		if (err == GFS_OK ? !records_ok(z, 0, l) :
 				    !gfs_errmsg()[0] || strchr(gfs_errmsg(), '\n'))
 			bad++;
 		gfs_tzip_close(z);
 		z = NULL;
-		err = gfs_tzip_open(cut, 0, l, name, NULL, &z);
+		err = gfs_tzip_open(cut, 0, l, name, lim, &z);
 		if (err == GFS_OK ? !records_ok(z, 0, l) : !gfs_errmsg()[0])
 			bad++;
 		gfs_tzip_close(z);
 		z = NULL;
-		if (gfs_tzip_open(cut, 0, b.n, name, NULL, &z) == GFS_OK)
+		if (gfs_tzip_open(cut, 0, b.n, name, lim, &z) == GFS_OK)
 			bad++;
 		gfs_tzip_close(z);
 	}
@@ -871,13 +871,21 @@ static void test_deflate(void)
 
 int main(void)
 {
-	test_expected();
+	/* gfs_tzip_limits.windows: the same records and bytes, the same refusals */
+	static const gfs_tzip_limits windows = { .windows = true };
+
+	for (const gfs_tzip_limits *lim = NULL;; lim = &windows) {
+		printf("# %s\n", lim ? "with read windows" : "without read windows");
+		test_expected(lim);
+		test_embedded(lim);
+		test_truncation("torch113.pt", lim);
+		test_truncation("torch2_input_ids.pt", lim);
+		test_truncation("zip64_cd.pt", lim);
+		test_truncation("comment.pt", lim);
+		if (lim)
+			break;
+	}
 	test_order_and_limits();
-	test_embedded();
-	test_truncation("torch113.pt");
-	test_truncation("torch2_input_ids.pt");
-	test_truncation("zip64_cd.pt");
-	test_truncation("comment.pt");
 	test_malformed_zip64();
 	test_malformed_classic();
 	test_malformed_extra();
