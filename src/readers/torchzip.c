@@ -511,11 +511,11 @@ static gfs_err check_local(const gfs_tzip *z, const cd_entry *e,
 	gfs_err err;
 
 	assert(e->name_len <= MAX_NAME_LEN && e->lho < z->len);
-	show_name(shown, rec->name, e->name_len);
 	if (z->len - e->lho < n)
 		return gfs_fail(GFS_ERR_FORMAT,
 				"%s: zip record %s: local header at offset %llu runs past the end of the archive",
-				z->label, shown, (unsigned long long)e->lho);
+				z->label, show_name(shown, rec->name, e->name_len),
+				(unsigned long long)e->lho);
 	if (!got) {
 		err = zread(z, buf, n, e->lho);
 		if (err)
@@ -524,17 +524,19 @@ static gfs_err check_local(const gfs_tzip *z, const cd_entry *e,
 	if (gfs_le32(hdr) != ZIP_LOCAL_SIG)
 		return gfs_fail(GFS_ERR_FORMAT,
 				"%s: zip record %s: no local header signature at offset %llu",
-				z->label, shown, (unsigned long long)e->lho);
+				z->label, show_name(shown, rec->name, e->name_len),
+				(unsigned long long)e->lho);
 	if (gfs_le16(hdr + 26) != e->name_len ||
 	    memcmp(hdr + LOCAL_HDR_SIZE, e->name, e->name_len) != 0)
 		return gfs_fail(GFS_ERR_FORMAT,
 				"%s: zip record %s: local header name differs from the central directory",
-				z->label, shown);
+				z->label, show_name(shown, rec->name, e->name_len));
 	if (!gfs_add_u64(e->lho, (uint64_t)n + gfs_le16(hdr + 28), &rel) ||
 	    !gfs_add_u64(rel, e->csize, &end) || end > z->len)
 		return gfs_fail(GFS_ERR_FORMAT,
 				"%s: zip record %s: data (%llu bytes) runs past the end of the archive",
-				z->label, shown, (unsigned long long)e->csize);
+				z->label, show_name(shown, rec->name, e->name_len),
+				(unsigned long long)e->csize);
 	rec->data_off = z->base + rel;
 	return GFS_OK;
 }
