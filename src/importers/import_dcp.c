@@ -33,6 +33,7 @@
 #include "gatherfs/readers/dcpmeta.h"
 #include "gatherfs/readers/pickle.h"
 #include "gatherfs/readers/torchzip.h"
+#include "gatherfs/util/pfor.h"
 
 #define DCP_MAX_METADATA ((uint64_t)1 << 30)
 #define DCP_MAX_INNER_PICKLE ((uint64_t)1 << 24)
@@ -608,54 +609,86 @@ static gfs_err emit_chunk(dcp_ckpt *c, size_t ti, uint32_t n, const uint64_t *S,
 	return GFS_OK;
 }
 
-static gfs_err chunk_locate(dcp_ckpt *c, const gfs_dcp_item *it, gfs_dtype dt, uint32_t n,
-			    const uint64_t *sizes, chunk_loc *loc)
-{
-	dcp_file *f;
-	uint64_t off, len, data = 0, size = 0;
-	char label[8192], rname[512], name[1024];
-	gfs_record rec = { 0 };
+/*
+ * A chunk being located: its storage item and file, found serially, then
+ * (chunk_locate(), on gfs_pfor() threads) where in its archive its bytes
+ * are and the storage record holding them.
+ */
+typedef struct chunk_job {
+	size_t file;         /* in c->files (which grows while a batch is made) */
+	const gfs_dcp_item *it;
+	uint64_t off, len;   /* the item's bytes in f */
+	const uint64_t *sizes;
 	bool zstd;
-	int mfd;
-	gfs_err err = item_file(c, it, &f, &off, &len);
+	bool failed;
+	chunk_loc loc;
+	gfs_record rec;
+	char rname[512];     /* the storage record's name */
+} chunk_job;
 
-	if (!err)
-		err = item_transform(c, it, &zstd);
-	if (err)
-		return err;
-	snprintf(label, sizeof(label), "%s@%llu (%s)", f->path, (unsigned long long)off,
-		 gfs_dcpmeta_str(c->md, it->fqn));
-	memset(loc, 0, sizeof(*loc));
-	loc->src = f->src;
-	if (!zstd) {
-		err = inner_tensor(label, f->fd, off, len, dt, n, sizes, &data, &rec, rname,
-				   sizeof(rname));
-		loc->kind = GFS_PIECE_FILE;
-		loc->off = data;
+typedef struct locate_ctx {
+	const dcp_ckpt *c;
+	chunk_job *jobs;
+	gfs_dtype dt;
+	uint32_t ndim;
+} locate_ctx;
+
+/* Chunks located together; bounds the jobs' memory (CHUNK_BATCH * ~700 B). */
+#define CHUNK_BATCH 256
+
+/* chunk_locate(): fill jobs[i].loc and .rec (a gfs_pfor() body). */
+static gfs_err chunk_locate(void *ctx, size_t i)
+{
+	const locate_ctx *lc = ctx;
+	chunk_job *j = &lc->jobs[i];
+	const dcp_file *f = &lc->c->files[j->file];
+	const char *fqn = gfs_dcpmeta_str(lc->c->md, j->it->fqn);
+	uint64_t data = 0, size = 0;
+	char label[8192];
+	int mfd;
+	gfs_err err;
+
+	snprintf(label, sizeof(label), "%s@%llu (%s)", f->path, (unsigned long long)j->off,
+		 fqn);
+	memset(&j->loc, 0, sizeof(j->loc));
+	memset(&j->rec, 0, sizeof(j->rec));
+	j->loc.src = f->src;
+	if (!j->zstd) {
+		err = inner_tensor(label, f->fd, j->off, j->len, lc->dt, lc->ndim, j->sizes,
+				   &data, &j->rec, j->rname, sizeof(j->rname));
+		j->loc.kind = GFS_PIECE_FILE;
+		j->loc.off = data;
 	} else {
-		err = unzstd(f, gfs_dcpmeta_str(c->md, it->fqn), off, len, &mfd, &size);
-		if (err)
-			return err;
-		err = inner_tensor(label, mfd, 0, size, dt, n, sizes, &data, &rec, rname,
-				   sizeof(rname));
-		close(mfd);
-		c->zstd = true;
-		loc->kind = GFS_PIECE_ZSTD;
-		loc->off = data;
-		loc->frame_off = off;
-		loc->frame_len = len;
-		loc->frame_size = size;
+		err = unzstd(f, fqn, j->off, j->len, &mfd, &size);
+		if (!err) {
+			err = inner_tensor(label, mfd, 0, size, lc->dt, lc->ndim, j->sizes, &data,
+					   &j->rec, j->rname, sizeof(j->rname));
+			close(mfd);
+		}
+		j->loc.kind = GFS_PIECE_ZSTD;
+		j->loc.off = data;
+		j->loc.frame_off = j->off;
+		j->loc.frame_len = j->len;
+		j->loc.frame_size = size;
 	}
-	if (err)
-		return err;
-	rec.src = loc->src;
-	rec.kind = loc->kind;
-	rec.frame_off = loc->frame_off;
-	rec.frame_len = loc->frame_len;
-	rec.frame_size = loc->frame_size;
-	snprintf(name, sizeof(name), "%s of the item at offset %llu", rname,
-		 (unsigned long long)off);
-	return gfs_layout_add_record(c->l, &rec, name);
+	j->failed = err != GFS_OK;
+	return err;
+}
+
+/* chunk_record(): add the storage record of a located chunk to the layout. */
+static gfs_err chunk_record(dcp_ckpt *c, chunk_job *j)
+{
+	char name[1024];
+
+	j->rec.src = j->loc.src;
+	j->rec.kind = j->loc.kind;
+	j->rec.frame_off = j->loc.frame_off;
+	j->rec.frame_len = j->loc.frame_len;
+	j->rec.frame_size = j->loc.frame_size;
+	c->zstd |= j->zstd;
+	snprintf(name, sizeof(name), "%s of the item at offset %llu", j->rname,
+		 (unsigned long long)j->off);
+	return gfs_layout_add_record(c->l, &j->rec, name);
 }
 
 /* box_cmp(): order chunks by their first offset. */
@@ -727,6 +760,7 @@ static gfs_err import_tensor(dcp_ckpt *c, const char *fqn, const char *name,
 	const uint64_t h = str_hash(fqn);
 	uint64_t shape[GFS_MAX_DIMS], numel = 1, covered = 0, *vol = NULL;
 	uint64_t (*box)[2][GFS_MAX_DIMS] = NULL;
+	chunk_job *jobs = NULL;
 	uint32_t ndim;
 	const gfs_dtype dt = dts ? gfs_dtype_parse(dts) : GFS_DT_INVALID;
 	size_t ti, ja = 0, jb = SIZE_MAX;
@@ -745,9 +779,11 @@ static gfs_err import_tensor(dcp_ckpt *c, const char *fqn, const char *name,
 	numel = c->l->tensors[ti].numel;
 	box = gfs_calloc(nch ? nch : 1, sizeof(*box));
 	vol = gfs_calloc(nch ? nch : 1, sizeof(*vol));
-	if (!box || !vol) {
+	jobs = gfs_calloc(nch < CHUNK_BATCH ? (nch ? nch : 1) : CHUNK_BATCH, sizeof(*jobs));
+	if (!box || !vol || !jobs) {
 		free(box);
 		free(vol);
+		free(jobs);
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	}
 	for (size_t k = 0; k < nch && !err; k++) {
@@ -773,29 +809,67 @@ static gfs_err import_tensor(dcp_ckpt *c, const char *fqn, const char *name,
 	}
 	if (err || !overlaps(ndim, box, vol, nch, &ja, &jb))
 		jb = SIZE_MAX;
-	for (size_t k = 0; k < nch && !err; k++) {
-		const gfs_dcp_item *it;
-		chunk_loc loc;
+	/*
+	 * Chunks in batches: their items and files serially, their archives
+	 * in parallel, then their records and pieces serially in chunk order.
+	 * The first error in chunk order is the one reported, as a serial loop
+	 * would.
+	 */
+	for (size_t k = 0; k < nch && !err;) {
+		locate_ctx lc = { .c = c, .jobs = jobs, .dt = dt, .ndim = ndim };
+		size_t nj = 0, kj[CHUNK_BATCH];
+		gfs_err perr = GFS_OK, lerr;
+		char pmsg[GFS_ERRMSG_MAX], lmsg[GFS_ERRMSG_MAX];
 
-		if (k == jb) { /* the chunks before it are located first */
-			err = gfs_fail(GFS_ERR_FORMAT, "%s: %s: chunks %zu and %zu overlap",
-				       c->meta_path, fqn, ja, jb);
-			break;
+		for (; k < nch && nj < CHUNK_BATCH && !perr; k++) {
+			chunk_job *j = &jobs[nj];
+			dcp_file *f;
+
+			if (k == jb) { /* the chunks before it are located first */
+				perr = gfs_fail(GFS_ERR_FORMAT, "%s: %s: chunks %zu and %zu overlap",
+						c->meta_path, fqn, ja, jb);
+				break;
+			}
+			if (vol[k] == 0)
+				continue;
+			j->it = item_find(c, fqn, h, chunks[k].offsets);
+			if (!j->it) {
+				perr = gfs_fail(GFS_ERR_FORMAT,
+						"%s: %s: chunk %zu has no storage data entry",
+						c->meta_path, fqn, k);
+				break;
+			}
+			perr = item_file(c, j->it, &f, &j->off, &j->len);
+			if (!perr)
+				perr = item_transform(c, j->it, &j->zstd);
+			if (perr)
+				break;
+			j->file = (size_t)(f - c->files);
+			j->sizes = box[k][1];
+			j->failed = false;
+			kj[nj++] = k;
 		}
-		if (vol[k] == 0)
-			continue;
-		it = item_find(c, fqn, h, chunks[k].offsets);
-		if (!it) {
-			err = gfs_fail(GFS_ERR_FORMAT, "%s: %s: chunk %zu has no storage data entry",
-				       c->meta_path, fqn, k);
-			break;
+		if (perr)
+			snprintf(pmsg, sizeof(pmsg), "%s", gfs_errmsg());
+		lerr = gfs_pfor(nj, chunk_locate, &lc);
+		if (lerr)
+			snprintf(lmsg, sizeof(lmsg), "%s", gfs_errmsg());
+		for (size_t i = 0; i < nj && !err; i++) {
+			if (jobs[i].failed) {
+				err = gfs_fail(lerr, "%s", lmsg);
+				break;
+			}
+			err = chunk_record(c, &jobs[i]);
+			if (!err)
+				err = emit_chunk(c, ti, ndim, shape, box[kj[i]][0], box[kj[i]][1], dt,
+						 &jobs[i].loc);
 		}
-		err = chunk_locate(c, it, dt, ndim, box[k][1], &loc);
-		if (!err)
-			err = emit_chunk(c, ti, ndim, shape, box[k][0], box[k][1], dt, &loc);
+		if (!err && perr)
+			err = gfs_fail(perr, "%s", pmsg);
 	}
 	free(box);
 	free(vol);
+	free(jobs);
 	if (!err && covered != numel)
 		err = gfs_fail(GFS_ERR_FORMAT,
 			       "%s: %s: chunks cover %llu of its %llu elements (they do not tile it)",

@@ -12,8 +12,6 @@
 
 #include "gatherfs/util/common.h"
 
-#define GFS_ERRMSG_MAX 1024
-
 static _Thread_local char errmsg[GFS_ERRMSG_MAX];
 
 /* Messages quote names and strings from untrusted files: a control byte

@@ -50,6 +50,9 @@ gfs_err gfs_failv(gfs_err err, const char *fmt, va_list ap)
 gfs_err gfs_fail_prefix(gfs_err err, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
+/* The longest error message, its NUL included. */
+#define GFS_ERRMSG_MAX 1024
+
 /* gfs_errmsg(): the current thread's last error message ("" if none). */
 const char *gfs_errmsg(void);
 
