@@ -552,13 +552,14 @@ static size_t report_bad(const gfs_layout *l, const gfs_srcset *s)
 
 	for (uint32_t r = 0; r < l->nrecords; r++) {
 		const gfs_record *rec = &l->records[r];
+		char rn[512];
 		size_t n;
 
 		if (gfs_srcset_rec_state(s, r) != GFS_REC_BAD)
 			continue;
 		nbad++;
 		printf("CORRUPT: %s: record %s does not match its stored CRC-32%s; tensors affected:",
-		       l->sources[rec->src].abspath, rec->name,
+		       l->sources[rec->src].abspath, gfs_record_name(rec, rn, sizeof(rn)),
 		       rec->kind == GFS_PIECE_ZSTD ? " (or its zstd frame does not decode)" : "");
 		n = idx ? gfs_record_tensors(l, r, idx, cap) : 0;
 		assert(n <= cap);

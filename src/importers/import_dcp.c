@@ -678,17 +678,14 @@ static gfs_err chunk_locate(void *ctx, size_t i)
 /* chunk_record(): add the storage record of a located chunk to the layout. */
 static gfs_err chunk_record(dcp_ckpt *c, chunk_job *j)
 {
-	char name[1024];
-
 	j->rec.src = j->loc.src;
 	j->rec.kind = j->loc.kind;
 	j->rec.frame_off = j->loc.frame_off;
 	j->rec.frame_len = j->loc.frame_len;
 	j->rec.frame_size = j->loc.frame_size;
 	c->zstd |= j->zstd;
-	snprintf(name, sizeof(name), "%s of the item at offset %llu", j->rname,
-		 (unsigned long long)j->off);
-	return gfs_layout_add_record(c->l, &j->rec, name);
+	j->rec.item = j->off + 1;
+	return gfs_layout_add_record(c->l, &j->rec, j->rname);
 }
 
 /* box_cmp(): order chunks by their first offset. */

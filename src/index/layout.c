@@ -126,8 +126,6 @@ void gfs_layout_free(gfs_layout *l)
 	gfs_layout_free(l->inputs);
 	for (size_t i = 0; i < l->nobjects; i++)
 		free(l->objects[i].name);
-	for (size_t i = 0; i < l->nrecords; i++)
-		free(l->records[i].name);
 	free(l->records);
 	free(l->rec_piece0);
 	free(l->rec_pieces);
@@ -866,11 +864,24 @@ gfs_err gfs_layout_add_record(gfs_layout *l, const gfs_record *r, const char *na
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	dst = &l->records[l->nrecords];
 	*dst = *r;
-	dst->name = gfs_strdup(name);
+	if (!l->last_rec_name || strcmp(l->last_rec_name, name) != 0)
+		l->last_rec_name = arena_strdup(l, name);
+	dst->name = l->last_rec_name;
 	if (!dst->name)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	l->nrecords++;
 	return GFS_OK;
+}
+
+const char *gfs_record_name(const gfs_record *r, char *buf, size_t n)
+{
+	assert(n > 0);
+	if (r->item)
+		snprintf(buf, n, "%s of the item at offset %llu", r->name,
+			 (unsigned long long)(r->item - 1));
+	else
+		snprintf(buf, n, "%s", r->name);
+	return buf;
 }
 
 /* rec_key_cmp(): order of records by (src, kind, frame_off, off). */
@@ -1130,18 +1141,19 @@ static gfs_err finish_records(gfs_layout *l, const char *label)
 		const gfs_record *r = &l->records[i];
 		uint64_t end;
 
+		char rn[512];
+
 		if (!gfs_add_u64(r->off, r->len, &end) ||
 		    end > (r->kind == GFS_PIECE_ZSTD ? r->frame_size : l->sources[r->src].size))
 			return gfs_fail(GFS_ERR_FORMAT, "%s: record %s lies past the end of %s",
-					label, r->name, l->sources[r->src].path);
+					label, gfs_record_name(r, rn, sizeof(rn)),
+					l->sources[r->src].path);
 	}
 	if (l->nrecords > 1)
 		qsort(l->records, l->nrecords, sizeof(*l->records), record_cmp);
 	for (size_t i = 0; i < l->nrecords; i++) {
-		if (n > 0 && record_cmp(&l->records[n - 1], &l->records[i]) == 0) {
-			free(l->records[i].name);
+		if (n > 0 && record_cmp(&l->records[n - 1], &l->records[i]) == 0)
 			continue;
-		}
 		l->records[n++] = l->records[i];
 	}
 	l->nrecords = n;
@@ -1158,10 +1170,8 @@ static gfs_err finish_records(gfs_layout *l, const char *label)
 	assign_rflat_records(l, remap);
 	n = 0;
 	for (size_t i = 0; i < l->nrecords; i++) {
-		if (!remap[i]) {
-			free(l->records[i].name);
+		if (!remap[i])
 			continue;
-		}
 		remap[i] = (uint32_t)n;
 		l->records[n++] = l->records[i];
 	}
@@ -1253,12 +1263,13 @@ const char *gfs_record_describe(const gfs_layout *l, uint32_t r, size_t max_name
 	size_t idx[NAMES];
 	const gfs_record *rec = &l->records[r];
 	const size_t want = max_names < NAMES ? max_names : NAMES;
+	char rn[512];
 	const size_t total = gfs_record_tensors(l, r, idx, want);
 	size_t used;
 
 	assert(n > 0);
 	used = (size_t)snprintf(buf, n, "%s: record %s (%s ", l->sources[rec->src].abspath,
-				rec->name, total == 1 ? "tensor" : "tensors");
+				gfs_record_name(rec, rn, sizeof(rn)), total == 1 ? "tensor" : "tensors");
 	for (size_t k = 0; k < total && k < want && used < n; k++) {
 		const gfs_tensor *t = &l->tensors[idx[k]];
 

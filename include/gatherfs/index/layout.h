@@ -135,7 +135,9 @@ typedef struct gfs_source {
  * holding bytes of some piece.  Metadata only: O(records).
  */
 typedef struct gfs_record {
-	char *name;          /* names the record in messages ("archive/data/3") */
+	const char *name;    /* names the record in messages ("archive/data/3"); the layout's */
+	uint64_t item;       /* nonzero: the record lies in the item at offset item - 1 of
+			      * its source (a DCP file), see gfs_record_name() */
 	uint32_t src;
 	gfs_piece_kind kind; /* FILE or ZSTD */
 	uint64_t off;
@@ -394,6 +396,7 @@ typedef struct gfs_layout {
 	/* names, shapes and state names of the entries: chunks freed with the layout */
 	struct gfs_arena_chunk *arena;
 	char *last_state; /* the arena copy of the newest entry's state */
+	const char *last_rec_name; /* the arena copy of the newest record's name */
 	/* name lookup, built by gfs_layout_finish() */
 	uint32_t *hash;
 	size_t hash_cap;
@@ -508,11 +511,19 @@ gfs_err gfs_layout_add_partition(gfs_layout *l, size_t ti, uint32_t f, uint64_t 
 
 /*
  * gfs_layout_add_record(): register a checksummed record r named name
- * (copied; r->name is ignored) that pieces may read.  Registering one twice is harmless.
+ * (copied into the layout's arena, a name equal to the previous record's
+ * shared; r->name is ignored) that pieces may read.  Registering one twice is harmless.
  * gfs_layout_finish() drops the records no piece reads and gives each
  * piece lying wholly inside a record that record's index.
  */
 gfs_err gfs_layout_add_record(gfs_layout *l, const gfs_record *r, const char *name);
+
+/*
+ * gfs_record_name(): r's name for messages into buf (n > 0 bytes, cut to
+ * fit): its name, followed by " of the item at offset N" if r->item is set.
+ * @return buf
+ */
+const char *gfs_record_name(const gfs_record *r, char *buf, size_t n);
 
 /* gfs_layout_add_zero(): append a ZERO piece of len bytes to tensor ti. */
 gfs_err gfs_layout_add_zero(gfs_layout *l, size_t ti, uint64_t len);
