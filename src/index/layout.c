@@ -49,68 +49,11 @@ gfs_err gfs_layout_new(const char *format, const char *base_dir, gfs_layout **ou
 	return GFS_OK;
 }
 
-/* A chunk of a layout's arena; bytes follow. */
-struct gfs_arena_chunk {
-	struct gfs_arena_chunk *next;
-	size_t size;
-	size_t used;
-	max_align_t data[];
-};
-
-enum { ARENA_CHUNK = 1 << 16 };
-
-/*
- * arena_alloc(): n bytes (8-aligned, never moved) from l's arena, or NULL:
- * one malloc per 64 KiB, not one per name and shape.
- */
-static void *arena_alloc(gfs_layout *l, size_t n)
-{
-	struct gfs_arena_chunk *c = l->arena;
-	void *p;
-
-	n = (n + 7) & ~(size_t)7;
-	if (!c || c->size - c->used < n) {
-		const size_t size = n > ARENA_CHUNK / 4 ? n : ARENA_CHUNK;
-
-		c = malloc(sizeof(*c) + size);
-		if (!c)
-			return NULL;
-		c->size = size;
-		c->used = 0;
-		if (size == n && l->arena) { /* a large block: keep filling the head */
-			c->next = l->arena->next;
-			l->arena->next = c;
-		} else {
-			c->next = l->arena;
-			l->arena = c;
-		}
-	}
-	p = (unsigned char *)c->data + c->used;
-	c->used += n;
-	return p;
-}
-
-/* arena_strdup(): a copy of s in l's arena, or NULL. */
-static char *arena_strdup(gfs_layout *l, const char *s)
-{
-	const size_t n = strlen(s) + 1;
-	char *p = arena_alloc(l, n);
-
-	if (p)
-		memcpy(p, s, n);
-	return p;
-}
-
 void gfs_layout_free(gfs_layout *l)
 {
 	if (!l)
 		return;
-	while (l->arena) {
-		struct gfs_arena_chunk *next = l->arena->next;
-
-		free(l->arena);
-		l->arena = next;
-	}
+	gfs_arena_free(&l->arena);
 	for (size_t i = 0; i < l->nsources; i++) {
 		free(l->sources[i].path);
 		free(l->sources[i].abspath);
@@ -271,12 +214,12 @@ static gfs_tensor *push_tensor(gfs_layout *l, const char *name, const char *stat
 		return NULL;
 	t = &l->tensors[n];
 	memset(t, 0, sizeof(*t));
-	t->name = arena_strdup(l, name);
+	t->name = gfs_arena_strdup(&l->arena, name);
 	/* entries of one state come together: they share its name */
 	if (state && l->last_state && strcmp(l->last_state, state) == 0)
 		t->state = l->last_state;
 	else if (state)
-		t->state = l->last_state = arena_strdup(l, state);
+		t->state = l->last_state = gfs_arena_strdup(&l->arena, state);
 	if (!t->name || (state && !t->state))
 		return NULL;
 	t->alias_of = -1;
@@ -318,7 +261,7 @@ static gfs_err add_entry(gfs_layout *l, const char *state, const char *name, gfs
 	t = push_tensor(l, name, state);
 	if (!t)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	t->shape = arena_alloc(l, (ndim ? ndim : 1) * sizeof(shape[0]));
+	t->shape = gfs_arena_alloc(&l->arena, (ndim ? ndim : 1) * sizeof(shape[0]));
 	if (!t->shape) {
 		if (state)
 			l->noptim--;
@@ -865,7 +808,7 @@ gfs_err gfs_layout_add_record(gfs_layout *l, const gfs_record *r, const char *na
 	dst = &l->records[l->nrecords];
 	*dst = *r;
 	if (!l->last_rec_name || strcmp(l->last_rec_name, name) != 0)
-		l->last_rec_name = arena_strdup(l, name);
+		l->last_rec_name = gfs_arena_strdup(&l->arena, name);
 	dst->name = l->last_rec_name;
 	if (!dst->name)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");

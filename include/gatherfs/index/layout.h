@@ -25,6 +25,7 @@
 #define GATHERFS_LAYOUT_H
 
 #include "gatherfs/util/common.h"
+#include "gatherfs/util/arena.h"
 #include "gatherfs/arith/dtype.h"
 
 #define GFS_MAX_DIMS 16
@@ -394,7 +395,7 @@ typedef struct gfs_layout {
 	 * records (it has none of its own) */
 	struct gfs_layout *inputs;
 	/* names, shapes and state names of the entries: chunks freed with the layout */
-	struct gfs_arena_chunk *arena;
+	gfs_arena arena;  /* names, shapes, states, record names */
 	char *last_state; /* the arena copy of the newest entry's state */
 	const char *last_rec_name; /* the arena copy of the newest record's name */
 	/* name lookup, built by gfs_layout_finish() */
