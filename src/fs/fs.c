@@ -80,14 +80,14 @@ typedef struct fs_pass {
 
 /* A file of the optim/ and universal views, by its path under the root. */
 typedef struct fs_xfile {
-	char *path;
+	const char *path; /* in fs->strs */
 	const gfs_vfile *vf;
 	int64_t entry; /* optim/<state>/<name>: its layout entry; else -1 */
 } fs_xfile;
 
 /* An extra node (a directory or file of those views), in creation order. */
 typedef struct fs_xnode {
-	char *path;      /* owned; the node's name is its last component */
+	const char *path; /* in fs->strs (a file's is its xfile's); the name is its last component */
 	size_t parent;   /* node index of the parent directory */
 	int64_t file;    /* index into xfiles, or -1 for a directory */
 } fs_xnode;
@@ -183,7 +183,8 @@ struct gfs_fs {
 	char **tnames;     /* tensors/ entry names, per layout entry */
 	char **tlinks;     /* alias link targets, per layout entry (NULL if none) */
 	gfs_uview *uview;
-	fs_xfile *xfiles;  /* files of the optim/ and universal views */
+	gfs_arena strs;    /* the paths of the optim/ and universal nodes */
+	fs_xfile *xfiles;  /* files of the optim/ and universal views (during the build) */
 	size_t nxfiles, cap_xfiles;
 	fs_xnode *xnodes;  /* their nodes, from node index xfirst on */
 	size_t nxnodes, cap_xnodes;
@@ -1210,13 +1211,11 @@ static gfs_err add_note(gfs_fs *fs, const char *fmt, ...)
 /* add_xfile(): a file of the extra views at path (copied). */
 static gfs_err add_xfile(gfs_fs *fs, const char *path, const gfs_vfile *vf, int64_t entry)
 {
-	char *p = gfs_strdup(path);
+	const char *p = gfs_arena_strdup(&fs->strs, path);
 
 	if (!p || !gfs_grow((void **)&fs->xfiles, &fs->cap_xfiles, fs->nxfiles,
-			    sizeof(*fs->xfiles), 64)) {
-		free(p);
+			    sizeof(*fs->xfiles), 64))
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	}
 	fs->xfiles[fs->nxfiles++] = (fs_xfile){ .path = p, .vf = vf, .entry = entry };
 	return GFS_OK;
 }
@@ -1319,18 +1318,18 @@ static bool is_extra_top(const gfs_fs *fs, const char *name)
 	return false;
 }
 
-/* xnode_add(): a new extra node for path[0..len) under parent (node index). */
+/*
+ * xnode_add(): a new extra node under parent (node index): file f's, or
+ * (f < 0) the directory path[0..len).
+ */
 static gfs_err xnode_add(gfs_fs *fs, const char *path, size_t len, size_t parent, int64_t file)
 {
-	char *p = malloc(len + 1);
+	const char *p = file >= 0 ? fs->xfiles[file].path : gfs_arena_strndup(&fs->strs, path, len);
 
+	assert(file < 0 || strlen(p) == len);
 	if (!p || !gfs_grow((void **)&fs->xnodes, &fs->cap_xnodes, fs->nxnodes,
-			    sizeof(*fs->xnodes), 64)) {
-		free(p);
+			    sizeof(*fs->xnodes), 64))
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	}
-	memcpy(p, path, len);
-	p[len] = '\0';
 	fs->xnodes[fs->nxnodes++] = (fs_xnode){ .path = p, .parent = parent, .file = file };
 	return GFS_OK;
 }
@@ -1426,6 +1425,14 @@ static gfs_err plan_xnodes(gfs_fs *fs)
 			err = xnode_add(fs, path, strlen(path), parent, (int64_t)f);
 	}
 	free(m.slot);
+	if (!err && fs->cap_xnodes > fs->nxnodes && fs->nxnodes) {
+		fs_xnode *x = gfs_reallocarray(fs->xnodes, fs->nxnodes, sizeof(*x));
+
+		if (x) {
+			fs->xnodes = x;
+			fs->cap_xnodes = fs->nxnodes;
+		}
+	}
 	return err;
 }
 
@@ -1536,15 +1543,11 @@ void gfs_fs_free(gfs_fs *fs)
 		gfs_tzview_free(fs->zips[i]);
 	for (size_t i = 0; i < fs->nvirt; i++)
 		free(fs->virt[i].name);
-	for (size_t i = 0; i < fs->nxfiles; i++)
-		free(fs->xfiles[i].path);
-	for (size_t i = 0; i < fs->nxnodes; i++) {
-		free(fs->xnodes[i].path);
-		if (fs->xdirs) {
-			free(fs->xdirs[i].kids);
-			free(fs->xdirs[i].sorted);
-		}
+	for (size_t i = 0; fs->xdirs && i < fs->nxnodes; i++) {
+		free(fs->xdirs[i].kids);
+		free(fs->xdirs[i].sorted);
 	}
+	gfs_arena_free(&fs->strs);
 	for (size_t i = 0; i < fs->nnotes; i++)
 		free(fs->notes[i]);
 	free(fs->notes);
@@ -1663,6 +1666,9 @@ static gfs_err build(gfs_fs *fs)
 		fs->nodes[i].ino = i + 1;
 	for (size_t i = 0; i < fs->nowned; i++) /* all complete now */
 		gfs_vfile_shrink(fs->owned[i]);
+	free(fs->xfiles); /* the nodes have what the server needs */
+	fs->xfiles = NULL;
+	fs->nxfiles = fs->cap_xfiles = 0;
 	free(root_fixed);
 	access_end(fs);
 	return err;
