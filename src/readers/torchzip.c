@@ -367,10 +367,11 @@ static gfs_err check_end(const gfs_tzip *z, const zip_end *end,
  * holds, in this order, only the saturated ones of: uncompressed size,
  * compressed size, local header offset, disk number.
  */
-static gfs_err parse_zip64_extra(const gfs_tzip *z, size_t idx,
-				 const char *name, const uint8_t *x,
+static gfs_err parse_zip64_extra(const gfs_tzip *z, size_t idx, const uint8_t *x,
 				 size_t xlen, cd_entry *e, uint32_t *disk)
 {
+	char name[SHOW_NAME_MAX];
+
 	const bool want_u = e->usize == ZIP_U32_MAX;
 	const bool want_c = e->csize == ZIP_U32_MAX;
 	const bool want_o = e->lho == ZIP_U32_MAX;
@@ -388,7 +389,7 @@ static gfs_err parse_zip64_extra(const gfs_tzip *z, size_t idx,
 		if (sz > xlen - i - EXTRA_HDR_SIZE)
 			return gfs_fail(GFS_ERR_FORMAT,
 					"%s: zip central directory entry %zu (%s): extra field runs past its end",
-					z->label, idx, name);
+					z->label, idx, show_name(name, e->name, e->name_len));
 		if (id != ZIP64_EXTRA_ID) {
 			i += EXTRA_HDR_SIZE + (size_t)sz;
 			continue;
@@ -396,7 +397,8 @@ static gfs_err parse_zip64_extra(const gfs_tzip *z, size_t idx,
 		if (sz < need)
 			return gfs_fail(GFS_ERR_FORMAT,
 					"%s: zip central directory entry %zu (%s): ZIP64 extra field is %u bytes, needs %zu",
-					z->label, idx, name, (unsigned)sz, need);
+					z->label, idx, show_name(name, e->name, e->name_len), (unsigned)sz,
+					need);
 		if (want_u) {
 			e->usize = gfs_le64(f);
 			f += 8;
@@ -415,7 +417,7 @@ static gfs_err parse_zip64_extra(const gfs_tzip *z, size_t idx,
 	}
 	return gfs_fail(GFS_ERR_FORMAT,
 			"%s: zip central directory entry %zu (%s): saturated size or offset but no ZIP64 extra field",
-			z->label, idx, name);
+			z->label, idx, show_name(name, e->name, e->name_len));
 }
 
 /*
@@ -461,36 +463,34 @@ static gfs_err parse_cd_entry(const gfs_tzip *z, const uint8_t *cd,
 				z->label, idx, name_len, MAX_NAME_LEN);
 	e->name = p + CENTRAL_HDR_SIZE;
 	e->name_len = name_len;
-	show_name(shown, e->name, name_len);
 	if (memchr(e->name, '\0', name_len))
 		return gfs_fail(GFS_ERR_FORMAT,
 				"%s: zip central directory entry %zu (%s): name contains a NUL byte",
-				z->label, idx, shown);
+				z->label, idx, show_name(shown, e->name, name_len));
 	if (flags & (FLAG_ENCRYPTED | FLAG_STRONG_ENCRYPTION))
 		return gfs_fail(GFS_ERR_UNSUPPORTED,
-				"%s: zip record %s is encrypted", z->label, shown);
+				"%s: zip record %s is encrypted", z->label, show_name(shown, e->name, name_len));
 	e->method = gfs_le16(p + 10);
 	e->crc32 = gfs_le32(p + 16);
 	e->csize = gfs_le32(p + 20);
 	e->usize = gfs_le32(p + 24);
 	e->lho = gfs_le32(p + 42);
-	err = parse_zip64_extra(z, idx, shown, e->name + name_len, extra_len,
-				e, &disk);
+	err = parse_zip64_extra(z, idx, e->name + name_len, extra_len, e, &disk);
 	if (err)
 		return err;
 	if (disk != 0)
 		return gfs_fail(GFS_ERR_UNSUPPORTED,
 				"%s: zip record %s is on disk %lu (multi-disk archives are not supported)",
-				z->label, shown, (unsigned long)disk);
+				z->label, show_name(shown, e->name, name_len), (unsigned long)disk);
 	if (e->method == METHOD_STORED && e->csize != e->usize)
 		return gfs_fail(GFS_ERR_FORMAT,
 				"%s: zip record %s is STORED but its compressed size %llu differs from its size %llu",
-				z->label, shown, (unsigned long long)e->csize,
+				z->label, show_name(shown, e->name, name_len), (unsigned long long)e->csize,
 				(unsigned long long)e->usize);
 	if (e->lho >= z->len || z->len - e->lho < LOCAL_HDR_SIZE)
 		return gfs_fail(GFS_ERR_FORMAT,
 				"%s: zip central directory entry %zu (%s) points past the end of the archive",
-				z->label, idx, shown);
+				z->label, idx, show_name(shown, e->name, name_len));
 	*pos += total;
 	return GFS_OK;
 }
