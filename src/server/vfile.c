@@ -33,6 +33,27 @@ gfs_err gfs_vfile_new(const gfs_vctx *ctx, gfs_vfile **out)
 	return GFS_OK;
 }
 
+/* What gfs_vfile_one() builds in a gfs_vfile_buf. */
+typedef struct vfile_one {
+	gfs_vfile vf;
+	gfs_seg seg;
+} vfile_one;
+
+_Static_assert(sizeof(vfile_one) <= sizeof(gfs_vfile_buf), "gfs_vfile_buf too small");
+
+gfs_err gfs_vfile_one(const gfs_vctx *ctx, size_t entry, uint64_t len, gfs_vfile_buf *buf,
+		      const gfs_vfile **out)
+{
+	vfile_one *one = (vfile_one *)buf->space;
+	gfs_err err;
+
+	assert(ctx && buf && out);
+	*one = (vfile_one){ .vf = { .ctx = ctx, .segs = &one->seg, .cap_segs = 1 } };
+	err = gfs_vfile_add_tensor(&one->vf, entry, 0, len);
+	*out = err ? NULL : &one->vf;
+	return err;
+}
+
 void gfs_vfile_shrink(gfs_vfile *vf)
 {
 	if (vf->cap_segs > vf->nsegs && vf->nsegs > 0) {

@@ -88,6 +88,21 @@ gfs_err gfs_vfile_new(const gfs_vctx *ctx, gfs_vfile **out);
 /* gfs_vfile_free(): free the vfile and its byte store; NULL allowed. */
 void gfs_vfile_free(gfs_vfile *vf);
 
+/* Room for a vfile of one tensor (gfs_vfile_one()), e.g. on the stack. */
+typedef struct gfs_vfile_buf {
+	_Alignas(max_align_t) unsigned char space[128];
+} gfs_vfile_buf;
+
+/*
+ * gfs_vfile_one(): in buf, the vfile of output bytes [0, len) of layout
+ * entry `entry` of ctx's layout (len within gfs_tensor_out_nbytes()), as
+ * gfs_vfile_add_tensor() would make it: files of one tensor need no vfile
+ * kept for them.  Valid while buf and ctx are; not to be freed or added to.
+ * @return GFS_OK and *out, or the error gfs_vfile_add_tensor() would return
+ */
+gfs_err gfs_vfile_one(const gfs_vctx *ctx, size_t entry, uint64_t len, gfs_vfile_buf *buf,
+		      const gfs_vfile **out);
+
 /*
  * gfs_vfile_add_mem(): append len bytes copied from data.  Consecutive MEM
  * appends form one segment.  len 0 is a no-op.
