@@ -52,15 +52,18 @@ enum {
 	CUT_PREFIX = NAME_MAX_BYTES - CUT_SUFFIX, /* bytes kept of a long name */
 };
 
-/* A directory: children in listing order, and sorted by name for lookup. */
+/* A directory: children (node indices) in listing order, and sorted by name for lookup. */
 typedef struct fs_dir {
 	uint32_t *kids;
-	struct fs_name {
-		const char *name;
-		uint32_t node;
-	} *sorted;
+	uint32_t *sorted;
 	size_t n;
 } fs_dir;
+
+/* A child and its name, while a directory is sorted (sort_dir()). */
+struct fs_name {
+	const char *name;
+	uint32_t node;
+};
 
 /* Owner, group and permission bits of a node. */
 typedef struct fs_attr {
@@ -88,8 +91,8 @@ typedef struct fs_xfile {
 /* An extra node (a directory or file of those views), in creation order. */
 typedef struct fs_xnode {
 	const char *path; /* in fs->strs (a file's is its xfile's); the name is its last component */
-	size_t parent;   /* node index of the parent directory */
-	int64_t file;    /* index into xfiles, or -1 for a directory */
+	uint32_t parent;  /* node index of the parent directory */
+	int32_t file;     /* index into xfiles; a directory: -1 - its index into xdirs */
 } fs_xnode;
 
 /* A virtual file at the root: a view of the layout. */
@@ -180,16 +183,15 @@ struct gfs_fs {
 	size_t cap_owned;
 	fs_pass *pass;
 	size_t npass;
-	char **tnames;     /* tensors/ entry names, per layout entry */
-	char **tlinks;     /* alias link targets, per layout entry (NULL if none) */
 	gfs_uview *uview;
-	gfs_arena strs;    /* the paths of the optim/ and universal nodes */
+	gfs_arena strs;    /* tensors/ names, the paths of the optim/ and universal nodes */
 	fs_xfile *xfiles;  /* files of the optim/ and universal views (during the build) */
 	size_t nxfiles, cap_xfiles;
 	fs_xnode *xnodes;  /* their nodes, from node index xfirst on */
 	size_t nxnodes, cap_xnodes;
 	size_t xfirst;
-	fs_dir *xdirs;     /* per extra node (used by directories) */
+	fs_dir *xdirs;     /* the extra directories */
+	size_t nxdirs;
 	char **notes;
 	size_t nnotes;
 	fs_access acc;     /* during the build */
@@ -1073,39 +1075,49 @@ static gfs_err build_pass(gfs_fs *fs)
 }
 
 /* build_tensors(): one node per layout entry under tensors/. */
+/* escape_kept(): gfs_fs_escape_name() of name, into fs->strs. */
+static gfs_err escape_kept(gfs_fs *fs, const char *name, char **out)
+{
+	char *e = NULL;
+	gfs_err err = gfs_fs_escape_name(name, &e);
+
+	if (!err && !(*out = gfs_arena_strdup(&fs->strs, e)))
+		err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	free(e);
+	return err;
+}
+
 static gfs_err build_tensors(gfs_fs *fs)
 {
 	const gfs_layout *l = fs->ctx.layout;
-	char **names = fs->tnames, **links = fs->tlinks;
 
 	for (size_t i = 0; i < l->ntensors; i++) {
 		const gfs_tensor *t = &l->tensors[i];
 		gfs_node *n = &fs->nodes[tensor_node(fs, i)];
-		gfs_err err = gfs_fs_escape_name(t->name, &names[i]);
+		char *name = NULL, *link = NULL;
+		gfs_err err = escape_kept(fs, t->name, &name);
 
 		if (err)
 			return err;
-		*n = (gfs_node){ .parent = N_TENSORS + 1, .name = names[i],
+		*n = (gfs_node){ .parent = N_TENSORS + 1, .name = name,
 				 .entry = (int64_t)i, .mtime = fs->mtime };
 		if (t->alias_of >= 0) {
-			err = gfs_fs_escape_name(l->tensors[t->alias_of].name, &links[i]);
+			err = escape_kept(fs, l->tensors[t->alias_of].name, &link);
 			n->type = GFS_NODE_LNK;
-			n->link = links[i];
+			n->link = link;
 			n->perm = 0777;
 			n->uid = fs->tensors_attr.uid;
 			n->gid = fs->tensors_attr.gid;
 		} else {
 			const uint64_t nbytes = gfs_tensor_out_nbytes(l, i, fs->ctx.want);
-			gfs_vfile *vf = NULL;
+			const gfs_vfile *vf;
+			gfs_vfile_buf vb;
 			fs_attr attr = { 0 };
 
 			err = tensor_attr(fs, i, &attr);
-			if (!err)
-				err = own_vfile(fs, &vf);
-			if (!err)
-				err = gfs_vfile_add_tensor(vf, i, 0, nbytes);
+			if (!err) /* one tensor: no vfile kept (gfs_fs_vfile()) */
+				err = gfs_vfile_one(&fs->ctx, i, nbytes, &vb, &vf);
 			n->type = GFS_NODE_REG;
-			n->vf = vf;
 			n->perm = attr.perm;
 			n->uid = attr.uid;
 			n->gid = attr.gid;
@@ -1234,7 +1246,8 @@ static gfs_err build_optim(gfs_fs *fs)
 
 	for (size_t i = first; !err && i < n; i++) {
 		char *state = NULL, *name = NULL, *path = NULL;
-		gfs_vfile *vf = NULL;
+		const gfs_vfile *vf;
+		gfs_vfile_buf vb;
 
 		err = gfs_fs_escape_name(l->tensors[i].state, &state);
 		if (!err)
@@ -1243,12 +1256,12 @@ static gfs_err build_optim(gfs_fs *fs)
 			err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
 		if (!err) {
 			sprintf(path, OPTIM_NAME "/%s/%s", state, name);
-			err = own_vfile(fs, &vf);
+			/* one tensor: no vfile kept (gfs_fs_vfile()) */
+			err = gfs_vfile_one(&fs->ctx, i, gfs_tensor_out_nbytes(l, i, fs->ctx.want), &vb,
+					    &vf);
 		}
 		if (!err)
-			err = gfs_vfile_add_tensor(vf, i, 0, gfs_tensor_out_nbytes(l, i, fs->ctx.want));
-		if (!err)
-			err = add_xfile(fs, path, vf, (int64_t)i);
+			err = add_xfile(fs, path, NULL, (int64_t)i);
 		free(state);
 		free(name);
 		free(path);
@@ -1327,10 +1340,16 @@ static gfs_err xnode_add(gfs_fs *fs, const char *path, size_t len, size_t parent
 	const char *p = file >= 0 ? fs->xfiles[file].path : gfs_arena_strndup(&fs->strs, path, len);
 
 	assert(file < 0 || strlen(p) == len);
+	if (fs->nxnodes >= INT32_MAX || fs->xfirst + fs->nxnodes >= UINT32_MAX)
+		return gfs_fail(GFS_ERR_LIMIT,
+				"more than 2^31 - 1 files and directories in the optim/ and universal views");
 	if (!p || !gfs_grow((void **)&fs->xnodes, &fs->cap_xnodes, fs->nxnodes,
 			    sizeof(*fs->xnodes), 64))
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	fs->xnodes[fs->nxnodes++] = (fs_xnode){ .path = p, .parent = parent, .file = file };
+	if (file < 0)
+		file = -1 - (int64_t)fs->nxdirs++;
+	fs->xnodes[fs->nxnodes++] = (fs_xnode){ .path = p, .parent = (uint32_t)parent,
+						.file = (int32_t)file };
 	return GFS_OK;
 }
 
@@ -1436,12 +1455,46 @@ static gfs_err plan_xnodes(gfs_fs *fs)
 	return err;
 }
 
+/*
+ * sort_dir(): d->sorted, d's children by name (d->kids set), and
+ * GFS_ERR_UNSUPPORTED naming the first name two children share.
+ */
+static gfs_err sort_dir(const gfs_fs *fs, fs_dir *d)
+{
+	struct fs_name *by = gfs_calloc(d->n ? d->n : 1, sizeof(*by));
+
+	if (!by)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t i = 0; i < d->n; i++)
+		by[i] = (struct fs_name){ fs->nodes[d->kids[i]].name, d->kids[i] };
+	qsort(by, d->n, sizeof(*by), cmp_name);
+	for (size_t i = 0; i < d->n; i++) {
+		if (i > 0 && strcmp(by[i - 1].name, by[i].name) == 0) { /* only cut names can */
+			const gfs_err err = gfs_fail(GFS_ERR_UNSUPPORTED,
+						     "two entries are both named %s", by[i].name);
+
+			free(by);
+			return err;
+		}
+		d->sorted[i] = by[i].node;
+	}
+	free(by);
+	return GFS_OK;
+}
+
+/* xdir(): the directory of extra node x (an index into xnodes), a directory. */
+static fs_dir *xdir(const gfs_fs *fs, size_t x)
+{
+	assert(fs->xnodes[x].file < 0 && (size_t)(-1 - fs->xnodes[x].file) < fs->nxdirs);
+	return &fs->xdirs[-1 - fs->xnodes[x].file];
+}
+
 /* build_xnodes(): fill the extra nodes and their directories. */
 static gfs_err build_xnodes(gfs_fs *fs)
 {
 	size_t *count;
 
-	fs->xdirs = gfs_calloc(fs->nxnodes + 1, sizeof(*fs->xdirs));
+	fs->xdirs = gfs_calloc(fs->nxdirs + 1, sizeof(*fs->xdirs));
 	count = gfs_calloc(fs->nxnodes + 1, sizeof(*count));
 	if (!fs->xdirs || !count) {
 		free(count);
@@ -1471,10 +1524,11 @@ static gfs_err build_xnodes(gfs_fs *fs)
 			count[x->parent - fs->xfirst]++;
 	}
 	for (size_t i = 0; i < fs->nxnodes; i++) {
-		fs_dir *d = &fs->xdirs[i];
+		fs_dir *d;
 
 		if (fs->xnodes[i].file >= 0)
 			continue;
+		d = xdir(fs, i);
 		d->kids = gfs_calloc(count[i] + 1, sizeof(*d->kids));
 		d->sorted = gfs_calloc(count[i] + 1, sizeof(*d->sorted));
 		if (!d->kids || !d->sorted) {
@@ -1489,16 +1543,16 @@ static gfs_err build_xnodes(gfs_fs *fs)
 
 		if (parent == N_ROOT)
 			continue;
-		d = &fs->xdirs[parent - fs->xfirst];
+		d = xdir(fs, parent - fs->xfirst);
 		d->kids[d->n] = (uint32_t)(fs->xfirst + i);
-		d->sorted[d->n] = (struct fs_name){ fs->nodes[fs->xfirst + i].name,
-						    (uint32_t)(fs->xfirst + i) };
 		d->n++;
 	}
-	for (size_t i = 0; i < fs->nxnodes; i++)
-		if (fs->xdirs[i].n > 1)
-			qsort(fs->xdirs[i].sorted, fs->xdirs[i].n, sizeof(*fs->xdirs[i].sorted),
-			      cmp_name);
+	for (size_t i = 0; i < fs->nxdirs; i++) {
+		const gfs_err err = sort_dir(fs, &fs->xdirs[i]);
+
+		if (err)
+			return err;
+	}
 	return GFS_OK;
 }
 
@@ -1511,16 +1565,9 @@ static gfs_err build_dir(gfs_fs *fs, fs_dir *d, const uint32_t *fixed, size_t nf
 	d->sorted = gfs_calloc(d->n, sizeof(*d->sorted));
 	if (!d->kids || !d->sorted)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	for (size_t i = 0; i < d->n; i++) {
+	for (size_t i = 0; i < d->n; i++)
 		d->kids[i] = i < nfixed ? fixed[i] : (uint32_t)(first + i - nfixed);
-		d->sorted[i] = (struct fs_name){ fs->nodes[d->kids[i]].name, d->kids[i] };
-	}
-	qsort(d->sorted, d->n, sizeof(*d->sorted), cmp_name);
-	for (size_t i = 1; i < d->n; i++) /* only cut names can collide */
-		if (strcmp(d->sorted[i - 1].name, d->sorted[i].name) == 0)
-			return gfs_fail(GFS_ERR_UNSUPPORTED, "two entries are both named %s",
-					d->sorted[i].name);
-	return GFS_OK;
+	return sort_dir(fs, d);
 }
 
 void gfs_fs_free(gfs_fs *fs)
@@ -1528,10 +1575,6 @@ void gfs_fs_free(gfs_fs *fs)
 	if (!fs)
 		return;
 	access_end(fs);
-	for (size_t i = 0; fs->tnames && fs->tlinks && i < fs->ctx.layout->ntensors; i++) {
-		free(fs->tnames[i]);
-		free(fs->tlinks[i]);
-	}
 	for (size_t i = 0; i < fs->npass; i++) {
 		close(fs->pass[i].fd);
 		free(fs->pass[i].name);
@@ -1543,7 +1586,7 @@ void gfs_fs_free(gfs_fs *fs)
 		gfs_tzview_free(fs->zips[i]);
 	for (size_t i = 0; i < fs->nvirt; i++)
 		free(fs->virt[i].name);
-	for (size_t i = 0; fs->xdirs && i < fs->nxnodes; i++) {
+	for (size_t i = 0; fs->xdirs && i < fs->nxdirs; i++) {
 		free(fs->xdirs[i].kids);
 		free(fs->xdirs[i].sorted);
 	}
@@ -1565,8 +1608,6 @@ void gfs_fs_free(gfs_fs *fs)
 	free(fs->adapter.sorted);
 	if (fs->adapter_cfg_fd >= 0)
 		close(fs->adapter_cfg_fd);
-	free(fs->tnames);
-	free(fs->tlinks);
 	free(fs->owned);
 	free(fs->pass);
 	free(fs->nodes);
@@ -1629,10 +1670,8 @@ static gfs_err build(gfs_fs *fs)
 		return err;
 	fs->nnodes = fs->xfirst + fs->nxnodes;
 	fs->nodes = gfs_calloc(fs->nnodes, sizeof(*fs->nodes));
-	fs->tnames = gfs_calloc(l->ntensors, sizeof(*fs->tnames));
-	fs->tlinks = gfs_calloc(l->ntensors, sizeof(*fs->tlinks));
 	root_fixed = gfs_calloc(fs->nvirt + 3 + fs->nxnodes, sizeof(*root_fixed));
-	if (!fs->nodes || !fs->tnames || !fs->tlinks || !root_fixed) {
+	if (!fs->nodes || !root_fixed) {
 		free(root_fixed);
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	}
@@ -1745,7 +1784,7 @@ static const fs_dir *dir_of(const gfs_fs *fs, const gfs_node *dir)
 	if (fs->nadapter && dir->ino == adapter_node(fs, 0) + 1)
 		return &fs->adapter;
 	if (dir->ino > fs->xfirst)
-		return &fs->xdirs[dir->ino - 1 - fs->xfirst];
+		return xdir(fs, dir->ino - 1 - fs->xfirst);
 	return dir->ino == N_TENSORS + 1 ? &fs->tensors : &fs->root;
 }
 
@@ -1764,11 +1803,21 @@ const gfs_node *gfs_fs_lookup(const gfs_fs *fs, const gfs_node *dir,
 			      const char *name)
 {
 	const fs_dir *d = dir_of(fs, dir);
-	const struct fs_name key = { name, 0 };
-	const struct fs_name *hit = bsearch(&key, d->sorted, d->n, sizeof(*d->sorted),
-					    cmp_name);
+	size_t lo = 0, hi = d->n;
 
-	return hit ? &fs->nodes[hit->node] : NULL;
+	while (lo < hi) {
+		const size_t mid = lo + (hi - lo) / 2;
+		const gfs_node *n = &fs->nodes[d->sorted[mid]];
+		const int c = strcmp(name, n->name);
+
+		if (c == 0)
+			return n;
+		if (c < 0)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return NULL;
 }
 
 size_t gfs_fs_dir_count(const gfs_fs *fs, const gfs_node *dir)
@@ -1878,7 +1927,24 @@ static gfs_err json_read(const gfs_fs *fs, uint64_t off, uint8_t *buf, size_t le
 /* reg_size(): the size of regular file n. */
 static uint64_t reg_size(const gfs_fs *fs, const gfs_node *n)
 {
-	return n->vf ? gfs_vfile_size(n->vf) : json_size(fs);
+	if (n->vf)
+		return gfs_vfile_size(n->vf);
+	if (n->entry >= 0)
+		return gfs_tensor_out_nbytes(fs->ctx.layout, (size_t)n->entry, fs->ctx.want);
+	return json_size(fs);
+}
+
+const gfs_vfile *gfs_fs_vfile(const gfs_fs *fs, const gfs_node *n, gfs_vfile_buf *buf)
+{
+	const gfs_vfile *vf = NULL;
+
+	assert(n->type == GFS_NODE_REG);
+	if (n->vf || n->entry < 0)
+		return n->vf;
+	/* cannot fail: the build made the same vfile */
+	(void)gfs_vfile_one(&fs->ctx, (size_t)n->entry, reg_size(fs, n), buf, &vf);
+	assert(vf);
+	return vf;
 }
 
 void gfs_fs_stat(const gfs_fs *fs, const gfs_node *n, struct stat *st)
@@ -1927,12 +1993,13 @@ void gfs_fs_statfs(const gfs_fs *fs, struct statvfs *sv)
 gfs_err gfs_fs_read(const gfs_fs *fs, const gfs_node *n, uint64_t off,
 		    void *buf, size_t len, size_t *got)
 {
+	gfs_vfile_buf vb;
+	const gfs_vfile *vf = gfs_fs_vfile(fs, n, &vb);
 	gfs_err err;
 
-	assert(n->type == GFS_NODE_REG);
-	if (!n->vf)
+	if (!vf)
 		return json_read(fs, off, buf, len, got);
-	err = gfs_vfile_read(n->vf, off, buf, len, got);
+	err = gfs_vfile_read(vf, off, buf, len, got);
 	if (err && n->ino > fs->xfirst)
 		return gfs_fail_prefix(err, "%s", fs->xnodes[n->ino - 1 - fs->xfirst].path);
 	if (err)

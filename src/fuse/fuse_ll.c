@@ -373,11 +373,13 @@ static bool reply_mapped(fuse_req_t req, const gfs_node *n, rstate *r, size_t si
 {
 	struct fuse_bufvec *bv = r->bv;
 	size_t next = 0, got = 0;
+	gfs_vfile_buf vb;
+	const gfs_vfile *vf = gfs_fs_vfile(fs_of(req), n, &vb);
 	gfs_err err;
 
-	if (!n->vf) /* layout.json, written on demand: copied */
+	if (!vf) /* layout.json, written on demand: copied */
 		return false;
-	err = gfs_vfile_map(n->vf, (uint64_t)off, size, r->ext, MAP_MAX, r->scratch,
+	err = gfs_vfile_map(vf, (uint64_t)off, size, r->ext, MAP_MAX, r->scratch,
 			    sizeof(r->scratch), &next, &got);
 	if (err == GFS_ERR_LIMIT)
 		return false;

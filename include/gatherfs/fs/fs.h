@@ -86,15 +86,17 @@ typedef struct gfs_node {
 	uint64_t ino;
 	uint64_t parent;      /* ino of the parent directory (the root's is its own) */
 	const char *name;     /* name in the parent ("" for the root) */
+	union {
+		const gfs_vfile *vf; /* REG: the contents, or NULL: see gfs_fs_vfile() */
+		const char *link;    /* LNK: the target, relative to the parent */
+	};
+	int64_t entry;        /* a tensors/ or optim/ file, or a link: its layout entry; else -1 */
+	struct timespec mtime;
 	gfs_node_type type;
-	const gfs_vfile *vf;  /* REG: the contents (NULL: layout.json, see gfs_fs_read()) */
-	const char *link;     /* LNK: the target, relative to the parent */
-	int64_t entry;        /* a tensors/ file or link: its layout entry; else -1 */
-	bool zip_view;        /* REG: a torch zip view (pytorch_model.bin or a shard) */
 	mode_t perm;          /* permission bits */
 	uid_t uid;
 	gid_t gid;
-	struct timespec mtime;
+	bool zip_view;        /* REG: a torch zip view (pytorch_model.bin or a shard) */
 } gfs_node;
 
 typedef struct gfs_fs gfs_fs;
@@ -178,6 +180,14 @@ void gfs_fs_stat(const gfs_fs *fs, const gfs_node *n, struct stat *st);
 
 /* gfs_fs_statfs(): file system totals (read-only, nothing free). */
 void gfs_fs_statfs(const gfs_fs *fs, struct statvfs *sv);
+
+/*
+ * gfs_fs_vfile(): the contents of regular file n: n->vf; for a file of one
+ * tensor (n->vf NULL, n->entry set: tensors/ and optim/ files) a vfile
+ * made in buf, valid while buf is; NULL for layout.json (written on demand,
+ * read with gfs_fs_read()).  O(1), no allocation.
+ */
+const gfs_vfile *gfs_fs_vfile(const gfs_fs *fs, const gfs_node *n, gfs_vfile_buf *buf);
 
 /*
  * gfs_fs_read(): read bytes [off, off + len) of regular file n into buf,
