@@ -20,6 +20,8 @@ struct gfs_vfile {
 	uint8_t *bytes; /* MEM segment store */
 	size_t nbytes;
 	size_t cap_bytes;
+	void *owned;    /* gfs_vfile_own(): freed with the vfile by free_owned */
+	void (*free_owned)(void *);
 };
 
 gfs_err gfs_vfile_new(const gfs_vctx *ctx, gfs_vfile **out)
@@ -78,9 +80,18 @@ void gfs_vfile_free(gfs_vfile *vf)
 {
 	if (!vf)
 		return;
+	if (vf->free_owned)
+		vf->free_owned(vf->owned);
 	free(vf->segs);
 	free(vf->bytes);
 	free(vf);
+}
+
+void gfs_vfile_own(gfs_vfile *vf, void *p, void (*free_fn)(void *))
+{
+	assert(vf && !vf->free_owned && free_fn);
+	vf->owned = p;
+	vf->free_owned = free_fn;
 }
 
 /* extend(): grow the file size by len, keeping it below 2^63 (off_t). */

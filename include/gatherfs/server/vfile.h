@@ -88,9 +88,16 @@ gfs_err gfs_vfile_new(const gfs_vctx *ctx, gfs_vfile **out);
 /* gfs_vfile_free(): free the vfile and its byte store; NULL allowed. */
 void gfs_vfile_free(gfs_vfile *vf);
 
+/*
+ * gfs_vfile_own(): vf owns p (e.g. the state of its generators): free_fn(p)
+ * runs when vf is freed, after nothing reads it any more.  Once per vfile
+ * made by gfs_vfile_new().
+ */
+void gfs_vfile_own(gfs_vfile *vf, void *p, void (*free_fn)(void *));
+
 /* Room for a vfile of one tensor (gfs_vfile_one()), e.g. on the stack. */
 typedef struct gfs_vfile_buf {
-	_Alignas(max_align_t) unsigned char space[128];
+	_Alignas(max_align_t) unsigned char space[160];
 } gfs_vfile_buf;
 
 /*
