@@ -107,29 +107,125 @@ static void aliases_json(const gfs_layout *l, const size_t *entries, size_t n, s
 	free(obj.p);
 }
 
+/*
+ * The header's tensor entries, written when read (a GEN segment): per
+ * tensor 20 bytes instead of its ~100 bytes of JSON.  Entry k is
+ * ", \"<name>\": {...}", at offset hoff[k] of the segment; "}" and the
+ * padding follow the last.
+ */
+typedef struct st_head {
+	gfs_vgen gen;
+	const gfs_vctx *ctx;
+	size_t ni;
+	uint32_t *entry;  /* per tensor in header (model) order: its layout entry */
+	uint64_t *begin;  /* its data offset (end: begin + its output size) */
+	uint64_t *hoff;   /* [ni + 1]: where its text starts; hoff[ni]: the "}" */
+	uint64_t len;     /* of the segment: hoff[ni] + 1 + padding */
+} st_head;
+
+static void head_free(void *p)
+{
+	st_head *sh = p;
+
+	if (!sh)
+		return;
+	free(sh->entry);
+	free(sh->begin);
+	free(sh->hoff);
+	free(sh);
+}
+
+/* head_item(): the header text of tensor k (b->len reset first). */
+static void head_item(const st_head *sh, size_t k, sbuf *b)
+{
+	const gfs_layout *l = sh->ctx->layout;
+	const gfs_tensor *t = &l->tensors[sh->entry[k]];
+
+	b->len = 0;
+	sb_str(b, ", ");
+	sb_json_str(b, t->name);
+	sb_str(b, ": {\"dtype\": \"");
+	sb_str(b, gfs_dtype_st_name(gfs_dtype_out(t->dtype, sh->ctx->want)));
+	sb_str(b, "\", \"shape\": [");
+	for (uint32_t d = 0; d < t->ndim; d++) {
+		if (d)
+			sb_str(b, ", ");
+		sb_u64(b, t->shape[d]);
+	}
+	sb_str(b, "], \"data_offsets\": [");
+	sb_u64(b, sh->begin[k]);
+	sb_str(b, ", ");
+	sb_u64(b, sh->begin[k] + gfs_tensor_out_nbytes(l, sh->entry[k], sh->ctx->want));
+	sb_str(b, "]}");
+}
+
+/* head_gen(): bytes [off, off + len) of the tensor entries (a gfs_vgen_fn). */
+static gfs_err head_gen(void *ctx, uint64_t arg, uint64_t off, uint8_t *buf, size_t len)
+{
+	const st_head *sh = ctx;
+	size_t lo = 0, hi = sh->ni, k;
+	sbuf b = { 0 };
+
+	(void)arg;
+	assert(off <= sh->len && len <= sh->len - off);
+	while (lo < hi) { /* lo: the last of hoff[0..ni] at or before off */
+		const size_t mid = lo + (hi - lo + 1) / 2;
+
+		if (sh->hoff[mid] <= off)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	for (k = lo; len > 0 && k < sh->ni; k++) {
+		size_t skip, take;
+
+		head_item(sh, k, &b);
+		if (b.oom)
+			break;
+		assert(b.len == sh->hoff[k + 1] - sh->hoff[k]);
+		skip = (size_t)(off - sh->hoff[k]);
+		take = b.len - skip < len ? b.len - skip : len;
+		memcpy(buf, b.p + skip, take);
+		buf += take;
+		off += take;
+		len -= take;
+	}
+	free(b.p);
+	if (b.oom)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory writing a safetensors header");
+	for (; len > 0; off++, len--, buf++) /* "}" then the padding */
+		*buf = off == sh->hoff[sh->ni] ? '}' : ' ';
+	return GFS_OK;
+}
+
 gfs_err gfs_stview_new(const gfs_vctx *ctx, const size_t *entries, size_t n,
 		       gfs_vfile **out)
 {
 	const gfs_layout *l = ctx->layout;
 	st_item *items;
 	size_t ni = 0;
-	sbuf h = { 0 };
-	uint64_t off = 0;
+	sbuf h = { 0 }, b = { 0 };
+	uint64_t off = 0, hlen;
 	uint8_t len8[8];
 	gfs_vfile *vf = NULL;
-	gfs_err err;
+	st_head *sh = NULL;
+	gfs_err err = GFS_OK;
 
 	assert(l->finished);
 	if (!entries)
 		n = l->ntensors;
 	items = gfs_calloc(n, sizeof(*items));
-	if (!items)
+	sh = calloc(1, sizeof(*sh));
+	if (!items || !sh) {
+		free(items);
+		free(sh);
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
 	for (size_t k = 0; k < n; k++) {
 		const size_t e = entries ? entries[k] : k;
 		const gfs_tensor *t = &l->tensors[e];
 
-		assert(e < gfs_layout_nentries(l));
+		assert(e < gfs_layout_nentries(l) && e < UINT32_MAX);
 		if (t->alias_of >= 0)
 			continue;
 		items[ni++] = (st_item){
@@ -146,42 +242,47 @@ gfs_err gfs_stview_new(const gfs_vctx *ctx, const size_t *entries, size_t n,
 	}
 	qsort(items, ni, sizeof(*items), by_order);
 
+	*sh = (st_head){ .gen = { .fn = head_gen, .ctx = sh }, .ctx = ctx, .ni = ni,
+			 .entry = gfs_calloc(ni + 1, sizeof(*sh->entry)),
+			 .begin = gfs_calloc(ni + 1, sizeof(*sh->begin)),
+			 .hoff = gfs_calloc(ni + 1, sizeof(*sh->hoff)) };
+	if (!sh->entry || !sh->begin || !sh->hoff) {
+		err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		goto out;
+	}
+	for (size_t k = 0; k < ni; k++) {
+		sh->entry[k] = (uint32_t)items[k].entry;
+		sh->begin[k] = items[k].begin;
+	}
+	for (size_t k = 0; k < ni && !b.oom; k++) {
+		head_item(sh, k, &b);
+		sh->hoff[k + 1] = sh->hoff[k] + b.len;
+	}
 	sb_str(&h, "{\"__metadata__\": {\"format\": \"pt\"");
 	aliases_json(l, entries, n, &h);
 	sb_str(&h, "}");
-	for (size_t k = 0; k < ni; k++) {
-		const gfs_tensor *t = &l->tensors[items[k].entry];
-
-		sb_str(&h, ", ");
-		sb_json_str(&h, t->name);
-		sb_str(&h, ": {\"dtype\": \"");
-		sb_str(&h, gfs_dtype_st_name(gfs_dtype_out(t->dtype, ctx->want)));
-		sb_str(&h, "\", \"shape\": [");
-		for (uint32_t d = 0; d < t->ndim; d++) {
-			if (d)
-				sb_str(&h, ", ");
-			sb_u64(&h, t->shape[d]);
-		}
-		sb_str(&h, "], \"data_offsets\": [");
-		sb_u64(&h, items[k].begin);
-		sb_str(&h, ", ");
-		sb_u64(&h, items[k].end);
-		sb_str(&h, "]}");
-	}
-	sb_str(&h, "}");
-	while (!h.oom && h.len % 8 != 0)
-		sb_str(&h, " ");
-	if (h.oom) {
+	if (h.oom || b.oom) {
 		err = gfs_fail(GFS_ERR_NOMEM, "out of memory composing the safetensors header");
 		goto out;
 	}
+	/* the entries, "}" and spaces up to a multiple of 8 */
+	hlen = h.len + sh->hoff[ni] + 1;
+	sh->len = sh->hoff[ni] + 1 + (8 - hlen % 8) % 8;
+	hlen += (8 - hlen % 8) % 8;
 	for (int i = 0; i < 8; i++)
-		len8[i] = (uint8_t)((uint64_t)h.len >> (8 * i));
+		len8[i] = (uint8_t)(hlen >> (8 * i));
 	err = gfs_vfile_new(ctx, &vf);
-	if (!err)
+	if (!err) {
+		const st_head *kept = sh;
+
+		gfs_vfile_own(vf, sh, head_free);
+		sh = NULL;
 		err = gfs_vfile_add_mem(vf, len8, sizeof(len8));
-	if (!err)
-		err = gfs_vfile_add_mem(vf, h.p, h.len);
+		if (!err)
+			err = gfs_vfile_add_mem(vf, h.p, h.len);
+		if (!err)
+			err = gfs_vfile_add_gen(vf, &kept->gen, 0, kept->len);
+	}
 	qsort(items, ni, sizeof(*items), by_esize_desc);
 	for (size_t k = 0; !err && k < ni; k++)
 		err = gfs_vfile_add_tensor(vf, items[k].entry, 0, items[k].end - items[k].begin);
@@ -191,7 +292,9 @@ gfs_err gfs_stview_new(const gfs_vctx *ctx, const size_t *entries, size_t n,
 	}
 out:
 	gfs_vfile_free(vf);
+	head_free(sh);
 	free(items);
 	free(h.p);
+	free(b.p);
 	return err;
 }

@@ -6,7 +6,8 @@
  * data descriptors, the pickle's keys, storages, shapes and strides, a tied
  * alias sharing its target's storage, empty and scalar tensors, dtype
  * conversion, a subset of the entries, and ZIP64 fields for a record larger
- * than 4 GiB.
+ * than 4 GiB.  And the safetensors view of the same layout: its header
+ * (written when read) byte for byte, and every read of it at every offset.
  */
 #include "config.h"
 
@@ -19,6 +20,7 @@
 
 #include "gatherfs/readers/pickle.h"
 #include "gatherfs/readers/torchzip.h"
+#include "gatherfs/views/view_safetensors.h"
 #include "gatherfs/views/view_torchzip.h"
 #include "tap.h"
 
@@ -384,6 +386,73 @@ static void check_zip64(void)
 	gfs_layout_free(l);
 }
 
+/*
+ * check_safetensors(): model.safetensors of the layout: the exact header
+ * (model order; data by decreasing element size; the alias in the
+ * metadata), the data bytes, and reads of 1, 2, 3, 7 and 64 bytes at every
+ * offset equal to one read of the whole file.
+ */
+static void check_safetensors(const gfs_layout *l, const gfs_srcset *s)
+{
+	static const char want[] =
+		"{\"__metadata__\": {\"format\": \"pt\", \"gatherfs.aliases\": "
+		"\"{\\\"head\\\": \\\"w\\\"}\"}, "
+		"\"w\": {\"dtype\": \"F32\", \"shape\": [2, 5], \"data_offsets\": [56, 96]}, "
+		"\"ids\": {\"dtype\": \"I64\", \"shape\": [7], \"data_offsets\": [0, 56]}, "
+		"\"empty\": {\"dtype\": \"F32\", \"shape\": [0, 4], \"data_offsets\": [96, 96]}, "
+		"\"s\": {\"dtype\": \"F32\", \"shape\": [], \"data_offsets\": [96, 100]}, "
+		"\"cube\": {\"dtype\": \"F32\", \"shape\": [3, 4, 5], "
+		"\"data_offsets\": [100, 340]}, "
+		"\"flags\": {\"dtype\": \"BOOL\", \"shape\": [3], \"data_offsets\": [348, 351]}, "
+		"\"name/with%\": {\"dtype\": \"F16\", \"shape\": [4], "
+		"\"data_offsets\": [340, 348]}}";
+	static const size_t lens[] = { 1, 2, 3, 7, 64 };
+	const gfs_vctx ctx = { .layout = l, .src = s, .want = GFS_DT_INVALID };
+	const size_t wlen = sizeof(want) - 1, hlen = (wlen + 7) / 8 * 8;
+	gfs_vfile *vf;
+	uint8_t *all, part[64], src[SRC_SIZE];
+	size_t n, got, bad = 0;
+	uint64_t h = 0;
+	int fd;
+
+	if (gfs_stview_new(&ctx, NULL, 0, &vf))
+		abort();
+	n = (size_t)gfs_vfile_size(vf);
+	all = malloc(n);
+	if (!all || gfs_vfile_read(vf, 0, all, n, &got) || got != n)
+		abort();
+	for (int i = 0; i < 8; i++)
+		h |= (uint64_t)all[i] << (8 * i);
+	tap_ok(h == hlen && n == 8 + hlen + 351, "safetensors: header of %llu bytes, file of %zu",
+	       (unsigned long long)h, n);
+	tap_ok(n >= 8 + hlen && memcmp(all + 8, want, wlen) == 0, "safetensors: the header");
+	for (size_t i = 8 + wlen; i < 8 + hlen && i < n; i++)
+		bad += all[i] != ' ';
+	tap_ok(bad == 0, "safetensors: the header padded with spaces");
+	fd = open(srcpath, O_RDONLY);
+	if (fd < 0 || pread(fd, src, SRC_SIZE, 0) != SRC_SIZE)
+		abort();
+	close(fd);
+	tap_ok(n == 8 + hlen + 351 && memcmp(all + 8 + hlen, src + 1000, 56) == 0 &&
+		       memcmp(all + 8 + hlen + 56, src + 40, 40) == 0 &&
+		       memcmp(all + 8 + hlen + 348, src + 3, 3) == 0,
+	       "safetensors: ids, w and flags at their data offsets");
+	bad = 0;
+	for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+		for (size_t off = 0; off < n; off++) {
+			const size_t want_got = n - off < lens[k] ? n - off : lens[k];
+
+			if (gfs_vfile_read(vf, off, part, lens[k], &got) || got != want_got ||
+			    memcmp(part, all + off, got) != 0)
+				bad++;
+		}
+	}
+	tap_ok(bad == 0, "safetensors: %zu of %zu short reads differ from the whole", bad,
+	       5 * n);
+	free(all);
+	gfs_vfile_free(vf);
+}
+
 int main(void)
 {
 	gfs_layout *l;
@@ -397,6 +466,7 @@ int main(void)
 	check_zip(l, s, GFS_DT_BF16);
 	check_subset(l, s);
 	check_zip64();
+	check_safetensors(l, s);
 	gfs_srcset_close(s);
 	gfs_layout_free(l);
 	unlink(zippath);
