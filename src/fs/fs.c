@@ -199,6 +199,8 @@ struct gfs_fs {
 	fs_attr xfile_attr, xdir_attr; /* of the optim/ and universal nodes */
 	struct timespec mtime;
 	fs_json *json;     /* layout.json (its node has no vfile), or NULL */
+	gfs_vgen index_gen; /* the tensors' lines of tensors/INDEX */
+	uint64_t *index_off; /* [ntensors + 1]: where tensor i's line starts in them */
 };
 
 static bool is_extra_top(const gfs_fs *fs, const char *name);
@@ -330,8 +332,8 @@ static gfs_err add_str(gfs_vfile *vf, const char *s)
 	return gfs_vfile_add_mem(vf, s, strlen(s));
 }
 
-/* index_line(): one line of tensors/INDEX. */
-static gfs_err index_line(gfs_fs *fs, gfs_vfile *vf, size_t i)
+/* index_line(): line i (a tensor's) of tensors/INDEX into b, b->len reset first. */
+static gfs_err index_line(const gfs_fs *fs, size_t i, gfs_buf *b)
 {
 	const gfs_layout *l = fs->ctx.layout;
 	const gfs_tensor *t = gfs_layout_target(l, i);
@@ -349,9 +351,52 @@ static gfs_err index_line(gfs_fs *fs, gfs_vfile *vf, size_t i)
 	format_shape(t, shape);
 	snprintf(bytes, sizeof(bytes), "%llu",
 		 (unsigned long long)gfs_tensor_out_nbytes(l, i, fs->ctx.want));
+	b->len = 0;
 	for (size_t k = 0; k < ARRAY_LEN(fields) && !err; k++)
-		err = add_str(vf, fields[k]);
+		gfs_buf_put(b, fields[k], strlen(fields[k]));
 	free(key);
+	if (!err && b->oom)
+		err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	return err;
+}
+
+/*
+ * index_gen(): bytes [off, off + len) of the tensors' lines of
+ * tensors/INDEX, written when read (a gfs_vgen_fn; ctx: the fs).
+ */
+static gfs_err index_gen(void *ctx, uint64_t arg, uint64_t off, uint8_t *buf, size_t len)
+{
+	const gfs_fs *fs = ctx;
+	const size_t n = fs->ctx.layout->ntensors;
+	size_t lo = 0, hi = n;
+	gfs_buf b = { 0 };
+	gfs_err err = GFS_OK;
+
+	(void)arg;
+	assert(off <= fs->index_off[n] && len <= fs->index_off[n] - off);
+	while (lo < hi) { /* lo: the last of index_off[0..n] at or before off */
+		const size_t mid = lo + (hi - lo + 1) / 2;
+
+		if (fs->index_off[mid] <= off)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	for (size_t i = lo; !err && len > 0 && i < n; i++) {
+		size_t skip, take;
+
+		err = index_line(fs, i, &b);
+		if (err)
+			break;
+		assert(b.len == fs->index_off[i + 1] - fs->index_off[i]);
+		skip = (size_t)(off - fs->index_off[i]);
+		take = b.len - skip < len ? b.len - skip : len;
+		memcpy(buf, b.p + skip, take);
+		buf += take;
+		off += take;
+		len -= take;
+	}
+	free(b.p);
 	return err;
 }
 
@@ -754,13 +799,24 @@ static gfs_err build_fixed(gfs_fs *fs)
 {
 	const gfs_layout *l = fs->ctx.layout;
 	gfs_vfile *index_vf = NULL;
+	gfs_buf b = { 0 };
 	gfs_err err;
 
-	err = own_vfile(fs, &index_vf);
+	/* the tensors' lines are written when read: only where each starts is kept */
+	fs->index_off = gfs_calloc(l->ntensors + 1, sizeof(*fs->index_off));
+	err = fs->index_off ? GFS_OK : gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t i = 0; i < l->ntensors && !err; i++) {
+		err = index_line(fs, i, &b);
+		fs->index_off[i + 1] = fs->index_off[i] + b.len;
+	}
+	free(b.p);
+	fs->index_gen = (gfs_vgen){ .fn = index_gen, .ctx = fs };
+	if (!err)
+		err = own_vfile(fs, &index_vf);
 	if (!err)
 		err = add_str(index_vf, "name\tdtype\tshape\tbytes\ttarget\tkey\n");
-	for (size_t i = 0; i < l->ntensors && !err; i++)
-		err = index_line(fs, index_vf, i);
+	if (!err)
+		err = gfs_vfile_add_gen(index_vf, &fs->index_gen, 0, fs->index_off[l->ntensors]);
 	if (err)
 		return gfs_fail_prefix(err, TENSORS_NAME "/" INDEX_NAME);
 	fs->nodes[N_ROOT] = (gfs_node){ .name = "", .type = GFS_NODE_DIR,
@@ -1609,6 +1665,7 @@ void gfs_fs_free(gfs_fs *fs)
 	if (fs->adapter_cfg_fd >= 0)
 		close(fs->adapter_cfg_fd);
 	free(fs->owned);
+	free(fs->index_off);
 	free(fs->pass);
 	free(fs->nodes);
 	if (fs->json) {
