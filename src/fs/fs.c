@@ -332,9 +332,10 @@ static gfs_err add_str(gfs_vfile *vf, const char *s)
 	return gfs_vfile_add_mem(vf, s, strlen(s));
 }
 
-/* index_line(): line i (a tensor's) of tensors/INDEX into b, b->len reset first. */
-static gfs_err index_line(const gfs_fs *fs, size_t i, gfs_buf *b)
+/* index_line(): line i (a tensor's) of tensors/INDEX appended to b (a gfs_vgen_item_fn). */
+static gfs_err index_line(const void *ctx, size_t i, gfs_buf *b)
 {
+	const gfs_fs *fs = ctx;
 	const gfs_layout *l = fs->ctx.layout;
 	const gfs_tensor *t = gfs_layout_target(l, i);
 	const gfs_node *n = &fs->nodes[tensor_node(fs, i)];
@@ -351,7 +352,6 @@ static gfs_err index_line(const gfs_fs *fs, size_t i, gfs_buf *b)
 	format_shape(t, shape);
 	snprintf(bytes, sizeof(bytes), "%llu",
 		 (unsigned long long)gfs_tensor_out_nbytes(l, i, fs->ctx.want));
-	b->len = 0;
 	for (size_t k = 0; k < ARRAY_LEN(fields) && !err; k++)
 		gfs_buf_put(b, fields[k], strlen(fields[k]));
 	free(key);
@@ -368,35 +368,13 @@ static gfs_err index_gen(void *ctx, uint64_t arg, uint64_t off, uint8_t *buf, si
 {
 	const gfs_fs *fs = ctx;
 	const size_t n = fs->ctx.layout->ntensors;
-	size_t lo = 0, hi = n;
-	gfs_buf b = { 0 };
-	gfs_err err = GFS_OK;
+	size_t done;
+	gfs_err err;
 
 	(void)arg;
 	assert(off <= fs->index_off[n] && len <= fs->index_off[n] - off);
-	while (lo < hi) { /* lo: the last of index_off[0..n] at or before off */
-		const size_t mid = lo + (hi - lo + 1) / 2;
-
-		if (fs->index_off[mid] <= off)
-			lo = mid;
-		else
-			hi = mid - 1;
-	}
-	for (size_t i = lo; !err && len > 0 && i < n; i++) {
-		size_t skip, take;
-
-		err = index_line(fs, i, &b);
-		if (err)
-			break;
-		assert(b.len == fs->index_off[i + 1] - fs->index_off[i]);
-		skip = (size_t)(off - fs->index_off[i]);
-		take = b.len - skip < len ? b.len - skip : len;
-		memcpy(buf, b.p + skip, take);
-		buf += take;
-		off += take;
-		len -= take;
-	}
-	free(b.p);
+	err = gfs_vgen_items(fs->index_off, n, index_line, fs, off, buf, len, &done);
+	assert(err || done == len);
 	return err;
 }
 
@@ -806,6 +784,7 @@ static gfs_err build_fixed(gfs_fs *fs)
 	fs->index_off = gfs_calloc(l->ntensors + 1, sizeof(*fs->index_off));
 	err = fs->index_off ? GFS_OK : gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	for (size_t i = 0; i < l->ntensors && !err; i++) {
+		b.len = 0;
 		err = index_line(fs, i, &b);
 		fs->index_off[i + 1] = fs->index_off[i] + b.len;
 	}

@@ -229,6 +229,42 @@ gfs_err gfs_vfile_add_gen(gfs_vfile *vf, const gfs_vgen *gen, uint64_t arg,
 	return GFS_OK;
 }
 
+gfs_err gfs_vgen_items(const uint64_t *start, size_t n, gfs_vgen_item_fn item, const void *ctx,
+		       uint64_t off, uint8_t *buf, size_t len, size_t *filled)
+{
+	size_t lo = 0, hi = n, done = 0;
+	gfs_buf b = { 0 };
+	gfs_err err = GFS_OK;
+
+	assert(start && item && filled);
+	while (lo < hi) { /* lo: the last of start[0..n] at or before off */
+		const size_t mid = lo + (hi - lo + 1) / 2;
+
+		if (start[mid] <= off)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	for (size_t k = lo; !err && done < len && k < n; k++) {
+		size_t skip, take;
+
+		b.len = 0;
+		err = item(ctx, k, &b);
+		if (!err && b.oom)
+			err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		if (err)
+			break;
+		assert(b.len == start[k + 1] - start[k]);
+		skip = (size_t)(off + done - start[k]);
+		take = b.len - skip < len - done ? b.len - skip : len - done;
+		memcpy(buf + done, b.p + skip, take);
+		done += take;
+	}
+	free(b.p);
+	*filled = done;
+	return err;
+}
+
 uint64_t gfs_vfile_size(const gfs_vfile *vf)
 {
 	return vf->size;

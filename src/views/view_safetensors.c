@@ -135,13 +135,13 @@ static void head_free(void *p)
 	free(sh);
 }
 
-/* head_item(): the header text of tensor k (b->len reset first). */
-static void head_item(const st_head *sh, size_t k, sbuf *b)
+/* head_item(): the header text of tensor k appended to b (a gfs_vgen_item_fn). */
+static gfs_err head_item(const void *ctx, size_t k, sbuf *b)
 {
+	const st_head *sh = ctx;
 	const gfs_layout *l = sh->ctx->layout;
 	const gfs_tensor *t = &l->tensors[sh->entry[k]];
 
-	b->len = 0;
 	sb_str(b, ", ");
 	sb_json_str(b, t->name);
 	sb_str(b, ": {\"dtype\": \"");
@@ -157,45 +157,23 @@ static void head_item(const st_head *sh, size_t k, sbuf *b)
 	sb_str(b, ", ");
 	sb_u64(b, sh->begin[k] + gfs_tensor_out_nbytes(l, sh->entry[k], sh->ctx->want));
 	sb_str(b, "]}");
+	return b->oom ? gfs_fail(GFS_ERR_NOMEM, "out of memory writing a safetensors header")
+		      : GFS_OK;
 }
 
 /* head_gen(): bytes [off, off + len) of the tensor entries (a gfs_vgen_fn). */
 static gfs_err head_gen(void *ctx, uint64_t arg, uint64_t off, uint8_t *buf, size_t len)
 {
 	const st_head *sh = ctx;
-	size_t lo = 0, hi = sh->ni, k;
-	sbuf b = { 0 };
+	size_t done;
+	gfs_err err;
 
 	(void)arg;
 	assert(off <= sh->len && len <= sh->len - off);
-	while (lo < hi) { /* lo: the last of hoff[0..ni] at or before off */
-		const size_t mid = lo + (hi - lo + 1) / 2;
-
-		if (sh->hoff[mid] <= off)
-			lo = mid;
-		else
-			hi = mid - 1;
-	}
-	for (k = lo; len > 0 && k < sh->ni; k++) {
-		size_t skip, take;
-
-		head_item(sh, k, &b);
-		if (b.oom)
-			break;
-		assert(b.len == sh->hoff[k + 1] - sh->hoff[k]);
-		skip = (size_t)(off - sh->hoff[k]);
-		take = b.len - skip < len ? b.len - skip : len;
-		memcpy(buf, b.p + skip, take);
-		buf += take;
-		off += take;
-		len -= take;
-	}
-	free(b.p);
-	if (b.oom)
-		return gfs_fail(GFS_ERR_NOMEM, "out of memory writing a safetensors header");
-	for (; len > 0; off++, len--, buf++) /* "}" then the padding */
-		*buf = off == sh->hoff[sh->ni] ? '}' : ' ';
-	return GFS_OK;
+	err = gfs_vgen_items(sh->hoff, sh->ni, head_item, sh, off, buf, len, &done);
+	for (off += done; !err && done < len; off++, done++) /* "}" then the padding */
+		buf[done] = off == sh->hoff[sh->ni] ? '}' : ' ';
+	return err;
 }
 
 gfs_err gfs_stview_new(const gfs_vctx *ctx, const size_t *entries, size_t n,
@@ -255,7 +233,8 @@ gfs_err gfs_stview_new(const gfs_vctx *ctx, const size_t *entries, size_t n,
 		sh->begin[k] = items[k].begin;
 	}
 	for (size_t k = 0; k < ni && !b.oom; k++) {
-		head_item(sh, k, &b);
+		b.len = 0;
+		(void)head_item(sh, k, &b); /* b.oom says */
 		sh->hoff[k + 1] = sh->hoff[k] + b.len;
 	}
 	sb_str(&h, "{\"__metadata__\": {\"format\": \"pt\"");

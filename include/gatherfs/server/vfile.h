@@ -141,6 +141,19 @@ gfs_err gfs_vfile_add_tensor_guarded(gfs_vfile *vf, size_t entry, uint64_t off,
 gfs_err gfs_vfile_add_fd(gfs_vfile *vf, int fd, uint64_t off, uint64_t len,
 			 const char *label);
 
+/* Writes item k of a generated text into b (gfs_vgen_items()). */
+typedef gfs_err (*gfs_vgen_item_fn)(const void *ctx, size_t k, gfs_buf *b);
+
+/*
+ * gfs_vgen_items(): for a generator of text made of n items laid end to
+ * end, item k at [start[k], start[k + 1]) (start[0] is 0), each written
+ * by item(ctx, k, b) into an emptied b: bytes [off, off + len) of the
+ * items into buf, *filled of them (less than len past start[n]).
+ * O(log n) plus the items that overlap the range.
+ */
+gfs_err gfs_vgen_items(const uint64_t *start, size_t n, gfs_vgen_item_fn item, const void *ctx,
+		       uint64_t off, uint8_t *buf, size_t len, size_t *filled);
+
 /*
  * gfs_vfile_add_gen(): append len bytes produced by gen (borrowed, must
  * outlive the vfile) with argument arg.  len 0 is a no-op.
