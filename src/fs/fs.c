@@ -1109,7 +1109,6 @@ static gfs_err build_pass(gfs_fs *fs)
 	return GFS_OK;
 }
 
-/* build_tensors(): one node per layout entry under tensors/. */
 /* escape_kept(): gfs_fs_escape_name() of name, into fs->strs. */
 static gfs_err escape_kept(gfs_fs *fs, const char *name, char **out)
 {
@@ -1122,6 +1121,7 @@ static gfs_err escape_kept(gfs_fs *fs, const char *name, char **out)
 	return err;
 }
 
+/* build_tensors(): one node per layout entry under tensors/. */
 static gfs_err build_tensors(gfs_fs *fs)
 {
 	const gfs_layout *l = fs->ctx.layout;
