@@ -22,6 +22,7 @@ struct gfs_vfile {
 	size_t cap_bytes;
 	void *owned;    /* gfs_vfile_own(): freed with the vfile by free_owned */
 	void (*free_owned)(void *);
+	gfs_vsegs comp; /* computed segments (comp.seg set), instead of segs */
 };
 
 gfs_err gfs_vfile_new(const gfs_vctx *ctx, gfs_vfile **out)
@@ -33,6 +34,34 @@ gfs_err gfs_vfile_new(const gfs_vctx *ctx, gfs_vfile **out)
 	vf->ctx = ctx;
 	*out = vf;
 	return GFS_OK;
+}
+
+gfs_err gfs_vfile_new_computed(const gfs_vctx *ctx, const gfs_vsegs *segs, gfs_vfile **out)
+{
+	gfs_err err;
+
+	assert(segs && segs->seg && segs->find && (segs->n > 0) == (segs->size > 0));
+	if (segs->size > INT64_MAX)
+		return gfs_fail(GFS_ERR_LIMIT, "virtual file larger than 2^63 bytes");
+	err = gfs_vfile_new(ctx, out);
+	if (!err) {
+		(*out)->comp = *segs;
+		(*out)->size = segs->size;
+	}
+	return err;
+}
+
+/* seg_at(): segment i, the stored one or computed into tmp. */
+static const gfs_seg *seg_at(const gfs_vfile *vf, size_t i, gfs_seg *tmp)
+{
+	if (!vf->comp.seg) {
+		assert(i < vf->nsegs);
+		return &vf->segs[i];
+	}
+	assert(i < vf->comp.n);
+	vf->comp.seg(vf->comp.ctx, i, tmp);
+	assert(tmp->len > 0 && tmp->kind != GFS_SEG_MEM);
+	return tmp;
 }
 
 /* What gfs_vfile_one() builds in a gfs_vfile_buf. */
@@ -112,7 +141,7 @@ static gfs_err push_seg(gfs_vfile *vf, gfs_seg_kind kind, uint64_t len,
 	const uint64_t voff = vf->size;
 	gfs_err err;
 
-	assert(len > 0);
+	assert(len > 0 && !vf->comp.seg);
 	/* first room for one segment: most vfiles have one */
 	if (!gfs_grow((void **)&vf->segs, &vf->cap_segs, vf->nsegs, sizeof(*vf->segs), 1))
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
@@ -133,6 +162,7 @@ gfs_err gfs_vfile_add_mem(gfs_vfile *vf, const void *data, size_t len)
 	gfs_seg *seg;
 	gfs_err err;
 
+	assert(!vf->comp.seg);
 	if (len == 0)
 		return GFS_OK;
 	if (vf->cap_bytes - vf->nbytes < len) {
@@ -272,13 +302,12 @@ uint64_t gfs_vfile_size(const gfs_vfile *vf)
 
 size_t gfs_vfile_nsegs(const gfs_vfile *vf)
 {
-	return vf->nsegs;
+	return vf->comp.seg ? vf->comp.n : vf->nsegs;
 }
 
-const gfs_seg *gfs_vfile_seg(const gfs_vfile *vf, size_t i)
+void gfs_vfile_seg(const gfs_vfile *vf, size_t i, gfs_seg *out)
 {
-	assert(i < vf->nsegs);
-	return &vf->segs[i];
+	*out = *seg_at(vf, i, out);
 }
 
 size_t gfs_vfile_find(const gfs_vfile *vf, uint64_t off)
@@ -286,6 +315,11 @@ size_t gfs_vfile_find(const gfs_vfile *vf, uint64_t off)
 	size_t lo = 0, hi = vf->nsegs;
 
 	assert(off < vf->size);
+	if (vf->comp.seg) {
+		lo = vf->comp.find(vf->comp.ctx, off);
+		assert(lo < vf->comp.n);
+		return lo;
+	}
 	while (hi - lo > 1) {
 		const size_t mid = lo + (hi - lo) / 2;
 
@@ -338,12 +372,13 @@ gfs_err gfs_vfile_read(const gfs_vfile *vf, uint64_t off, void *buf, size_t len,
 		len = (size_t)(vf->size - off);
 	left = len;
 	for (i = gfs_vfile_find(vf, off); left > 0; i++) {
-		const gfs_seg *seg = &vf->segs[i];
+		gfs_seg tmp;
+		const gfs_seg *seg = seg_at(vf, i, &tmp);
 		const uint64_t in = off - seg->voff;
 		const size_t n = seg->len - in < left ? (size_t)(seg->len - in) : left;
 		gfs_err err;
 
-		assert(i < vf->nsegs && in < seg->len);
+		assert(in < seg->len);
 		err = read_seg(vf, seg, in, dst, n);
 		if (err)
 			return err;
@@ -444,12 +479,13 @@ gfs_err gfs_vfile_map(const gfs_vfile *vf, uint64_t off, size_t len, gfs_vext *e
 		len = (size_t)(vf->size - off);
 	left = len;
 	for (size_t i = gfs_vfile_find(vf, off); left > 0; i++) {
-		const gfs_seg *seg = &vf->segs[i];
+		gfs_seg tmp;
+		const gfs_seg *seg = seg_at(vf, i, &tmp);
 		const uint64_t in = off - seg->voff;
 		const size_t k = seg->len - in < left ? (size_t)(seg->len - in) : left;
 		gfs_err err;
 
-		assert(i < vf->nsegs && in < seg->len);
+		assert(in < seg->len);
 		switch (seg->kind) {
 		case GFS_SEG_MEM:
 			err = push_ext(ext, max, n, vf->bytes + seg->u.mem.boff + in, -1, 0, k);
@@ -485,7 +521,7 @@ gfs_err gfs_vfile_map(const gfs_vfile *vf, uint64_t off, size_t len, gfs_vext *e
 bool gfs_vfile_cached(const gfs_vfile *vf, uint64_t off, size_t len)
 {
 	gfs_vext ext[64];
-	uint8_t scratch[256];
+	uint8_t scratch[4096]; /* zip headers between records, CRC fields */
 	size_t n = 0, got = 0;
 	char b;
 	struct iovec v = { .iov_base = &b, .iov_len = 1 };

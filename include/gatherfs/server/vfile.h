@@ -95,9 +95,33 @@ void gfs_vfile_free(gfs_vfile *vf);
  */
 void gfs_vfile_own(gfs_vfile *vf, void *p, void (*free_fn)(void *));
 
+/*
+ * Segments computed when needed instead of stored, for files of many
+ * segments that follow a rule (the torch zip, the safetensors files): n
+ * segments tiling [0, size).  seg(ctx, i, out) writes segment i (< n; kind
+ * TENSOR, FD or GEN, never MEM: a computed vfile has no byte store);
+ * find(ctx, off) is the index of the segment holding byte off (< size).
+ * Both are called from many threads at once and must not fail.
+ */
+typedef struct gfs_vsegs {
+	void (*seg)(const void *ctx, size_t i, gfs_seg *out);
+	size_t (*find)(const void *ctx, uint64_t off);
+	const void *ctx;
+	size_t n;
+	uint64_t size;
+} gfs_vsegs;
+
+/*
+ * gfs_vfile_new_computed(): a vfile whose segments are those segs (copied;
+ * segs->ctx borrowed, it must outlive the vfile) computes.  Nothing can be
+ * added to it.  ctx as for gfs_vfile_new().  @return GFS_OK and *out, or
+ * GFS_ERR_LIMIT for a size above 2^63 - 1.
+ */
+gfs_err gfs_vfile_new_computed(const gfs_vctx *ctx, const gfs_vsegs *segs, gfs_vfile **out);
+
 /* Room for a vfile of one tensor (gfs_vfile_one()), e.g. on the stack. */
 typedef struct gfs_vfile_buf {
-	_Alignas(max_align_t) unsigned char space[160];
+	_Alignas(max_align_t) unsigned char space[192];
 } gfs_vfile_buf;
 
 /*
@@ -170,9 +194,9 @@ void gfs_vfile_shrink(gfs_vfile *vf);
 /* gfs_vfile_size(): total size in bytes. */
 uint64_t gfs_vfile_size(const gfs_vfile *vf);
 
-/* gfs_vfile_nsegs()/gfs_vfile_seg(): the segments, in file order. */
+/* gfs_vfile_nsegs()/gfs_vfile_seg(): the segments, in file order; seg i into *out. */
 size_t gfs_vfile_nsegs(const gfs_vfile *vf);
-const gfs_seg *gfs_vfile_seg(const gfs_vfile *vf, size_t i);
+void gfs_vfile_seg(const gfs_vfile *vf, size_t i, gfs_seg *out);
 
 /*
  * gfs_vfile_find(): index of the segment containing byte off.
