@@ -1,10 +1,11 @@
 /*
  * gatherfs — the torch zip view: compose pytorch_model.bin from a layout.
  *
- * Composition writes the pickle, every zip header and the central directory
- * into the vfile's memory segments and references tensor bytes with TENSOR
- * segments; the only data-dependent fields, the CRC-32s of tensor records,
- * are GEN segments filled on first read (see view_torchzip.h).
+ * Composition writes the pickle and places every record; the zip headers and
+ * the central directory are written when read, and the vfile's segments are
+ * computed, not stored (about 60 bytes kept a tensor).  The only
+ * data-dependent fields, the CRC-32s of tensor records, are computed on
+ * first read of them (see view_torchzip.h).
  */
 #include "config.h"
 
@@ -45,13 +46,13 @@ enum {
 };
 
 #define ZIP_MAX32 UINT64_C(0xFFFFFFFF)
-#define GEN_BATCH (UINT64_C(1) << 63) /* GEN arg flag: central directory field */
 #define NO_ENTRY SIZE_MAX
 
 enum { CRC_NONE, CRC_BUSY, CRC_DONE }; /* tz_record.state */
 
 typedef struct tz_record {
 	uint64_t hdr_off; /* offset of the local header */
+	uint64_t data_off; /* offset of the data */
 	uint64_t size;   /* data bytes */
 	size_t entry;    /* layout entry of a storage record, NO_ENTRY for the others */
 	uint32_t crc;    /* valid once state is CRC_DONE */
@@ -61,12 +62,18 @@ typedef struct tz_record {
 
 struct gfs_tzview {
 	const gfs_vctx *ctx;
-	gfs_vfile *vf;
-	gfs_vgen gen;      /* CRC fields */
+	gfs_vfile *vf;     /* computed segments: tz_seg(), tz_find() */
+	uint64_t size;
+	gfs_vgen meta;     /* every byte but the storages' data: meta_gen() */
 	gfs_vgen guard;    /* storage data: source records checked before serving */
 	char *prefix;
 	tz_record *recs;   /* data.pkl, byteorder, data/0..n-1, version */
 	size_t nrecs;
+	uint64_t *cd_start; /* [nrecs + 1]: central directory entries, then the end records */
+	size_t *tsegs;     /* the storage records with data, in order */
+	size_t ntsegs;
+	uint8_t *pkl;      /* data.pkl */
+	size_t pkl_len;
 	pthread_mutex_t lock; /* with cond: waiting for a CRC another thread computes */
 	pthread_cond_t cond;
 	atomic_size_t ndone;  /* records in state CRC_DONE */
@@ -1013,30 +1020,38 @@ static void cache_save(gfs_tzview *z)
 	free(img);
 }
 
-/* crc_gen(): the GEN callback of CRC fields: arg = record | GEN_BATCH. */
-static gfs_err crc_gen(void *ctx, uint64_t arg, uint64_t off, uint8_t *buf,
-		       size_t len)
-{
-	gfs_tzview *z = ctx;
-	const size_t r = (size_t)(arg & ~GEN_BATCH);
-	uint8_t le[4];
-
-	assert(r < z->nrecs && off + len <= sizeof(le));
-	if (atomic_load(&z->recs[r].state) != CRC_DONE) {
-		gfs_err err;
-
-		cache_load(z);
-		err = (arg & GEN_BATCH) ? gfs_tzview_compute_crcs(z, 0) : crc_one(z, r);
-		if (err)
-			return err;
-		cache_save(z);
-	}
-	put32(le, z->recs[r].crc);
-	memcpy(buf, le + off, len);
-	return GFS_OK;
-}
-
 /* ---------------------------------------------------------------- the zip */
+
+/*
+ * The zip's headers are written when read.  Record r's local header is at
+ * recs[r].hdr_off, its data at recs[r].data_off, its data descriptor right
+ * after the data; the central directory's entry r at cd_start[r], the end
+ * records at cd_start[nrecs].  The vfile's segments are computed
+ * (gfs_vsegs): before each storage record with data a GEN segment of the
+ * metadata up to it (meta_gen()), then its TENSOR segment; one GEN segment
+ * of the metadata after the last.  Kept per record: its tz_record, its
+ * cd_start and, for a storage, its index in tsegs.
+ */
+enum {
+	/* room for any one header: a local header is the largest */
+	HDR_MAX = ZIP_LFH + NAME_BUF + ZIP_Z64_LOCAL + ZIP_FB + ZIP_ALIGN,
+	DESC_CRC = 4,    /* offset of the CRC in a data descriptor */
+	CENTRAL_CRC = 16, /* and in a central directory header */
+};
+
+/* known_crc(): make record r's CRC known: r's alone, or with batch every one. */
+static gfs_err known_crc(gfs_tzview *z, size_t r, bool batch)
+{
+	gfs_err err;
+
+	if (atomic_load(&z->recs[r].state) == CRC_DONE)
+		return GFS_OK;
+	cache_load(z);
+	err = batch ? gfs_tzview_compute_crcs(z, 0) : crc_one(z, r);
+	if (!err)
+		cache_save(z);
+	return err;
+}
 
 /* record_name(): the full name of record r. */
 static size_t record_name(const gfs_tzview *z, size_t r, char *buf)
@@ -1055,38 +1070,32 @@ static size_t record_name(const gfs_tzview *z, size_t r, char *buf)
 	return (size_t)n;
 }
 
-/* add_crc(): the CRC field of record r: literal if known, else generated. */
-static gfs_err add_crc(gfs_tzview *z, size_t r, uint64_t flag)
+/* record_mem(): the bytes of a metadata record; NULL for a storage. */
+static const void *record_mem(const gfs_tzview *z, size_t r)
 {
-	const tz_record *rec = &z->recs[r];
-	uint8_t le[4];
-
-	if (atomic_load(&rec->state) == CRC_DONE) {
-		put32(le, rec->crc);
-		return gfs_vfile_add_mem(z->vf, le, sizeof(le));
-	}
-	return gfs_vfile_add_gen(z->vf, &z->gen, r | flag, sizeof(le));
+	if (r == 0)
+		return z->pkl;
+	if (r == 1)
+		return REC_BYTEORDER;
+	if (r + 1 == z->nrecs)
+		return REC_VERSION;
+	return NULL;
 }
 
 /*
- * add_record(): local header (with FB padding so the data starts 64-byte
- * aligned), data (mem, or the storage's tensor bytes), data descriptor.
+ * local_header(): record r's local header, starting at hdr_off, into h (with
+ * FB padding so that the data starts 64-byte aligned); its length.
  */
-static gfs_err add_record(gfs_tzview *z, size_t r, const void *mem)
+static size_t local_header(const gfs_tzview *z, size_t r, uint64_t hdr_off, uint8_t *h)
 {
-	tz_record *rec = &z->recs[r];
-	const bool z64 = rec->size >= ZIP_MAX32;
+	const bool z64 = z->recs[r].size >= ZIP_MAX32;
 	const size_t xz64 = z64 ? ZIP_Z64_LOCAL : 0;
-	uint8_t h[ZIP_LFH + NAME_BUF + ZIP_Z64_LOCAL + ZIP_FB + ZIP_ALIGN];
 	char name[NAME_BUF];
 	const size_t nlen = record_name(z, r, name);
-	uint64_t pad;
+	const uint64_t pad =
+		(ZIP_ALIGN - (hdr_off + ZIP_LFH + nlen + xz64 + ZIP_FB) % ZIP_ALIGN) % ZIP_ALIGN;
 	uint8_t *p = h;
-	gfs_err err;
 
-	rec->hdr_off = gfs_vfile_size(z->vf);
-	pad = (ZIP_ALIGN - (rec->hdr_off + ZIP_LFH + nlen + xz64 + ZIP_FB) % ZIP_ALIGN) %
-	      ZIP_ALIGN;
 	p = put32(p, 0x04034b50);
 	p = put16(p, z64 ? ZIP_NEED_Z64 : ZIP_NEED);
 	p = put16(p, ZIP_FLAGS);
@@ -1111,41 +1120,38 @@ static gfs_err add_record(gfs_tzview *z, size_t r, const void *mem)
 	p = put16(p, pad);
 	memset(p, 'Z', (size_t)pad);
 	p += pad;
-	assert((size_t)(p - h) <= sizeof(h));
-	assert((rec->hdr_off + (uint64_t)(p - h)) % ZIP_ALIGN == 0);
-	err = gfs_vfile_add_mem(z->vf, h, (size_t)(p - h));
-	if (!err)
-		err = mem ? gfs_vfile_add_mem(z->vf, mem, (size_t)rec->size)
-			  : gfs_vfile_add_tensor_guarded(z->vf, rec->entry, 0, rec->size, &z->guard, r);
-	if (!err)
-		err = gfs_vfile_add_mem(z->vf, "PK\x07\x08", 4);
-	if (!err)
-		err = add_crc(z, r, 0);
-	if (err)
-		return err;
-	p = h;
-	if (z64) {
+	assert((size_t)(p - h) <= HDR_MAX);
+	assert((hdr_off + (uint64_t)(p - h)) % ZIP_ALIGN == 0);
+	return (size_t)(p - h);
+}
+
+/* descriptor(): the data descriptor of rec into h, CRC field 0; its length. */
+static size_t descriptor(const tz_record *rec, uint8_t *h)
+{
+	uint8_t *p = h;
+
+	p = put32(p, 0x08074b50);
+	p = put32(p, 0); /* CRC, at DESC_CRC */
+	if (rec->size >= ZIP_MAX32) {
 		p = put64(p, rec->size);
 		p = put64(p, rec->size);
 	} else {
 		p = put32(p, rec->size);
 		p = put32(p, rec->size);
 	}
-	return gfs_vfile_add_mem(z->vf, h, (size_t)(p - h));
+	return (size_t)(p - h);
 }
 
-/* add_central(): the central directory header of record r. */
-static gfs_err add_central(gfs_tzview *z, size_t r)
+/* central(): record r's central directory header into h, CRC field 0; its length. */
+static size_t central(const gfs_tzview *z, size_t r, uint8_t *h)
 {
 	const tz_record *rec = &z->recs[r];
 	const bool zsize = rec->size >= ZIP_MAX32;
 	const bool zoff = rec->hdr_off >= ZIP_MAX32;
 	const size_t xlen = zsize || zoff ? 4 + (zsize ? 16 : 0) + (zoff ? 8 : 0) : 0;
-	uint8_t h[ZIP_CDH + NAME_BUF + 28];
 	char name[NAME_BUF];
 	const size_t nlen = record_name(z, r, name);
 	uint8_t *p = h;
-	gfs_err err;
 
 	p = put32(p, 0x02014b50);
 	p = put16(p, ZIP_MADE_BY);
@@ -1154,12 +1160,7 @@ static gfs_err add_central(gfs_tzview *z, size_t r)
 	p = put16(p, 0); /* STORED */
 	p = put16(p, 0);
 	p = put16(p, ZIP_DOS_DATE);
-	err = gfs_vfile_add_mem(z->vf, h, (size_t)(p - h));
-	if (!err)
-		err = add_crc(z, r, GEN_BATCH);
-	if (err)
-		return err;
-	p = h;
+	p = put32(p, 0); /* CRC, at CENTRAL_CRC */
 	p = put32(p, zsize ? ZIP_MAX32 : rec->size);
 	p = put32(p, zsize ? ZIP_MAX32 : rec->size);
 	p = put16(p, nlen);
@@ -1181,17 +1182,17 @@ static gfs_err add_central(gfs_tzview *z, size_t r)
 		if (zoff)
 			p = put64(p, rec->hdr_off);
 	}
-	assert((size_t)(p - h) <= sizeof(h));
-	return gfs_vfile_add_mem(z->vf, h, (size_t)(p - h));
+	assert((size_t)(p - h) <= HDR_MAX);
+	return (size_t)(p - h);
 }
 
-/* add_end(): ZIP64 end of central directory, its locator, and the EOCD. */
-static gfs_err add_end(gfs_tzview *z, uint64_t cd_off)
+/* end_records(): ZIP64 end of central directory, its locator and the EOCD into h. */
+static size_t end_records(const gfs_tzview *z, uint8_t *h)
 {
-	const uint64_t eocd64 = gfs_vfile_size(z->vf);
+	const uint64_t eocd64 = z->cd_start[z->nrecs];
+	const uint64_t cd_off = z->cd_start[0];
 	const uint64_t cd_size = eocd64 - cd_off;
 	const uint64_t n = z->nrecs;
-	uint8_t h[ZIP_EOCD64 + ZIP_LOC64 + ZIP_EOCD];
 	uint8_t *p = h;
 
 	p = put32(p, 0x06064b50);
@@ -1216,25 +1217,158 @@ static gfs_err add_end(gfs_tzview *z, uint64_t cd_off)
 	p = put32(p, min_u64(cd_size, ZIP_MAX32));
 	p = put32(p, min_u64(cd_off, ZIP_MAX32));
 	p = put16(p, 0);
-	assert(p == h + sizeof(h));
-	return gfs_vfile_add_mem(z->vf, h, sizeof(h));
+	assert(p == h + ZIP_EOCD64 + ZIP_LOC64 + ZIP_EOCD);
+	return (size_t)(p - h);
 }
 
-/* record_mem(): the bytes of a metadata record; NULL for a storage. */
-static const void *record_mem(const gfs_tzview *z, const pkbuf *pk, size_t r)
+/* rec_at(): the record whose local header, data or descriptor holds byte pos. */
+static size_t rec_at(const gfs_tzview *z, uint64_t pos)
 {
-	if (r == 0)
-		return pk->buf.p;
-	if (r == 1)
-		return REC_BYTEORDER;
-	if (r + 1 == z->nrecs)
-		return REC_VERSION;
-	return NULL;
+	size_t lo = 0, hi = z->nrecs;
+
+	while (hi - lo > 1) {
+		const size_t mid = lo + (hi - lo) / 2;
+
+		if (z->recs[mid].hdr_off <= pos)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* cd_at(): the central directory entry holding byte pos. */
+static size_t cd_at(const gfs_tzview *z, uint64_t pos)
+{
+	size_t lo = 0, hi = z->nrecs;
+
+	while (hi - lo > 1) {
+		const size_t mid = lo + (hi - lo) / 2;
+
+		if (z->cd_start[mid] <= pos)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/*
+ * meta_gen(): the GEN callback of the metadata: bytes [arg + off, arg + off
+ * + len) of the file, none of them a storage's data.  A CRC field is
+ * computed only when asked for: a descriptor's for its record alone, a
+ * central directory's with every other one (one parallel pass).
+ */
+static gfs_err meta_gen(void *ctx, uint64_t arg, uint64_t off, uint8_t *buf, size_t len)
+{
+	gfs_tzview *z = ctx;
+	uint64_t pos = arg + off;
+
+	while (len > 0) {
+		uint8_t h[HDR_MAX];
+		const uint8_t *src = h;
+		uint64_t start, n, in;
+		size_t r = 0, crc_at = SIZE_MAX, take;
+
+		if (pos < z->cd_start[0]) {
+			const tz_record *rec = &z->recs[r = rec_at(z, pos)];
+
+			if (pos < rec->data_off) {
+				start = rec->hdr_off;
+				n = local_header(z, r, rec->hdr_off, h);
+			} else if (pos - rec->data_off < rec->size) {
+				start = rec->data_off;
+				n = rec->size;
+				src = record_mem(z, r);
+				assert(src);
+			} else {
+				start = rec->data_off + rec->size;
+				n = descriptor(rec, h);
+				crc_at = DESC_CRC;
+			}
+		} else if (pos < z->cd_start[z->nrecs]) {
+			r = cd_at(z, pos);
+			start = z->cd_start[r];
+			n = central(z, r, h);
+			crc_at = CENTRAL_CRC;
+		} else {
+			start = z->cd_start[z->nrecs];
+			n = end_records(z, h);
+		}
+		in = pos - start;
+		assert(in < n);
+		take = (size_t)min_u64(n - in, len);
+		if (crc_at != SIZE_MAX && in < crc_at + 4 && in + take > crc_at) {
+			const gfs_err err = known_crc(z, r, crc_at == CENTRAL_CRC);
+
+			if (err)
+				return err;
+			put32(h + crc_at, z->recs[r].crc);
+		}
+		memcpy(buf, src + in, take);
+		buf += take;
+		pos += take;
+		len -= take;
+	}
+	return GFS_OK;
+}
+
+/* tz_seg(): segment i of the zip (a gfs_vsegs seg function). */
+static void tz_seg(const void *ctx, size_t i, gfs_seg *out)
+{
+	const gfs_tzview *z = ctx;
+	const size_t j = i / 2;
+
+	assert(j <= z->ntsegs);
+	if (i % 2) {
+		const tz_record *rec = &z->recs[z->tsegs[j]];
+
+		*out = (gfs_seg){ .voff = rec->data_off, .len = rec->size, .kind = GFS_SEG_TENSOR,
+				  .u.tensor = { .entry = rec->entry, .guard = &z->guard,
+						.guard_arg = z->tsegs[j] } };
+	} else {
+		const tz_record *prev = j ? &z->recs[z->tsegs[j - 1]] : NULL;
+		const uint64_t start = prev ? prev->data_off + prev->size : 0;
+		const uint64_t end = j < z->ntsegs ? z->recs[z->tsegs[j]].data_off : z->size;
+
+		*out = (gfs_seg){ .voff = start, .len = end - start, .kind = GFS_SEG_GEN,
+				  .u.gen = { .gen = &z->meta, .arg = start } };
+	}
+}
+
+/* tz_find(): the segment holding byte off (a gfs_vsegs find function). */
+static size_t tz_find(const void *ctx, uint64_t off)
+{
+	const gfs_tzview *z = ctx;
+	size_t lo = 0, hi = z->ntsegs; /* the storages with data_off <= off: [0, lo) */
+
+	while (lo < hi) {
+		const size_t mid = lo + (hi - lo) / 2;
+
+		if (z->recs[z->tsegs[mid]].data_off <= off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == 0)
+		return 0;
+	{
+		const tz_record *rec = &z->recs[z->tsegs[lo - 1]];
+
+		return off - rec->data_off < rec->size ? 2 * lo - 1 : 2 * lo;
+	}
+}
+
+/* place(): *pos += len, within a file of at most 2^63 - 1 bytes. */
+static gfs_err place(uint64_t *pos, uint64_t len)
+{
+	if (!gfs_add_u64(*pos, len, pos) || *pos > INT64_MAX)
+		return gfs_fail(GFS_ERR_LIMIT, "virtual file larger than 2^63 bytes");
+	return GFS_OK;
 }
 
 /* init_records(): sizes, entries and known CRCs of every record. */
-static gfs_err init_records(gfs_tzview *z, const pkbuf *pk, const size_t *keys,
-			    size_t nkeys)
+static gfs_err init_records(gfs_tzview *z, const size_t *keys, size_t nkeys)
 {
 	z->nrecs = nkeys + 3;
 	z->recs = gfs_calloc(z->nrecs, sizeof(*z->recs));
@@ -1242,12 +1376,12 @@ static gfs_err init_records(gfs_tzview *z, const pkbuf *pk, const size_t *keys,
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	for (size_t r = 0; r < z->nrecs; r++) {
 		tz_record *rec = &z->recs[r];
-		const void *mem = record_mem(z, pk, r);
+		const void *mem = record_mem(z, r);
 
 		rec->entry = NO_ENTRY;
 		atomic_init(&rec->src_ok, false);
 		if (r == 0) {
-			rec->size = pk->buf.len;
+			rec->size = z->pkl_len;
 		} else if (mem) {
 			rec->size = strlen(mem);
 		} else {
@@ -1266,20 +1400,57 @@ static gfs_err init_records(gfs_tzview *z, const pkbuf *pk, const size_t *keys,
 	return GFS_OK;
 }
 
-/* compose(): every record, then the central directory and the end records. */
-static gfs_err compose(gfs_tzview *z, const pkbuf *pk)
+/* compose(): where every record, header and directory entry goes, and the vfile. */
+static gfs_err compose(gfs_tzview *z)
 {
-	uint64_t cd_off;
-	gfs_err err = gfs_vfile_new(z->ctx, &z->vf);
+	uint8_t h[HDR_MAX];
+	uint64_t pos = 0;
+	gfs_err err = GFS_OK;
 
-	for (size_t r = 0; r < z->nrecs && !err; r++)
-		err = add_record(z, r, record_mem(z, pk, r));
+	z->cd_start = gfs_calloc(z->nrecs + 1, sizeof(*z->cd_start));
+	z->tsegs = gfs_calloc(z->nrecs, sizeof(*z->tsegs));
+	if (!z->cd_start || !z->tsegs)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t r = 0; r < z->nrecs && !err; r++) {
+		tz_record *rec = &z->recs[r];
+
+		rec->hdr_off = pos;
+		err = place(&pos, local_header(z, r, pos, h));
+		rec->data_off = pos;
+		if (!err)
+			err = place(&pos, rec->size);
+		if (!err)
+			err = place(&pos, descriptor(rec, h));
+		if (rec->entry != NO_ENTRY && rec->size > 0)
+			z->tsegs[z->ntsegs++] = r;
+	}
+	for (size_t r = 0; r < z->nrecs && !err; r++) {
+		z->cd_start[r] = pos;
+		err = place(&pos, central(z, r, h));
+	}
+	z->cd_start[z->nrecs] = pos;
+	if (!err)
+		err = place(&pos, end_records(z, h));
 	if (err)
 		return err;
-	cd_off = gfs_vfile_size(z->vf);
-	for (size_t r = 0; r < z->nrecs && !err; r++)
-		err = add_central(z, r);
-	return err ? err : add_end(z, cd_off);
+	z->size = pos;
+	return gfs_vfile_new_computed(z->ctx, &(gfs_vsegs){ .seg = tz_seg, .find = tz_find,
+							     .ctx = z, .n = 2 * z->ntsegs + 1,
+							     .size = z->size },
+				      &z->vf);
+}
+
+/* keep_pickle(): z takes the bytes of b (emptied) as its data.pkl. */
+static gfs_err keep_pickle(gfs_tzview *z, gfs_buf *b)
+{
+	uint8_t *p = realloc(b->p, b->len);
+
+	if (b->oom || !p)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory writing data.pkl");
+	z->pkl = p;
+	z->pkl_len = b->len;
+	*b = (gfs_buf){ 0 };
+	return GFS_OK;
 }
 
 /* tz_alloc(): an empty view of ctx with archive prefix `prefix`. */
@@ -1303,7 +1474,7 @@ static gfs_err tz_alloc(const gfs_vctx *ctx, const char *prefix, gfs_tzview **ou
 		return gfs_fail(GFS_ERR_NOMEM, "cannot create a condition variable");
 	}
 	z->ctx = ctx;
-	z->gen = (gfs_vgen){ .fn = crc_gen, .ctx = z };
+	z->meta = (gfs_vgen){ .fn = meta_gen, .ctx = z };
 	z->guard = (gfs_vgen){ .fn = src_guard, .ctx = z };
 	z->prefix = gfs_strdup(prefix);
 	if (!z->prefix) {
@@ -1339,9 +1510,11 @@ gfs_err gfs_tzview_new(const gfs_vctx *ctx, const char *prefix, const size_t *en
 	else
 		err = build_pickle(ctx, entries, n, &pk, keys, &nkeys);
 	if (!err)
-		err = init_records(z, &pk, keys, nkeys);
+		err = keep_pickle(z, &pk.buf);
 	if (!err)
-		err = compose(z, &pk);
+		err = init_records(z, keys, nkeys);
+	if (!err)
+		err = compose(z);
 	free(keys);
 	free(all);
 	free(pk.buf.p);
@@ -1349,7 +1522,6 @@ gfs_err gfs_tzview_new(const gfs_vctx *ctx, const char *prefix, const size_t *en
 		gfs_tzview_free(z);
 		return err;
 	}
-	gfs_vfile_shrink(z->vf);
 	*out = z;
 	return GFS_OK;
 }
@@ -1452,17 +1624,15 @@ gfs_err gfs_tzview_new_pickle(gfs_pkw *w, const char *prefix, gfs_tzview **out)
 	if (err)
 		return err;
 	pk_op(&w->b, '.'); /* STOP */
-	if (w->b.buf.oom)
-		err = gfs_fail(GFS_ERR_NOMEM, "out of memory writing data.pkl");
+	err = keep_pickle(z, &w->b.buf);
 	if (!err)
-		err = init_records(z, &w->b, w->keys, w->nkeys);
+		err = init_records(z, w->keys, w->nkeys);
 	if (!err)
-		err = compose(z, &w->b);
+		err = compose(z);
 	if (err) {
 		gfs_tzview_free(z);
 		return err;
 	}
-	gfs_vfile_shrink(z->vf);
 	*out = z;
 	return GFS_OK;
 }
@@ -1473,6 +1643,9 @@ void gfs_tzview_free(gfs_tzview *z)
 		return;
 	gfs_vfile_free(z->vf);
 	free(z->recs);
+	free(z->cd_start);
+	free(z->tsegs);
+	free(z->pkl);
 	free(z->prefix);
 	free(z->cache_path);
 	pthread_cond_destroy(&z->cond);
