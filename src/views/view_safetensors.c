@@ -60,6 +60,7 @@ typedef struct st_item {
 	size_t esize;
 	size_t order; /* position in model order, for a stable sort */
 	uint64_t begin, end;
+	uint32_t hidx; /* position in the header */
 } st_item;
 
 static int by_esize_desc(const void *a, const void *b)
@@ -108,10 +109,13 @@ static void aliases_json(const gfs_layout *l, const size_t *entries, size_t n, s
 }
 
 /*
- * The header's tensor entries, written when read (a GEN segment): per
- * tensor 20 bytes instead of its ~100 bytes of JSON.  Entry k is
- * ", \"<name>\": {...}", at offset hoff[k] of the segment; "}" and the
- * padding follow the last.
+ * The file, written when read: its vfile's segments are computed (a GEN
+ * segment of the header, then one TENSOR segment per tensor with data, in
+ * data order), and the header's tensor entries are written when read: per
+ * tensor 24 bytes kept instead of its ~100 bytes of JSON and a stored
+ * segment.  The header is the 8-byte length, the opening text pre[], then
+ * entry k, ", \"<name>\": {...}", at hoff[k] after the opening text; "}"
+ * and the padding follow the last.
  */
 typedef struct st_head {
 	gfs_vgen gen;
@@ -120,7 +124,11 @@ typedef struct st_head {
 	uint32_t *entry;  /* per tensor in header (model) order: its layout entry */
 	uint64_t *begin;  /* its data offset (end: begin + its output size) */
 	uint64_t *hoff;   /* [ni + 1]: where its text starts; hoff[ni]: the "}" */
-	uint64_t len;     /* of the segment: hoff[ni] + 1 + padding */
+	uint32_t *data;   /* [ndata]: the tensors with data, in data order (indices of entry[]) */
+	size_t ndata;
+	uint8_t *pre;     /* the length and the opening text */
+	size_t npre;
+	uint64_t len;     /* of the header: npre + hoff[ni] + 1 + padding */
 } st_head;
 
 static void head_free(void *p)
@@ -132,6 +140,8 @@ static void head_free(void *p)
 	free(sh->entry);
 	free(sh->begin);
 	free(sh->hoff);
+	free(sh->data);
+	free(sh->pre);
 	free(sh);
 }
 
@@ -161,19 +171,69 @@ static gfs_err head_item(const void *ctx, size_t k, sbuf *b)
 		      : GFS_OK;
 }
 
-/* head_gen(): bytes [off, off + len) of the tensor entries (a gfs_vgen_fn). */
+/* head_gen(): bytes [off, off + len) of the header (a gfs_vgen_fn). */
 static gfs_err head_gen(void *ctx, uint64_t arg, uint64_t off, uint8_t *buf, size_t len)
 {
 	const st_head *sh = ctx;
-	size_t done;
+	size_t done = 0;
 	gfs_err err;
 
 	(void)arg;
 	assert(off <= sh->len && len <= sh->len - off);
+	if (off < sh->npre) {
+		done = (size_t)(sh->npre - off) < len ? (size_t)(sh->npre - off) : len;
+		memcpy(buf, sh->pre + off, done);
+		if (done == len)
+			return GFS_OK;
+	}
+	off = off + done - sh->npre; /* in the entries */
+	buf += done;
+	len -= done;
 	err = gfs_vgen_items(sh->hoff, sh->ni, head_item, sh, off, buf, len, &done);
 	for (off += done; !err && done < len; off++, done++) /* "}" then the padding */
 		buf[done] = off == sh->hoff[sh->ni] ? '}' : ' ';
 	return err;
+}
+
+/* head_seg(): segment i of the file (a gfs_vsegs seg function). */
+static void head_seg(const void *ctx, size_t i, gfs_seg *out)
+{
+	const st_head *sh = ctx;
+	size_t k;
+
+	if (i == 0) {
+		*out = (gfs_seg){ .len = sh->len, .kind = GFS_SEG_GEN, .u.gen = { &sh->gen, 0 } };
+		return;
+	}
+	assert(i <= sh->ndata);
+	k = sh->data[i - 1];
+	*out = (gfs_seg){
+		.voff = sh->len + sh->begin[k],
+		.len = gfs_tensor_out_nbytes(sh->ctx->layout, sh->entry[k], sh->ctx->want),
+		.kind = GFS_SEG_TENSOR,
+		.u.tensor = { .entry = sh->entry[k] },
+	};
+}
+
+/* head_find(): the segment holding byte off (a gfs_vsegs find function). */
+static size_t head_find(const void *ctx, uint64_t off)
+{
+	const st_head *sh = ctx;
+	size_t lo = 0, hi = sh->ndata; /* the tensors starting at or before off: [0, lo) */
+
+	if (off < sh->len)
+		return 0;
+	off -= sh->len;
+	while (lo < hi) {
+		const size_t mid = lo + (hi - lo) / 2;
+
+		if (sh->begin[sh->data[mid]] <= off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	assert(lo > 0);
+	return lo;
 }
 
 gfs_err gfs_stview_new(const gfs_vctx *ctx, const size_t *entries, size_t n,
@@ -183,9 +243,7 @@ gfs_err gfs_stview_new(const gfs_vctx *ctx, const size_t *entries, size_t n,
 	st_item *items;
 	size_t ni = 0;
 	sbuf h = { 0 }, b = { 0 };
-	uint64_t off = 0, hlen;
-	uint8_t len8[8];
-	gfs_vfile *vf = NULL;
+	uint64_t off = 0, hlen, size;
 	st_head *sh = NULL;
 	gfs_err err = GFS_OK;
 
@@ -213,9 +271,10 @@ gfs_err gfs_stview_new(const gfs_vctx *ctx, const size_t *entries, size_t n,
 		};
 	}
 	qsort(items, ni, sizeof(*items), by_esize_desc);
-	for (size_t k = 0; k < ni; k++) {
+	for (size_t k = 0; k < ni && !err; k++) {
 		items[k].begin = off;
-		off += gfs_tensor_out_nbytes(l, items[k].entry, ctx->want);
+		if (!gfs_add_u64(off, gfs_tensor_out_nbytes(l, items[k].entry, ctx->want), &off))
+			err = gfs_fail(GFS_ERR_LIMIT, "virtual file larger than 2^63 bytes");
 		items[k].end = off;
 	}
 	qsort(items, ni, sizeof(*items), by_order);
@@ -223,20 +282,23 @@ gfs_err gfs_stview_new(const gfs_vctx *ctx, const size_t *entries, size_t n,
 	*sh = (st_head){ .gen = { .fn = head_gen, .ctx = sh }, .ctx = ctx, .ni = ni,
 			 .entry = gfs_calloc(ni + 1, sizeof(*sh->entry)),
 			 .begin = gfs_calloc(ni + 1, sizeof(*sh->begin)),
-			 .hoff = gfs_calloc(ni + 1, sizeof(*sh->hoff)) };
-	if (!sh->entry || !sh->begin || !sh->hoff) {
+			 .hoff = gfs_calloc(ni + 1, sizeof(*sh->hoff)),
+			 .data = gfs_calloc(ni + 1, sizeof(*sh->data)) };
+	if (!err && (!sh->entry || !sh->begin || !sh->hoff || !sh->data))
 		err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	if (err)
 		goto out;
-	}
 	for (size_t k = 0; k < ni; k++) {
 		sh->entry[k] = (uint32_t)items[k].entry;
 		sh->begin[k] = items[k].begin;
+		items[k].hidx = (uint32_t)k;
 	}
 	for (size_t k = 0; k < ni && !b.oom; k++) {
 		b.len = 0;
 		(void)head_item(sh, k, &b); /* b.oom says */
 		sh->hoff[k + 1] = sh->hoff[k] + b.len;
 	}
+	sb_put(&h, "\0\0\0\0\0\0\0\0", 8); /* the length, set below */
 	sb_str(&h, "{\"__metadata__\": {\"format\": \"pt\"");
 	aliases_json(l, entries, n, &h);
 	sb_str(&h, "}");
@@ -245,32 +307,31 @@ gfs_err gfs_stview_new(const gfs_vctx *ctx, const size_t *entries, size_t n,
 		goto out;
 	}
 	/* the entries, "}" and spaces up to a multiple of 8 */
-	hlen = h.len + sh->hoff[ni] + 1;
-	sh->len = sh->hoff[ni] + 1 + (8 - hlen % 8) % 8;
+	hlen = h.len - 8 + sh->hoff[ni] + 1;
 	hlen += (8 - hlen % 8) % 8;
 	for (int i = 0; i < 8; i++)
-		len8[i] = (uint8_t)(hlen >> (8 * i));
-	err = gfs_vfile_new(ctx, &vf);
-	if (!err) {
-		const st_head *kept = sh;
-
-		gfs_vfile_own(vf, sh, head_free);
-		sh = NULL;
-		err = gfs_vfile_add_mem(vf, len8, sizeof(len8));
-		if (!err)
-			err = gfs_vfile_add_mem(vf, h.p, h.len);
-		if (!err)
-			err = gfs_vfile_add_gen(vf, &kept->gen, 0, kept->len);
-	}
+		h.p[i] = (uint8_t)(hlen >> (8 * i));
+	sh->len = 8 + hlen;
+	sh->npre = h.len;
+	sh->pre = h.p;
+	h.p = NULL;
 	qsort(items, ni, sizeof(*items), by_esize_desc);
-	for (size_t k = 0; !err && k < ni; k++)
-		err = gfs_vfile_add_tensor(vf, items[k].entry, 0, items[k].end - items[k].begin);
+	for (size_t k = 0; k < ni; k++)
+		if (items[k].end > items[k].begin)
+			sh->data[sh->ndata++] = items[k].hidx;
+	if (!gfs_add_u64(sh->len, off, &size)) {
+		err = gfs_fail(GFS_ERR_LIMIT, "virtual file larger than 2^63 bytes");
+		goto out;
+	}
+	err = gfs_vfile_new_computed(ctx, &(gfs_vsegs){ .seg = head_seg, .find = head_find,
+							 .ctx = sh, .n = sh->ndata + 1,
+							 .size = size },
+				     out);
 	if (!err) {
-		*out = vf;
-		vf = NULL;
+		gfs_vfile_own(*out, sh, head_free);
+		sh = NULL;
 	}
 out:
-	gfs_vfile_free(vf);
 	head_free(sh);
 	free(items);
 	free(h.p);
