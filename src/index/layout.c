@@ -49,6 +49,13 @@ gfs_err gfs_layout_new(const char *format, const char *base_dir, gfs_layout **ou
 	return GFS_OK;
 }
 
+/* What an entry needs only while the layout is built. */
+typedef struct gfs_tbuild {
+	gfs_piece *build;   /* its pieces (cap_build of them) */
+	size_t cap_build;
+	char *alias_target; /* an alias: its target's name */
+} gfs_tbuild;
+
 void gfs_layout_free(gfs_layout *l)
 {
 	if (!l)
@@ -58,9 +65,12 @@ void gfs_layout_free(gfs_layout *l)
 		free(l->sources[i].path);
 		free(l->sources[i].abspath);
 	}
+	for (size_t i = 0; l->tbuild && i < gfs_layout_nentries(l); i++) {
+		free(l->tbuild[i].alias_target);
+		free(l->tbuild[i].build);
+	}
+	free(l->tbuild);
 	for (size_t i = 0; i < gfs_layout_nentries(l); i++) {
-		free(l->tensors[i].alias_target);
-		free(l->tensors[i].build);
 		free(l->tensors[i].slots);
 		free(l->tensors[i].ext);
 		free(l->tensors[i].comp);
@@ -210,8 +220,10 @@ static gfs_tensor *push_tensor(gfs_layout *l, const char *name, const char *stat
 	const size_t n = gfs_layout_nentries(l);
 	gfs_tensor *t;
 
-	if (!gfs_grow((void **)&l->tensors, &l->cap_tensors, n, sizeof(*t), 8))
+	if (!gfs_grow((void **)&l->tensors, &l->cap_tensors, n, sizeof(*t), 8) ||
+	    !gfs_grow((void **)&l->tbuild, &l->cap_tbuild, n, sizeof(*l->tbuild), 8))
 		return NULL;
+	l->tbuild[n] = (gfs_tbuild){ 0 };
 	t = &l->tensors[n];
 	memset(t, 0, sizeof(*t));
 	t->name = gfs_arena_strdup(&l->arena, name);
@@ -332,8 +344,8 @@ gfs_err gfs_layout_add_alias(gfs_layout *l, const char *name, const char *target
 	t = push_tensor(l, name, NULL);
 	if (!t)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	t->alias_target = gfs_strdup(target);
-	if (!t->alias_target)
+	l->tbuild[gfs_layout_nentries(l) - 1].alias_target = gfs_strdup(target);
+	if (!l->tbuild[gfs_layout_nentries(l) - 1].alias_target)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	t->alias_of = INT64_MAX;
 	return GFS_OK;
@@ -344,19 +356,20 @@ static gfs_err resolve_aliases(gfs_layout *l, const char *label)
 {
 	for (size_t i = 0; i < l->ntensors; i++) {
 		gfs_tensor *t = &l->tensors[i];
+		const char *target = l->tbuild[i].alias_target;
 		const gfs_tensor *tt;
 		int64_t ti;
 
-		if (!t->alias_target)
+		if (!target)
 			continue;
-		ti = gfs_layout_find(l, t->alias_target);
+		ti = gfs_layout_find(l, target);
 		if (ti < 0)
 			return gfs_fail(GFS_ERR_FORMAT, "%s: alias %s: target %s does not exist",
-					label, t->name, t->alias_target);
+					label, t->name, target);
 		tt = &l->tensors[ti];
-		if (tt->alias_target)
+		if (l->tbuild[ti].alias_target)
 			return gfs_fail(GFS_ERR_FORMAT, "%s: alias %s: target %s is itself an alias",
-					label, t->name, t->alias_target);
+					label, t->name, target);
 		t->dtype = tt->dtype;
 		t->ndim = tt->ndim;
 		t->shape = tt->shape;
@@ -365,8 +378,8 @@ static gfs_err resolve_aliases(gfs_layout *l, const char *label)
 		t->alias_of = ti;
 	}
 	for (size_t i = 0; i < l->ntensors; i++) {
-		free(l->tensors[i].alias_target);
-		l->tensors[i].alias_target = NULL;
+		free(l->tbuild[i].alias_target);
+		l->tbuild[i].alias_target = NULL;
 	}
 	return GFS_OK;
 }
@@ -375,12 +388,14 @@ static gfs_err push_piece(gfs_layout *l, size_t ti, gfs_piece_kind kind,
 			  uint32_t src, uint64_t src_off, uint64_t len)
 {
 	gfs_tensor *t;
+	gfs_tbuild *b;
 	uint64_t toff = 0;
 	gfs_piece *last = NULL;
 
 	assert(!l->finished);
 	assert(ti < gfs_layout_nentries(l));
 	t = &l->tensors[ti];
+	b = &l->tbuild[ti];
 	if (t->alias_of >= 0)
 		return gfs_fail(GFS_ERR_FORMAT, "alias %s cannot have pieces", t->name);
 	if (t->rf)
@@ -392,7 +407,7 @@ static gfs_err push_piece(gfs_layout *l, size_t ti, gfs_piece_kind kind,
 		return gfs_fail(GFS_ERR_FORMAT, "tensor %s: piece names source %u of %zu",
 				t->name, src, l->nsources);
 	if (t->npieces) {
-		last = &t->build[t->npieces - 1];
+		last = &b->build[t->npieces - 1];
 		if (last->count != 1 || last->kind == GFS_PIECE_ZSTD)
 			return gfs_fail(GFS_ERR_FORMAT,
 					"tensor %s: a piece appended in order after a strided or zstd piece",
@@ -412,9 +427,9 @@ static gfs_err push_piece(gfs_layout *l, size_t ti, gfs_piece_kind kind,
 	if (t->npieces >= UINT32_MAX)
 		return gfs_fail(GFS_ERR_LIMIT, "tensor %s: more than %lu pieces", t->name,
 				(unsigned long)UINT32_MAX);
-	if (!gfs_grow((void **)&t->build, &t->cap_build, t->npieces, sizeof(*t->build), 8))
+	if (!gfs_grow((void **)&b->build, &b->cap_build, t->npieces, sizeof(*b->build), 8))
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	t->build[t->npieces++] = (gfs_piece){
+	b->build[t->npieces++] = (gfs_piece){
 		.toff = toff, .len = len, .src_off = src_off, .count = 1, .src = src, .kind = kind,
 	};
 	return GFS_OK;
@@ -434,11 +449,13 @@ gfs_err gfs_layout_add_zero(gfs_layout *l, size_t ti, uint64_t len)
 gfs_err gfs_layout_add_general(gfs_layout *l, size_t ti, const gfs_piece *p)
 {
 	gfs_tensor *t;
+	gfs_tbuild *b;
 	uint64_t span, end, src_span, src_end;
 
 	assert(!l->finished);
 	assert(ti < gfs_layout_nentries(l));
 	t = &l->tensors[ti];
+	b = &l->tbuild[ti];
 	if (t->alias_of >= 0)
 		return gfs_fail(GFS_ERR_FORMAT, "alias %s cannot have pieces", t->name);
 	if (t->rf)
@@ -474,23 +491,23 @@ gfs_err gfs_layout_add_general(gfs_layout *l, size_t ti, const gfs_piece *p)
 	if (t->npieces >= UINT32_MAX)
 		return gfs_fail(GFS_ERR_LIMIT, "tensor %s: more than %lu pieces", t->name,
 				(unsigned long)UINT32_MAX);
-	if (!gfs_grow((void **)&t->build, &t->cap_build, t->npieces, sizeof(*t->build), 8))
+	if (!gfs_grow((void **)&b->build, &b->cap_build, t->npieces, sizeof(*b->build), 8))
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	t->build[t->npieces] = *p;
+	b->build[t->npieces] = *p;
 	if (p->count == 1) {
-		t->build[t->npieces].dst_stride = 0;
-		t->build[t->npieces].src_stride = 0;
+		b->build[t->npieces].dst_stride = 0;
+		b->build[t->npieces].src_stride = 0;
 	}
 	if (p->kind != GFS_PIECE_ZSTD) {
-		t->build[t->npieces].frame_off = 0;
-		t->build[t->npieces].frame_len = 0;
-		t->build[t->npieces].frame_size = 0;
+		b->build[t->npieces].frame_off = 0;
+		b->build[t->npieces].frame_len = 0;
+		b->build[t->npieces].frame_size = 0;
 	}
 	if (p->kind == GFS_PIECE_ZERO) {
-		t->build[t->npieces].src = 0;
-		t->build[t->npieces].src_off = 0;
+		b->build[t->npieces].src = 0;
+		b->build[t->npieces].src_off = 0;
 	}
-	t->build[t->npieces].reach = 0;
+	b->build[t->npieces].reach = 0;
 	t->npieces++;
 	return GFS_OK;
 }
@@ -655,10 +672,10 @@ static int piece_cmp(const void *a, const void *b)
 }
 
 /* sorted_by_toff(): are t's pieces (being built) in toff order already? */
-static bool sorted_by_toff(const gfs_tensor *t)
+static bool sorted_by_toff(const gfs_tensor *t, const gfs_piece *build)
 {
 	for (size_t p = 1; p < t->npieces; p++)
-		if (t->build[p].toff < t->build[p - 1].toff)
+		if (build[p].toff < build[p - 1].toff)
 			return false;
 	return true;
 }
@@ -688,12 +705,13 @@ static gfs_err check_source(const gfs_layout *l, const char *label, const gfs_te
  * check_contiguous(): pieces all of count 1, sorted by toff: they must follow
  * each other from 0 to nbytes.
  */
-static gfs_err check_contiguous(const char *label, const gfs_tensor *t)
+static gfs_err check_contiguous(const char *label, const gfs_tensor *t,
+				const gfs_piece *build)
 {
 	uint64_t covered = 0;
 
 	for (size_t p = 0; p < t->npieces; p++) {
-		const gfs_piece *pc = &t->build[p];
+		const gfs_piece *pc = &build[p];
 
 		if (pc->toff > covered)
 			break;
@@ -749,12 +767,13 @@ static gfs_piece_span span_of(const gfs_piece *pcs, size_t n, uint64_t off, uint
  * order: at every position exactly one run starts or continues, and no other
  * run starts before it ends.  *budget counts down the runs walked.
  */
-static gfs_err check_strided(const char *label, const gfs_tensor *t, uint64_t *budget)
+static gfs_err check_strided(const char *label, const gfs_tensor *t, const gfs_piece *build,
+			     uint64_t *budget)
 {
 	uint64_t pos = 0;
 
 	while (pos < t->nbytes) {
-		gfs_piece_span sp = span_of(t->build, t->npieces, pos, pos + 1);
+		gfs_piece_span sp = span_of(build, t->npieces, pos, pos + 1);
 		uint64_t run_end = 0;
 		size_t owner = SIZE_MAX;
 
@@ -765,7 +784,7 @@ static gfs_err check_strided(const char *label, const gfs_tensor *t, uint64_t *b
 		for (size_t i = sp.first; i < sp.last; i++) {
 			uint64_t start, end;
 
-			if (!gfs_piece_run_at(&t->build[i], pos, &start, &end))
+			if (!gfs_piece_run_at(&build[i], pos, &start, &end))
 				continue;
 			if (start != pos || owner != SIZE_MAX)
 				return gfs_fail(GFS_ERR_FORMAT,
@@ -779,11 +798,11 @@ static gfs_err check_strided(const char *label, const gfs_tensor *t, uint64_t *b
 					"%s: tensor %s: pieces leave a gap at byte %llu of its %llu bytes",
 					label, t->name, (unsigned long long)pos,
 					(unsigned long long)t->nbytes);
-		sp = span_of(t->build, t->npieces, pos, run_end);
+		sp = span_of(build, t->npieces, pos, run_end);
 		for (size_t i = sp.first; i < sp.last; i++) {
 			uint64_t start, end;
 
-			if (i != owner && gfs_piece_next_run(&t->build[i], pos, &start, &end) &&
+			if (i != owner && gfs_piece_next_run(&build[i], pos, &start, &end) &&
 			    start < run_end)
 				return gfs_fail(GFS_ERR_FORMAT,
 						"%s: tensor %s: pieces overlap at byte %llu",
@@ -1230,21 +1249,21 @@ const char *gfs_record_describe(const gfs_layout *l, uint32_t r, size_t max_name
 /*
  * compact(): store t's checked pieces (sorted, reach set) as slots, with
  * a side table for ZSTD pieces and, in a tensor with strided pieces, for
- * all (see gfs_pslot), and free the building array.
+ * all (see gfs_pslot); build: its pieces as built.
  */
-static gfs_err compact(gfs_tensor *t)
+static gfs_err compact(gfs_tensor *t, const gfs_piece *build)
 {
 	size_t next = 0;
 
 	for (size_t p = 0; p < t->npieces; p++)
-		next += t->strided || t->build[p].kind == GFS_PIECE_ZSTD;
+		next += t->strided || build[p].kind == GFS_PIECE_ZSTD;
 	t->slots = gfs_calloc(t->npieces ? t->npieces : 1, sizeof(*t->slots));
 	t->ext = next ? gfs_calloc(next, sizeof(*t->ext)) : NULL;
 	if (!t->slots || (next && !t->ext))
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	next = 0;
 	for (size_t p = 0; p < t->npieces; p++) {
-		const gfs_piece *pc = &t->build[p];
+		const gfs_piece *pc = &build[p];
 		gfs_pslot *sl = &t->slots[p];
 
 		assert(pc->src < GFS_MAX_SOURCES);
@@ -1263,9 +1282,6 @@ static gfs_err compact(gfs_tensor *t)
 			sl->off = next++;
 		}
 	}
-	free(t->build);
-	t->build = NULL;
-	t->cap_build = 0;
 	return GFS_OK;
 }
 
@@ -1311,15 +1327,16 @@ gfs_err gfs_layout_finish(gfs_layout *l, const char *label)
 	}
 	for (size_t i = 0; i < gfs_layout_nentries(l); i++) {
 		gfs_tensor *t = &l->tensors[i];
+		gfs_piece *build = l->tbuild[i].build;
 		uint64_t reach = 0;
 
 		if (t->alias_of >= 0 || t->comp || t->rf)
 			continue;
-		if (!sorted_by_toff(t)) /* importers mostly add pieces in order */
-			qsort(t->build, t->npieces, sizeof(*t->build), piece_cmp);
+		if (!sorted_by_toff(t, build)) /* importers mostly add pieces in order */
+			qsort(build, t->npieces, sizeof(*build), piece_cmp);
 		t->strided = false;
 		for (size_t p = 0; p < t->npieces; p++) {
-			gfs_piece *pc = &t->build[p];
+			gfs_piece *pc = &build[p];
 			const uint64_t end = gfs_piece_end(pc);
 
 			if (end > reach)
@@ -1331,12 +1348,18 @@ gfs_err gfs_layout_finish(gfs_layout *l, const char *label)
 			if (err)
 				return err;
 		}
-		err = t->strided ? check_strided(label, t, &budget) : check_contiguous(label, t);
+		err = t->strided ? check_strided(label, t, build, &budget)
+				 : check_contiguous(label, t, build);
 		if (!err)
-			err = compact(t);
+			err = compact(t, build);
 		if (err)
 			return err;
 	}
+	for (size_t i = 0; i < gfs_layout_nentries(l); i++)
+		free(l->tbuild[i].build);
+	free(l->tbuild);
+	l->tbuild = NULL;
+	l->cap_tbuild = 0;
 	for (size_t i = 0; i < l->nrflats; i++) {
 		const gfs_rflat *f = l->rflats[i];
 

@@ -82,7 +82,7 @@ gfs_err gfs_layout_finish_inputs(gfs_layout *l, const char *label)
 	if (err)
 		return err;
 	for (size_t i = 0; i < in->ntensors; i++)
-		if (in->tensors[i].alias_target || in->tensors[i].comp)
+		if (in->tensors[i].alias_of >= 0 || in->tensors[i].comp)
 			return gfs_fail(GFS_ERR_FORMAT,
 					"%s: input %s: inputs must be tensors with data", label,
 					in->tensors[i].name);
@@ -95,7 +95,7 @@ gfs_err gfs_layout_set_compute(gfs_layout *l, size_t ti, const gfs_compute *c)
 
 	assert(!l->finished && ti < l->ntensors);
 	t = &l->tensors[ti];
-	if (t->npieces || t->alias_target)
+	if (t->npieces || t->alias_of >= 0)
 		return gfs_fail(GFS_ERR_FORMAT, "tensor %s: a computed tensor has no pieces",
 				t->name);
 	if (!t->comp) {

@@ -214,10 +214,8 @@ typedef struct gfs_rflat {
 typedef struct gfs_tensor {
 	char *name;       /* in the layout's arena */
 	uint64_t *shape;  /* ndim sizes, in the layout's arena (shared by an alias) */
-	gfs_piece *build;  /* the pieces while building (cap_build of them), NULL once finished */
 	gfs_pslot *slots;  /* the pieces once finished (gfs_tensor_piece()), else NULL */
 	gfs_pext *ext;     /* once finished: the slots' side table, or NULL */
-	char *alias_target; /* while building: name of the alias target, else NULL */
 	char *state;      /* optimizer-state entries: the state ("exp_avg", "step"...), in
 			     the layout's arena (shared by the entries of one state); else NULL */
 	gfs_compute *comp; /* a computed tensor (no pieces), else NULL */
@@ -227,8 +225,7 @@ typedef struct gfs_tensor {
 	uint64_t numel;
 	uint64_t nbytes;  /* numel * dtype size */
 	int64_t alias_of; /* index of the target tensor, or -1 */
-	size_t npieces;
-	size_t cap_build;
+	uint32_t npieces;
 	gfs_dtype dtype;
 	uint32_t ndim;
 	bool strided;     /* set by gfs_layout_finish(): some piece has count > 1 */
@@ -363,6 +360,8 @@ typedef struct gfs_layout {
 	gfs_tensor *tensors;
 	size_t ntensors;   /* model tensors: entries [0, ntensors) */
 	size_t cap_tensors;
+	struct gfs_tbuild *tbuild; /* per entry while building (layout.c), NULL once finished */
+	size_t cap_tbuild;
 	size_t noptim;     /* optimizer-state entries: [ntensors, ntensors + noptim) */
 	gfs_optim optim;   /* filled by importers directly; freed with the layout */
 	gfs_rflat **rflats;  /* regular flats (gfs_layout_add_rflat()) */
