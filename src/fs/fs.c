@@ -1109,13 +1109,19 @@ static gfs_err build_pass(gfs_fs *fs)
 	return GFS_OK;
 }
 
-/* escape_kept(): gfs_fs_escape_name() of name, into fs->strs. */
-static gfs_err escape_kept(gfs_fs *fs, const char *name, char **out)
+/*
+ * escape_kept(): gfs_fs_escape_name() of name (a layout's name, which
+ * outlives fs): name itself when escaping leaves it as it is, else a copy
+ * in fs->strs.
+ */
+static gfs_err escape_kept(gfs_fs *fs, const char *name, const char **out)
 {
 	char *e = NULL;
 	gfs_err err = gfs_fs_escape_name(name, &e);
 
-	if (!err && !(*out = gfs_arena_strdup(&fs->strs, e)))
+	if (!err && strcmp(e, name) == 0)
+		*out = name;
+	else if (!err && !(*out = gfs_arena_strdup(&fs->strs, e)))
 		err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	free(e);
 	return err;
@@ -1129,7 +1135,7 @@ static gfs_err build_tensors(gfs_fs *fs)
 	for (size_t i = 0; i < l->ntensors; i++) {
 		const gfs_tensor *t = &l->tensors[i];
 		gfs_node *n = &fs->nodes[tensor_node(fs, i)];
-		char *name = NULL, *link = NULL;
+		const char *name = NULL, *link = NULL;
 		gfs_err err = escape_kept(fs, t->name, &name);
 
 		if (err)
