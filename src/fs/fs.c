@@ -1743,8 +1743,6 @@ static gfs_err build(gfs_fs *fs)
 				tensor_node(fs, 0), tensors ? l->ntensors : 0);
 	if (!err && fs->nadapter)
 		err = build_dir(fs, &fs->adapter, NULL, 0, adapter_node(fs, 1), fs->nadapter - 1);
-	for (size_t i = 0; i < fs->nnodes; i++)
-		fs->nodes[i].ino = i + 1;
 	for (size_t i = 0; i < fs->nowned; i++) /* all complete now */
 		gfs_vfile_shrink(fs->owned[i]);
 	free(fs->xfiles); /* the nodes have what the server needs */
@@ -1819,15 +1817,21 @@ const gfs_node *gfs_fs_node(const gfs_fs *fs, uint64_t ino)
 	return ino >= 1 && ino <= fs->nnodes ? &fs->nodes[ino - 1] : NULL;
 }
 
+uint64_t gfs_fs_ino(const gfs_fs *fs, const gfs_node *n)
+{
+	assert(n >= fs->nodes && n < fs->nodes + fs->nnodes);
+	return (uint64_t)(n - fs->nodes) + 1;
+}
+
 /* dir_of(): the fs_dir of directory node dir. */
 static const fs_dir *dir_of(const gfs_fs *fs, const gfs_node *dir)
 {
 	assert(dir->type == GFS_NODE_DIR);
-	if (fs->nadapter && dir->ino == adapter_node(fs, 0) + 1)
+	if (fs->nadapter && gfs_fs_ino(fs, dir) == adapter_node(fs, 0) + 1)
 		return &fs->adapter;
-	if (dir->ino > fs->xfirst)
-		return xdir(fs, dir->ino - 1 - fs->xfirst);
-	return dir->ino == N_TENSORS + 1 ? &fs->tensors : &fs->root;
+	if (gfs_fs_ino(fs, dir) > fs->xfirst)
+		return xdir(fs, gfs_fs_ino(fs, dir) - 1 - fs->xfirst);
+	return gfs_fs_ino(fs, dir) == N_TENSORS + 1 ? &fs->tensors : &fs->root;
 }
 
 size_t gfs_fs_nnotes(const gfs_fs *fs)
@@ -1992,7 +1996,7 @@ const gfs_vfile *gfs_fs_vfile(const gfs_fs *fs, const gfs_node *n, gfs_vfile_buf
 void gfs_fs_stat(const gfs_fs *fs, const gfs_node *n, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
-	st->st_ino = n->ino;
+	st->st_ino = gfs_fs_ino(fs, n);
 	st->st_uid = n->uid;
 	st->st_gid = n->gid;
 	st->st_blksize = BLKSIZE;
@@ -2000,7 +2004,7 @@ void gfs_fs_stat(const gfs_fs *fs, const gfs_node *n, struct stat *st)
 	switch (n->type) {
 	case GFS_NODE_DIR:
 		st->st_mode = S_IFDIR | n->perm;
-		st->st_nlink = n->ino == GFS_FS_ROOT_INO ? 3 + (fs->nadapter ? 1 : 0) : 2;
+		st->st_nlink = gfs_fs_ino(fs, n) == GFS_FS_ROOT_INO ? 3 + (fs->nadapter ? 1 : 0) : 2;
 		break;
 	case GFS_NODE_REG:
 		st->st_mode = S_IFREG | n->perm;
@@ -2042,8 +2046,8 @@ gfs_err gfs_fs_read(const gfs_fs *fs, const gfs_node *n, uint64_t off,
 	if (!vf)
 		return json_read(fs, off, buf, len, got);
 	err = gfs_vfile_read(vf, off, buf, len, got);
-	if (err && n->ino > fs->xfirst)
-		return gfs_fail_prefix(err, "%s", fs->xnodes[n->ino - 1 - fs->xfirst].path);
+	if (err && gfs_fs_ino(fs, n) > fs->xfirst)
+		return gfs_fail_prefix(err, "%s", fs->xnodes[gfs_fs_ino(fs, n) - 1 - fs->xfirst].path);
 	if (err)
 		return gfs_fail_prefix(err, "%s%s",
 				       n->parent == GFS_FS_ROOT_INO ? "" : TENSORS_NAME "/", n->name);

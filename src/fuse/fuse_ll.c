@@ -196,7 +196,7 @@ static void gfs_ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	e.entry_timeout = TIMEOUT; /* with ino 0: a cached negative entry */
 	n = gfs_fs_lookup(fs, dir, name);
 	if (n) {
-		e.ino = n->ino;
+		e.ino = gfs_fs_ino(fs, n);
 		gfs_fs_stat(fs, n, &e.attr);
 	}
 	fuse_reply_entry(req, &e);
@@ -544,7 +544,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		gfs_fs_stat(fs, c, &e.attr);
 		if (plus) {
 			/* ino 0 for the dot entries: no lookup count, as the kernel expects */
-			e.ino = i < 2 ? 0 : c->ino;
+			e.ino = i < 2 ? 0 : gfs_fs_ino(fs, c);
 			e.attr_timeout = TIMEOUT;
 			e.entry_timeout = TIMEOUT;
 			len = fuse_add_direntry_plus(req, buf + used, size - used, name, &e,

@@ -83,7 +83,6 @@ typedef enum gfs_node_type {
 } gfs_node_type;
 
 typedef struct gfs_node {
-	uint64_t ino;
 	uint64_t parent;      /* ino of the parent directory (the root's is its own) */
 	const char *name;     /* name in the parent ("" for the root) */
 	union {
@@ -162,6 +161,9 @@ const char *gfs_fs_note(const gfs_fs *fs, size_t i);
 
 /* gfs_fs_node(): the node with inode number ino, or NULL. */
 const gfs_node *gfs_fs_node(const gfs_fs *fs, uint64_t ino);
+
+/* gfs_fs_ino(): the inode number of node n, one of fs's (gfs_fs_node() finds n by it). */
+uint64_t gfs_fs_ino(const gfs_fs *fs, const gfs_node *n);
 
 /* gfs_fs_lookup(): the entry `name` of directory dir, or NULL.  O(log n). */
 const gfs_node *gfs_fs_lookup(const gfs_fs *fs, const gfs_node *dir,
