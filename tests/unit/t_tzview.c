@@ -138,6 +138,35 @@ static bool same_bytes(const gfs_vctx *ctx, const uint8_t *bytes, size_t len, bo
 	return ok;
 }
 
+/*
+ * short_reads(): reads of 1, 2, 3, 7, 64 and 4099 bytes at every offset of
+ * a fresh view (headers and CRC fields written piece by piece, CRC-32s
+ * computed as their bytes are asked for) that differ from `bytes`.
+ */
+static size_t short_reads(const gfs_vctx *ctx, const uint8_t *bytes, size_t len)
+{
+	static const size_t sizes[] = { 1, 2, 3, 7, 64, 4099 };
+	uint8_t buf[4099];
+	size_t bad = 0;
+
+	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+		gfs_tzview *z;
+
+		if (gfs_tzview_new(ctx, "pytorch_model", NULL, 0, &z))
+			abort();
+		for (size_t off = 0; off < len; off++) {
+			const size_t want = sizes[k] < len - off ? sizes[k] : len - off;
+			size_t got = 0;
+
+			if (gfs_vfile_read(gfs_tzview_vfile(z), off, buf, sizes[k], &got) != GFS_OK ||
+			    got != want || memcmp(buf, bytes + off, want) != 0)
+				bad++;
+		}
+		gfs_tzview_free(z);
+	}
+	return bad;
+}
+
 /* expect_tensor(): the pickled tensor under key matches the layout entry. */
 static void expect_tensor(const gfs_pv *root, const gfs_layout *l, const char *name,
 			  const char *cls, const char *key, const int64_t *stride)
@@ -177,6 +206,8 @@ static void check_zip(const gfs_layout *l, const gfs_srcset *s, gfs_dtype want)
 	tap_ok(same_bytes(&ctx, bytes, len, true) && same_bytes(&ctx, bytes, len, false),
 	       "%s: CRC-32s computed record by record, by a read of the central "
 	       "directory, or up front on 3 threads give the same file", what);
+	tap_ok(short_reads(&ctx, bytes, len) == 0,
+	       "%s: reads of 1 to 4099 bytes at every offset of fresh views read as the whole", what);
 	fd = open(zippath, O_RDONLY | O_CLOEXEC);
 	tap_ok(fd >= 0 && gfs_tzip_open(fd, 0, len, zippath, NULL, &tz) == GFS_OK,
 	       "%s: the torchzip reader opens the composed archive", what);
