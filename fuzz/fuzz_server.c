@@ -7,7 +7,11 @@
  * the input is a list of reads (entry, output dtype, offset, length).
  * Every read through gfs_tensor_read() must equal the same bytes taken
  * from a naive reference: the whole tensor assembled byte by byte from the
- * pieces, converted as a whole with gfs_dtype_convert().
+ * pieces, converted as a whole with gfs_dtype_convert().  Then the views of
+ * the layout in an input-chosen dtype: the torch zip (its headers written
+ * when read) must open with the project's zip reader, every record's data
+ * must match its CRC-32, and short reads of a fresh view at input-chosen
+ * offsets must equal the whole; the same reads of the safetensors file.
  */
 #include "config.h"
 
@@ -17,8 +21,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+#include <zlib.h>
+
 #include "gatherfs/index/layout.h"
+#include "gatherfs/readers/torchzip.h"
 #include "gatherfs/server/server.h"
+#include "gatherfs/views/view_safetensors.h"
+#include "gatherfs/views/view_torchzip.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -27,6 +37,7 @@ enum { NSRC = 2, SRC_SIZE = 1 << 18, MAX_TENSORS = 8, MAX_READS = 64 };
 
 static char g_dir[] = "/tmp/gfs-fuzz-server.XXXXXX";
 static char g_path[NSRC][64];
+static char g_zip[64]; /* a view written out, for the zip reader */
 static uint8_t *g_src[NSRC]; /* the source files' contents */
 
 /* A cursor over the input: reads past the end give zeros. */
@@ -61,6 +72,7 @@ static void cleanup(void)
 {
 	for (int i = 0; i < NSRC; i++)
 		unlink(g_path[i]);
+	unlink(g_zip);
 	rmdir(g_dir);
 }
 
@@ -72,6 +84,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	(void)argv;
 	if (!mkdtemp(g_dir))
 		abort();
+	snprintf(g_zip, sizeof(g_zip), "%s/view.zip", g_dir);
 	for (int i = 0; i < NSRC; i++) {
 		FILE *f;
 
@@ -187,6 +200,96 @@ static gfs_layout *build(cursor *c)
 	return l;
 }
 
+/* read_whole(): all of vf in 4 KiB reads (the caller frees), or abort. */
+static uint8_t *read_whole(const gfs_vfile *vf, size_t *len)
+{
+	const size_t n = (size_t)gfs_vfile_size(vf);
+	uint8_t *all = malloc(n + 1);
+	size_t off = 0, got = 0;
+
+	if (!all)
+		abort();
+	while (off < n) {
+		if (gfs_vfile_read(vf, off, all + off, 4096, &got) != GFS_OK || got == 0) {
+			fprintf(stderr, "view read failed at %zu: %s\n", off, gfs_errmsg());
+			abort();
+		}
+		off += got;
+	}
+	*len = n;
+	return all;
+}
+
+/* short_reads(): reads of vf at offsets and lengths from the input equal all[0..len). */
+static void short_reads(const gfs_vfile *vf, const uint8_t *all, size_t len, cursor *c)
+{
+	uint8_t buf[5000];
+
+	for (int r = 0; r < 32 && c->n > 0; r++) {
+		const size_t off = take32(c) % (len + 1), n = take16(c) % sizeof(buf);
+		const size_t want = n < len - off ? n : len - off;
+		size_t got = 0;
+
+		if (gfs_vfile_read(vf, off, buf, n, &got) != GFS_OK || got != want ||
+		    memcmp(buf, all + off, want) != 0) {
+			fprintf(stderr, "view: read of %zu at %zu differs\n", n, off);
+			abort();
+		}
+	}
+}
+
+/* check_zip(): the archive all[0..len) opens, and each record's data has its CRC-32. */
+static void check_zip(const uint8_t *all, size_t len)
+{
+	const int fd = open(g_zip, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	gfs_tzip *tz = NULL;
+
+	if (fd < 0 || write(fd, all, len) != (ssize_t)len)
+		abort();
+	if (gfs_tzip_open(fd, 0, len, g_zip, NULL, &tz) != GFS_OK) {
+		fprintf(stderr, "the zip view does not open: %s\n", gfs_errmsg());
+		abort();
+	}
+	for (size_t i = 0; i < gfs_tzip_count(tz); i++) {
+		const gfs_tzip_record *r = gfs_tzip_at(tz, i);
+
+		if (r->data_off > len || r->size > len - r->data_off ||
+		    (uint32_t)crc32_z(0, all + r->data_off, (z_size_t)r->size) != r->crc32) {
+			fprintf(stderr, "zip view record %s: bad data or CRC-32\n", r->name);
+			abort();
+		}
+	}
+	gfs_tzip_close(tz);
+	close(fd);
+}
+
+/* check_views(): the torch zip and safetensors views of l, in a dtype from the input. */
+static void check_views(const gfs_layout *l, const gfs_srcset *s, gfs_dtype want, cursor *c)
+{
+	const gfs_vctx ctx = { .layout = l, .src = s, .want = want };
+	gfs_tzview *z = NULL;
+	gfs_vfile *st = NULL;
+	uint8_t *all;
+	size_t len;
+
+	if (gfs_tzview_new(&ctx, "archive", NULL, 0, &z) != GFS_OK)
+		abort();
+	all = read_whole(gfs_tzview_vfile(z), &len);
+	gfs_tzview_free(z);
+	check_zip(all, len);
+	if (gfs_tzview_new(&ctx, "archive", NULL, 0, &z) != GFS_OK) /* CRC-32s unknown again */
+		abort();
+	short_reads(gfs_tzview_vfile(z), all, len, c);
+	gfs_tzview_free(z);
+	free(all);
+	if (gfs_stview_new(&ctx, NULL, 0, &st) != GFS_OK)
+		abort();
+	all = read_whole(st, &len);
+	short_reads(st, all, len, c);
+	gfs_vfile_free(st);
+	free(all);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static const gfs_dtype wants[] = { GFS_DT_INVALID, GFS_DT_BF16, GFS_DT_F16, GFS_DT_F32 };
@@ -231,6 +334,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (size_t i = 0; i < MAX_TENSORS; i++)
 		for (size_t w = 0; w < 4; w++)
 			free(refs[i][w]);
+	check_views(l, s, wants[take8(&c) % 4], &c);
 	gfs_srcset_close(s);
 	gfs_layout_free(l);
 	return 0;
