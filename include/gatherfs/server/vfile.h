@@ -5,16 +5,18 @@
  * index, passed-through files) is a gfs_vfile.  Its segments tile
  * [0, size) in order, without gaps or overlaps.  A segment is one of:
  *
- *   MEM     bytes held by the vfile itself (zip headers, pickle, padding);
+ *   MEM     bytes held by the vfile itself (text, padding);
  *   TENSOR  a byte range of a layout entry, in the output dtype, read
  *           through gfs_tensor_read();
  *   FD      a byte range of an open file descriptor (passed-through files);
- *   GEN     bytes produced on demand by a generator callback (fields that
- *           depend on the data, such as lazily computed CRC-32s).
+ *   GEN     bytes produced on demand by a generator callback (headers
+ *           written when read, lazily computed CRC-32s).
  *
  * gfs_vfile_read() is the one read function: it finds the first segment by
  * binary search and copies segment by segment.  A vfile is built with the
- * gfs_vfile_add_*() calls, then only read; reads are thread-safe and take no
+ * gfs_vfile_add_*() calls, or its segments are computed by the view that
+ * made it (gfs_vfile_new_computed(): the torch zip and safetensors files
+ * keep no segment list), then only read; reads are thread-safe and take no
  * lock (generators must be thread-safe themselves).
  */
 #ifndef GATHERFS_VFILE_H
