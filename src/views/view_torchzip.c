@@ -1459,9 +1459,13 @@ static gfs_err compose(gfs_tzview *z)
 /* keep_pickle(): z takes the bytes of b (emptied) as its data.pkl. */
 static gfs_err keep_pickle(gfs_tzview *z, gfs_buf *b)
 {
-	uint8_t *p = realloc(b->p, b->len);
+	uint8_t *p;
 
-	if (b->oom || !p)
+	if (b->oom)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory writing data.pkl");
+	assert(b->len > 0); /* PROTO at least: realloc() never frees */
+	p = realloc(b->p, b->len);
+	if (!p)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory writing data.pkl");
 	z->pkl = p;
 	z->pkl_len = b->len;
