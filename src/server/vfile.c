@@ -123,14 +123,13 @@ void gfs_vfile_own(gfs_vfile *vf, void *p, void (*free_fn)(void *))
 	vf->free_owned = free_fn;
 }
 
-/* extend(): grow the file size by len, keeping it below 2^63 (off_t). */
-static gfs_err extend(gfs_vfile *vf, uint64_t len)
+gfs_err gfs_vfile_size_add(uint64_t *size, uint64_t len)
 {
 	uint64_t end;
 
-	if (!gfs_add_u64(vf->size, len, &end) || end > INT64_MAX)
+	if (!gfs_add_u64(*size, len, &end) || end > INT64_MAX)
 		return gfs_fail(GFS_ERR_LIMIT, "virtual file larger than 2^63 bytes");
-	vf->size = end;
+	*size = end;
 	return GFS_OK;
 }
 
@@ -145,7 +144,7 @@ static gfs_err push_seg(gfs_vfile *vf, gfs_seg_kind kind, uint64_t len,
 	/* first room for one segment: most vfiles have one */
 	if (!gfs_grow((void **)&vf->segs, &vf->cap_segs, vf->nsegs, sizeof(*vf->segs), 1))
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	err = extend(vf, len);
+	err = gfs_vfile_size_add(&vf->size, len);
 	if (err)
 		return err;
 	*seg = &vf->segs[vf->nsegs++];
@@ -183,7 +182,7 @@ gfs_err gfs_vfile_add_mem(gfs_vfile *vf, const void *data, size_t len)
 	if (last && last->kind == GFS_SEG_MEM) {
 		/* The last MEM segment always ends at the end of the store. */
 		assert(last->u.mem.boff + last->len == vf->nbytes);
-		err = extend(vf, len);
+		err = gfs_vfile_size_add(&vf->size, len);
 		if (err)
 			return err;
 		last->len += len;

@@ -273,8 +273,7 @@ gfs_err gfs_stview_new(const gfs_vctx *ctx, const size_t *entries, size_t n,
 	qsort(items, ni, sizeof(*items), by_esize_desc);
 	for (size_t k = 0; k < ni && !err; k++) {
 		items[k].begin = off;
-		if (!gfs_add_u64(off, gfs_tensor_out_nbytes(l, items[k].entry, ctx->want), &off))
-			err = gfs_fail(GFS_ERR_LIMIT, "virtual file larger than 2^63 bytes");
+		err = gfs_vfile_size_add(&off, gfs_tensor_out_nbytes(l, items[k].entry, ctx->want));
 		items[k].end = off;
 	}
 	qsort(items, ni, sizeof(*items), by_order);
@@ -319,10 +318,10 @@ gfs_err gfs_stview_new(const gfs_vctx *ctx, const size_t *entries, size_t n,
 	for (size_t k = 0; k < ni; k++)
 		if (items[k].end > items[k].begin)
 			sh->data[sh->ndata++] = items[k].hidx;
-	if (!gfs_add_u64(sh->len, off, &size)) {
-		err = gfs_fail(GFS_ERR_LIMIT, "virtual file larger than 2^63 bytes");
+	size = sh->len;
+	err = gfs_vfile_size_add(&size, off);
+	if (err)
 		goto out;
-	}
 	err = gfs_vfile_new_computed(ctx, &(gfs_vsegs){ .seg = head_seg, .find = head_find,
 							 .ctx = sh, .n = sh->ndata + 1,
 							 .size = size },

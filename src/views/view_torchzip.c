@@ -1375,14 +1375,6 @@ static size_t tz_find(const void *ctx, uint64_t off)
 	}
 }
 
-/* place(): *pos += len, within a file of at most 2^63 - 1 bytes. */
-static gfs_err place(uint64_t *pos, uint64_t len)
-{
-	if (!gfs_add_u64(*pos, len, pos) || *pos > INT64_MAX)
-		return gfs_fail(GFS_ERR_LIMIT, "virtual file larger than 2^63 bytes");
-	return GFS_OK;
-}
-
 /* init_records(): sizes, entries and known CRCs of every record. */
 static gfs_err init_records(gfs_tzview *z, const size_t *keys, size_t nkeys)
 {
@@ -1431,22 +1423,22 @@ static gfs_err compose(gfs_tzview *z)
 		tz_record *rec = &z->recs[r];
 
 		rec->hdr_off = pos;
-		err = place(&pos, local_header(z, r, pos, h));
+		err = gfs_vfile_size_add(&pos, local_header(z, r, pos, h));
 		rec->data_off = pos;
 		if (!err)
-			err = place(&pos, rec->size);
+			err = gfs_vfile_size_add(&pos, rec->size);
 		if (!err)
-			err = place(&pos, descriptor(rec, h));
+			err = gfs_vfile_size_add(&pos, descriptor(rec, h));
 		if (rec->entry != NO_ENTRY && rec->size > 0)
 			z->tsegs[z->ntsegs++] = r;
 	}
 	for (size_t r = 0; r < z->nrecs && !err; r++) {
 		z->cd_start[r] = pos;
-		err = place(&pos, central(z, r, h));
+		err = gfs_vfile_size_add(&pos, central(z, r, h));
 	}
 	z->cd_start[z->nrecs] = pos;
 	if (!err)
-		err = place(&pos, end_records(z, h));
+		err = gfs_vfile_size_add(&pos, end_records(z, h));
 	if (err)
 		return err;
 	z->size = pos;

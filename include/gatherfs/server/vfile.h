@@ -114,6 +114,14 @@ typedef struct gfs_vsegs {
 } gfs_vsegs;
 
 /*
+ * gfs_vfile_size_add(): *size += len, for a file of at most 2^63 - 1 bytes
+ * (off_t), the bound every vfile keeps: how views that compute their
+ * segments place them.  @return GFS_OK, or GFS_ERR_LIMIT with *size as it
+ * was.
+ */
+gfs_err gfs_vfile_size_add(uint64_t *size, uint64_t len);
+
+/*
  * gfs_vfile_new_computed(): a vfile whose segments are those segs (copied;
  * segs->ctx borrowed, it must outlive the vfile) computes.  Nothing can be
  * added to it.  ctx as for gfs_vfile_new().  @return GFS_OK and *out, or
