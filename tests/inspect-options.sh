@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Every gatherfs-inspect option either works or is refused (exit 2, one
 # line), per command, as the man page's synopsis says
 # (tests/tools/check_options.py).

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Source integrity (issue 12): a shard with one flipped byte.  Every zip
 # record of a shard carries a CRC-32; gatherfs checks the stored CRC of each
 # record tensor bytes come from (the whole record, padding included):

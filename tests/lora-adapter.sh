@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # PEFT adapter directories merged onto plain bases (-o lora=DIR): every case
 # of tests/data/lora (real PEFT merges: Linear fp32 and bf16, GPT-2 Conv1D,
 # DoRA, a targeted tied embedding) within 1 ulp of the operands' scale of the

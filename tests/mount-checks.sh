@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Mount-time checks: each is one clear line and no mount, or a documented
 # behaviour said on stderr.
 #   a regular file, a non-empty directory or a mount point as MOUNTPOINT;

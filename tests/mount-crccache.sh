@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The persistent CRC-32 cache (-o crc_cache=DIR): a remount takes the CRCs
 # from DIR, a damaged or stale cache file is ignored, -o nocrccache writes
 # none, and the archive passes `unzip -t` in every case.  Also: splice and

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Mounting something broken exits non-zero before daemonizing, with one line
 # on stderr naming the file and the problem, and leaves no mount behind.
 . "${top_srcdir:-.}/tests/lib.sh"

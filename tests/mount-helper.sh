@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The fstab path: mount.fuse3 runs "gatherfs SRC MNT -o OPTS" (both the
 # "gatherfs#SRC" and the "-t fuse.gatherfs" forms), fstab-only words are
 # accepted and the mount stays read-only; `mount -t fuse.gatherfs` when

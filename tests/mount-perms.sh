@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # A shared mount shows each user only what it could read itself: root mounts
 # with -o allow_other, the unprivileged user nobody (65534) reads.
 #   (a) a symlink to /etc/shadow planted in a checkpoint is not shown

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Every write, create, rename, unlink, mkdir, chmod, truncate, xattr change
 # on a mount fails with EROFS; the mount is read-only in /proc/mounts.
 . "${top_srcdir:-.}/tests/lib.sh"

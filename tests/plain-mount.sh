@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Mount plain model files (tests/data/plain and the cases
 # tests/tools/make_plain.py writes: views into shared storages, every dtype,
 # sharded safetensors and .bin) and check every view against the reference

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # gatherfs-inspect on plain model files (tests/data/plain, and cases
 # tests/tools/make_plain.py writes with this machine's torch: views into
 # shared storages, every dtype, sharded safetensors and .bin): ls order,

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Optimizer state and the DeepSpeed universal checkpoint view (issue 15), on
 # real DeepSpeed 0.14.5 checkpoints (tests/data/universal: ZeRO-1 fp32,
 # ZeRO-2 bf16, BF16_Optimizer, ZeRO-3 one group at 2 and at 4 ranks (where

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The daemon under valgrind (memcheck, --leak-check=full, definite leaks
 # and every memory error fail): mount a ZeRO-3 fixture as stored and a
 # ZeRO-1 one with -o dtype=bf16,shard_size=..., read every view and compare

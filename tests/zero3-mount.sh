@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Rank-local ZeRO-3 saves (python/gatherfs_save.py, docs/zero3-save.md):
 #  - tests/data/lomo/saves/*: save_zero3 outputs of real DeepSpeed 0.14.5 +
 #    LOMO runs (tests/data/lomo/README.md), mounted without -o format= and

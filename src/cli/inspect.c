@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs-inspect — look at a sharded checkpoint without FUSE: list its
  * tensors, print one tensor's bytes, print or load its layout index, verify

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — the mounted namespace: inode table, directories, attributes,
  * the tensors/ view, the index file and passed-through checkpoint files.

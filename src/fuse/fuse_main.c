@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — mount a sharded checkpoint as whole files (FUSE front end).
  *

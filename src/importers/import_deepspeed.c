@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — DeepSpeed ZeRO 1/2/3 (and BF16_Optimizer) importer.
  *

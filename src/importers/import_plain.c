@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — plain model files importer: model.safetensors, pytorch_model.bin
  * and their sharded forms (import_plain.h).

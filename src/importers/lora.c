@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — PEFT LoRA adapters -> the merged model as computed tensors
  * (lora.h).  Names and scales as PEFT v0.20 writes and computes them.

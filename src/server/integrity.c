@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — source integrity: CRC-32 checks of the records of a layout, in
  * one parallel pass (see integrity.h).

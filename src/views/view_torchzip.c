@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — the torch zip view: compose pytorch_model.bin from a layout.
  *

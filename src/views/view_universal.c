@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — the universal view: compose a DeepSpeed universal checkpoint
  * from the layout's masters and optimizer-state entries (view_universal.h,

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Check a gatherfs mount against an expected tensor list.
 
 usage: check_mount.py MOUNTPOINT EXPECTED_TSV CHECKPOINT_DIR

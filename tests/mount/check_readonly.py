@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """check_readonly.py MOUNTPOINT: every way of writing to a gatherfs mount
 fails with EROFS, and nothing changes.  Exits 1 on the first surprise."""
 import errno

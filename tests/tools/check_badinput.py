@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Damage copies of real fixtures and check gatherfs-inspect's refusal.
 
 Usage: check_badinput.py INSPECT CKPTS_DIR    (standard library only)

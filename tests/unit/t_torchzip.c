@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — unit test of the torch zip reader (src/readers/torchzip.c).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — export: write a view of a layout to regular files, streaming
  * through the same byte server the mount uses, with memory independent of

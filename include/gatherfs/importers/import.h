@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — importers: turn a checkpoint on disk into a layout index.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — source integrity: check the checksummed records of a layout
  * (gfs_record: zip records of torch.save archives, each with the CRC-32

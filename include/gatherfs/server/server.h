@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — the byte server for tensors: open the sources of a layout once
  * and read any byte range of any tensor, optionally converted to another

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — common definitions: the one error type, error messages,
  * checked arithmetic and small allocation helpers.

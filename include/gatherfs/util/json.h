@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — a small wrapper over cJSON: case-sensitive lookups, exact
  * 64-bit integers in and out, and error messages in gfs style.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — the universal view: a DeepSpeed checkpoint's optimizer state
  * presented as the "universal checkpoint" that DeepSpeed's
