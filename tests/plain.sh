@@ -88,8 +88,20 @@ for src in "$PLAIN/llama_bf16_bin" "$PLAIN/lomo_ws2_fp32/old_save.pt" "$G/views"
 	"$INSPECT" ls --json "$src" > "$TESTTMP/a.json" || fail "ls $src"
 	"$INSPECT" ls --json --layout "$TESTTMP/layout.json" > "$TESTTMP/b.json" || fail "ls --layout ($src)"
 	cmp -s "$TESTTMP/a.json" "$TESTTMP/b.json" || fail "layout round trip of $src differs"
-	"$INSPECT" verify "$src" > "$TESTTMP/verify" || fail "verify $src"
+	# exit 3 and an UNVERIFIED line per file when safetensors files (no
+	# checksum) hold tensor bytes; 0 when every byte is in a zip record
+	rc=0
+	"$INSPECT" verify "$src" > "$TESTTMP/verify" || rc=$?
+	want=0
+	ls "$src"/*.safetensors >/dev/null 2>&1 && want=3
+	[ $rc -eq $want ] || fail "verify $src: exit $rc, expected $want: $(cat "$TESTTMP/verify")"
 	grep -q "^OK: " "$TESTTMP/verify" || fail "verify $src: $(cat "$TESTTMP/verify")"
+	if [ $want -eq 3 ]; then
+		grep -q "^UNVERIFIED: .*\.safetensors: no stored checksum" "$TESTTMP/verify" ||
+			fail "verify $src names no unverified file: $(cat "$TESTTMP/verify")"
+	else
+		grep -q "^UNVERIFIED" "$TESTTMP/verify" && fail "verify $src: $(cat "$TESTTMP/verify")"
+	fi
 	"$PYTHON3" "$REF" tsv "$src" "$TESTTMP/want" || fail "plain_ref.py tsv $src"
 	rm -f "$TESTTMP/out.safetensors"
 	"$INSPECT" export --dtype bf16 "$src" "$TESTTMP/out.safetensors" || fail "export $src"

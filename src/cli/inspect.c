@@ -122,7 +122,10 @@ static void usage(FILE *out)
 	      "  layout DIR         print the layout index as JSON\n"
 	      "  verify DIR         check the stored CRC-32 of every zip record tensor\n"
 	      "                     bytes come from, then read every piece once; report\n"
-	      "                     each corrupt record with the tensors it affects\n"
+	      "                     each corrupt record with the tensors it affects;\n"
+	      "                     exit 0: all checked and sound, 1: corrupt or\n"
+	      "                     unreadable, 3: sound but some sources carry no\n"
+	      "                     checksum (listed as UNVERIFIED:)\n"
 	      "  export DIR OUT     write a view to regular files: OUT.bin (torch zip) or\n"
 	      "                     OUT.safetensors; with --shard-size, OUT is a directory\n"
 	      "                     that receives Hugging Face shards and their index\n"
@@ -577,38 +580,42 @@ static size_t report_bad(const gfs_layout *l, const gfs_srcset *s)
 }
 
 /*
- * unchecked_bytes(): bytes of the pieces of every entry (model tensors and
- * optimizer-state entries) in no checksummed record, and their entries.
+ * report_unsummed(): one line per source holding tensor bytes that no
+ * stored checksum covers (nothing could vouch for them).  @return whether
+ * there is one, false too when out of memory (after a line).
  */
-static uint64_t unchecked_bytes(const gfs_layout *l, size_t *ntensors)
+static bool report_unsummed(const gfs_layout *l)
 {
-	uint64_t bytes = 0;
+	bool *un = gfs_calloc(l->nsources ? l->nsources : 1, sizeof(*un));
+	size_t nt = 0;
+	uint64_t bytes;
 
-	*ntensors = 0;
-	for (size_t i = 0; i < gfs_layout_nentries(l); i++) {
-		const gfs_tensor *t = &l->tensors[i];
-		bool any = false;
-
-		for (size_t p = 0; t->alias_of < 0 && p < t->npieces; p++) {
-			const gfs_piece pcv = gfs_tensor_piece(t, p), *pc = &pcv;
-
-			if (pc->kind != GFS_PIECE_ZERO && pc->rec == GFS_NO_RECORD) {
-				bytes += pc->len * pc->count;
-				any = true;
-			}
-		}
-		*ntensors += any;
+	if (!un) {
+		fputs("gatherfs-inspect: out of memory\n", stderr);
+		return false;
 	}
-	return bytes;
+	bytes = gfs_integrity_unsummed(l, un, &nt);
+	for (size_t i = 0; bytes && i < l->nsources; i++)
+		if (un[i])
+			out_ok(printf("UNVERIFIED: %s: no stored checksum covers its tensor bytes\n",
+				      l->sources[i].abspath));
+	if (bytes)
+		out_ok(printf("note: %" PRIu64 " bytes of %zu tensors lie in no checksummed record "
+			      "(safetensors, raw or layout JSON sources): not verified, but for the "
+			      "content checksum of a zstd frame that has one\n",
+			      bytes, nt));
+	free(un);
+	return bytes != 0;
 }
 
 static int cmd_verify(const gfs_layout *l)
 {
 	gfs_srcset *s = NULL;
 	uint8_t *buf = malloc(IO_CHUNK);
-	uint64_t bytes = 0, pieces = 0, aliases = 0, nonfinite = 0, unchecked;
+	uint64_t bytes = 0, pieces = 0, aliases = 0, nonfinite = 0;
 	gfs_integrity_stats st = { 0 };
-	size_t nbad = 0, nunchecked;
+	size_t nbad = 0;
+	bool unsummed;
 	const double t0 = now_s();
 	gfs_err err;
 	double dt, dt_crc = 0;
@@ -664,15 +671,10 @@ static int cmd_verify(const gfs_layout *l)
 	out_ok(printf("OK: %zu zip records match their stored CRC-32 (%" PRIu64
 		      " source bytes read, %zu zstd frames decompressed, %zu of them with a content checksum) in %.3f s\n",
 		      st.checked, st.bytes, st.frames, st.frames_sum, dt_crc));
-	unchecked = unchecked_bytes(l, &nunchecked);
-	if (unchecked)
-		out_ok(printf("note: %" PRIu64 " bytes of %zu tensors lie in no checksummed zip record "
-			      "(safetensors, raw or layout JSON sources): not verified, but for the "
-			      "content checksum of a zstd frame that has one\n",
-			      unchecked, nunchecked));
+	unsummed = report_unsummed(l);
 	if (nonfinite)
 		out_ok(printf("note: %" PRIu64 " NaN or infinite floating-point values\n", nonfinite));
-	return 0;
+	return unsummed ? 3 : 0;
 }
 
 int main(int argc, char **argv)

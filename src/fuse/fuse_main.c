@@ -50,6 +50,7 @@ typedef struct gfs_cli {
 	int bin_cache;
 	int nocrccache;
 	int verify;
+	char *verify_mode;
 	char *crc_cache;
 	char *prefetch;
 	unsigned readahead_kb;
@@ -72,6 +73,7 @@ static const struct fuse_opt cli_opts[] = {
 	{ "bin_cache", offsetof(gfs_cli, bin_cache), 1 },
 	{ "nocrccache", offsetof(gfs_cli, nocrccache), 1 },
 	{ "verify", offsetof(gfs_cli, verify), 1 },
+	{ "verify=%s", offsetof(gfs_cli, verify_mode), 0 },
 	{ "crc_cache=%s", offsetof(gfs_cli, crc_cache), 0 },
 	{ "readahead_kb=%u", offsetof(gfs_cli, readahead_kb), 0 },
 	{ "prefetch=%s", offsetof(gfs_cli, prefetch), 0 },
@@ -173,8 +175,11 @@ static void usage(const char *prog)
 	       "    -o crc_cache=DIR         keep pytorch_model.bin CRC-32s in DIR (default:\n"
 	       "                             $XDG_CACHE_HOME/gatherfs or ~/.cache/gatherfs)\n"
 	       "    -o nocrccache            no persistent CRC cache\n"
-	       "    -o verify                check the stored CRC-32 of every source record\n"
-	       "                             before mounting; refuse a corrupt checkpoint\n\n"
+	       "    -o verify=read           (default) check each source record against its\n"
+	       "                             stored CRC-32 before serving its first byte\n"
+	       "    -o verify[=mount]        check every source record before mounting;\n"
+	       "                             refuse a corrupt checkpoint\n"
+	       "    -o verify=off            serve source bytes unchecked (unsafe)\n\n"
 	       "Each file is owned by the common owner of the files it shows and readable\n"
 	       "only by those who could read all of them (see SECURITY in gatherfs(1)).\n\n",
 	       prog);
@@ -202,12 +207,92 @@ static bool prefetch_budget(const char *size, uint64_t *out)
 	return true;
 }
 
-/* verify_sources(): -o verify: every source record against its stored CRC-32. */
-static gfs_err verify_sources(const gfs_layout *l, const gfs_srcset *s)
+/*
+ * notice(): a line for the user (gfs_notice_fn: a checkpoint file left out
+ * of the mount, a large first check), to stderr or syslog.
+ */
+static void notice(const char *line)
 {
-	const gfs_err err = gfs_integrity_require(l, s, NULL, 0, 0);
+	fuse_log(FUSE_LOG_NOTICE, "gatherfs: %s\n", line);
+}
 
-	return err ? gfs_fail_prefix(err, "-o verify: not mounting") : GFS_OK;
+/* When source records are checked (-o verify=MODE). */
+typedef enum verify_mode { VERIFY_READ, VERIFY_MOUNT, VERIFY_OFF } verify_mode;
+
+/*
+ * parse_verify(): the mode of -o verify (bare: mount) and -o verify=MODE
+ * (mode NULL: not given) in *out; false after a line on stderr.
+ */
+static bool parse_verify(int bare, const char *mode, verify_mode *out)
+{
+	*out = bare ? VERIFY_MOUNT : VERIFY_READ;
+	if (!mode)
+		return true;
+	if (strcmp(mode, "read") == 0)
+		*out = VERIFY_READ;
+	else if (strcmp(mode, "mount") == 0)
+		*out = VERIFY_MOUNT;
+	else if (strcmp(mode, "off") == 0)
+		*out = VERIFY_OFF;
+	else {
+		fprintf(stderr, "gatherfs: -o verify=%s: expected read, mount or off\n", mode);
+		return false;
+	}
+	if (bare && *out != VERIFY_MOUNT) {
+		fprintf(stderr, "gatherfs: -o verify and -o verify=%s contradict each other\n", mode);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * note_unsummed(): one line on stderr naming the sources whose tensor
+ * bytes no stored checksum covers (with -o verify=mount: not checked).
+ */
+static void note_unsummed(const gfs_layout *l)
+{
+	bool *un = gfs_calloc(l->nsources ? l->nsources : 1, sizeof(*un));
+	size_t nt = 0, nfiles = 0;
+	uint64_t bytes;
+
+	if (!un)
+		return;
+	bytes = gfs_integrity_unsummed(l, un, &nt);
+	if (bytes) {
+		fprintf(stderr, "gatherfs: -o verify=mount: %llu bytes of %zu tensors have no stored checksum and could not be checked:",
+			(unsigned long long)bytes, nt);
+		for (size_t i = 0; i < l->nsources; i++)
+			if (un[i] && nfiles++ < 8)
+				fprintf(stderr, " %s", l->sources[i].abspath);
+		if (nfiles > 8)
+			fprintf(stderr, " (and %zu more files)", nfiles - 8);
+		fputc('\n', stderr);
+	}
+	free(un);
+}
+
+/*
+ * verify_sources(): -o verify=MODE on the open sources: mount: every
+ * source record against its stored CRC-32 now; read: on first use; off:
+ * never (a warning).
+ */
+static gfs_err verify_sources(const gfs_layout *l, gfs_srcset *s, verify_mode mode)
+{
+	gfs_err err;
+
+	gfs_srcset_set_verify(s, mode != VERIFY_OFF, notice);
+	if (mode == VERIFY_OFF) {
+		fputs("gatherfs: -o verify=off: source bytes are served without checking their stored CRC-32 (unsafe: corruption is served as data)\n",
+		      stderr);
+		return GFS_OK;
+	}
+	if (mode != VERIFY_MOUNT)
+		return GFS_OK;
+	err = gfs_integrity_require(l, s, NULL, 0, 0);
+	if (err)
+		return gfs_fail_prefix(err, "-o verify: not mounting");
+	note_unsummed(l);
+	return GFS_OK;
 }
 
 /*
@@ -225,12 +310,6 @@ static void cmdline_help(void)
 	       "                           (may improve performance)\n"
 	       "    -o max_idle_threads    the maximum number of idle worker threads\n"
 	       "                           allowed (default: -1)\n");
-}
-
-/* notice(): a line about a checkpoint file left out of the mount. */
-static void notice(const char *line)
-{
-	fuse_log(FUSE_LOG_NOTICE, "gatherfs: %s\n", line);
 }
 
 /*
@@ -528,6 +607,7 @@ int main(int argc, char *argv[])
 	gfs_err err;
 	bool dtype_ok, untied = false;
 	uint64_t prefetch;
+	verify_mode vmode;
 	int ret = 1;
 
 	keep_stdio();
@@ -571,7 +651,7 @@ int main(int argc, char *argv[])
 			cli.readahead_kb, GFS_LL_READAHEAD_KB_MAX);
 		goto out_args;
 	}
-	if (!prefetch_budget(cli.prefetch, &prefetch))
+	if (!prefetch_budget(cli.prefetch, &prefetch) || !parse_verify(cli.verify, cli.verify_mode, &vmode))
 		goto out_args;
 	if (!mountpoint_ok(opts.mountpoint))
 		goto out_args;
@@ -617,8 +697,10 @@ int main(int argc, char *argv[])
 		err = gfs_lora_untied_config(layout, &cfg_text);
 	if (!err)
 		err = gfs_srcset_open(layout, &src);
-	if (!err && cli.verify)
-		err = verify_sources(layout, src);
+	if (!err)
+		err = verify_sources(layout, src, vmode);
+	if (!err && adapter_src)
+		gfs_srcset_set_verify(adapter_src, vmode != VERIFY_OFF, notice);
 	if (!err) {
 		fso.adapter = adapter;
 		fso.adapter_src = adapter_src;
@@ -733,6 +815,7 @@ out_args:
 	free(cli.views);
 	free(cli.shard_size);
 	free(cli.crc_cache);
+	free(cli.verify_mode);
 	free(cli.prefetch);
 	fuse_opt_free_args(&args);
 	return ret;
