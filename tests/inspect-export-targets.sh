@@ -91,6 +91,8 @@ mkdir "$D/real"
 ln -s real "$D/ldir"
 refused "--shard-size to a symlink to a directory" "a symbolic link, not a directory" \
 	"$D/ldir" --shard-size 100KB "$C" "$D/ldir"
+refused "--shard-size to a symlink to a directory, with a slash" "a symbolic link, not a directory" \
+	"$D/ldir/" --shard-size 100KB "$C" "$D/ldir/"
 [ -z "$(ls -A "$D/real")" ] || fail "shards were written through the symlink: $(ls -A "$D/real")"
 refused "--shard-size to a regular file" "a regular file, not a directory" "$D/real.bin" \
 	--shard-size 100KB "$C" "$D/real.bin"

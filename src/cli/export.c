@@ -115,15 +115,24 @@ static gfs_err refuse(const char *path, mode_t m, bool want_dir)
  */
 static gfs_err check_target(const char *path, bool want_dir)
 {
+	char *name = gfs_strdup(path);
+	size_t n = name ? strlen(name) : 0;
 	struct stat st;
+	gfs_err err = GFS_OK;
 
-	if (lstat(path, &st) != 0)
-		return errno == ENOENT ? GFS_OK
-				       : gfs_fail(GFS_ERR_IO, "%s: cannot examine: %s", path,
-						  strerror(errno));
-	if (want_dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode))
-		return GFS_OK;
-	return refuse(path, st.st_mode, want_dir);
+	if (!name)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	/* "OUT/" is OUT: a trailing slash would follow a symbolic link. */
+	while (want_dir && n > 1 && name[n - 1] == '/')
+		name[--n] = '\0';
+	if (lstat(name, &st) != 0) {
+		if (errno != ENOENT)
+			err = gfs_fail(GFS_ERR_IO, "%s: cannot examine: %s", path, strerror(errno));
+	} else if (!(want_dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode))) {
+		err = refuse(path, st.st_mode, want_dir);
+	}
+	free(name);
+	return err;
 }
 
 /*
