@@ -10,7 +10,9 @@
 # directory lists as before.  A new name, an existing regular file and
 # --shard-size into an existing directory still work; `-` writes standard
 # output (a pipe; /dev/full is a write error, exit 1), the same bytes as the
-# file.  /dev/full as OUT is refused, as the README says.
+# file.  /dev/full as OUT is refused, as the README says.  A FIFO or a
+# symbolic link that takes OUT's name while the export runs is refused at
+# the rename, not replaced.
 . "${top_srcdir:-.}/tests/lib.sh"
 mktempdir
 T=$TESTTMP
@@ -159,4 +161,58 @@ if [ -c /dev/full ]; then
 		fail "export - > /dev/full: $(cat "$T/err")"
 	echo "ok: - > /dev/full: $(cat "$T/err")"
 fi
+
+# Races: OUT checked at the start, then, while the export is stopped
+# (SIGSTOP) in the middle of writing its temporary file, a FIFO appears at
+# the name that was missing, or a regular OUT becomes a symbolic link.  The
+# rename then refuses it: exit 1, one line, the new target unchanged, no
+# temporary file left.  The layout: four 64 MiB tensors over a sparse file,
+# long enough to be stopped at 16 MiB.
+[ -x "$PYTHON3" ] || skip "python3 not found (the race cases)"
+R=$T/race
+mkdir "$R"
+truncate -s 256M "$R/src.bin"
+"$PYTHON3" - "$R/l.json" <<'PY' || fail "layout"
+import json, sys
+sz = 64 << 20
+t = [{"name": "layer%d.weight" % i, "dtype": "float32", "shape": [sz // 4096, 1024],
+      "pieces": [{"source": 0, "offset": i * sz, "length": sz}]} for i in range(4)]
+json.dump({"gatherfs_layout": 1, "sources": [{"path": "src.bin", "size": 4 * sz}],
+           "tensors": t}, open(sys.argv[1], "w"))
+PY
+# swap OUT SHELL-CMD: export to OUT, stop it once its temporary file holds
+# 16 MiB, run SHELL-CMD, continue it; print its exit status.
+swap() {
+	"$PYTHON3" - "$INSPECT" "$R/l.json" "$1" "$2" <<'PY'
+import glob, os, signal, subprocess, sys, time
+inspect, layout, out, cmd = sys.argv[1:]
+tmp = os.path.join(os.path.dirname(out), "." + os.path.basename(out) + ".*")
+p = subprocess.Popen([inspect, "export", "--layout", layout, out], stderr=subprocess.PIPE)
+while not any(os.path.getsize(f) >= 16 << 20 for f in glob.glob(tmp) if os.path.exists(f)):
+    if p.poll() is not None:
+        sys.exit("export ended before it could be stopped")
+    time.sleep(0.0005)
+p.send_signal(signal.SIGSTOP)
+subprocess.run(["sh", "-c", cmd], check=True)
+p.send_signal(signal.SIGCONT)
+err = p.stderr.read().decode()
+sys.stderr.write(err)
+print(p.wait(), len(err.splitlines()))
+PY
+}
+rc=$(swap "$R/out.bin" "mkfifo '$R/out.bin'" 2>"$T/err") || fail "race (FIFO): $(cat "$T/err")"
+[ "$rc" = "1 1" ] || fail "race: a FIFO appeared: exit status and lines $rc, want 1 1: $(cat "$T/err")"
+grep -q "out.bin: is a FIFO, not a regular file" "$T/err" || fail "race (FIFO): $(cat "$T/err")"
+[ -p "$R/out.bin" ] || fail "race: the FIFO that appeared was replaced"
+echo "ok: race, a FIFO appears: $(cat "$T/err")"
+echo old >"$R/real.bin"
+echo regular >"$R/link.bin"
+rc=$(swap "$R/link.bin" "rm '$R/link.bin'; ln -s real.bin '$R/link.bin'" 2>"$T/err") ||
+	fail "race (symlink): $(cat "$T/err")"
+[ "$rc" = "1 1" ] || fail "race: OUT became a symlink: exit status and lines $rc, want 1 1: $(cat "$T/err")"
+grep -q "link.bin: is a symbolic link, not a regular file" "$T/err" || fail "race (symlink): $(cat "$T/err")"
+[ "$(readlink "$R/link.bin")" = real.bin ] && [ "$(cat "$R/real.bin")" = old ] ||
+	fail "race: the symlink or its target was replaced"
+echo "ok: race, OUT becomes a symlink: $(cat "$T/err")"
+[ -z "$(ls -A "$R" | grep '^\.')" ] || fail "race: temporary files left: $(ls -A "$R")"
 echo "PASS: export targets"
