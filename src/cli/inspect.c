@@ -128,7 +128,10 @@ static void usage(FILE *out)
 	      "                     checksum (listed as UNVERIFIED:)\n"
 	      "  export DIR OUT     write a view to regular files: OUT.bin (torch zip) or\n"
 	      "                     OUT.safetensors; with --shard-size, OUT is a directory\n"
-	      "                     that receives Hugging Face shards and their index\n"
+	      "                     that receives Hugging Face shards and their index;\n"
+	      "                     OUT - (with --format) is standard output.  OUT must\n"
+	      "                     be new or a regular file (a directory with\n"
+	      "                     --shard-size): a device, FIFO or symlink is refused\n"
 	      "                     [--dtype] [--format] [--shard-size]\n"
 	      "ls and verify say on stderr what they read (format, tag).  An option a\n"
 	      "command does not take is refused.\n"
@@ -522,13 +525,22 @@ static uint64_t count_nonfinite(gfs_dtype dt, const uint8_t *p, size_t n)
 
 static int cmd_export(const inspect_opts *o, const gfs_layout *l, const char *out)
 {
+	const bool to_stdout = strcmp(out, "-") == 0;
 	gfs_export_opts eo = {
 		.format = o->format, .want = o->dtype, .shard_size = o->shard_size,
-		.progress = isatty(STDERR_FILENO), .signals = true,
+		.progress = isatty(STDERR_FILENO), .signals = !to_stdout,
 	};
 	gfs_srcset *s = NULL;
 	gfs_err err;
 
+	if (to_stdout && o->shard_size) {
+		fprintf(stderr, "gatherfs-inspect: --shard-size writes a directory, not standard output\n");
+		return 2;
+	}
+	if (to_stdout && eo.format == GFS_FORMAT_NONE) {
+		fprintf(stderr, "gatherfs-inspect: -: give --format bin or safetensors for standard output\n");
+		return 2;
+	}
 	if (eo.format == GFS_FORMAT_NONE)
 		eo.format = o->shard_size ? GFS_FORMAT_SAFETENSORS : gfs_format_from_name(out);
 	if (eo.format == GFS_FORMAT_NONE) {
