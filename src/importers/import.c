@@ -6,9 +6,11 @@
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "gatherfs/importers/hfcache.h"
 #include "gatherfs/importers/import.h"
 #include "gatherfs/importers/import_plain.h"
 #include "gatherfs/readers/pickle.h"
@@ -136,11 +138,29 @@ static gfs_err import_path(const char *path, const gfs_import_opts *opts, gfs_la
 	return gfs_import_deepspeed(path, tag, out);
 }
 
+/*
+ * import_hf(): a Hugging Face cache repository: its snapshot opts->tag
+ * (refs/main without one), imported as a directory (the tag is spent).
+ */
+static gfs_err import_hf(const char *repo, const gfs_import_opts *opts, gfs_layout **out)
+{
+	gfs_import_opts snap_opts = opts ? *opts : (gfs_import_opts){ 0 };
+	char *snap;
+	gfs_err err = gfs_hf_snapshot(repo, snap_opts.tag, &snap);
+
+	if (err)
+		return err;
+	snap_opts.tag = NULL;
+	err = import_path(snap, &snap_opts, out);
+	free(snap);
+	return err;
+}
+
 gfs_err gfs_import(const char *path, const gfs_import_opts *opts, gfs_layout **out)
 {
 	gfs_err err;
 
-	err = import_path(path, opts, out);
+	err = gfs_hf_is_repo(path) ? import_hf(path, opts, out) : import_path(path, opts, out);
 	gfs_pickle_pool_drain();
 	return err;
 }
