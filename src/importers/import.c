@@ -4,6 +4,7 @@
 #include "config.h"
 
 #include <dirent.h>
+#include <limits.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,9 +159,16 @@ static gfs_err import_hf(const char *repo, const gfs_import_opts *opts, gfs_layo
 
 gfs_err gfs_import(const char *path, const gfs_import_opts *opts, gfs_layout **out)
 {
+	char *real = opts && opts->tag ? realpath(path, NULL) : NULL;
 	gfs_err err;
 
-	err = gfs_hf_is_repo(path) ? import_hf(path, opts, out) : import_path(path, opts, out);
+	if (real && gfs_hf_is_snapshot(real))
+		err = gfs_fail(GFS_ERR_INVAL,
+			       "%s: a snapshot of a Hugging Face cache repository: a tag picks a snapshot of the repository itself",
+			       path);
+	else
+		err = gfs_hf_is_repo(path) ? import_hf(path, opts, out) : import_path(path, opts, out);
+	free(real);
 	gfs_pickle_pool_drain();
 	return err;
 }
