@@ -968,7 +968,7 @@ static gfs_err open_pass(const gfs_fs *fs, int dfd, const char *dir, const char 
 	if (p->fd < 0 && errno == EXDEV && gfs_hf_is_snapshot(real)) {
 		p->fd = gfs_hf_open_blob(dfd, real, name); /* a cache snapshot's link to a blob */
 		if (p->fd < 0 && (errno == ELOOP || errno == ENOTDIR)) {
-			notice(fs, "%s/%s: not shown: a symbolic link to a blob that is itself a symbolic link (one hop only)",
+			notice(fs, "%s/%s: not shown: a symbolic link into blobs/ that goes on through another symbolic link (one hop only)",
 			       dir, name);
 			return GFS_OK;
 		}

@@ -4,7 +4,6 @@
 #include "config.h"
 
 #include <dirent.h>
-#include <limits.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
