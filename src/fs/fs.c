@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "gatherfs/fs/fs.h"
+#include "gatherfs/importers/hfcache.h"
 #include "gatherfs/importers/import_plain.h"
 #include "gatherfs/fs/perm.h"
 #include "gatherfs/views/shards.h"
@@ -965,6 +966,14 @@ static gfs_err open_pass(const gfs_fs *fs, int dfd, const char *dir, const char 
 	p->fd = S_ISREG(st.st_mode)
 		? openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW)
 		: open_beneath(dfd, real, name);
+	if (p->fd < 0 && errno == EXDEV && gfs_hf_is_snapshot(real)) {
+		p->fd = gfs_hf_open_blob(dfd, real, name); /* a cache snapshot's link to a blob */
+		if (p->fd < 0 && (errno == ELOOP || errno == ENOTDIR)) {
+			notice(fs, "%s/%s: not shown: a symbolic link into blobs/ that goes on through another symbolic link (one hop only)",
+			       dir, name);
+			return GFS_OK;
+		}
+	}
 	if (p->fd < 0) {
 		if (errno == EXDEV)
 			notice(fs, "%s/%s: not shown: a symbolic link that leaves the checkpoint directory",

@@ -7,9 +7,11 @@
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "gatherfs/importers/hfcache.h"
 #include "gatherfs/importers/import.h"
 #include "gatherfs/importers/import_plain.h"
 #include "gatherfs/readers/pickle.h"
@@ -137,11 +139,36 @@ static gfs_err import_path(const char *path, const gfs_import_opts *opts, gfs_la
 	return gfs_import_deepspeed(path, tag, out);
 }
 
+/*
+ * import_hf(): a Hugging Face cache repository: its snapshot opts->tag
+ * (refs/main without one), imported as a directory (the tag is spent).
+ */
+static gfs_err import_hf(const char *repo, const gfs_import_opts *opts, gfs_layout **out)
+{
+	gfs_import_opts snap_opts = opts ? *opts : (gfs_import_opts){ 0 };
+	char *snap;
+	gfs_err err = gfs_hf_snapshot(repo, snap_opts.tag, &snap);
+
+	if (err)
+		return err;
+	snap_opts.tag = NULL;
+	err = import_path(snap, &snap_opts, out);
+	free(snap);
+	return err;
+}
+
 gfs_err gfs_import(const char *path, const gfs_import_opts *opts, gfs_layout **out)
 {
+	char *real = opts && opts->tag ? realpath(path, NULL) : NULL;
 	gfs_err err;
 
-	err = import_path(path, opts, out);
+	if (real && gfs_hf_is_snapshot(real))
+		err = gfs_fail(GFS_ERR_INVAL,
+			       "%s: a snapshot of a Hugging Face cache repository: a tag picks a snapshot of the repository itself",
+			       path);
+	else
+		err = gfs_hf_is_repo(path) ? import_hf(path, opts, out) : import_path(path, opts, out);
+	free(real);
 	gfs_pickle_pool_drain();
 	return err;
 }

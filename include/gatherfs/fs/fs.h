@@ -60,7 +60,8 @@
  * Checkpoint files whose names a view may take (pytorch_model.bin,
  * model.safetensors, their HF shard and index names, layout.json,
  * tensors), whatever views are shown, are never passed through; nor are
- * symbolic links that leave the checkpoint directory (or dangle), nor
+ * symbolic links that leave the checkpoint directory (or dangle) but for
+ * a Hugging Face cache snapshot's links into its blobs/ (hfcache.h), nor
  * files other than regular files and directories (subdirectories are not
  * shown).  Each is reported through gfs_fs_opts.notice.  Inode numbers are
  * static; the namespace never changes after gfs_fs_new(), and every
