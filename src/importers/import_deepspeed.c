@@ -14,6 +14,10 @@
  *   - buffers from `module` in their stored dtype;
  *   - `shared_params` aliases.
  * Padding elements are never mapped.  Tensor payloads are never read.
+ * Every rank file must be the file its name says: its zip folder is its
+ * own name (or archive/, which names nothing: a note), the optimizer
+ * states files agree on stage and partition_count (the world size), and
+ * the model states read record that dp_world_size.
  */
 #include "config.h"
 
@@ -2262,9 +2266,9 @@ static gfs_err anon_note(const ds_ckpt *c, char **note)
 	if (n == 0)
 		return GFS_OK;
 	snprintf(buf, sizeof(buf),
-		 "%s%s%zu of the %zu rank files (%s%s) have the zip folder archive/ (torch.save to a file object), not their names: a copied or renamed one cannot be told from the rank its name says",
+		 "%s%s%zu of the %zu rank files (%s%s) %s the zip folder archive/ (torch.save to a file object), not their names: a copied or renamed one cannot be told from the rank its name says",
 		 *note ? *note : "", *note ? "; " : "", n, c->noptim + c->nmodel, first->name,
-		 n > 1 ? ", ..." : "");
+		 n > 1 ? ", ..." : "", n > 1 ? "have" : "has");
 	s = gfs_strdup(buf);
 	if (!s)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
