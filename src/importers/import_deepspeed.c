@@ -2266,9 +2266,9 @@ static gfs_err anon_note(const ds_ckpt *c, char **note)
 	if (n == 0)
 		return GFS_OK;
 	snprintf(buf, sizeof(buf),
-		 "%s%s%zu of the %zu rank files (%s%s) %s the zip folder archive/ (torch.save to a file object), not their names: a copied or renamed one cannot be told from the rank its name says",
+		 "%s%s%zu of the %zu rank files (%s%s) %s the zip folder archive/ (torch.save to a file object), not %s: a copied or renamed one cannot be told from the rank its name says",
 		 *note ? *note : "", *note ? "; " : "", n, c->noptim + c->nmodel, first->name,
-		 n > 1 ? ", ..." : "", n > 1 ? "have" : "has");
+		 n > 1 ? ", ..." : "", n > 1 ? "have" : "has", n > 1 ? "their names" : "its name");
 	s = gfs_strdup(buf);
 	if (!s)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
