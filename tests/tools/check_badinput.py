@@ -94,12 +94,20 @@ with tempfile.TemporaryDirectory() as tmp:
     expect_error("shard from another world size", ["ls", d],
                  "zero_pp_rank_1_mp_rank_00_optim_states.pt", "world size")
 
-    # an extra rank beyond the world size
+    # an extra rank beyond the world size: a copy of rank 1 (its zip folder
+    # names rank 1), the rank 2 file of a world size 3 checkpoint
     d = copy_case(tmp, "z2_ws2_fp32_twotags")
     g = os.path.join(d, "global_step3")
     shutil.copy(os.path.join(g, "zero_pp_rank_1_mp_rank_00_optim_states.pt"),
                 os.path.join(g, "zero_pp_rank_2_mp_rank_00_optim_states.pt"))
-    expect_error("extra rank file", ["ls", d], "rank 2", "world size")
+    expect_error("extra rank file, copied", ["ls", d], "zero_pp_rank_2_mp_rank_00_optim_states.pt",
+                 "zip folder is zero_pp_rank_1_mp_rank_00_optim_states/")
+    d = copy_case(tmp, "z2_ws2_fp32_twotags")
+    shutil.copy(os.path.join(CKPTS, "z2_ws3_fp32_roundrobin", "checkpoint", "global_step3",
+                             "zero_pp_rank_2_mp_rank_00_optim_states.pt"),
+                os.path.join(d, "global_step3", "zero_pp_rank_2_mp_rank_00_optim_states.pt"))
+    expect_error("extra rank file", ["ls", d], "zero_pp_rank_2_mp_rank_00_optim_states.pt",
+                 "world size 3")
 
     # corrupt pickle: the data.pkl bytes overwritten in place
     d = copy_case(tmp, "z1_ws2_fp32")
