@@ -4,7 +4,8 @@
 #   a regular file, a non-empty directory or a mount point as MOUNTPOINT;
 #   tensors/ names longer than 255 bytes (cut with a hash; cp -r works);
 #   checkpoint files named like a view (not shown, one line each);
-#   -o tag=X while `latest` names another tag (latest not shown, one line);
+#   DeepSpeed's `latest` and DCP's `.metadata` not shown (they point at what
+#   the mount lacks), `latest_universal` shown;
 #   -o readahead_kb above the limit; -o crc_cache= on an unusable dir;
 #   a bad GATHERFS_ZSTD_CACHE_MB; --help listing -o max_threads once;
 #   the fstab example's options through mount.fuse3.
@@ -83,21 +84,33 @@ done
 gfs_umount "$T/mnt" || fail "unmount"
 echo "ok: stale files are not shown, each said"
 
-echo "== -o tag while latest names another tag"
+echo "== the root shows no file pointing at what the mount lacks"
+# DeepSpeed's latest names a tag directory, DCP's .metadata indexes the
+# .distcp shards: neither is shown, whatever the tag; latest_universal is.
 [ "$(cat "$twotags/latest")" = global_step3 ] || fail "fixture: latest is not global_step3"
-"$GATHERFS" "$twotags" "$T/mnt" -o tag=global_step2 2>"$T/err" || fail "mount tag=global_step2"
-GFS_MOUNTS="$GFS_MOUNTS $T/mnt"
-wait_for is_mounted "$T/mnt" || fail "mount tag=global_step2"
-grep -q "latest: not shown: it names tag global_step3, the mount shows tag global_step2" "$T/err" ||
-	fail "no line about latest: $(cat "$T/err")"
-[ -e "$T/mnt/latest" ] && fail "latest naming global_step3 is shown over tag global_step2"
+for tag in global_step2 global_step3; do
+	"$GATHERFS" "$twotags" "$T/mnt" -o tag=$tag 2>"$T/err" || fail "mount tag=$tag"
+	GFS_MOUNTS="$GFS_MOUNTS $T/mnt"
+	wait_for is_mounted "$T/mnt" || fail "mount tag=$tag"
+	[ -s "$T/err" ] && fail "tag=$tag: $(cat "$T/err")"
+	[ -e "$T/mnt/latest" ] && fail "tag=$tag: latest is shown"
+	ls -a "$T/mnt" | grep -qx latest && fail "tag=$tag: latest is listed"
+	[ -f "$T/mnt/pytorch_model.bin" ] || fail "tag=$tag: no pytorch_model.bin"
+	gfs_umount "$T/mnt" || fail "unmount"
+done
+uni="$top_srcdir/tests/data/universal/z1_ws4_fp32/checkpoint"
+dcp="$top_srcdir/tests/data/dcp/fsdp2_ws2/checkpoint"
+[ -f "$uni/latest_universal" ] && [ -f "$dcp/.metadata" ] || fail "fixtures missing"
+gfs_mount "$uni" "$T/mnt" -o views=bin+tensors 2>/dev/null || fail "mount $uni"
+[ "$(ls -a "$T/mnt" | tr '\n' ' ')" = ". .. latest_universal pytorch_model.bin tensors " ] ||
+	fail "universal fixture, views=bin+tensors: root lists $(ls -a "$T/mnt" | tr '\n' ' ')"
 gfs_umount "$T/mnt" || fail "unmount"
-"$GATHERFS" "$twotags" "$T/mnt" -o tag=global_step3 2>"$T/err" || fail "mount tag=global_step3"
-wait_for is_mounted "$T/mnt" || fail "mount tag=global_step3"
-[ -s "$T/err" ] && fail "tag=global_step3: $(cat "$T/err")"
-cmp "$T/mnt/latest" "$twotags/latest" || fail "latest of the served tag is not passed through"
+gfs_mount "$dcp" "$T/mnt" 2>/dev/null || fail "mount $dcp"
+[ "$(ls -a "$T/mnt" | tr '\n' ' ')" = ". .. config.json generation_config.json layout.json model.safetensors pytorch_model.bin tensors " ] ||
+	fail "DCP: root lists $(ls -a "$T/mnt" | tr '\n' ' ')"
+[ -e "$T/mnt/.metadata" ] && fail "DCP: .metadata is shown"
 gfs_umount "$T/mnt" || fail "unmount"
-echo "ok: latest is shown only when it names the served tag"
+echo "ok: no latest, no .metadata; latest_universal passed through"
 
 echo "== the fstab options of the documentation"
 if command -v mount.fuse3 >/dev/null 2>&1; then

@@ -856,14 +856,11 @@ static bool is_view_name(const char *name)
 }
 
 /*
- * is_hidden(): a name the caller asked to leave out (gfs_fs_opts.hide) or
- * to show with other content (gfs_fs_opts.replace).
+ * is_hidden(): a name the caller asks to show with other content
+ * (gfs_fs_opts.replace).
  */
 static bool is_hidden(const gfs_fs *fs, const char *name)
 {
-	for (const char *const *h = fs->opts.hide; h && *h; h++)
-		if (strcmp(name, *h) == 0)
-			return true;
 	for (size_t i = 0; i < fs->opts.nreplace; i++)
 		if (strcmp(name, fs->opts.replace[i].name) == 0)
 			return true;
@@ -887,6 +884,23 @@ static bool is_source(const gfs_fs *fs, const char *dir, const char *name)
 			return true;
 	}
 	return false;
+}
+
+/*
+ * is_dead_pointer(): name is a checkpoint file that points at files the
+ * mount does not show, so that a loader given the mount would follow it
+ * and fail: DeepSpeed's `latest` names a tag directory, which
+ * load_checkpoint() would look for (`latest_universal` stays: the universal
+ * view shows its own, naming its own directory, and DeepSpeed's
+ * load_universal reads it); DCP's `.metadata` indexes the .distcp shards,
+ * which are sources, not passed through.
+ */
+static bool is_dead_pointer(const gfs_fs *fs, const char *name)
+{
+	const char *const format = fs->ctx.layout->format;
+
+	return (strcmp(format, "deepspeed") == 0 && strcmp(name, "latest") == 0) ||
+	       (strcmp(format, "dcp") == 0 && strcmp(name, ".metadata") == 0);
 }
 
 static int cmp_pass(const void *a, const void *b)
@@ -1052,7 +1066,8 @@ static gfs_err scan_root(gfs_fs *fs, const char *dir)
 			break;
 		}
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
-		    is_source(fs, dir, de->d_name) || is_hidden(fs, de->d_name))
+		    is_source(fs, dir, de->d_name) || is_hidden(fs, de->d_name) ||
+		    is_dead_pointer(fs, de->d_name))
 			continue;
 		if (is_extra_top(fs, de->d_name)) {
 			err = add_note(fs, "%s/%s: hidden behind the %s view", dir, de->d_name,

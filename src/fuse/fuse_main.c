@@ -317,40 +317,6 @@ static bool crc_cache_dir(const char *dir, char **abs)
 	return *abs != NULL;
 }
 
-/*
- * latest_differs(): with -o tag, whether the DeepSpeed save directory's
- * `latest` (a regular file: a symbolic link is left to the pass-through
- * rules) names another tag; if so it says so (the caller hides the file).
- */
-static bool latest_differs(const gfs_layout *l, const char *tag)
-{
-	char path[PATH_MAX], buf[512];
-	ssize_t n;
-	int fd;
-
-	if (!tag || !l->root_dir || strcmp(l->format, "deepspeed") != 0 ||
-	    (size_t)snprintf(path, sizeof(path), "%s/latest", l->root_dir) >= sizeof(path))
-		return false;
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
-	if (fd < 0)
-		return false;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n < 0)
-		return false;
-	while (n > 0 && strchr(" \t\r\n", buf[n - 1]))
-		n--;
-	buf[n] = '\0';
-	if (strcmp(buf, tag) == 0)
-		return false;
-	for (ssize_t i = 0; i < n; i++) /* one line, whatever the file holds */
-		if ((unsigned char)buf[i] < 0x20 || buf[i] == 0x7f)
-			buf[i] = '?';
-	fprintf(stderr, "gatherfs: %s: not shown: it names tag %s, the mount shows tag %s (-o tag)\n",
-		path, buf, tag);
-	return true;
-}
-
 /* want_dtype(): parse -o dtype=; GFS_DT_INVALID (with *ok) if not given. */
 static gfs_dtype want_dtype(const char *s, bool *ok)
 {
@@ -509,7 +475,6 @@ int main(int argc, char *argv[])
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_cmdline_opts opts = { 0 };
 	gfs_cli cli = { .max_read = GFS_LL_MAX_READ, .readahead_kb = READAHEAD_UNSET };
-	static const char *const hide_latest[] = { "latest", NULL };
 	char *crc_abs = NULL;
 	gfs_mount m = { 0 };
 	gfs_import_opts iopts = { 0 };
@@ -604,8 +569,6 @@ int main(int argc, char *argv[])
 	lora_cli = (gfs_lora_cli){ .lora = cli.lora, .merge = cli.merge, .base = cli.base,
 				   .tied = cli.lora_tied };
 	err = gfs_import(cli.source, &iopts, &layout);
-	if (!err && latest_differs(layout, cli.tag))
-		fso.hide = hide_latest;
 	if (!err)
 		note_saved_adapter(layout);
 	if (!err)

@@ -61,7 +61,10 @@
  * tensors), whatever views are shown, are never passed through; nor are
  * symbolic links that leave the checkpoint directory (or dangle), nor
  * files other than regular files and directories (subdirectories are not
- * shown).  Each is reported through gfs_fs_opts.notice.  Inode numbers are
+ * shown).  Each is reported through gfs_fs_opts.notice.  Nor, silently, are
+ * the files that point at files the mount does not show, which a loader
+ * would follow from the mount and fail: DeepSpeed's `latest` (it names a
+ * tag directory) and DCP's `.metadata` (it indexes the .distcp shards).  Inode numbers are
  * static; the namespace never changes after gfs_fs_new(), and every
  * function here is thread-safe.
  */
@@ -122,8 +125,6 @@ typedef struct gfs_fs_opts {
 	unsigned views;      /* GFS_VIEW_* bits */
 	uint64_t shard_size; /* 0: single files; else HF shards of at most this many bytes */
 	const char *crc_cache; /* directory of the persistent CRC cache, NULL: none */
-	const char *const *hide; /* NULL-terminated names of checkpoint files not to pass
-				    through (the caller says why), or NULL */
 	void (*notice)(const char *line); /* told about every file left out; may be NULL */
 	const gfs_layout *adapter;     /* the adapter/ view's tensors, NULL: no adapter/ */
 	const gfs_srcset *adapter_src; /* its open sources */
