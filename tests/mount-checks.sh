@@ -7,6 +7,9 @@
 #   DeepSpeed's `latest` and DCP's `.metadata` not shown (they point at what
 #   the mount lacks), `latest_universal` shown;
 #   -o readahead_kb above the limit; -o crc_cache= on an unusable dir;
+#   numeric options out of range, -o nocrccache with crc_cache= or
+#   crc_cache_max=; -o views= naming views the checkpoint lacks (all: no
+#   mount; some: a warning);
 #   a bad GATHERFS_ZSTD_CACHE_MB; --help listing -o max_threads once;
 #   the fstab example's options through mount.fuse3.
 . "${top_srcdir:-.}/tests/lib.sh"
@@ -129,7 +132,7 @@ else
 fi
 
 echo "== options"
-expect_mount_fail "readahead_kb=70000: at most 65536" "$case" "$T/mnt" -o readahead_kb=70000
+expect_mount_fail "readahead_kb=70000: expected an integer from 0 to 65536 (KiB" "$case" "$T/mnt" -o readahead_kb=70000
 gfs_mount "$case" "$T/mnt" -o readahead_kb=65536 || fail "readahead_kb=65536"
 gfs_umount "$T/mnt" || fail "unmount"
 expect_mount_fail "crc_cache=$T/file: not a directory" "$case" "$T/mnt" -o crc_cache="$T/file"
@@ -143,6 +146,56 @@ for v in abc -1 12x 1048577; do
 done
 GATHERFS_ZSTD_CACHE_MB=0 gfs_mount "$case" "$T/mnt" || fail "GATHERFS_ZSTD_CACHE_MB=0"
 gfs_umount "$T/mnt" || fail "unmount"
+# numbers out of range and contradictions: one line naming the option, no mount
+for v in -5 0 100000 4x ""; do
+	expect_mount_fail "gatherfs: -o max_threads=$v: expected an integer from 1 to 1024 (worker threads)" \
+		"$case" "$T/mnt" -o max_threads=$v
+done
+expect_mount_fail "gatherfs: -o max_idle_threads=2000: expected an integer from 0 to 1024" \
+	"$case" "$T/mnt" -o max_idle_threads=2000
+expect_mount_fail "gatherfs: -o max_read=512: expected an integer from 4096 to 1048576 (bytes)" \
+	"$case" "$T/mnt" -o max_read=512
+expect_mount_fail "gatherfs: -o readahead_kb=-1: expected an integer from 0 to 65536" \
+	"$case" "$T/mnt" -o readahead_kb=-1
+expect_mount_fail "gatherfs: -o crc_cache_max=100: expected 1KiB to 1TiB" "$case" "$T/mnt" -o crc_cache_max=100
+expect_mount_fail "gatherfs: -o crc_cache_max=lots: bad size" "$case" "$T/mnt" -o crc_cache_max=lots
+expect_mount_fail "gatherfs: -o nocrccache contradicts -o crc_cache=" \
+	"$case" "$T/mnt" -o nocrccache,crc_cache="$T/nocache"
+[ -e "$T/nocache" ] && fail "nocrccache,crc_cache=: the cache directory was made"
+expect_mount_fail "gatherfs: -o nocrccache contradicts -o crc_cache_max=" \
+	"$case" "$T/mnt" -o nocrccache,crc_cache_max=1M
+for o in max_threads=1 max_threads=1024 max_idle_threads=-1 max_read=4096 crc_cache_max=64Mi; do
+	gfs_mount "$case" "$T/mnt" -o $o 2>"$T/err" || fail "-o $o: $(cat "$T/err")"
+	# the one line this checkpoint always gets
+	grep -v "no DeepSpeed universal checkpoint view: ZeRO-3 with 2 param groups" "$T/err" && fail "-o $o"
+	[ -f "$T/mnt/pytorch_model.bin" ] || fail "-o $o: no pytorch_model.bin"
+	gfs_umount "$T/mnt" || fail "unmount"
+done
+echo "ok: ranges and contradictions"
+
+echo "== -o views= naming views the checkpoint lacks"
+plain="$top_srcdir/tests/data/plain/llama_bf16"
+for src in "$dcp" "$plain"; do
+	expect_mount_fail "gatherfs: -o views=optim+universal: no such view for this checkpoint (optim: no optimizer state; universal: no DeepSpeed optimizer state): not mounting" \
+		"$src" "$T/mnt" -o views=optim+universal
+done
+# in part: one warning line, and the mount of the others
+gfs_mount "$dcp" "$T/mnt" -o views=safetensors+optim 2>"$T/err" || fail "views=safetensors+optim: $(cat "$T/err")"
+[ "$(wc -l < "$T/err")" -eq 1 ] &&
+	grep -q "gatherfs: -o views=safetensors+optim: warning: not shown (optim: no optimizer state)" "$T/err" ||
+	fail "views=safetensors+optim: $(cat "$T/err")"
+[ "$(ls "$T/mnt" | tr '\n' ' ')" = "config.json generation_config.json model.safetensors " ] ||
+	fail "views=safetensors+optim: root lists $(ls "$T/mnt" | tr '\n' ' ')"
+gfs_umount "$T/mnt" || fail "unmount"
+echo "ok: $(cat "$T/err")"
+# a universal view DeepSpeed could not load: said once, in the warning
+gfs_mount "$case" "$T/mnt" -o views=optim+universal 2>"$T/err" || fail "z3 views=optim+universal: $(cat "$T/err")"
+[ "$(wc -l < "$T/err")" -eq 1 ] &&
+	grep -q "views=optim+universal: warning: not shown (universal: ZeRO-3 with 2 param groups" "$T/err" ||
+	fail "z3 views=optim+universal: $(cat "$T/err")"
+[ -f "$T/mnt/optim/exp_avg.safetensors" ] || fail "z3 views=optim+universal: no optim/"
+gfs_umount "$T/mnt" || fail "unmount"
+echo "ok: $(cat "$T/err")"
 "$GATHERFS" --help >"$T/out" 2>&1 || fail "--help"
 [ "$(grep -c 'max_threads' "$T/out")" -eq 1 ] || fail "--help: $(grep max_threads "$T/out")"
 grep -q "max_idle_threads" "$T/out" && grep -q "allow_other" "$T/out" || fail "--help lost FUSE options"

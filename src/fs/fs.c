@@ -194,6 +194,8 @@ struct gfs_fs {
 	size_t nxdirs;
 	char **notes;
 	size_t nnotes;
+	const char *optim_absent;     /* why optim/ shows nothing (asked for), or NULL */
+	const char *universal_absent; /* the same for the universal view */
 	fs_access acc;     /* during the build */
 	fs_attr root_attr, tensors_attr, index_attr;
 	fs_attr xfile_attr, xdir_attr; /* of the optim/ and universal nodes */
@@ -1363,11 +1365,20 @@ static gfs_err build_universal(gfs_fs *fs)
 	const gfs_layout *l = fs->ctx.layout;
 	gfs_err err = gfs_uview_new(l, fs->ctx.src, fs->ctx.crc_cache, &fs->uview);
 
+	if (err == GFS_ERR_NOTFOUND || err == GFS_ERR_UNSUPPORTED) {
+		fs->universal_absent = gfs_arena_strndup(&fs->strs, gfs_errmsg(),
+							 strlen(gfs_errmsg()));
+		if (!fs->universal_absent)
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
 	if (err == GFS_ERR_NOTFOUND)
 		return GFS_OK;
 	if (err == GFS_ERR_UNSUPPORTED)
-		return add_note(fs, "%s: no DeepSpeed universal checkpoint view: %s", l->base_dir,
-				gfs_errmsg());
+		/* views asked for by name: the caller says why (gfs_fs_view_absent()) */
+		return fs->opts.views != GFS_VIEW_ALL
+			? GFS_OK
+			: add_note(fs, "%s: no DeepSpeed universal checkpoint view: %s",
+				   l->base_dir, fs->universal_absent);
 	for (size_t i = 0; !err && i < gfs_uview_nfiles(fs->uview); i++)
 		err = add_xfile(fs, gfs_uview_path(fs->uview, i), gfs_uview_vfile(fs->uview, i), -1);
 	return err;
@@ -1712,6 +1723,8 @@ static gfs_err build(gfs_fs *fs)
 	err = build_views(fs);
 	if (!err && (fs->opts.views & GFS_VIEW_OPTIM))
 		err = build_optim(fs);
+	if ((fs->opts.views & GFS_VIEW_OPTIM) && l->noptim == 0)
+		fs->optim_absent = "no optimizer state";
 	if (!err && (fs->opts.views & GFS_VIEW_UNIVERSAL))
 		err = build_universal(fs);
 	if (!err && l->root_dir)
@@ -1768,31 +1781,40 @@ static gfs_err build(gfs_fs *fs)
 	return err;
 }
 
+static const struct {
+	const char *name;
+	unsigned bit;
+} view_names[] = {
+	{ "bin", GFS_VIEW_BIN }, { "safetensors", GFS_VIEW_SAFETENSORS },
+	{ "tensors", GFS_VIEW_TENSORS }, { "layout", GFS_VIEW_LAYOUT },
+	{ "optim", GFS_VIEW_OPTIM }, { "universal", GFS_VIEW_UNIVERSAL },
+	{ "all", GFS_VIEW_ALL },
+};
+
+const char *gfs_view_name(unsigned view)
+{
+	for (size_t k = 0; k < ARRAY_LEN(view_names); k++)
+		if (view_names[k].bit == view)
+			return view_names[k].name;
+	return NULL;
+}
+
 gfs_err gfs_views_parse(const char *s, unsigned *views)
 {
-	static const struct {
-		const char *name;
-		unsigned bit;
-	} names[] = {
-		{ "bin", GFS_VIEW_BIN }, { "safetensors", GFS_VIEW_SAFETENSORS },
-		{ "tensors", GFS_VIEW_TENSORS }, { "layout", GFS_VIEW_LAYOUT },
-		{ "optim", GFS_VIEW_OPTIM }, { "universal", GFS_VIEW_UNIVERSAL },
-		{ "all", GFS_VIEW_ALL },
-	};
+	static const char *const all = "bin, safetensors, tensors, layout, optim, universal, all";
 	unsigned v = 0;
 
 	while (*s) {
 		const size_t n = strcspn(s, ":+ ");
 		size_t k = 0;
 
-		while (k < ARRAY_LEN(names) &&
-		       (strlen(names[k].name) != n || strncmp(s, names[k].name, n) != 0))
+		while (k < ARRAY_LEN(view_names) &&
+		       (strlen(view_names[k].name) != n || strncmp(s, view_names[k].name, n) != 0))
 			k++;
-		if (k == ARRAY_LEN(names))
-			return gfs_fail(GFS_ERR_INVAL,
-					"unknown view '%.*s' (views: bin, safetensors, tensors, layout, optim, universal, all)",
-					(int)n, s);
-		v |= names[k].bit;
+		if (k == ARRAY_LEN(view_names))
+			return gfs_fail(GFS_ERR_INVAL, "unknown view '%.*s' (views: %s)", (int)n, s,
+					all);
+		v |= view_names[k].bit;
 		s += n;
 		if (*s)
 			s++;
@@ -1858,6 +1880,12 @@ const char *gfs_fs_note(const gfs_fs *fs, size_t i)
 {
 	assert(i < fs->nnotes);
 	return fs->notes[i];
+}
+
+const char *gfs_fs_view_absent(const gfs_fs *fs, unsigned view)
+{
+	return view == GFS_VIEW_OPTIM ? fs->optim_absent
+	       : view == GFS_VIEW_UNIVERSAL ? fs->universal_absent : NULL;
 }
 
 const gfs_node *gfs_fs_lookup(const gfs_fs *fs, const gfs_node *dir,

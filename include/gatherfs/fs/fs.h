@@ -124,7 +124,7 @@ typedef struct gfs_fs_opts {
 	gfs_dtype want;      /* GFS_DT_INVALID: tensors as stored */
 	unsigned views;      /* GFS_VIEW_* bits */
 	uint64_t shard_size; /* 0: single files; else HF shards of at most this many bytes */
-	const char *crc_cache; /* directory of the persistent CRC cache, NULL: none */
+	const gfs_crccache *crc_cache; /* the persistent CRC cache, NULL: none */
 	void (*notice)(const char *line); /* told about every file left out; may be NULL */
 	const gfs_layout *adapter;     /* the adapter/ view's tensors, NULL: no adapter/ */
 	const gfs_srcset *adapter_src; /* its open sources */
@@ -137,6 +137,9 @@ typedef struct gfs_fs_opts {
  * layout, optim, universal, all) separated by ':' or '+' into GFS_VIEW_* bits.
  */
 gfs_err gfs_views_parse(const char *s, unsigned *views);
+
+/* gfs_view_name(): the name of one GFS_VIEW_* bit (or of GFS_VIEW_ALL), else NULL. */
+const char *gfs_view_name(unsigned view);
 
 /*
  * gfs_fs_new(): build the namespace of a finished layout whose sources are
@@ -159,6 +162,17 @@ void gfs_fs_free(gfs_fs *fs);
  */
 size_t gfs_fs_nnotes(const gfs_fs *fs);
 const char *gfs_fs_note(const gfs_fs *fs, size_t i);
+
+/*
+ * gfs_fs_view_absent(): why view (one GFS_VIEW_* bit asked for in
+ * gfs_fs_opts.views) shows no file for this checkpoint, e.g. "no optimizer
+ * state"; NULL if it shows files or was not asked for.  Only optim and
+ * universal can be absent: the other views show any checkpoint.  A
+ * universal view the checkpoint has but DeepSpeed could not load is a note
+ * (gfs_fs_note()) only with views GFS_VIEW_ALL; with views asked for by
+ * name the caller reports it from here.
+ */
+const char *gfs_fs_view_absent(const gfs_fs *fs, unsigned view);
 
 /* gfs_fs_node(): the node with inode number ino, or NULL. */
 const gfs_node *gfs_fs_node(const gfs_fs *fs, uint64_t ino);
