@@ -32,7 +32,8 @@
  * model-0000i-of-0000N.safetensors + model.safetensors.index.json.  The
  * views option chooses which of bin, safetensors, tensors, layout, optim
  * and universal appear.  A layout the universal view cannot serve (see
- * gfs_uview_new()) gets no universal files and a note saying why.
+ * gfs_uview_new()) gets no universal files and, with views GFS_VIEW_ALL, a
+ * note saying why (else see gfs_fs_view_absent()).
  *
  * Tensor file names are the state-dict keys with '%', '/' and control bytes
  * written as %XX (upper-case hex); the names ".", ".." and "INDEX" are
