@@ -23,6 +23,7 @@
 #ifndef GATHERFS_VFILE_H
 #define GATHERFS_VFILE_H
 
+#include "gatherfs/server/crccache.h"
 #include "gatherfs/server/server.h"
 
 /* Where TENSOR segments get their bytes: a layout, its open sources and the
@@ -31,7 +32,7 @@ typedef struct gfs_vctx {
 	const gfs_layout *layout;
 	const gfs_srcset *src;
 	gfs_dtype want;
-	const char *crc_cache; /* directory of the persistent CRC cache, or NULL */
+	const gfs_crccache *crc_cache; /* the persistent CRC cache, or NULL */
 } gfs_vctx;
 
 /*
