@@ -335,7 +335,7 @@ static const char *ls_name(const char *name, char *buf)
 	return buf;
 }
 
-/* cmd_ls_optim(): ls --optim: the optimizer-state entries. */
+/* cmd_ls_optim(): ls --optim: the optimizer-state entries, in --dtype as cat gives them. */
 static int cmd_ls_optim(const inspect_opts *o, const gfs_layout *l)
 {
 	if (o->json) {
@@ -345,9 +345,10 @@ static int cmd_ls_optim(const inspect_opts *o, const gfs_layout *l)
 
 		for (size_t i = l->ntensors; ok && i < gfs_layout_nentries(l); i++) {
 			const gfs_tensor *t = &l->tensors[i];
-			cJSON *e = json_entry(arr, t, true, t->dtype);
+			const gfs_dtype dt = gfs_dtype_out(t->dtype, o->dtype);
+			cJSON *e = json_entry(arr, t, true, dt);
 
-			ok = e && gfs_json_add_u64(e, "nbytes", t->nbytes);
+			ok = e && gfs_json_add_u64(e, "nbytes", gfs_tensor_out_nbytes(l, i, o->dtype));
 		}
 		text = ok ? cJSON_Print(arr) : NULL;
 		cJSON_Delete(arr);
@@ -367,7 +368,8 @@ static int cmd_ls_optim(const inspect_opts *o, const gfs_layout *l)
 
 		format_shape(t, shape, sizeof(shape));
 		printf("%-12s %-48s %-9s %-20s %14" PRIu64 "\n", t->state, ls_name(t->name, nb),
-		       gfs_dtype_name(t->dtype), shape, t->nbytes);
+		       gfs_dtype_name(gfs_dtype_out(t->dtype, o->dtype)), shape,
+		       gfs_tensor_out_nbytes(l, i, o->dtype));
 	}
 	return 0;
 }
