@@ -6,7 +6,8 @@
 # and mounted: tensors/a%09b holds the bytes, pytorch_model.bin (torch.load)
 # and model.safetensors carry the key itself.  A key holding a NUL byte
 # (a safetensors \u0000 escape, a pickled str) is refused with one line
-# naming the file and the key.
+# naming the file and the key.  One plain file given directly is listed
+# and mounted as a plain source.
 . "${top_srcdir:-.}/tests/lib.sh"
 . "$top_srcdir/tests/mount-lib.sh"
 mount_setup
@@ -63,6 +64,24 @@ PY
 	gfs_umount "$mnt" || fail "unmount $mnt"
 	echo "ok - mount of $kind"
 done
+
+# One plain file given directly: listed and mounted as a plain source (ls
+# says so, not "layout JSON").
+for f in "$T/bin/pytorch_model.bin" "$T/st/model.safetensors"; do
+	"$INSPECT" ls "$f" > "$T/ls" 2> "$T/err" || fail "ls $f: $(cat "$T/err")"
+	grep -q '^a%09b ' "$T/ls" || fail "ls $f: $(cat "$T/ls")"
+	grep -q "^gatherfs-inspect: $f: plain model file" "$T/err" || fail "ls $f says: $(cat "$T/err")"
+	grep -q "layout JSON" "$T/err" && fail "ls $f says: $(cat "$T/err")"
+	gfs_mount "$f" "$T/mnt-file" || fail "mount $f"
+	[ -f "$T/mnt-file/pytorch_model.bin" ] && [ -f "$T/mnt-file/model.safetensors" ] ||
+		fail "mount $f: $(ls "$T/mnt-file")"
+	[ "$(od -An -tf4 "$T/mnt-file/tensors/a%09b" | wc -w)" -eq 4 ] || fail "mount $f: tensors/a%09b"
+	gfs_umount "$T/mnt-file" || fail "unmount $T/mnt-file"
+done
+"$INSPECT" layout "$T/bin/pytorch_model.bin" > "$T/layout.json" || fail "layout of a file"
+"$INSPECT" ls "$T/layout.json" 2>&1 > /dev/null | grep -q "layout JSON: plain model file" ||
+	fail "ls of a layout JSON no longer says so"
+echo "ok - one plain file"
 
 # A NUL byte cannot be part of a name: one line naming the file and the key.
 "$INSPECT" ls "$T/nulbin" > /dev/null 2> "$T/err" && fail "ls of a NUL key succeeded"

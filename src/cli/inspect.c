@@ -19,6 +19,7 @@
 
 #include "gatherfs/cli/export.h"
 #include "gatherfs/importers/import.h"
+#include "gatherfs/importers/import_plain.h"
 #include "gatherfs/server/integrity.h"
 #include "gatherfs/util/json.h"
 #include "gatherfs/importers/lora.h"
@@ -226,7 +227,11 @@ static void say_source(const inspect_opts *o, const char *dir, const gfs_layout 
 {
 	struct stat st;
 	const char *what = o->layout ? o->layout : dir;
-	const bool file = o->layout || (stat(dir, &st) == 0 && S_ISREG(st.st_mode));
+	const bool forced = o->input_format && strcmp(o->input_format, "auto") != 0;
+	/* a file given as DIR is a layout JSON unless it is a plain model file */
+	const bool file = o->layout || (stat(dir, &st) == 0 && S_ISREG(st.st_mode) &&
+					(forced ? strcmp(o->input_format, "layout") == 0
+						: !gfs_plain_is_file(dir)));
 
 	if (l->note)
 		fprintf(stderr, "gatherfs-inspect: note: %s\n", l->note);
