@@ -143,7 +143,17 @@ with tempfile.TemporaryDirectory() as tmp:
     os.mkdir(d)
     with open(os.path.join(d, "config.json"), "w") as fh:
         fh.write("{}")
-    expect_error("non-checkpoint directory", ["ls", d], "notackpt", "not a DeepSpeed")
+    expect_error("non-checkpoint directory", ["ls", d], "notackpt: no known checkpoint format (looked for:")
+    d = os.path.join(tmp, "emptydir")
+    os.mkdir(d)
+    expect_error("empty directory", ["ls", d], "emptydir: no known checkpoint format (looked for:",
+                 "DeepSpeed", "DCP", "zero3", "layout.json", "model.safetensors")
+    d = os.path.join(tmp, "readmeonly")
+    os.mkdir(d)
+    with open(os.path.join(d, "README"), "w") as fh:
+        fh.write("a model\n")
+    expect_error("a directory with a README only", ["ls", d],
+                 "readmeonly: no known checkpoint format (looked for:")
 
     # a tag directory that does not exist
     expect_error("unknown tag", ["ls", "--tag", "global_step9",
