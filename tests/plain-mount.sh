@@ -100,7 +100,7 @@ echo "ok: model.safetensors wins over pytorch_model.bin"
 
 # An adapter-only dir is no model dir unless asked.
 mkdir -p "$T/mnt"
-expect_mount_fail "not a DeepSpeed ZeRO checkpoint" "$PLAIN/adapter" "$T/mnt"
+expect_mount_fail "adapter: no known checkpoint format" "$PLAIN/adapter" "$T/mnt"
 
 # Broken files: one line, no mount.
 "$PYTHON3" "$top_srcdir/tests/tools/make_plain.py" bad "$G/sharded_st" "$T/bad" \

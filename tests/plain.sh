@@ -65,7 +65,7 @@ check_case "$G/sharded_st/model-00003-of-00003.safetensors"
 # Detection: plain dirs and files are found without --input-format; an
 # adapter-only dir needs it; a forced format that does not fit fails.
 "$INSPECT" ls "$PLAIN/adapter" > /dev/null 2> "$TESTTMP/err" && fail "adapter dir detected without --input-format plain"
-grep -q "not a DeepSpeed ZeRO checkpoint" "$TESTTMP/err" || fail "adapter dir: $(cat "$TESTTMP/err")"
+grep -q "adapter: no known checkpoint format" "$TESTTMP/err" || fail "adapter dir: $(cat "$TESTTMP/err")"
 "$INSPECT" ls --input-format plain "$CKPTS/z3_ws2_fp32/checkpoint" > /dev/null 2> "$TESTTMP/err" &&
 	fail "--input-format plain on a DeepSpeed dir succeeded"
 grep -q "no plain model files" "$TESTTMP/err" || fail "plain on DeepSpeed: $(cat "$TESTTMP/err")"

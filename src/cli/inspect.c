@@ -19,6 +19,7 @@
 
 #include "gatherfs/cli/export.h"
 #include "gatherfs/importers/import.h"
+#include "gatherfs/importers/import_plain.h"
 #include "gatherfs/server/integrity.h"
 #include "gatherfs/util/json.h"
 #include "gatherfs/importers/lora.h"
@@ -234,7 +235,11 @@ static void say_source(const inspect_opts *o, const char *dir, const gfs_layout 
 {
 	struct stat st;
 	const char *what = o->layout ? o->layout : dir;
-	const bool file = o->layout || (stat(dir, &st) == 0 && S_ISREG(st.st_mode));
+	const bool forced = o->input_format && strcmp(o->input_format, "auto") != 0;
+	/* a file given as DIR is a layout JSON unless it is a plain model file */
+	const bool file = o->layout || (stat(dir, &st) == 0 && S_ISREG(st.st_mode) &&
+					(forced ? strcmp(o->input_format, "layout") == 0
+						: !gfs_plain_is_file(dir)));
 
 	if (l->note)
 		fprintf(stderr, "gatherfs-inspect: note: %s\n", l->note);
@@ -311,7 +316,39 @@ static cJSON *json_entry(cJSON *arr, const gfs_tensor *t, bool state, gfs_dtype 
 	return ok ? e : NULL;
 }
 
-/* cmd_ls_optim(): ls --optim: the optimizer-state entries. */
+/* LS_NAME_BUF: room for a layout name (at most 4096 bytes) with every byte %XX. */
+#define LS_NAME_BUF (3 * 4096 + 1)
+
+/*
+ * ls_name(): name for a line of ls: itself, or, when it holds a control
+ * byte (0x00-0x1f, 0x7f: a tab would break the columns), a copy in buf
+ * (LS_NAME_BUF bytes) with those written %XX as tensors/ names write them.
+ */
+static const char *ls_name(const char *name, char *buf)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	char *p = buf;
+	bool ctl = false;
+
+	for (const unsigned char *c = (const unsigned char *)name; *c && !ctl; c++)
+		ctl = *c < 0x20 || *c == 0x7f;
+	if (!ctl)
+		return name;
+	for (const unsigned char *c = (const unsigned char *)name; *c; c++) {
+		assert((size_t)(p - buf) + 4 <= LS_NAME_BUF);
+		if (*c < 0x20 || *c == 0x7f) {
+			*p++ = '%';
+			*p++ = hex[*c >> 4];
+			*p++ = hex[*c & 15];
+		} else {
+			*p++ = (char)*c;
+		}
+	}
+	*p = '\0';
+	return buf;
+}
+
+/* cmd_ls_optim(): ls --optim: the optimizer-state entries, in --dtype as cat gives them. */
 static int cmd_ls_optim(const inspect_opts *o, const gfs_layout *l)
 {
 	if (o->json) {
@@ -321,9 +358,10 @@ static int cmd_ls_optim(const inspect_opts *o, const gfs_layout *l)
 
 		for (size_t i = l->ntensors; ok && i < gfs_layout_nentries(l); i++) {
 			const gfs_tensor *t = &l->tensors[i];
-			cJSON *e = json_entry(arr, t, true, t->dtype);
+			const gfs_dtype dt = gfs_dtype_out(t->dtype, o->dtype);
+			cJSON *e = json_entry(arr, t, true, dt);
 
-			ok = e && gfs_json_add_u64(e, "nbytes", t->nbytes);
+			ok = e && gfs_json_add_u64(e, "nbytes", gfs_tensor_out_nbytes(l, i, o->dtype));
 		}
 		text = ok ? cJSON_Print(arr) : NULL;
 		cJSON_Delete(arr);
@@ -338,11 +376,13 @@ static int cmd_ls_optim(const inspect_opts *o, const gfs_layout *l)
 	printf("%-12s %-48s %-9s %-20s %14s\n", "STATE", "NAME", "DTYPE", "SHAPE", "BYTES");
 	for (size_t i = l->ntensors; i < gfs_layout_nentries(l); i++) {
 		const gfs_tensor *t = &l->tensors[i];
+		static char nb[LS_NAME_BUF];
 		char shape[512];
 
 		format_shape(t, shape, sizeof(shape));
-		printf("%-12s %-48s %-9s %-20s %14" PRIu64 "\n", t->state, t->name,
-		       gfs_dtype_name(t->dtype), shape, t->nbytes);
+		printf("%-12s %-48s %-9s %-20s %14" PRIu64 "\n", t->state, ls_name(t->name, nb),
+		       gfs_dtype_name(gfs_dtype_out(t->dtype, o->dtype)), shape,
+		       gfs_tensor_out_nbytes(l, i, o->dtype));
 	}
 	return 0;
 }
@@ -404,12 +444,13 @@ static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 	for (size_t i = 0; i < l->ntensors && !out_errno; i++) {
 		const gfs_tensor *t = &l->tensors[i];
 		const gfs_dtype dt = gfs_dtype_out(t->dtype, o->dtype);
+		static char nb[LS_NAME_BUF], ab[LS_NAME_BUF];
 		char shape[512], kb[32];
 
 		format_shape(t, shape, sizeof(shape));
-		out_ok(printf("%-48s %-9s %-20s %14" PRIu64 "  %s%s%s\n", t->name, gfs_dtype_name(dt),
-			      shape, t->numel * gfs_dtype_size(dt),
-			      t->alias_of >= 0 ? l->tensors[t->alias_of].name : "-",
+		out_ok(printf("%-48s %-9s %-20s %14" PRIu64 "  %s%s%s\n", ls_name(t->name, nb),
+			      gfs_dtype_name(dt), shape, t->numel * gfs_dtype_size(dt),
+			      t->alias_of >= 0 ? ls_name(l->tensors[t->alias_of].name, ab) : "-",
 			      kinds ? "  " : "", kinds ? kind_of(t, kb, sizeof(kb)) : ""));
 	}
 	/* non-tensor entries (DCP bytes): listed, never served as tensors */

@@ -135,6 +135,20 @@ static bool opt_uint(const char *arg, unsigned lo, unsigned hi, const char *unit
 	return true;
 }
 
+/*
+ * mountpoint_missing(): MOUNTPOINT mp does not exist: one line saying so
+ * (before fuse_parse_cmdline(), whose "bad mount point" says less).
+ */
+static bool mountpoint_missing(const char *mp)
+{
+	struct stat st;
+
+	if (stat(mp, &st) == 0 || errno != ENOENT)
+		return false;
+	fprintf(stderr, "gatherfs: %s: no such directory (create it first)\n", mp);
+	return true;
+}
+
 static int cli_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
 {
 	gfs_cli *cli = data;
@@ -142,8 +156,8 @@ static int cli_proc(void *data, const char *arg, int key, struct fuse_args *outa
 	(void)outargs;
 	switch (key) {
 	case FUSE_OPT_KEY_NONOPT:
-		if (cli->source)
-			return 1; /* the mountpoint: for fuse_parse_cmdline() */
+		if (cli->source) /* the mountpoint: for fuse_parse_cmdline(), if it exists */
+			return mountpoint_missing(arg) ? -1 : 1;
 		cli->source = strdup(arg);
 		return cli->source ? 0 : -1;
 	case FUSE_OPT_KEY_OPT:
@@ -433,6 +447,8 @@ static bool mountpoint_ok(const char *mp)
 
 	if (strncmp(mp, "/dev/fd/", 8) == 0)
 		return true;
+	if (mountpoint_missing(mp))
+		return false;
 	if (stat(mp, &st) != 0) {
 		fprintf(stderr, "gatherfs: %s: %s\n", mp, strerror(errno));
 		return false;

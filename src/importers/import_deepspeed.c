@@ -40,6 +40,9 @@
 
 #define DS_MAX_PICKLE ((uint64_t)1 << 30)
 #define DS_MAX_RANKS 65536
+/* What an optimizer state name (a folder name under optim/) must not hold. */
+#define STATE_BAD_BYTES "/\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f" \
+	"\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b\x1c\x1d\x1e\x1f\x7f"
 
 /* One opened .pt file of the checkpoint. */
 typedef struct ds_file {
@@ -944,7 +947,7 @@ static gfs_err shapes_of(const ds_file *m0, const gfs_pv **ps)
 
 /*
  * push_param(): entry i of param group g's param_shapes dict (shapes): its
- * name must be a string without control characters; *n is its element
+ * name must be a string without a NUL byte; *n is its element
  * count, and it becomes a trainable entry at element off of the group.
  */
 static gfs_err push_param(ds_ckpt *c, const gfs_pv *shapes, size_t i, size_t g, uint64_t off,
@@ -957,9 +960,7 @@ static gfs_err push_param(ds_ckpt *c, const gfs_pv *shapes, size_t i, size_t g, 
 
 	assert(i < shapes->u.dict.len);
 	if (!name)
-		return gfs_fail(GFS_ERR_FORMAT,
-				"%s: param_shapes key %zu is not a string without control characters",
-				m0->path, i);
+		return gfs_pv_name_fail(m0->path, "param_shapes key", i, it->key);
 	err = param_numel(m0, name, it->value, n);
 	return err ? err : train_push(c, name, it->value, g, off, cap);
 }
@@ -1410,9 +1411,7 @@ static gfs_err build_entries(ds_ckpt *c)
 		size_t k;
 
 		if (!name)
-			return gfs_fail(GFS_ERR_FORMAT,
-					"%s: module key %zu is not a string without control characters",
-					m0->path, i);
+			return gfs_pv_name_fail(m0->path, "module key", i, it->key);
 		if (target && gfs_pv_dict_get(module, target)) {
 			err = gfs_layout_add_alias(c->l, name, target);
 		} else if (target && !tmap_find(c, name)) {
@@ -1527,7 +1526,7 @@ static gfs_err plan_states(ds_ckpt *c)
 		const gfs_pv *v = st0->u.dict.items[k].value;
 		ds_state *s = &c->states[c->nstates];
 
-		if (!name || strchr(name, '/') || !*name || strcmp(name, ".") == 0 ||
+		if (!name || strpbrk(name, STATE_BAD_BYTES) || !*name || strcmp(name, ".") == 0 ||
 		    strcmp(name, "..") == 0)
 			return gfs_fail(GFS_ERR_FORMAT, "%s: optimizer state %zu has no usable name",
 					c->optim[0].path, k);

@@ -118,7 +118,9 @@ with tempfile.TemporaryDirectory() as tmp:
         fh.write(b"\xff" * 16)
     expect_error("corrupt pickle", ["ls", d], "mp_rank_00_model_states.pt", "data.pkl")
 
-    # a module key with a newline (found by fuzz_import_deepspeed): one line, no key
+    # a module key with a NUL byte (a newline was found by fuzz_import_deepspeed;
+    # control bytes are fine now, a NUL cannot be part of a name): one line
+    # naming the key by index and escaped
     d = copy_case(tmp, "z3_ws2_fp32")
     f = os.path.join(d, "global_step3", "zero_pp_rank_0_mp_rank_00_model_states.pt")
     off, size = pickle_offset(f)
@@ -126,9 +128,9 @@ with tempfile.TemporaryDirectory() as tmp:
         fh.seek(off)
         pkl = fh.read(size)
         fh.seek(off + pkl.index(b"embed.weight"))
-        fh.write(b"embed\nweight")
-    expect_error("a module key with a newline", ["ls", d], "zero_pp_rank_0_mp_rank_00_model_states.pt",
-                 "control characters")
+        fh.write(b"embed\0weight")
+    expect_error("a module key with a NUL byte", ["ls", d], "zero_pp_rank_0_mp_rank_00_model_states.pt",
+                 '("embed%00weight") holds a NUL byte')
 
     # a pickle that tries to call os.system: must not run, must be refused
     marker = os.path.join(tmp, "pwned")
@@ -149,7 +151,17 @@ with tempfile.TemporaryDirectory() as tmp:
     os.mkdir(d)
     with open(os.path.join(d, "config.json"), "w") as fh:
         fh.write("{}")
-    expect_error("non-checkpoint directory", ["ls", d], "notackpt", "not a DeepSpeed")
+    expect_error("non-checkpoint directory", ["ls", d], "notackpt: no known checkpoint format (looked for:")
+    d = os.path.join(tmp, "emptydir")
+    os.mkdir(d)
+    expect_error("empty directory", ["ls", d], "emptydir: no known checkpoint format (looked for:",
+                 "DeepSpeed", "DCP", "zero3", "layout.json", "model.safetensors")
+    d = os.path.join(tmp, "readmeonly")
+    os.mkdir(d)
+    with open(os.path.join(d, "README"), "w") as fh:
+        fh.write("a model\n")
+    expect_error("a directory with a README only", ["ls", d],
+                 "readmeonly: no known checkpoint format (looked for:")
 
     # a tag directory that does not exist
     expect_error("unknown tag", ["ls", "--tag", "global_step9",
