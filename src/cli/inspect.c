@@ -601,6 +601,38 @@ static uint64_t unchecked_bytes(const gfs_layout *l, size_t *ntensors)
 	return bytes;
 }
 
+/*
+ * print_unchecksummed(): for a save_zero3 save, one line per data file
+ * holding tensor bytes in no checksummed record: a file of an older
+ * save_zero3, whose manifest has no CRC-32s.
+ */
+static void print_unchecksummed(const gfs_layout *l)
+{
+	bool *no_crc;
+
+	if (strcmp(l->format, "zero3") != 0 || !l->nsources)
+		return;
+	no_crc = gfs_calloc(l->nsources, sizeof(*no_crc));
+	if (!no_crc)
+		return;
+	for (size_t i = 0; i < l->ntensors; i++) {
+		const gfs_tensor *t = &l->tensors[i];
+
+		for (size_t p = 0; t->alias_of < 0 && p < t->npieces; p++) {
+			const gfs_piece pc = gfs_tensor_piece(t, p);
+
+			if (pc.kind == GFS_PIECE_FILE && pc.rec == GFS_NO_RECORD)
+				no_crc[pc.src] = true;
+		}
+	}
+	for (size_t k = 0; k < l->nsources; k++) {
+		if (no_crc[k])
+			out_ok(printf("%s: no checksums (saved by an older save_zero3)\n",
+				      l->sources[k].path));
+	}
+	free(no_crc);
+}
+
 static int cmd_verify(const gfs_layout *l)
 {
 	gfs_srcset *s = NULL;
@@ -664,6 +696,7 @@ static int cmd_verify(const gfs_layout *l)
 		      " source bytes read, %zu zstd frames decompressed, %zu of them with a content checksum) in %.3f s\n",
 		      st.checked, st.bytes, st.frames, st.frames_sum, dt_crc));
 	unchecked = unchecked_bytes(l, &nunchecked);
+	print_unchecksummed(l);
 	if (unchecked)
 		out_ok(printf("note: %" PRIu64 " bytes of %zu tensors lie in no checksummed zip record "
 			      "(safetensors, raw or layout JSON sources): not verified, but for the "

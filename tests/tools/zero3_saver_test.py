@@ -139,8 +139,10 @@ def worker(g, out, rank, ws, tag, fail_rank, store):
         res = g.save_zero3(model, out, tag=tag, config={"model_type": "small"} if rank == 0 else None)
     except g.SaveError as e:
         check(rank == fail_rank, f"rank {rank}: unexpected {e}")
-        check(not os.path.exists(os.path.join(out, f"zero3-rank-{rank}.json")), "a failed rank left a manifest")
-        check(not [f for f in os.listdir(out) if f.startswith(f"zero3-rank-{rank}.") and f.endswith(".tmp")],
+        d = os.path.join(out, g.tag_dir(tag))
+        check(not os.path.exists(os.path.join(d, f"zero3-rank-{rank}.json")), "a failed rank left a manifest")
+        check(not os.path.exists(d) or not [f for f in os.listdir(d) if f.startswith(f"zero3-rank-{rank}.")
+                                            and f.endswith(".tmp")],
               "a failed rank left a temporary file")
         print(f"ok: rank {rank} failed as asked: {e}")
         return
