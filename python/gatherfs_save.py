@@ -193,7 +193,7 @@ def _config_json(config):
             with open(config) as f:
                 text = f.read()
         else:
-            raise SaveError(f"config is a {type(config).__name__}: it must be a dict, a transformers "
+            raise SaveError(f"config is of type {type(config).__name__}: it must be a dict, a transformers "
                             "config or the path of a config.json")
         if not isinstance(text, str) or not isinstance(json.loads(text, parse_constant=_refuse_constant), dict):
             raise SaveError("config is not a JSON object")
@@ -296,7 +296,7 @@ def _check_tag(tag):
     if isinstance(tag, numbers.Integral) and not isinstance(tag, bool):
         return str(int(tag))
     if not isinstance(tag, str):
-        raise SaveError(f"tag is a {type(tag).__name__}: it must be a string or an integer")
+        raise SaveError(f"tag is of type {type(tag).__name__}: it must be a string or an integer")
     if any(ord(c) < 0x20 or c == "\x7f" for c in tag):
         raise SaveError(f"tag {tag!r} holds a control character")
     return tag
@@ -305,7 +305,7 @@ def _check_tag(tag):
 def _check_dir(save_dir):
     """save_dir as a str path, which is a directory or does not exist yet."""
     if not isinstance(save_dir, (str, os.PathLike)):
-        raise SaveError(f"save_dir is a {type(save_dir).__name__}: it must be a path")
+        raise SaveError(f"save_dir is of type {type(save_dir).__name__}: it must be a path")
     path = os.fspath(save_dir)
     if not isinstance(path, str) or not path:
         raise SaveError(f"save_dir {save_dir!r} must be a non-empty str path")
@@ -318,7 +318,7 @@ def _check_args(module, save_dir, tag, config):
     """Check every argument before anything is written: (save_dir, tag,
     config.json text or None)."""
     if not callable(getattr(module, "state_dict", None)):
-        raise SaveError(f"module is a {type(module).__name__}, not a torch module (engine.module)")
+        raise SaveError(f"module is of type {type(module).__name__}, not a torch module (engine.module)")
     path, tag = _check_dir(save_dir), _check_tag(tag)
     _check_tag_name(tag)
     return path, tag, None if config is None else _config_json(config)
@@ -482,7 +482,7 @@ def save_zero3(module, save_dir, tag=None, group=None, config=None, overwrite=Fa
         raise SaveError("gatherfs files are little-endian; this host is big-endian")
     save_dir, tag, config_text = _check_args(module, save_dir, tag, config)
     if not isinstance(overwrite, bool):
-        raise SaveError(f"overwrite is a {type(overwrite).__name__}: it must be True or False")
+        raise SaveError(f"overwrite is of type {type(overwrite).__name__}: it must be True or False")
     entries, rank, ws = _rank_of(module, group)
     os.makedirs(save_dir, exist_ok=True)
     d, old = prepare_dir(save_dir, tag, overwrite)
