@@ -1,13 +1,17 @@
 """gatherfs_save: save a DeepSpeed ZeRO-3 model without gathering it.
 
 Call ``save_zero3(engine.module, save_dir, tag=step)`` on every rank of the
-data-parallel group, at a step boundary.  Each rank writes only the
-partitions it owns (``p.ds_tensor[:valid]``) to ``save_dir/zero3-rank-R.bin``
-and then its manifest ``save_dir/zero3-rank-R.json``; rank 0 also writes the
-persistent buffers (and ``config.json`` when ``config`` is given).  There is
-no collective, no gathered tensor, and memory stays O(one partition).  Once
-every rank has returned, ``gatherfs save_dir MNT`` serves the whole model
-(``pytorch_model.bin``, ``model.safetensors``...).  The format is described in
+data-parallel group, at a step boundary.  Every argument is checked before
+anything is written.  Each rank writes only the partitions it owns
+(``p.ds_tensor[:valid]``) to ``save_dir/TAG/zero3-rank-R.bin`` and then its
+manifest ``save_dir/TAG/zero3-rank-R.json`` (with the CRC-32 of each
+partition); rank 0 also writes the persistent buffers (and ``config.json``
+when ``config`` is given).  There is no collective, no gathered tensor, and
+memory stays O(one partition).  Once every rank has returned, ``gatherfs
+save_dir MNT`` serves the whole model of the newest complete save
+(``pytorch_model.bin``, ``model.safetensors``...).  A save never writes into
+another tag's directory, and a complete save of its own tag is replaced only
+with ``overwrite=True``.  The format and the protocol are described in
 docs/zero3-save.md.
 
 The partitions are the only authoritative copy of a ZeRO-3 parameter under
@@ -44,7 +48,7 @@ _DTYPES = {
     torch.uint8: "uint8", torch.bool: "bool",
 }
 
-__all__ = ["save_zero3", "partition_span", "plan_entries"]
+__all__ = ["save_zero3", "partition_span", "plan_entries", "tag_dir", "is_complete"]
 
 
 class SaveError(RuntimeError):
@@ -460,23 +464,26 @@ def _drop_old(old, rank):
 def save_zero3(module, save_dir, tag=None, group=None, config=None, overwrite=False):
     """Save a ZeRO-3 module's weights rank-locally.  Call on every rank of the
     data-parallel group (``engine.module``), all with the same ``tag`` (e.g.
-    the global step; it is written by every rank so that files of two saves
-    never mix).  ``group``: the partition group (default: each param's
-    ``ds_process_group``).  ``config``: a dict, a transformers config or a
-    config.json path, written by rank 0 as ``save_dir/config.json``.
+    the global step: a str or an int; it names the save's directory
+    ``save_dir/TAG``, ``save_dir/untagged`` without one).  ``group``: the
+    partition group (default: each param's ``ds_process_group``).
+    ``config``: a dict, a transformers config or a config.json path, written
+    by rank 0 as ``config.json``.  ``overwrite``: replace a complete save of
+    the same tag (else it is refused).
 
     Every argument, and every tensor to save, is checked before anything is
-    written (SaveError).  Writes ``save_dir/zero3-rank-R.bin`` then
-    ``zero3-rank-R.json`` (R = this process's rank in the group; rank 0 also
-    writes the buffers and other unpartitioned tensors), each through a
-    temporary file and a rename, so a manifest exists only for a rank whose
+    written (SaveError).  Then (docs/zero3-save.md, "The save protocol")
+    prepare_dir(), write_data(), config.json, write_manifest(): rank R
+    writes ``zero3-rank-R.bin`` then ``zero3-rank-R.json`` (rank 0 also the
+    buffers and other unpartitioned tensors), each through a temporary
+    file, fsynced and renamed, so a manifest exists only for a rank whose
     data is complete.  The manifest holds the CRC-32 of every tensor's bytes.
     Reads only the partitions (``p.ds_tensor``), never ``p.data`` or
     ``ds_secondary_tensor`` for saving, and writes nothing back.
 
-    Returns a dict: rank, world_size, tag, files written, and ``stale``: the
-    params whose live gathered copy (``p.data`` or the hpZ secondary tensor)
-    differs from the saved partitions on this rank.
+    Returns a dict: rank, world_size, tag, dir (of the save), files written,
+    and ``stale``: the params whose live gathered copy (``p.data`` or the
+    hpZ secondary tensor) differs from the saved partitions on this rank.
     """
     if sys.byteorder != "little":
         raise SaveError("gatherfs files are little-endian; this host is big-endian")

@@ -11,7 +11,14 @@
  * rank's bytes of a partitioned tensor are follows from the partition
  * arithmetic (ceil(numel / W) elements per rank, the last ranks short),
  * which the manifests must match exactly.  Anything else is refused with
- * one line: a partial model is never served.  Tensor payloads are not read.
+ * one line: a partial model is never served.  Tensor payloads are not read;
+ * the CRC-32 the manifests give for each tensor's bytes make those bytes
+ * checksummed records, checked by the layout's integrity machinery.
+ *
+ * The saver puts each save in its own directory DIR/TAG; given DIR, the
+ * newest complete one is imported (each save on its own: two are never
+ * mixed), and the newer incomplete ones are named in the note.  A save
+ * written straight into DIR (before tag directories) is imported as it is.
  */
 #define _GNU_SOURCE /* qsort_r */
 #include "config.h"
