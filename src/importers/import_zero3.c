@@ -133,8 +133,8 @@ typedef struct z3_cand {
 
 /*
  * list_saves(): the subdirectories of dir (not hidden: a save moved aside
- * by an overwrite is) holding rank files, newest first.  @return GFS_OK
- * and *out, *n (possibly 0).
+ * by an overwrite is) holding rank files, the first Z3_MAX_SAVES found,
+ * in no order.  @return GFS_OK and *out, *n (possibly 0).
  */
 static gfs_err list_saves(const char *dir, z3_cand **out, size_t *n)
 {
@@ -171,7 +171,12 @@ static gfs_err list_saves(const char *dir, z3_cand **out, size_t *n)
 
 			if (!g) {
 				free(path);
-				break;
+				for (size_t i = 0; i < *n; i++)
+					free(c[i].path);
+				free(c);
+				closedir(d);
+				*n = 0;
+				return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 			}
 			c = g;
 			cap = cap ? cap * 2 : 8;
@@ -196,11 +201,14 @@ static int cmp_newest(const void *a, const void *b)
 
 bool gfs_zero3_detect(const char *dir)
 {
+	return rank_files(dir, NULL);
+}
+
+bool gfs_zero3_detect_saves(const char *dir)
+{
 	z3_cand *c = NULL;
 	size_t n = 0;
 
-	if (rank_files(dir, NULL))
-		return true;
 	if (list_saves(dir, &c, &n) != GFS_OK)
 		return false;
 	for (size_t i = 0; i < n; i++)

@@ -92,10 +92,13 @@ gfs_err gfs_dcp_parse_metadata(const uint8_t *buf, size_t len, const char *label
  */
 gfs_err gfs_import_zero3(const char *dir, const char *tag, gfs_layout **out);
 
-/*
- * gfs_zero3_detect(): does directory dir, or a subdirectory of it that is
- * not hidden, hold a file named zero3-rank-R.json or .bin?
- */
+/* gfs_zero3_detect(): does directory dir hold a file named zero3-rank-R.json or .bin? */
 bool gfs_zero3_detect(const char *dir);
+
+/*
+ * gfs_zero3_detect_saves(): does a subdirectory of dir that is not hidden
+ * hold such a file (a directory of saves, one per tag)?
+ */
+bool gfs_zero3_detect_saves(const char *dir);
 
 #endif
