@@ -178,4 +178,12 @@ save "$T/s" 3 --tag step5 --seed 9 --truth "$T/s5b.pt" --overwrite
 gfs_mount "$T/s" "$T/mnt" -o tag=step5 2>/dev/null || fail "mount -o tag=step5"
 same_as "$T/mnt" "$T/s5b.pt"
 gfs_umount "$T/mnt" || fail "unmount"
+# no tag: the save's directory is "untagged"
+save "$T/u" 2
+[ -f "$T/u/untagged/zero3-rank-1.json" ] || fail "no untagged directory: $(ls -R "$T/u")"
+gfs_mount "$T/u" "$T/mnt" 2>"$T/note" || fail "mount: $(cat "$T/note")"
+same_as "$T/mnt" "$T/u.truth.pt"
+gfs_umount "$T/mnt" || fail "unmount"
+grep -q "save 'untagged' in $T/u, the newest complete one; gatherfs save_zero3, tag ''" "$T/note" ||
+	fail "untagged: $(cat "$T/note")"
 echo "PASS: zero3 integrity"
