@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # bench/ab-read.sh BUILDDIR_A BUILDDIR_B CKPT [FILE] [ROUNDS]: warm reads of
 # one mounted file by two builds of gatherfs, interleaved (A B A B ...), in
 # the same run.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # bench/check_fidelity.sh [BUILDDIR]: prove that bench/gen_deepspeed.py writes
 # what DeepSpeed 0.14.5 writes.  For real fixtures in tests/data/ckpt it
 # generates the same configuration (tiny_model.TinyLM, same stage, world size

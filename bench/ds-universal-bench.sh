@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # "mount + resume" against "ds_to_universal + resume" with real DeepSpeed
 # (issue 15): a single-group ZeRO-3 OtherLM saved at 4 ranks, resumed at 2.
 #

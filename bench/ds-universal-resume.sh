@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Real DeepSpeed resumes at another world size from a gatherfs mount's
 # universal checkpoint view (issue 15), checked with the universal harness's
 # compare.py (fp32 masters, exp_avg, exp_avg_sq, step bit-identical after the

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """fidelity.py layout REAL.json GEN.json | pickles REAL.pt GEN.pt | dcpmeta REAL GEN
 
 layout:  compare two `gatherfs-inspect layout` JSONs on what must match: the

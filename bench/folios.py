@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """folios.py FILE [PAGES]: how the page cache holds the first PAGES (default
 8192) pages of FILE: in large folios (compound pages) or single pages.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Write a PyTorch Distributed Checkpoint (FSDP2, Shard(0)) of any size, payloads as holes.
 
 Usage:

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Write a DeepSpeed 0.14-layout ZeRO-2 or ZeRO-3 checkpoint of any size.
 
 Usage:

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # bench/integrity.sh [CKPT] [BUILDDIR]: what the source checks cost, against
 # the raw read speed of the same shards in the same run.
 #

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * latencyfs — a read-only passthrough filesystem that delays every read.
  *

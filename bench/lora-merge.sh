@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # bench/lora-merge.sh [BUILDDIR]: read throughput of a LoRA-merged tensor
 # (-o merge / layout JSON version 3: computed on read) against the unmerged
 # view of the same weight, in the same run, with every source in the page

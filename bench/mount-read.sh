@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # bench/mount-read.sh [GIB] [BUILDDIR]: read speed of a gatherfs mount against
 # the raw read speed of the same source bytes, in the same run.
 #

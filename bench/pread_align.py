@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """The speed of pread() from the page cache into buffers at offsets 0, 16 and
 64 bytes past a page boundary (a large malloc() block starts 16 bytes into
 its mapping; gfs_iobuf() aligns to 64).

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """preadall.py N FILE...: read the files with N threads of 1 MiB preads.
 
 The bandwidth limit of storage that needs many requests in flight: the

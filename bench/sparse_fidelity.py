@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Check bench/sparse_zip.py against torch.save: same bytes for zero payloads.
 
 sparse_fidelity.py DIR: saves one object (DeepSpeed-like nesting, several

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """torch.save to a sparse file: the archive torch 1.13 writes, payloads as holes.
 
 sparse_save(obj, path) pickles obj with torch's own serializer

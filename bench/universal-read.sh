@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Many ranks reading the universal checkpoint view at once (issue 15).
 #
 #   bench/universal-read.sh [WORKDIR] [LAYERS] [HIDDEN] [READERS]

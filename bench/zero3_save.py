@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Save time and peak memory per rank: save_zero3 against GatheredParameters + torch.save.
 
 Runs under real DeepSpeed (a source tree in $DS_SRC, v0.14.5; CPU, gloo) with

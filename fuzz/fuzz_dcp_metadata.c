@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — libFuzzer target for the PyTorch DCP importer's `.metadata`
  * parser, on a real checkpoint.

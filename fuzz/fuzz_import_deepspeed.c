@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — libFuzzer target for the DeepSpeed importer, on a whole
  * checkpoint.

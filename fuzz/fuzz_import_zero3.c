@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — libFuzzer target for the importer of rank-local ZeRO-3 saves,
  * on a real save.

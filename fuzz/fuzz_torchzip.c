@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — libFuzzer target for the torch zip reader.
  *
@@ -6,6 +7,7 @@
  * of the input.  Every opened archive is walked: records must lie inside
  * the archive, gfs_tzip_find() must find each record by its own name, and
  * gfs_tzip_storage() / gfs_tzip_read_record() are called on each.
+ * gfs_tzip_peek_prefix() reads the input's first record name.
  */
 #include "config.h"
 
@@ -98,6 +100,16 @@ static void try_open(int fd, uint64_t base, uint64_t len,
 	gfs_tzip_close(z);
 }
 
+/* try_peek(): gfs_tzip_peek_prefix() of the file's first size bytes. */
+static void try_peek(int fd, uint64_t size)
+{
+	char *prefix = NULL;
+
+	if (gfs_tzip_peek_prefix(fd, size, "fuzz.pt", &prefix) == GFS_OK && prefix)
+		check(prefix[0] && !strchr(prefix, '/'), "a peeked prefix: not empty, no '/'");
+	free(prefix);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static const uint8_t junk[JUNK_LEN] = "PK\x05\x06junkjunk!";
@@ -110,6 +122,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!write_all(fd, data, size) || !write_all(fd, junk, JUNK_LEN) ||
 	    !write_all(fd, data, size))
 		abort();
+	try_peek(fd, size);
 	try_open(fd, 0, size, NULL);
 	try_open(fd, size + JUNK_LEN, size, &small);
 	close(fd);

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """gatherfs_save: save a DeepSpeed ZeRO-3 model without gathering it.
 
 Call ``save_zero3(engine.module, save_dir, tag=step)`` on every rank of the

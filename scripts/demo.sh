@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Mount the bundled sample checkpoint (a Hugging Face Llama trained with
 # DeepSpeed ZeRO-3 on 2 ranks) and use it: ls, one tensor with cat,
 # torch.load of the virtual pytorch_model.bin.  Run from the build tree, or

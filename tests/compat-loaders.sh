@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The mount read by unmodified modern loaders (torch 2.x, safetensors,
 # transformers) inside the Debian sid compat root built by
 # tests/compat/make-compat-root.sh.  Skipped (77) when the root is absent.

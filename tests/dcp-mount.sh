@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Mount every PyTorch DCP fixture (tests/data/dcp), without a dtype option
 # and with -o dtype=bf16, and check pytorch_model.bin (torch.load),
 # model.safetensors and every tensors/ file against the expected tables;

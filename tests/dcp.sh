@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # gatherfs-inspect on the PyTorch DCP fixtures (tests/data/dcp): ls, cat
 # (sha256 of every tensor, default and --dtype bf16), --input-format,
 # --prefix, the layout JSON round trip and verify; then broken copies

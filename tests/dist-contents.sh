@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # tests/dist-contents.sh TARBALL: check a `make dist` tarball against the git
 # checkout it was made from (run from the checkout; .ci/run runs it after
 # `make distcheck`):

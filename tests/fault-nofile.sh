@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # RLIMIT_NOFILE lower than the checkpoint needs (ZeRO-3 world size 3: six
 # shard files, all kept open for the life of the mount):
 #   - soft and hard limit 8: the import cannot open the shards; one line

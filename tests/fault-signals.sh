@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Stopping the daemon while 16 threads read (random 1 MiB reads, page cache
 # dropped before each, so the daemon is busy):
 #   - SIGTERM: the daemon unmounts and exits with status 0 within 30 s;

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Faults in the sources of a live mount (a copy of a ZeRO-3 world size 3
 # fixture; the daemon runs in the foreground, its stderr captured):
 #   - a shard truncated, or rewritten in place with the same size: reads of

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Bad input gives one clear line naming the file and the problem, and a
 # non-zero exit: missing rank file, truncated shard, a shard from another
 # world size, corrupt pickle, a pickle calling os.system, a non-checkpoint

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # `gatherfs-inspect export` interrupted by SIGINT, SIGTERM or SIGHUP at
 # several points (at once, inside the first file, between files, near the
 # end), single file and sharded: the process dies of the signal, no

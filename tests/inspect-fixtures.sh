@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # gatherfs-inspect on every real DeepSpeed fixture: ls (names, order, dtypes,
 # shapes), cat (sha256 of every tensor, default and --dtype bf16), aliases,
 # the layout JSON round trip and verify.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Layout JSON: a relative base_dir resolves against the JSON file's
 # directory; trailing data and duplicate members are refused; every error is
 # one line naming the file once (tests/tools/check_layout_json.py).

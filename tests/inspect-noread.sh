@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Importing a checkpoint reads metadata only: under strace, no read of any
 # shard file touches the payload of a data/<key> record.  Run on the largest
 # fixture; prints the bytes read against the shard bytes.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # A DeepSpeed save directory without `latest`: with one tag directory it is
 # read through that one (a note on stderr says so), by gatherfs-inspect and
 # by the mount; with two, both refuse and list the tags.  ls and verify say

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Every output is checked: ls, ls --json, layout, cat, verify, --help and
 # export writing to /dev/full, to a full tmpfs and to a tmpfs with one page
 # free (output cut in the middle) fail with one line naming what could not

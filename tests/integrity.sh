@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Source integrity (issue 12): a shard with one flipped byte.  Every zip
 # record of a shard carries a CRC-32; gatherfs checks the stored CRC of each
 # record tensor bytes come from (the whole record, padding included):
@@ -8,8 +9,10 @@
 #     zipfile and torch.load, with and without the CRC cache;
 #   - after that pass, every view byte of the record fails with EIO, bytes
 #     of other records are still served;
-#   - before it, tensors/ files are served unchecked (documented here);
+#   - with the default -o verify=read, tensors/ and model.safetensors fail
+#     from their first read (the record is checked on first use);
 #   - -o verify refuses to mount a corrupt checkpoint, mounts a clean one;
+#   - -o verify=off serves the corrupt bytes (documented as unsafe);
 #   - export of the torch zip fails too;
 #   - the same for a byte of record padding that no view serves, and for a
 #     zstd DCP checkpoint with a corrupt frame.
@@ -78,16 +81,22 @@ mkdir "$T/exp"
 "$INSPECT" export "$T/ck" "$T/exp/pytorch_model.bin" 2>"$T/x.err" && fail "export of a corrupt checkpoint"
 grep -q "$RECORD.*does not match its stored CRC-32" "$T/x.err" || fail "export: $(cat "$T/x.err")"
 [ -z "$(ls -A "$T/exp")" ] || fail "export left $(ls -A "$T/exp")"
+# so does the export to safetensors (every view is verified)
+"$INSPECT" export "$T/ck" "$T/exp/model.safetensors" 2>"$T/x.err" && fail "export to safetensors of a corrupt checkpoint"
+grep -q "$RECORD.*does not match its stored CRC-32" "$T/x.err" || fail "export (safetensors): $(cat "$T/x.err")"
+[ -z "$(ls -A "$T/exp")" ] || fail "export left $(ls -A "$T/exp")"
 expect_mount_fail "does not match its stored CRC-32" "$T/ck" "$T/mnt" -o verify -o nocrccache
 grep -q -- "-o verify: not mounting: $SHARD: record $RECORD" "$T/err" || fail "-o verify: $(cat "$T/err")"
 
 gfs_mount_fg "$T/ck" "$T/mnt" -o nocrccache 2>"$T/log" || fail "mount"
-# Before the CRC pass, tensors/ files are served unchecked: the flipped
-# byte is read (documented in gatherfs(1) INTEGRITY; -o verify covers it).
-f=$(tensor_file mix)
-"$PYTHON3" -c 'import sys; d = open(sys.argv[1], "rb").read(); sys.exit(bytes.fromhex(sys.argv[2]) not in d)' \
-	"$T/mnt/tensors/$f" "$WINDOW" || fail "tensors/$f before the CRC pass: not the shard's bytes"
-echo "documented: before the CRC pass, tensors/$f serves the corrupt bytes"
+# -o verify=read (the default): the first read of a view byte of a record
+# checks the record, so every view of the corrupt tensors fails at once,
+# before anything has read pytorch_model.bin, and never serves the byte.
+for t in $TENSORS; do
+	cat_fails_eio "$T/mnt/tensors/$(tensor_file "$t")"
+done
+"$PYTHON3" "$RC" seq "$T/mnt/model.safetensors" "$WINDOW" || fail "model.safetensors (first read)"
+echo "ok: tensors/ and model.safetensors fail before any read of pytorch_model.bin"
 # pytorch_model.bin: never the byte, never a valid-looking archive
 for mode in seq zip torch; do
 	"$PYTHON3" "$RC" $mode "$T/mnt/pytorch_model.bin" "$WINDOW" || fail "pytorch_model.bin ($mode)"
@@ -145,6 +154,59 @@ case " $TENSORS " in *" exp_avg:mix "*) ;; *) fail "flip_byte.py: exp_avg:mix no
 verify_fails
 expect_mount_fail "does not match its stored CRC-32" "$T/ck" "$T/mnt" -o verify -o nocrccache
 
+# ---- ZeRO-2, a payload byte flipped before mount: every view of every
+# affected entry fails from its first read (tensors/, optim/,
+# model.safetensors, pytorch_model.bin), and so do gatherfs-inspect cat and
+# export; what is served of the other entries equals the clean checkpoint.
+case="$CKPTS/z2_ws2_bf16"
+fresh "$case/checkpoint"
+flip exp_avg:model.layers.0.self_attn.q_proj.weight payload
+verify_fails
+gfs_mount "$T/ck" "$T/mnt" -o nocrccache || fail "mount (ZeRO-2)"
+nstate=0
+for t in $TENSORS; do
+	case $t in
+	*:*)
+		cat_fails_eio "$T/mnt/optim/${t%%:*}/$(tensor_file "${t#*:}")"
+		"$INSPECT" cat --optim="${t%%:*}" "$T/ck" "${t#*:}" >/dev/null 2>"$T/c.err" &&
+			fail "gatherfs-inspect cat --optim of $t served a corrupt record"
+		nstate=$((nstate + 1))
+		;;
+	*)
+		cat_fails_eio "$T/mnt/tensors/$(tensor_file "$t")"
+		"$INSPECT" cat "$T/ck" "$t" >/dev/null 2>"$T/c.err" && fail "gatherfs-inspect cat $t served a corrupt record"
+		;;
+	esac
+	grep -q "does not match its stored CRC-32" "$T/c.err" || fail "cat $t: $(cat "$T/c.err")"
+done
+[ $nstate -gt 0 ] || fail "no optimizer-state entry in $TENSORS"
+"$PYTHON3" "$RC" seq "$T/mnt/optim/exp_avg.safetensors" "$WINDOW" || fail "optim/exp_avg.safetensors"
+"$INSPECT" export "$case/checkpoint" "$T/pytorch_model.bin" || fail "export (clean)"
+cmp -s "$T/mnt/pytorch_model.bin" "$T/pytorch_model.bin" || fail "pytorch_model.bin (no optimizer state in it) differs from the clean one"
+rm -f "$T/pytorch_model.bin"
+n=0
+for t in $("$INSPECT" ls "$T/ck" | awk 'NR > 1 && $5 == "-" { print $1 }'); do
+	"$INSPECT" cat "$case/checkpoint" "$t" >"$T/want" || fail "cat $t"
+	cmp -s "$T/mnt/tensors/$(tensor_file "$t")" "$T/want" || fail "tensors/$t (clean record) differs"
+	n=$((n + 1))
+done
+"$INSPECT" export --format safetensors "$T/ck" "$T/m.safetensors" || fail "export of the model (its records are clean)"
+"$INSPECT" export --format safetensors "$case/checkpoint" "$T/want.safetensors" || fail "export (clean)"
+cmp -s "$T/m.safetensors" "$T/want.safetensors" || fail "export of the clean records differs"
+gfs_umount "$T/mnt" || fail "unmount"
+echo "ok: ZeRO-2: $nstate corrupt entries fail through every view, cat and export; $n clean tensors equal"
+fresh "$case/checkpoint"
+flip model.layers.0.self_attn.q_proj.weight payload
+gfs_mount "$T/ck" "$T/mnt" -o nocrccache || fail "mount (ZeRO-2)"
+for t in $TENSORS; do
+	cat_fails_eio "$T/mnt/tensors/$(tensor_file "$t")"
+	"$INSPECT" cat "$T/ck" "$t" >/dev/null 2>&1 && fail "gatherfs-inspect cat $t served a corrupt record"
+done
+"$PYTHON3" "$RC" seq "$T/mnt/model.safetensors" "$WINDOW" || fail "model.safetensors (ZeRO-2)"
+"$PYTHON3" "$RC" seq "$T/mnt/pytorch_model.bin" "$WINDOW" || fail "pytorch_model.bin (ZeRO-2)"
+gfs_umount "$T/mnt" || fail "unmount"
+echo "ok: ZeRO-2: a flipped parameter byte fails tensors/, model.safetensors, pytorch_model.bin and cat"
+
 # ---- a flipped byte of record padding (ZeRO-1: the flat partition's
 # alignment padding, which no view serves)
 case="$CKPTS/z1_ws2_fp32"
@@ -154,17 +216,28 @@ verify_fails
 expect_mount_fail "does not match its stored CRC-32" "$T/ck" "$T/mnt" -o verify -o nocrccache
 gfs_mount "$T/ck" "$T/mnt" -o nocrccache || fail "mount"
 f=$(tensor_file layers.0.qkv.weight)
-"$INSPECT" cat "$case/checkpoint" layers.0.qkv.weight >"$T/want" || fail "cat"
-cmp -s "$T/mnt/tensors/$f" "$T/want" || fail "tensors/$f before the CRC pass"
-"$PYTHON3" "$RC" seq "$T/mnt/pytorch_model.bin" "" || fail "pytorch_model.bin (padding)"
 cat_fails_eio "$T/mnt/tensors/$f"
+"$PYTHON3" "$RC" seq "$T/mnt/pytorch_model.bin" "" || fail "pytorch_model.bin (padding)"
 gfs_umount "$T/mnt" || fail "unmount"
+# -o verify=off: the bytes are served unchecked (the padding is in no view,
+# so the tensor's bytes are the clean ones), with a warning at mount
+gfs_mount "$T/ck" "$T/mnt" -o nocrccache -o verify=off 2>"$T/off.err" || fail "mount -o verify=off"
+grep -q -- "-o verify=off: source bytes are served without checking" "$T/off.err" ||
+	fail "-o verify=off says nothing: $(cat "$T/off.err")"
+"$INSPECT" cat "$case/checkpoint" layers.0.qkv.weight >"$T/want" || fail "cat"
+cmp -s "$T/mnt/tensors/$f" "$T/want" || fail "tensors/$f with -o verify=off"
+gfs_umount "$T/mnt" || fail "unmount"
+echo "ok: -o verify=off serves unchecked bytes, with a warning"
+for bad in verify=sometimes "verify,verify=off"; do
+	expect_mount_fail "verify" "$T/ck" "$T/mnt" -o "$bad"
+done
+echo "ok: -o verify=sometimes and -o verify,verify=off refused"
 
 # ---- zstd DCP: a corrupt frame.  torch's zstd writer stores no content
 # checksum; the CRC-32 of the zip record inside the frame catches it.
 case="$top_srcdir/tests/data/dcp/fsdp2_ws2_zstd"
 fresh "$case/checkpoint"
-"$INSPECT" verify "$T/ck" >"$T/v.out" || fail "verify (zstd, clean)"
+"$INSPECT" verify "$T/ck" >"$T/v.out" || fail "verify (zstd, clean): exit $?"
 grep -q "[1-9][0-9]* zstd frames decompressed, 0 of them with a content checksum" "$T/v.out" ||
 	fail "verify (zstd): $(cat "$T/v.out")"
 name=$("$PYTHON3" -c 'import json, sys
@@ -190,9 +263,19 @@ if command -v zstd >/dev/null 2>&1; then
  "tensors": [{"name": "w", "dtype": "uint8", "shape": [65536], "pieces": [{"at": 0,
    "source": 0, "offset": 0, "length": 65536, "zstd": {"offset": 0, "length": $L, "size": 65536}}]}]}
 EOF
-	"$INSPECT" verify --layout "$T/z/l.json" >"$T/v.out" || fail "verify (zstd --check): $(cat "$T/v.out")"
-	grep -q "^note: 65536 bytes of 1 tensors lie in no checksummed zip record" "$T/v.out" ||
+	# exit status 3: nothing corrupt found, but no stored checksum covers f.zst
+	rc=0
+	"$INSPECT" verify --layout "$T/z/l.json" >"$T/v.out" || rc=$?
+	[ $rc -eq 3 ] || fail "verify (zstd --check): exit $rc: $(cat "$T/v.out")"
+	grep -q "^UNVERIFIED: $T/z/f.zst: no stored checksum" "$T/v.out" &&
+		grep -q "^note: 65536 bytes of 1 tensors lie in no checksummed record" "$T/v.out" ||
 		fail "verify does not say what it could not check: $(cat "$T/v.out")"
+	# -o verify=mount mounts it, with one line naming what it could not check
+	gfs_mount "$T/z/l.json" "$T/mnt" -o verify=mount 2>"$T/vm.err" || fail "mount -o verify=mount (no checksums)"
+	grep -q -- "-o verify=mount: 65536 bytes of 1 tensors have no stored checksum and could not be checked: $T/z/f.zst" "$T/vm.err" ||
+		fail "-o verify=mount: $(cat "$T/vm.err")"
+	gfs_umount "$T/mnt" || fail "unmount"
+	echo "ok: verify exits 3 and -o verify=mount names f.zst"
 	"$PYTHON3" -c 'import sys
 b = bytearray(open(sys.argv[1], "rb").read()); b[-1] ^= 0x5A; open(sys.argv[1], "wb").write(b)' "$T/z/f.zst"
 	rc=0

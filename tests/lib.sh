@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Shared helpers for the shell tests.  Sourced; expects top_srcdir and
 # top_builddir from the test environment (make check sets them).
 : "${top_srcdir:=$(cd "$(dirname "$0")/.." && pwd)}"

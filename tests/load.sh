@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Load test: 64 concurrent readers over mixed views (pytorch_model.bin,
 # model.safetensors, tensors/ files) of a layout over four random "rank"
 # files (tensors of mixed dtypes cut across the ranks, a ZERO piece, a tied

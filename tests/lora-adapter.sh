@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # PEFT adapter directories merged onto plain bases (-o lora=DIR): every case
 # of tests/data/lora (real PEFT merges: Linear fp32 and bf16, GPT-2 Conv1D,
 # DoRA, a targeted tied embedding) within 1 ulp of the operands' scale of the
@@ -102,8 +103,20 @@ rm "$bad/adapter_config.json"
 expect_mount_fail 'cannot open (a LoRA merge needs' -o "lora=$bad" "$a/base" "$T/mnt"
 cp "$T/cfg" "$bad/adapter_config.json"
 # another model's adapter: GPT-2's c_attn on a Llama base
-expect_mount_fail 'targets transformer.h.0.attn.c_attn, but the base has no' \
+expect_mount_fail "$D/c_gpt2_conv1d/adapter: the adapter targets transformer.h.0.attn.c_attn, but the base $a/base has no" \
 	-o "lora=$D/c_gpt2_conv1d/adapter" "$a/base" "$T/mnt"
+"$INSPECT" ls --lora "$D/c_gpt2_conv1d/adapter" "$a/base" >/dev/null 2>"$T/err" && fail "inspect --lora of another model's adapter"
+grep -q "$D/c_gpt2_conv1d/adapter: the adapter targets" "$T/err" || fail "inspect --lora: $(cat "$T/err")"
+# -o merge=lora of a checkpoint that is no PEFT checkpoint: says so
+nopeft="needs a PEFT checkpoint (adapter_config.json and adapter weights); this is a"
+expect_mount_fail "$a/base: -o merge=lora (--merge lora) $nopeft plain model" -o merge=lora "$a/base" "$T/mnt"
+expect_mount_fail "$CKPTS/z1_ws2_fp32/checkpoint: -o merge=lora (--merge lora) $nopeft DeepSpeed ZeRO" \
+	-o merge=lora "$CKPTS/z1_ws2_fp32/checkpoint" "$T/mnt"
+for src in "$a/base" "$CKPTS/z1_ws2_fp32/checkpoint"; do
+	"$INSPECT" ls --merge lora "$src" >/dev/null 2>"$T/err" && fail "inspect --merge lora $src succeeded"
+	[ "$(wc -l < "$T/err")" -eq 1 ] || fail "inspect --merge lora $src: $(cat "$T/err")"
+	grep -qF "$src: -o merge=lora (--merge lora) $nopeft" "$T/err" || fail "inspect --merge lora $src: $(cat "$T/err")"
+done
 # a bf16 adapter of the right names but wrong shapes, and one without lora_B
 "$PYTHON3" - "$T" "$TOOLS" <<'PY' || fail "make bad adapters"
 import os, shutil, sys

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # LoRA-merged mounts loaded by transformers inside the compat root (torch
 # 2.x): from_pretrained(MNT) in fp32 reproduces the unmerged PeftModel's
 # logits within 1e-6, for every fp32 case, the targeted tied embedding

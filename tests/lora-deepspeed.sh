@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # PEFT LoRA in real DeepSpeed ZeRO checkpoints (tests/data/lora-ds): the
 # merged view (-o merge=lora) within 2 ulps of the operands' scale of the
 # float64 merge (and of PEFT's), bit-exact against the float64 merge of the

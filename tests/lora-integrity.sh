@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Source integrity of merged mounts (-o lora=DIR): the merged layout carries
 # the records of its base and adapter, so a byte flipped in a tensor payload
 # of the base pytorch_model.bin (a merged weight W) or of the adapter's

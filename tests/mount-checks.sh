@@ -1,11 +1,16 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Mount-time checks: each is one clear line and no mount, or a documented
 # behaviour said on stderr.
 #   a regular file, a non-empty directory or a mount point as MOUNTPOINT;
 #   tensors/ names longer than 255 bytes (cut with a hash; cp -r works);
 #   checkpoint files named like a view (not shown, one line each);
-#   -o tag=X while `latest` names another tag (latest not shown, one line);
+#   DeepSpeed's `latest` and DCP's `.metadata` not shown (they point at what
+#   the mount lacks), `latest_universal` shown;
 #   -o readahead_kb above the limit; -o crc_cache= on an unusable dir;
+#   numeric options out of range, -o nocrccache with crc_cache= or
+#   crc_cache_max=; -o views= naming views the checkpoint lacks (all: no
+#   mount; some: a warning);
 #   a bad GATHERFS_ZSTD_CACHE_MB; --help listing -o max_threads once;
 #   the fstab example's options through mount.fuse3.
 . "${top_srcdir:-.}/tests/lib.sh"
@@ -83,21 +88,33 @@ done
 gfs_umount "$T/mnt" || fail "unmount"
 echo "ok: stale files are not shown, each said"
 
-echo "== -o tag while latest names another tag"
+echo "== the root shows no file pointing at what the mount lacks"
+# DeepSpeed's latest names a tag directory, DCP's .metadata indexes the
+# .distcp shards: neither is shown, whatever the tag; latest_universal is.
 [ "$(cat "$twotags/latest")" = global_step3 ] || fail "fixture: latest is not global_step3"
-"$GATHERFS" "$twotags" "$T/mnt" -o tag=global_step2 2>"$T/err" || fail "mount tag=global_step2"
-GFS_MOUNTS="$GFS_MOUNTS $T/mnt"
-wait_for is_mounted "$T/mnt" || fail "mount tag=global_step2"
-grep -q "latest: not shown: it names tag global_step3, the mount shows tag global_step2" "$T/err" ||
-	fail "no line about latest: $(cat "$T/err")"
-[ -e "$T/mnt/latest" ] && fail "latest naming global_step3 is shown over tag global_step2"
+for tag in global_step2 global_step3; do
+	"$GATHERFS" "$twotags" "$T/mnt" -o tag=$tag 2>"$T/err" || fail "mount tag=$tag"
+	GFS_MOUNTS="$GFS_MOUNTS $T/mnt"
+	wait_for is_mounted "$T/mnt" || fail "mount tag=$tag"
+	[ -s "$T/err" ] && fail "tag=$tag: $(cat "$T/err")"
+	[ -e "$T/mnt/latest" ] && fail "tag=$tag: latest is shown"
+	ls -a "$T/mnt" | grep -qx latest && fail "tag=$tag: latest is listed"
+	[ -f "$T/mnt/pytorch_model.bin" ] || fail "tag=$tag: no pytorch_model.bin"
+	gfs_umount "$T/mnt" || fail "unmount"
+done
+uni="$top_srcdir/tests/data/universal/z1_ws4_fp32/checkpoint"
+dcp="$top_srcdir/tests/data/dcp/fsdp2_ws2/checkpoint"
+[ -f "$uni/latest_universal" ] && [ -f "$dcp/.metadata" ] || fail "fixtures missing"
+gfs_mount "$uni" "$T/mnt" -o views=bin+tensors 2>/dev/null || fail "mount $uni"
+[ "$(ls -a "$T/mnt" | tr '\n' ' ')" = ". .. latest_universal pytorch_model.bin tensors " ] ||
+	fail "universal fixture, views=bin+tensors: root lists $(ls -a "$T/mnt" | tr '\n' ' ')"
 gfs_umount "$T/mnt" || fail "unmount"
-"$GATHERFS" "$twotags" "$T/mnt" -o tag=global_step3 2>"$T/err" || fail "mount tag=global_step3"
-wait_for is_mounted "$T/mnt" || fail "mount tag=global_step3"
-[ -s "$T/err" ] && fail "tag=global_step3: $(cat "$T/err")"
-cmp "$T/mnt/latest" "$twotags/latest" || fail "latest of the served tag is not passed through"
+gfs_mount "$dcp" "$T/mnt" 2>/dev/null || fail "mount $dcp"
+[ "$(ls -a "$T/mnt" | tr '\n' ' ')" = ". .. config.json generation_config.json layout.json model.safetensors pytorch_model.bin tensors " ] ||
+	fail "DCP: root lists $(ls -a "$T/mnt" | tr '\n' ' ')"
+[ -e "$T/mnt/.metadata" ] && fail "DCP: .metadata is shown"
 gfs_umount "$T/mnt" || fail "unmount"
-echo "ok: latest is shown only when it names the served tag"
+echo "ok: no latest, no .metadata; latest_universal passed through"
 
 echo "== the fstab options of the documentation"
 if command -v mount.fuse3 >/dev/null 2>&1; then
@@ -116,7 +133,7 @@ else
 fi
 
 echo "== options"
-expect_mount_fail "readahead_kb=70000: at most 65536" "$case" "$T/mnt" -o readahead_kb=70000
+expect_mount_fail "readahead_kb=70000: expected an integer from 0 to 65536 (KiB" "$case" "$T/mnt" -o readahead_kb=70000
 gfs_mount "$case" "$T/mnt" -o readahead_kb=65536 || fail "readahead_kb=65536"
 gfs_umount "$T/mnt" || fail "unmount"
 expect_mount_fail "crc_cache=$T/file: not a directory" "$case" "$T/mnt" -o crc_cache="$T/file"
@@ -130,6 +147,56 @@ for v in abc -1 12x 1048577; do
 done
 GATHERFS_ZSTD_CACHE_MB=0 gfs_mount "$case" "$T/mnt" || fail "GATHERFS_ZSTD_CACHE_MB=0"
 gfs_umount "$T/mnt" || fail "unmount"
+# numbers out of range and contradictions: one line naming the option, no mount
+for v in -5 0 100000 4x ""; do
+	expect_mount_fail "gatherfs: -o max_threads=$v: expected an integer from 1 to 1024 (worker threads)" \
+		"$case" "$T/mnt" -o max_threads=$v
+done
+expect_mount_fail "gatherfs: -o max_idle_threads=2000: expected an integer from 0 to 1024" \
+	"$case" "$T/mnt" -o max_idle_threads=2000
+expect_mount_fail "gatherfs: -o max_read=512: expected an integer from 4096 to 1048576 (bytes)" \
+	"$case" "$T/mnt" -o max_read=512
+expect_mount_fail "gatherfs: -o readahead_kb=-1: expected an integer from 0 to 65536" \
+	"$case" "$T/mnt" -o readahead_kb=-1
+expect_mount_fail "gatherfs: -o crc_cache_max=100: expected 1KiB to 1TiB" "$case" "$T/mnt" -o crc_cache_max=100
+expect_mount_fail "gatherfs: -o crc_cache_max=lots: bad size" "$case" "$T/mnt" -o crc_cache_max=lots
+expect_mount_fail "gatherfs: -o nocrccache contradicts -o crc_cache=" \
+	"$case" "$T/mnt" -o nocrccache,crc_cache="$T/nocache"
+[ -e "$T/nocache" ] && fail "nocrccache,crc_cache=: the cache directory was made"
+expect_mount_fail "gatherfs: -o nocrccache contradicts -o crc_cache_max=" \
+	"$case" "$T/mnt" -o nocrccache,crc_cache_max=1M
+for o in max_threads=1 max_threads=1024 max_idle_threads=-1 max_read=4096 crc_cache_max=64Mi; do
+	gfs_mount "$case" "$T/mnt" -o $o 2>"$T/err" || fail "-o $o: $(cat "$T/err")"
+	# the one line this checkpoint always gets
+	grep -v "no DeepSpeed universal checkpoint view: ZeRO-3 with 2 param groups" "$T/err" && fail "-o $o"
+	[ -f "$T/mnt/pytorch_model.bin" ] || fail "-o $o: no pytorch_model.bin"
+	gfs_umount "$T/mnt" || fail "unmount"
+done
+echo "ok: ranges and contradictions"
+
+echo "== -o views= naming views the checkpoint lacks"
+plain="$top_srcdir/tests/data/plain/llama_bf16"
+for src in "$dcp" "$plain"; do
+	expect_mount_fail "gatherfs: -o views=optim+universal: no such view for this checkpoint (optim: no optimizer state; universal: no DeepSpeed optimizer state): not mounting" \
+		"$src" "$T/mnt" -o views=optim+universal
+done
+# in part: one warning line, and the mount of the others
+gfs_mount "$dcp" "$T/mnt" -o views=safetensors+optim 2>"$T/err" || fail "views=safetensors+optim: $(cat "$T/err")"
+[ "$(wc -l < "$T/err")" -eq 1 ] &&
+	grep -q "gatherfs: -o views=safetensors+optim: warning: not shown (optim: no optimizer state)" "$T/err" ||
+	fail "views=safetensors+optim: $(cat "$T/err")"
+[ "$(ls "$T/mnt" | tr '\n' ' ')" = "config.json generation_config.json model.safetensors " ] ||
+	fail "views=safetensors+optim: root lists $(ls "$T/mnt" | tr '\n' ' ')"
+gfs_umount "$T/mnt" || fail "unmount"
+echo "ok: $(cat "$T/err")"
+# a universal view DeepSpeed could not load: said once, in the warning
+gfs_mount "$case" "$T/mnt" -o views=optim+universal 2>"$T/err" || fail "z3 views=optim+universal: $(cat "$T/err")"
+[ "$(wc -l < "$T/err")" -eq 1 ] &&
+	grep -q "views=optim+universal: warning: not shown (universal: ZeRO-3 with 2 param groups" "$T/err" ||
+	fail "z3 views=optim+universal: $(cat "$T/err")"
+[ -f "$T/mnt/optim/exp_avg.safetensors" ] || fail "z3 views=optim+universal: no optim/"
+gfs_umount "$T/mnt" || fail "unmount"
+echo "ok: $(cat "$T/err")"
 "$GATHERFS" --help >"$T/out" 2>&1 || fail "--help"
 [ "$(grep -c 'max_threads' "$T/out")" -eq 1 ] || fail "--help: $(grep max_threads "$T/out")"
 grep -q "max_idle_threads" "$T/out" && grep -q "allow_other" "$T/out" || fail "--help lost FUSE options"

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Mounting something broken exits non-zero before daemonizing, with one line
 # on stderr naming the file and the problem, and leaves no mount behind.
 . "${top_srcdir:-.}/tests/lib.sh"
@@ -21,12 +22,16 @@ chmod -R u+w "$T/nomodel"
 rm "$T/nomodel"/global_step3/*model_states.pt
 expect_mount_fail "$T/nomodel" "$T/nomodel" "$T/mnt"
 
-expect_mount_fail "$T/empty" "$T/empty" "$T/mnt"
+expect_mount_fail "$T/empty: no known checkpoint format (looked for: DeepSpeed" "$T/empty" "$T/mnt"
+mkdir -p "$T/readme"
+echo "a model" > "$T/readme/README"
+expect_mount_fail "$T/readme: no known checkpoint format (looked for: DeepSpeed" "$T/readme" "$T/mnt"
 expect_mount_fail "$T/missing" "$T/missing" "$T/mnt"
 expect_mount_fail "global_step9" "$case/checkpoint" "$T/mnt" -o tag=global_step9
 expect_mount_fail "dtype=int8" "$case/checkpoint" "$T/mnt" -o dtype=int8
 expect_mount_fail "usage:" "$case/checkpoint"
-expect_mount_fail "$T/nomnt" "$case/checkpoint" "$T/nomnt"
+expect_mount_fail "^gatherfs: $T/nomnt: no such directory (create it first)$" "$case/checkpoint" "$T/nomnt"
+expect_mount_fail "^gatherfs: $T/nomnt: no such directory (create it first)$" "$case/checkpoint" "$T/nomnt" -o ro
 expect_mount_fail "bogus" "$case/checkpoint" "$T/mnt" -o bogus
 
 # A layout whose source changed size since the layout was written.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Mount every real DeepSpeed fixture, without a dtype option and with
 # -o dtype=bf16, and check pytorch_model.bin (torch.load, zipfile, unzip -t),
 # model.safetensors (header rules, bytes through mmap and numpy.memmap),

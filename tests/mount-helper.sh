@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The fstab path: mount.fuse3 runs "gatherfs SRC MNT -o OPTS" (both the
 # "gatherfs#SRC" and the "-t fuse.gatherfs" forms), fstab-only words are
 # accepted and the mount stays read-only; `mount -t fuse.gatherfs` when
@@ -21,7 +22,8 @@ check_mount() {
 	awk -v m="$mnt" '$2 == m { split($4, o, ","); exit !($3 == "fuse.gatherfs" && o[1] == "ro") }' \
 		/proc/mounts || fail "mount entry: $(grep " $mnt " /proc/mounts)"
 	[ "$(sed -n 2p "$mnt/tensors/INDEX" | cut -f2)" = "$1" ] || fail "dtype is not $1"
-	cmp "$ck/latest" "$mnt/latest" || fail "latest differs"
+	[ -e "$mnt/latest" ] && fail "latest, naming a tag directory the mount lacks, is shown"
+	[ -e "$mnt/pytorch_model.bin" ] || fail "no pytorch_model.bin"
 }
 
 if command -v mount.fuse3 >/dev/null 2>&1; then
@@ -61,7 +63,7 @@ stop() {
 	case $1 in
 	fusermount) fusermount3 -u "$mnt" ;;
 	TERM) kill -TERM "$GFS_PID" ;;
-	INT) exec 3<"$mnt/latest"; kill -INT "$GFS_PID" ;;
+	INT) exec 3<"$mnt/tensors/INDEX"; kill -INT "$GFS_PID" ;;
 	esac
 	st=0
 	wait "$GFS_PID" || st=$?

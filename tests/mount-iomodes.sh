@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # How the mount's files meet the page cache.  By default pytorch_model.bin
 # (and each .bin shard) is opened with direct I/O: every read reaches the
 # daemon, a private mapping (torch.load mmap=True) still reads the right

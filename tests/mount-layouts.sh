@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Mount hand-made layout JSON files (tests/mount/make_layouts.py): every
 # dtype, empty and scalar tensors, names that need escaping, an alias before
 # its target, zero pieces, passed-through files next to a stale

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Helpers for the FUSE mount tests.  Sourced after tests/lib.sh.
 #
 #   mount_setup              skip (77) without /dev/fuse or fusermount3; make a

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The read-ahead of pytorch_model.bin on slow storage (-o prefetch, issue
 # 16), through real mounts: a checkpoint written by bench/gen_deepspeed.py
 # (9 MiB of weights) behind bench/latencyfs (2 ms a request, no page cache),

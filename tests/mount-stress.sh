@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # 16 concurrent readers doing random-offset reads (page cache dropped as they
 # go) of pytorch_model.bin and tensor files get exactly the bytes of a
 # sequential read: a real fixture, and a 40 MiB layout of scattered pieces

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # tests/package.sh DEB: the Debian package (dpkg-buildpackage's .deb) as an
 # admin uses it, on this machine: lintian finds no error; apt-get installs
 # it; the installed layout (programs, man pages that render without

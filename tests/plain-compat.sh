@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Plain model files and modern loaders, inside the Debian sid compat root
 # (torch 2.x, safetensors, transformers; tests/compat/make-compat-root.sh).
 # Skipped (77) when the root is absent.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Safetensors files whose 8-byte header length has 0x80 as its low byte (the
 # first byte of the file, and pickle protocol 2's first byte) are mounted as
 # safetensors, not refused as legacy torch.save pickles: a single file, a

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # The safetensors and Hugging Face sharded views, and gatherfs-inspect
 # export: for every fixture, the sharded views pass check_shards.py, and
 # every exported file (single bin and safetensors, default and bf16, and

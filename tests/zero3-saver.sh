@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Unit tests of python/gatherfs_save.py's pure parts, with real torch (no DeepSpeed).
 . "${top_srcdir:-.}/tests/lib.sh"
 [ -x "$PYTHON3" ] || skip "python3 not found"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — merged-tensor arithmetic (merge.h): exact widening, the
  * float64 low-rank update, and rounding once to the output dtype.

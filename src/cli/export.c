@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — export views to regular files.
  */
@@ -86,6 +87,54 @@ typedef struct outfile {
 	bool created; /* tmp exists on disk (and is ours to remove) */
 	bool renamed; /* tmp was renamed to final */
 } outfile;
+
+/* kind(): what a file of mode m is, for a message. */
+static const char *kind(mode_t m)
+{
+	return S_ISREG(m) ? "a regular file" : S_ISDIR(m) ? "a directory" :
+	       S_ISLNK(m) ? "a symbolic link" : S_ISFIFO(m) ? "a FIFO" :
+	       S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device" :
+	       S_ISSOCK(m) ? "a socket" : "a special file";
+}
+
+/* refuse(): path, of mode m, is not what export may write (want_dir: a directory). */
+static gfs_err refuse(const char *path, mode_t m, bool want_dir)
+{
+	if (want_dir)
+		return gfs_fail(GFS_ERR_INVAL, "%s: is %s, not a directory: no shards written into it",
+				path, kind(m));
+	return gfs_fail(GFS_ERR_INVAL,
+			"%s: is %s, not a regular file: not replaced (export to - writes standard output)",
+			path, kind(m));
+}
+
+/*
+ * check_target(): path (not followed if a symbolic link) is a name export
+ * may write: missing, or a regular file (want_dir: a directory).  Anything
+ * else (a device, a FIFO, a socket, a symbolic link, a directory where a
+ * file is meant) is GFS_ERR_INVAL naming path and what it is.
+ */
+static gfs_err check_target(const char *path, bool want_dir)
+{
+	char *name = gfs_strdup(path);
+	size_t n = name ? strlen(name) : 0;
+	struct stat st;
+	gfs_err err = GFS_OK;
+
+	if (!name)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	/* "OUT/" is OUT: a trailing slash would follow a symbolic link. */
+	while (want_dir && n > 1 && name[n - 1] == '/')
+		name[--n] = '\0';
+	if (lstat(name, &st) != 0) {
+		if (errno != ENOENT)
+			err = gfs_fail(GFS_ERR_IO, "%s: cannot examine: %s", path, strerror(errno));
+	} else if (!(want_dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode))) {
+		err = refuse(path, st.st_mode, want_dir);
+	}
+	free(name);
+	return err;
+}
 
 /*
  * Interruption.  gfs_export() with opts->signals blocks SIGINT, SIGTERM and
@@ -296,14 +345,38 @@ static gfs_err out_flush(outfile *f)
 	return err;
 }
 
-/* out_rename(): move f's flushed temporary file into place (g->mu is held). */
+/*
+ * out_rename(): move f's flushed temporary file into place (g->mu is held):
+ * over nothing (RENAME_NOREPLACE, so that nothing that appears meanwhile is
+ * replaced) or over a regular file, checked again just before.
+ */
 static gfs_err out_rename(outfile *f)
 {
-	if (rename(f->tmp, f->final) != 0)
-		return gfs_fail(GFS_ERR_IO, "%s: cannot rename into place: %s", f->final,
-				strerror(errno));
-	f->renamed = true;
-	return GFS_OK;
+	for (int tries = 0;; tries++) {
+		struct stat st;
+		int rc;
+
+		if (lstat(f->final, &st) == 0) {
+			if (!S_ISREG(st.st_mode))
+				return refuse(f->final, st.st_mode, false);
+			rc = rename(f->tmp, f->final);
+		} else if (errno != ENOENT) {
+			rc = -1;
+		} else {
+			rc = renameat2(AT_FDCWD, f->tmp, AT_FDCWD, f->final, RENAME_NOREPLACE);
+			/* A file system without RENAME_NOREPLACE: the check above is all. */
+			if (rc != 0 && errno == EINVAL)
+				rc = rename(f->tmp, f->final);
+		}
+		if (rc == 0) {
+			f->renamed = true;
+			return GFS_OK;
+		}
+		/* EEXIST: something appeared since the lstat(): look again. */
+		if (errno != EEXIST || tries >= 3)
+			return gfs_fail(GFS_ERR_IO, "%s: cannot rename into place: %s", f->final,
+					strerror(errno));
+	}
 }
 
 static gfs_err write_all(const outfile *f, const uint8_t *p, size_t n)
@@ -390,13 +463,17 @@ static gfs_err make_view(const gfs_vctx *ctx, gfs_format fmt, const size_t *entr
  * reader who goes through an index finds a complete set: the old index goes
  * (flushed) before any shard is replaced, and the new index appears
  * (flushed) only after every shard it names.  On failure the files already
- * renamed are removed again.
+ * renamed are removed again.  Each name is checked again first (dir, the
+ * output directory of a sharded export, still a directory; each file missing
+ * or a regular file: see out_rename()).
  */
-static gfs_err commit(outfile *files, size_t nshards, outfile *index)
+static gfs_err commit(const char *dir, outfile *files, size_t nshards, outfile *index)
 {
-	gfs_err err = GFS_OK;
+	gfs_err err = dir ? check_target(dir, true) : GFS_OK;
 
-	if (index) {
+	if (!err && index)
+		err = check_target(index->final, false);
+	if (!err && index) {
 		if (unlink(index->final) == 0)
 			err = fsync_dir(index->final);
 		else if (errno != ENOENT)
@@ -412,6 +489,40 @@ static gfs_err commit(outfile *files, size_t nshards, outfile *index)
 	}
 	if (!err)
 		err = fsync_dir(index ? index->final : files[0].final);
+	return err;
+}
+
+/*
+ * export_stdout(): write the single-file view to standard output as it is
+ * produced (a pipe, a device, a file the shell opened): no temporary file,
+ * no rename.  The torch zip's archive name is pytorch_model, the mounted
+ * pytorch_model.bin's.
+ */
+static gfs_err export_stdout(const gfs_vctx *ctx, const gfs_export_opts *o)
+{
+	char name[] = "standard output";
+	outfile f = { .final = name, .fd = STDOUT_FILENO };
+	progress pg = { .on = o->progress, .t0 = now_s() };
+	job j = { 0 };
+	uint8_t *buf = gfs_iobuf(EXPORT_CHUNK);
+	gfs_err err = buf ? make_view(ctx, o->format, NULL, 0,
+				      o->format == GFS_FORMAT_SAFETENSORS ? "model.safetensors"
+									  : "pytorch_model.bin",
+				      &j)
+			  : gfs_fail(GFS_ERR_NOMEM, "out of memory");
+
+	if (!err) {
+		pg.total = gfs_vfile_size(j.vf);
+		err = stream(j.vf, &f, buf, &pg);
+	}
+	if (!err)
+		progress_draw(&pg, true);
+	else if (pg.on)
+		fputc('\n', stderr);
+	gfs_tzview_free(j.tz);
+	gfs_vfile_free(j.st);
+	free(j.path);
+	free(buf);
 	return err;
 }
 
@@ -434,19 +545,18 @@ gfs_err gfs_export(const gfs_layout *l, const gfs_srcset *s, const char *out,
 	gfs_err err = GFS_OK;
 
 	assert(o->format != GFS_FORMAT_NONE);
+	if (strcmp(out, "-") == 0) {
+		assert(!o->shard_size && !o->signals);
+		return export_stdout(&ctx, o);
+	}
+	err = check_target(out, o->shard_size != 0);
+	if (err)
+		return err;
 	sigemptyset(&oldmask);
 	if (o->signals)
 		err = guard_start(&g, &oldmask);
 	if (!err && o->shard_size) {
-		pthread_mutex_lock(&g.mu);
-		if (mkdir(out, 0755) == 0)
-			g.made_dir = out;
-		else if (errno != EEXIST)
-			err = gfs_fail(GFS_ERR_IO, "%s: cannot create directory: %s", out,
-				       strerror(errno));
-		pthread_mutex_unlock(&g.mu);
-		if (!err)
-			err = gfs_shard_plan_new(l, o->want, o->shard_size, &plan);
+		err = gfs_shard_plan_new(l, o->want, o->shard_size, &plan);
 		if (!err)
 			njobs = plan->nshards;
 	} else {
@@ -497,6 +607,20 @@ gfs_err gfs_export(const gfs_layout *l, const gfs_srcset *s, const char *out,
 		err = index_path ? gfs_shard_index_json(l, plan, stem, ext, !st, &index)
 				 : gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	}
+	/* Every name written must be new or a regular file before anything is created. */
+	for (size_t i = 0; !err && plan && i < njobs; i++)
+		err = check_target(jobs[i].path, false);
+	if (!err && plan)
+		err = check_target(index_path, false);
+	if (!err && plan) {
+		pthread_mutex_lock(&g.mu);
+		if (mkdir(out, 0755) == 0)
+			g.made_dir = out;
+		else if (errno != EEXIST)
+			err = gfs_fail(GFS_ERR_IO, "%s: cannot create directory: %s", out,
+				       strerror(errno));
+		pthread_mutex_unlock(&g.mu);
+	}
 	for (size_t i = 0; !err && i < njobs; i++) {
 		pthread_mutex_lock(&g.mu);
 		err = out_open(&files[i], jobs[i].path);
@@ -519,7 +643,7 @@ gfs_err gfs_export(const gfs_layout *l, const gfs_srcset *s, const char *out,
 			err = out_flush(&files[i]);
 	if (!err) {
 		pthread_mutex_lock(&g.mu);
-		err = commit(files, njobs, index ? &files[njobs] : NULL);
+		err = commit(plan ? out : NULL, files, njobs, index ? &files[njobs] : NULL);
 		if (!err) {
 			g.committed = true;
 			for (size_t i = 0; i <= njobs; i++)

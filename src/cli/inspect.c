@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs-inspect — look at a sharded checkpoint without FUSE: list its
  * tensors, print one tensor's bytes, print or load its layout index, verify
@@ -18,6 +19,7 @@
 
 #include "gatherfs/cli/export.h"
 #include "gatherfs/importers/import.h"
+#include "gatherfs/importers/import_plain.h"
 #include "gatherfs/server/integrity.h"
 #include "gatherfs/util/json.h"
 #include "gatherfs/importers/lora.h"
@@ -121,17 +123,25 @@ static void usage(FILE *out)
 	      "  layout DIR         print the layout index as JSON\n"
 	      "  verify DIR         check the stored CRC-32 of every zip record tensor\n"
 	      "                     bytes come from, then read every piece once; report\n"
-	      "                     each corrupt record with the tensors it affects\n"
+	      "                     each corrupt record with the tensors it affects;\n"
+	      "                     exit 0: all checked and sound, 1: corrupt or\n"
+	      "                     unreadable, 3: sound but some sources carry no\n"
+	      "                     checksum (listed as UNVERIFIED:)\n"
 	      "  export DIR OUT     write a view to regular files: OUT.bin (torch zip) or\n"
 	      "                     OUT.safetensors; with --shard-size, OUT is a directory\n"
-	      "                     that receives Hugging Face shards and their index\n"
+	      "                     that receives Hugging Face shards and their index;\n"
+	      "                     OUT - (with --format) is standard output.  OUT must\n"
+	      "                     be new or a regular file (a directory with\n"
+	      "                     --shard-size): a device, FIFO or symlink is refused\n"
 	      "                     [--dtype] [--format] [--shard-size]\n"
 	      "ls and verify say on stderr what they read (format, tag).  An option a\n"
 	      "command does not take is refused.\n"
 	      "\n"
 	      "Options:\n"
 	      "  --tag TAG          DeepSpeed tag to use instead of the one in `latest`\n"
-	      "                     (default without `latest`: the only tag directory)\n"
+	      "                     (default without `latest`: the only tag directory);\n"
+	      "                     of a Hugging Face cache repository: its snapshot\n"
+	      "                     (default: the one refs/main names)\n"
 	      "  --input-format F   read DIR as dcp, deepspeed, plain, layout or zero3\n"
 	      "                     (default: auto; a directory with `.metadata` is dcp,\n"
 	      "                     one with zero3-rank-R.json a ZeRO-3 save, one with\n"
@@ -225,7 +235,11 @@ static void say_source(const inspect_opts *o, const char *dir, const gfs_layout 
 {
 	struct stat st;
 	const char *what = o->layout ? o->layout : dir;
-	const bool file = o->layout || (stat(dir, &st) == 0 && S_ISREG(st.st_mode));
+	const bool forced = o->input_format && strcmp(o->input_format, "auto") != 0;
+	/* a file given as DIR is a layout JSON unless it is a plain model file */
+	const bool file = o->layout || (stat(dir, &st) == 0 && S_ISREG(st.st_mode) &&
+					(forced ? strcmp(o->input_format, "layout") == 0
+						: !gfs_plain_is_file(dir)));
 
 	if (l->note)
 		fprintf(stderr, "gatherfs-inspect: note: %s\n", l->note);
@@ -302,7 +316,39 @@ static cJSON *json_entry(cJSON *arr, const gfs_tensor *t, bool state, gfs_dtype 
 	return ok ? e : NULL;
 }
 
-/* cmd_ls_optim(): ls --optim: the optimizer-state entries. */
+/* LS_NAME_BUF: room for a layout name (at most 4096 bytes) with every byte %XX. */
+#define LS_NAME_BUF (3 * 4096 + 1)
+
+/*
+ * ls_name(): name for a line of ls: itself, or, when it holds a control
+ * byte (0x00-0x1f, 0x7f: a tab would break the columns), a copy in buf
+ * (LS_NAME_BUF bytes) with those written %XX as tensors/ names write them.
+ */
+static const char *ls_name(const char *name, char *buf)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	char *p = buf;
+	bool ctl = false;
+
+	for (const unsigned char *c = (const unsigned char *)name; *c && !ctl; c++)
+		ctl = *c < 0x20 || *c == 0x7f;
+	if (!ctl)
+		return name;
+	for (const unsigned char *c = (const unsigned char *)name; *c; c++) {
+		assert((size_t)(p - buf) + 4 <= LS_NAME_BUF);
+		if (*c < 0x20 || *c == 0x7f) {
+			*p++ = '%';
+			*p++ = hex[*c >> 4];
+			*p++ = hex[*c & 15];
+		} else {
+			*p++ = (char)*c;
+		}
+	}
+	*p = '\0';
+	return buf;
+}
+
+/* cmd_ls_optim(): ls --optim: the optimizer-state entries, in --dtype as cat gives them. */
 static int cmd_ls_optim(const inspect_opts *o, const gfs_layout *l)
 {
 	if (o->json) {
@@ -312,9 +358,10 @@ static int cmd_ls_optim(const inspect_opts *o, const gfs_layout *l)
 
 		for (size_t i = l->ntensors; ok && i < gfs_layout_nentries(l); i++) {
 			const gfs_tensor *t = &l->tensors[i];
-			cJSON *e = json_entry(arr, t, true, t->dtype);
+			const gfs_dtype dt = gfs_dtype_out(t->dtype, o->dtype);
+			cJSON *e = json_entry(arr, t, true, dt);
 
-			ok = e && gfs_json_add_u64(e, "nbytes", t->nbytes);
+			ok = e && gfs_json_add_u64(e, "nbytes", gfs_tensor_out_nbytes(l, i, o->dtype));
 		}
 		text = ok ? cJSON_Print(arr) : NULL;
 		cJSON_Delete(arr);
@@ -329,11 +376,13 @@ static int cmd_ls_optim(const inspect_opts *o, const gfs_layout *l)
 	printf("%-12s %-48s %-9s %-20s %14s\n", "STATE", "NAME", "DTYPE", "SHAPE", "BYTES");
 	for (size_t i = l->ntensors; i < gfs_layout_nentries(l); i++) {
 		const gfs_tensor *t = &l->tensors[i];
+		static char nb[LS_NAME_BUF];
 		char shape[512];
 
 		format_shape(t, shape, sizeof(shape));
-		printf("%-12s %-48s %-9s %-20s %14" PRIu64 "\n", t->state, t->name,
-		       gfs_dtype_name(t->dtype), shape, t->nbytes);
+		printf("%-12s %-48s %-9s %-20s %14" PRIu64 "\n", t->state, ls_name(t->name, nb),
+		       gfs_dtype_name(gfs_dtype_out(t->dtype, o->dtype)), shape,
+		       gfs_tensor_out_nbytes(l, i, o->dtype));
 	}
 	return 0;
 }
@@ -395,12 +444,13 @@ static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 	for (size_t i = 0; i < l->ntensors && !out_errno; i++) {
 		const gfs_tensor *t = &l->tensors[i];
 		const gfs_dtype dt = gfs_dtype_out(t->dtype, o->dtype);
+		static char nb[LS_NAME_BUF], ab[LS_NAME_BUF];
 		char shape[512], kb[32];
 
 		format_shape(t, shape, sizeof(shape));
-		out_ok(printf("%-48s %-9s %-20s %14" PRIu64 "  %s%s%s\n", t->name, gfs_dtype_name(dt),
-			      shape, t->numel * gfs_dtype_size(dt),
-			      t->alias_of >= 0 ? l->tensors[t->alias_of].name : "-",
+		out_ok(printf("%-48s %-9s %-20s %14" PRIu64 "  %s%s%s\n", ls_name(t->name, nb),
+			      gfs_dtype_name(dt), shape, t->numel * gfs_dtype_size(dt),
+			      t->alias_of >= 0 ? ls_name(l->tensors[t->alias_of].name, ab) : "-",
 			      kinds ? "  " : "", kinds ? kind_of(t, kb, sizeof(kb)) : ""));
 	}
 	/* non-tensor entries (DCP bytes): listed, never served as tensors */
@@ -518,13 +568,22 @@ static uint64_t count_nonfinite(gfs_dtype dt, const uint8_t *p, size_t n)
 
 static int cmd_export(const inspect_opts *o, const gfs_layout *l, const char *out)
 {
+	const bool to_stdout = strcmp(out, "-") == 0;
 	gfs_export_opts eo = {
 		.format = o->format, .want = o->dtype, .shard_size = o->shard_size,
-		.progress = isatty(STDERR_FILENO), .signals = true,
+		.progress = isatty(STDERR_FILENO), .signals = !to_stdout,
 	};
 	gfs_srcset *s = NULL;
 	gfs_err err;
 
+	if (to_stdout && o->shard_size) {
+		fprintf(stderr, "gatherfs-inspect: --shard-size writes a directory, not standard output\n");
+		return 2;
+	}
+	if (to_stdout && eo.format == GFS_FORMAT_NONE) {
+		fprintf(stderr, "gatherfs-inspect: -: give --format bin or safetensors for standard output\n");
+		return 2;
+	}
 	if (eo.format == GFS_FORMAT_NONE)
 		eo.format = o->shard_size ? GFS_FORMAT_SAFETENSORS : gfs_format_from_name(out);
 	if (eo.format == GFS_FORMAT_NONE) {
@@ -576,70 +635,47 @@ static size_t report_bad(const gfs_layout *l, const gfs_srcset *s)
 }
 
 /*
- * unchecked_bytes(): bytes of the pieces of every entry (model tensors and
- * optimizer-state entries) in no checksummed record, and their entries.
+ * report_unsummed(): one line per source holding tensor bytes that no
+ * stored checksum covers (nothing could vouch for them).  @return whether
+ * there is one, false too when out of memory (after a line).
  */
-static uint64_t unchecked_bytes(const gfs_layout *l, size_t *ntensors)
+static bool report_unsummed(const gfs_layout *l)
 {
-	uint64_t bytes = 0;
+	bool *un = gfs_calloc(l->nsources ? l->nsources : 1, sizeof(*un));
+	size_t nt = 0;
+	uint64_t bytes;
 
-	*ntensors = 0;
-	for (size_t i = 0; i < gfs_layout_nentries(l); i++) {
-		const gfs_tensor *t = &l->tensors[i];
-		bool any = false;
-
-		for (size_t p = 0; t->alias_of < 0 && p < t->npieces; p++) {
-			const gfs_piece pcv = gfs_tensor_piece(t, p), *pc = &pcv;
-
-			if (pc->kind != GFS_PIECE_ZERO && pc->rec == GFS_NO_RECORD) {
-				bytes += pc->len * pc->count;
-				any = true;
-			}
-		}
-		*ntensors += any;
+	if (!un) {
+		fputs("gatherfs-inspect: out of memory\n", stderr);
+		return false;
 	}
-	return bytes;
-}
-
-/*
- * print_unchecksummed(): for a save_zero3 save, one line per data file
- * holding tensor bytes in no checksummed record: a file of an older
- * save_zero3, whose manifest has no CRC-32s.
- */
-static void print_unchecksummed(const gfs_layout *l)
-{
-	bool *no_crc;
-
-	if (strcmp(l->format, "zero3") != 0 || !l->nsources)
-		return;
-	no_crc = gfs_calloc(l->nsources, sizeof(*no_crc));
-	if (!no_crc)
-		return;
-	for (size_t i = 0; i < l->ntensors; i++) {
-		const gfs_tensor *t = &l->tensors[i];
-
-		for (size_t p = 0; t->alias_of < 0 && p < t->npieces; p++) {
-			const gfs_piece pc = gfs_tensor_piece(t, p);
-
-			if (pc.kind == GFS_PIECE_FILE && pc.rec == GFS_NO_RECORD)
-				no_crc[pc.src] = true;
-		}
-	}
-	for (size_t k = 0; k < l->nsources; k++) {
-		if (no_crc[k])
+	bytes = gfs_integrity_unsummed(l, un, &nt);
+	for (size_t i = 0; bytes && i < l->nsources; i++) {
+		if (!un[i])
+			continue;
+		out_ok(printf("UNVERIFIED: %s: no stored checksum covers its tensor bytes\n",
+			      l->sources[i].abspath));
+		if (strcmp(l->format, "zero3") == 0) /* its manifest has no CRC-32s */
 			out_ok(printf("%s: no checksums (saved by an older save_zero3)\n",
-				      l->sources[k].path));
+				      l->sources[i].path));
 	}
-	free(no_crc);
+	if (bytes)
+		out_ok(printf("note: %" PRIu64 " bytes of %zu tensors lie in no checksummed record "
+			      "(safetensors, raw or layout JSON sources): not verified, but for the "
+			      "content checksum of a zstd frame that has one\n",
+			      bytes, nt));
+	free(un);
+	return bytes != 0;
 }
 
 static int cmd_verify(const gfs_layout *l)
 {
 	gfs_srcset *s = NULL;
 	uint8_t *buf = malloc(IO_CHUNK);
-	uint64_t bytes = 0, pieces = 0, aliases = 0, nonfinite = 0, unchecked;
+	uint64_t bytes = 0, pieces = 0, aliases = 0, nonfinite = 0;
 	gfs_integrity_stats st = { 0 };
-	size_t nbad = 0, nunchecked;
+	size_t nbad = 0;
+	bool unsummed;
 	const double t0 = now_s();
 	gfs_err err;
 	double dt, dt_crc = 0;
@@ -695,16 +731,10 @@ static int cmd_verify(const gfs_layout *l)
 	out_ok(printf("OK: %zu zip records match their stored CRC-32 (%" PRIu64
 		      " source bytes read, %zu zstd frames decompressed, %zu of them with a content checksum) in %.3f s\n",
 		      st.checked, st.bytes, st.frames, st.frames_sum, dt_crc));
-	unchecked = unchecked_bytes(l, &nunchecked);
-	print_unchecksummed(l);
-	if (unchecked)
-		out_ok(printf("note: %" PRIu64 " bytes of %zu tensors lie in no checksummed zip record "
-			      "(safetensors, raw or layout JSON sources): not verified, but for the "
-			      "content checksum of a zstd frame that has one\n",
-			      unchecked, nunchecked));
+	unsummed = report_unsummed(l);
 	if (nonfinite)
 		out_ok(printf("note: %" PRIu64 " NaN or infinite floating-point values\n", nonfinite));
-	return 0;
+	return unsummed ? 3 : 0;
 }
 
 int main(int argc, char **argv)

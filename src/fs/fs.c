@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — the mounted namespace: inode table, directories, attributes,
  * the tensors/ view, the index file and passed-through checkpoint files.
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "gatherfs/fs/fs.h"
+#include "gatherfs/importers/hfcache.h"
 #include "gatherfs/importers/import_plain.h"
 #include "gatherfs/fs/perm.h"
 #include "gatherfs/views/shards.h"
@@ -194,6 +196,8 @@ struct gfs_fs {
 	size_t nxdirs;
 	char **notes;
 	size_t nnotes;
+	const char *optim_absent;     /* why optim/ shows nothing (asked for), or NULL */
+	const char *universal_absent; /* the same for the universal view */
 	fs_access acc;     /* during the build */
 	fs_attr root_attr, tensors_attr, index_attr;
 	fs_attr xfile_attr, xdir_attr; /* of the optim/ and universal nodes */
@@ -856,14 +860,11 @@ static bool is_view_name(const char *name)
 }
 
 /*
- * is_hidden(): a name the caller asked to leave out (gfs_fs_opts.hide) or
- * to show with other content (gfs_fs_opts.replace).
+ * is_hidden(): a name the caller asks to show with other content
+ * (gfs_fs_opts.replace).
  */
 static bool is_hidden(const gfs_fs *fs, const char *name)
 {
-	for (const char *const *h = fs->opts.hide; h && *h; h++)
-		if (strcmp(name, *h) == 0)
-			return true;
 	for (size_t i = 0; i < fs->opts.nreplace; i++)
 		if (strcmp(name, fs->opts.replace[i].name) == 0)
 			return true;
@@ -887,6 +888,23 @@ static bool is_source(const gfs_fs *fs, const char *dir, const char *name)
 			return true;
 	}
 	return false;
+}
+
+/*
+ * is_dead_pointer(): name is a checkpoint file that points at files the
+ * mount does not show, so that a loader given the mount would follow it
+ * and fail: DeepSpeed's `latest` names a tag directory, which
+ * load_checkpoint() would look for (`latest_universal` stays: the universal
+ * view shows its own, naming its own directory, and DeepSpeed's
+ * load_universal reads it); DCP's `.metadata` indexes the .distcp shards,
+ * which are sources, not passed through.
+ */
+static bool is_dead_pointer(const gfs_fs *fs, const char *name)
+{
+	const char *const format = fs->ctx.layout->format;
+
+	return (strcmp(format, "deepspeed") == 0 && strcmp(name, "latest") == 0) ||
+	       (strcmp(format, "dcp") == 0 && strcmp(name, ".metadata") == 0);
 }
 
 static int cmp_pass(const void *a, const void *b)
@@ -964,6 +982,14 @@ static gfs_err open_pass(const gfs_fs *fs, int dfd, const char *dir, const char 
 	p->fd = S_ISREG(st.st_mode)
 		? openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW)
 		: open_beneath(dfd, real, name);
+	if (p->fd < 0 && errno == EXDEV && gfs_hf_is_snapshot(real)) {
+		p->fd = gfs_hf_open_blob(dfd, real, name); /* a cache snapshot's link to a blob */
+		if (p->fd < 0 && (errno == ELOOP || errno == ENOTDIR)) {
+			notice(fs, "%s/%s: not shown: a symbolic link into blobs/ that goes on through another symbolic link (one hop only)",
+			       dir, name);
+			return GFS_OK;
+		}
+	}
 	if (p->fd < 0) {
 		if (errno == EXDEV)
 			notice(fs, "%s/%s: not shown: a symbolic link that leaves the checkpoint directory",
@@ -1052,7 +1078,8 @@ static gfs_err scan_root(gfs_fs *fs, const char *dir)
 			break;
 		}
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
-		    is_source(fs, dir, de->d_name) || is_hidden(fs, de->d_name))
+		    is_source(fs, dir, de->d_name) || is_hidden(fs, de->d_name) ||
+		    is_dead_pointer(fs, de->d_name))
 			continue;
 		if (is_extra_top(fs, de->d_name)) {
 			err = add_note(fs, "%s/%s: hidden behind the %s view", dir, de->d_name,
@@ -1348,11 +1375,20 @@ static gfs_err build_universal(gfs_fs *fs)
 	const gfs_layout *l = fs->ctx.layout;
 	gfs_err err = gfs_uview_new(l, fs->ctx.src, fs->ctx.crc_cache, &fs->uview);
 
+	if (err == GFS_ERR_NOTFOUND || err == GFS_ERR_UNSUPPORTED) {
+		fs->universal_absent = gfs_arena_strndup(&fs->strs, gfs_errmsg(),
+							 strlen(gfs_errmsg()));
+		if (!fs->universal_absent)
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
 	if (err == GFS_ERR_NOTFOUND)
 		return GFS_OK;
 	if (err == GFS_ERR_UNSUPPORTED)
-		return add_note(fs, "%s: no DeepSpeed universal checkpoint view: %s", l->base_dir,
-				gfs_errmsg());
+		/* views asked for by name: the caller says why (gfs_fs_view_absent()) */
+		return fs->opts.views != GFS_VIEW_ALL
+			? GFS_OK
+			: add_note(fs, "%s: no DeepSpeed universal checkpoint view: %s",
+				   l->base_dir, fs->universal_absent);
 	for (size_t i = 0; !err && i < gfs_uview_nfiles(fs->uview); i++)
 		err = add_xfile(fs, gfs_uview_path(fs->uview, i), gfs_uview_vfile(fs->uview, i), -1);
 	return err;
@@ -1697,6 +1733,8 @@ static gfs_err build(gfs_fs *fs)
 	err = build_views(fs);
 	if (!err && (fs->opts.views & GFS_VIEW_OPTIM))
 		err = build_optim(fs);
+	if ((fs->opts.views & GFS_VIEW_OPTIM) && l->noptim == 0)
+		fs->optim_absent = "no optimizer state";
 	if (!err && (fs->opts.views & GFS_VIEW_UNIVERSAL))
 		err = build_universal(fs);
 	if (!err && l->root_dir)
@@ -1753,31 +1791,40 @@ static gfs_err build(gfs_fs *fs)
 	return err;
 }
 
+static const struct {
+	const char *name;
+	unsigned bit;
+} view_names[] = {
+	{ "bin", GFS_VIEW_BIN }, { "safetensors", GFS_VIEW_SAFETENSORS },
+	{ "tensors", GFS_VIEW_TENSORS }, { "layout", GFS_VIEW_LAYOUT },
+	{ "optim", GFS_VIEW_OPTIM }, { "universal", GFS_VIEW_UNIVERSAL },
+	{ "all", GFS_VIEW_ALL },
+};
+
+const char *gfs_view_name(unsigned view)
+{
+	for (size_t k = 0; k < ARRAY_LEN(view_names); k++)
+		if (view_names[k].bit == view)
+			return view_names[k].name;
+	return NULL;
+}
+
 gfs_err gfs_views_parse(const char *s, unsigned *views)
 {
-	static const struct {
-		const char *name;
-		unsigned bit;
-	} names[] = {
-		{ "bin", GFS_VIEW_BIN }, { "safetensors", GFS_VIEW_SAFETENSORS },
-		{ "tensors", GFS_VIEW_TENSORS }, { "layout", GFS_VIEW_LAYOUT },
-		{ "optim", GFS_VIEW_OPTIM }, { "universal", GFS_VIEW_UNIVERSAL },
-		{ "all", GFS_VIEW_ALL },
-	};
+	static const char *const all = "bin, safetensors, tensors, layout, optim, universal, all";
 	unsigned v = 0;
 
 	while (*s) {
 		const size_t n = strcspn(s, ":+ ");
 		size_t k = 0;
 
-		while (k < ARRAY_LEN(names) &&
-		       (strlen(names[k].name) != n || strncmp(s, names[k].name, n) != 0))
+		while (k < ARRAY_LEN(view_names) &&
+		       (strlen(view_names[k].name) != n || strncmp(s, view_names[k].name, n) != 0))
 			k++;
-		if (k == ARRAY_LEN(names))
-			return gfs_fail(GFS_ERR_INVAL,
-					"unknown view '%.*s' (views: bin, safetensors, tensors, layout, optim, universal, all)",
-					(int)n, s);
-		v |= names[k].bit;
+		if (k == ARRAY_LEN(view_names))
+			return gfs_fail(GFS_ERR_INVAL, "unknown view '%.*s' (views: %s)", (int)n, s,
+					all);
+		v |= view_names[k].bit;
 		s += n;
 		if (*s)
 			s++;
@@ -1843,6 +1890,12 @@ const char *gfs_fs_note(const gfs_fs *fs, size_t i)
 {
 	assert(i < fs->nnotes);
 	return fs->notes[i];
+}
+
+const char *gfs_fs_view_absent(const gfs_fs *fs, unsigned view)
+{
+	return view == GFS_VIEW_OPTIM ? fs->optim_absent
+	       : view == GFS_VIEW_UNIVERSAL ? fs->universal_absent : NULL;
 }
 
 const gfs_node *gfs_fs_lookup(const gfs_fs *fs, const gfs_node *dir,

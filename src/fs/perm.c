@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — per-class access of views derived from the files behind them
  * and the directories on their paths (see perm.h).

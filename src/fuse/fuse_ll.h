@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — private header of the FUSE front end (fuse_ll.c, fuse_main.c),
  * the only place where libfuse is visible.

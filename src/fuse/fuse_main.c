@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — mount a sharded checkpoint as whole files (FUSE front end).
  *
@@ -33,6 +34,7 @@
 #include "gatherfs/importers/import_plain.h"
 #include "gatherfs/server/integrity.h"
 #include "gatherfs/importers/lora.h"
+#include "gatherfs/server/crccache.h"
 #include "gatherfs/views/shards.h"
 
 /* Options of our own, and fstab words to drop. */
@@ -49,14 +51,23 @@ typedef struct gfs_cli {
 	int bin_cache;
 	int nocrccache;
 	int verify;
+	char *verify_mode;
 	char *crc_cache;
+	char *crc_cache_max;
 	char *prefetch;
 	unsigned readahead_kb;
 	bool max_threads_given;
 	char *lora, *merge, *base, *lora_tied;
 } gfs_cli;
 
-enum { KEY_MAX_THREADS, KEY_MAX_READ };
+enum { KEY_MAX_THREADS, KEY_MAX_IDLE_THREADS, KEY_MAX_READ, KEY_READAHEAD_KB };
+
+/* Bounds of the numeric options (-o max_idle_threads also takes -1: no bound). */
+enum {
+	MAX_THREADS = 1024,
+	MAX_READ_MIN = 4096,
+	MAX_READ_MAX = 1 << 20, /* the kernel's 256 pages: it cuts requests there */
+};
 
 #define STR_(x) #x
 #define STR(x) STR_(x)
@@ -71,8 +82,9 @@ static const struct fuse_opt cli_opts[] = {
 	{ "bin_cache", offsetof(gfs_cli, bin_cache), 1 },
 	{ "nocrccache", offsetof(gfs_cli, nocrccache), 1 },
 	{ "verify", offsetof(gfs_cli, verify), 1 },
+	{ "verify=%s", offsetof(gfs_cli, verify_mode), 0 },
 	{ "crc_cache=%s", offsetof(gfs_cli, crc_cache), 0 },
-	{ "readahead_kb=%u", offsetof(gfs_cli, readahead_kb), 0 },
+	{ "crc_cache_max=%s", offsetof(gfs_cli, crc_cache_max), 0 },
 	{ "prefetch=%s", offsetof(gfs_cli, prefetch), 0 },
 	{ "format=%s", offsetof(gfs_cli, format), 0 },
 	{ "prefix=%s", offsetof(gfs_cli, prefix), 0 },
@@ -83,7 +95,9 @@ static const struct fuse_opt cli_opts[] = {
 	{ "base=%s", offsetof(gfs_cli, base), 0 },
 	{ "lora_tied=%s", offsetof(gfs_cli, lora_tied), 0 },
 	FUSE_OPT_KEY("max_threads=", KEY_MAX_THREADS),
+	FUSE_OPT_KEY("max_idle_threads=", KEY_MAX_IDLE_THREADS),
 	FUSE_OPT_KEY("max_read=", KEY_MAX_READ),
+	FUSE_OPT_KEY("readahead_kb=", KEY_READAHEAD_KB),
 	/* Words mount(8) and fstab pass along: the mount is always read-only. */
 	FUSE_OPT_KEY("rw", FUSE_OPT_KEY_DISCARD),
 	FUSE_OPT_KEY("ro", FUSE_OPT_KEY_DISCARD),
@@ -98,6 +112,43 @@ static const struct fuse_opt cli_opts[] = {
 	FUSE_OPT_END
 };
 
+/*
+ * opt_uint(): the value of the option arg ("NAME=VALUE") as a decimal
+ * integer from lo to hi, in *out if not NULL; else false after one line
+ * naming the option and the range (unit: what it counts, may be "").
+ */
+static bool opt_uint(const char *arg, unsigned lo, unsigned hi, const char *unit, unsigned *out)
+{
+	const char *v = strchr(arg, '=') + 1;
+	char *end;
+	unsigned long n;
+
+	errno = 0;
+	n = strtoul(v, &end, 10);
+	if (*v < '0' || *v > '9' || *end || errno || n < lo || n > hi) {
+		fprintf(stderr, "gatherfs: -o %s: expected an integer from %u to %u%s\n", arg, lo, hi,
+			unit);
+		return false;
+	}
+	if (out)
+		*out = (unsigned)n;
+	return true;
+}
+
+/*
+ * mountpoint_missing(): MOUNTPOINT mp does not exist: one line saying so
+ * (before fuse_parse_cmdline(), whose "bad mount point" says less).
+ */
+static bool mountpoint_missing(const char *mp)
+{
+	struct stat st;
+
+	if (stat(mp, &st) == 0 || errno != ENOENT)
+		return false;
+	fprintf(stderr, "gatherfs: %s: no such directory (create it first)\n", mp);
+	return true;
+}
+
 static int cli_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
 {
 	gfs_cli *cli = data;
@@ -105,19 +156,26 @@ static int cli_proc(void *data, const char *arg, int key, struct fuse_args *outa
 	(void)outargs;
 	switch (key) {
 	case FUSE_OPT_KEY_NONOPT:
-		if (cli->source)
-			return 1; /* the mountpoint: for fuse_parse_cmdline() */
+		if (cli->source) /* the mountpoint: for fuse_parse_cmdline(), if it exists */
+			return mountpoint_missing(arg) ? -1 : 1;
 		cli->source = strdup(arg);
 		return cli->source ? 0 : -1;
 	case FUSE_OPT_KEY_OPT:
 		return strncmp(arg, "x-", 2) == 0 ? 0 : 1; /* x-*: fstab comments */
-	case KEY_MAX_THREADS:
+	case KEY_MAX_THREADS: /* checked here, parsed again by libfuse */
 		cli->max_threads_given = true;
-		return 1;
+		return opt_uint(arg, 1, MAX_THREADS, " (worker threads)", NULL) ? 1 : -1;
+	case KEY_MAX_IDLE_THREADS:
+		return strcmp(arg, "max_idle_threads=-1") == 0 ||
+		       opt_uint(arg, 0, MAX_THREADS, " (idle worker threads), or -1 (no bound)", NULL)
+		       ? 1 : -1;
 	case KEY_MAX_READ:
 		/* init() must repeat the mount's value; libfuse checks they agree */
-		cli->max_read = (unsigned)strtoul(arg + strlen("max_read="), NULL, 10);
-		return 1;
+		return opt_uint(arg, MAX_READ_MIN, MAX_READ_MAX, " (bytes)", &cli->max_read) ? 1 : -1;
+	case KEY_READAHEAD_KB:
+		return opt_uint(arg, 0, GFS_LL_READAHEAD_KB_MAX,
+				" (KiB; the mount offers the kernel 64 MiB at most)", &cli->readahead_kb)
+		       ? 0 : -1;
 	default:
 		return 1;
 	}
@@ -135,7 +193,8 @@ static void usage(const char *prog)
 	       "    -o dtype=bf16|fp16|fp32  present floating-point tensors in this dtype\n"
 	       "                             (default: as stored)\n"
 	       "    -o tag=TAG               DeepSpeed tag to mount (default: from `latest`);\n"
-	       "                             zero3: the tag the save must carry\n"
+	       "                             zero3: the tag the save must carry;\n"
+	       "                             HF cache repository: its snapshot (refs/main)\n"
 	       "    -o format=FMT            input format: dcp, deepspeed, plain, layout,\n"
 	       "                             zero3 or auto (default: auto; `.metadata` means\n"
 	       "                             dcp, zero3-rank-R.json zero3, DeepSpeed files\n"
@@ -146,7 +205,8 @@ static void usage(const char *prog)
 	       "                             (e.g. prefix=model. for accelerate checkpoints)\n"
 	       "    -o views=V1+V2...        views to show, from bin, safetensors, tensors,\n"
 	       "                             layout, optim (optimizer state), universal\n"
-	       "                             (DeepSpeed universal checkpoint) (default: all)\n"
+	       "                             (DeepSpeed universal checkpoint) (default: all;\n"
+	       "                             refused if the checkpoint has none of them)\n"
 	       "    -o shard_size=SIZE       show Hugging Face shards of at most SIZE (e.g. 5G,\n"
 	       "                             500MB, 2GiB) with their index files instead of\n"
 	       "                             single pytorch_model.bin / model.safetensors\n"
@@ -159,7 +219,8 @@ static void usage(const char *prog)
 	       "    -o lora_tied=peft        a targeted tied embedding changes its tied head too,\n"
 	       "                             as PEFT's merge does (default: untied, the head\n"
 	       "                             keeps the unmerged embedding)\n"
-	       "    -o max_threads=N         worker threads (default: 2 per CPU, 10 to 64)\n"
+	       "    -o max_threads=N         worker threads, 1 to 1024 (default: 2 per CPU,\n"
+	       "                             10 to 64)\n"
 	       "    -o nosplice              copy read data through the daemon instead of\n"
 	       "                             splicing it from the sources\n"
 	       "    -o bin_cache             read pytorch_model.bin through the page cache\n"
@@ -171,9 +232,14 @@ static void usage(const char *prog)
 	       "                             at most 1G; 0: no read-ahead)\n"
 	       "    -o crc_cache=DIR         keep pytorch_model.bin CRC-32s in DIR (default:\n"
 	       "                             $XDG_CACHE_HOME/gatherfs or ~/.cache/gatherfs)\n"
-	       "    -o nocrccache            no persistent CRC cache\n"
-	       "    -o verify                check the stored CRC-32 of every source record\n"
-	       "                             before mounting; refuse a corrupt checkpoint\n\n"
+	       "    -o crc_cache_max=SIZE    bound of the CRC cache (e.g. 64Mi, 500K; default\n"
+	       "                             64Mi): least recently used entries go first\n"
+	       "    -o nocrccache            no persistent CRC cache (not with crc_cache=)\n"
+	       "    -o verify=read           (default) check each source record against its\n"
+	       "                             stored CRC-32 before serving its first byte\n"
+	       "    -o verify[=mount]        check every source record before mounting;\n"
+	       "                             refuse a corrupt checkpoint\n"
+	       "    -o verify=off            serve source bytes unchecked (unsafe)\n\n"
 	       "Each file is owned by the common owner of the files it shows and readable\n"
 	       "only by those who could read all of them (see SECURITY in gatherfs(1)).\n\n",
 	       prog);
@@ -201,12 +267,151 @@ static bool prefetch_budget(const char *size, uint64_t *out)
 	return true;
 }
 
-/* verify_sources(): -o verify: every source record against its stored CRC-32. */
-static gfs_err verify_sources(const gfs_layout *l, const gfs_srcset *s)
+/*
+ * crc_cache_opts(): the bound of the CRC cache (-o crc_cache_max=SIZE, else
+ * the default) in c->max; false after one line if SIZE is bad or out of
+ * range, or if -o nocrccache comes with -o crc_cache= or crc_cache_max=.
+ */
+static bool crc_cache_opts(const gfs_cli *cli, gfs_crccache *c)
 {
-	const gfs_err err = gfs_integrity_require(l, s, NULL, 0, 0);
+	if (cli->nocrccache && (cli->crc_cache || cli->crc_cache_max)) {
+		fprintf(stderr, "gatherfs: -o nocrccache contradicts -o %s: keep no CRC cache, or keep one\n",
+			cli->crc_cache ? "crc_cache=" : "crc_cache_max=");
+		return false;
+	}
+	c->max = GFS_CRCCACHE_DEFAULT_MAX;
+	if (!cli->crc_cache_max)
+		return true;
+	if (gfs_parse_size(cli->crc_cache_max, &c->max) != GFS_OK) {
+		fprintf(stderr, "gatherfs: -o crc_cache_max=%s: %s\n", cli->crc_cache_max, gfs_errmsg());
+		return false;
+	}
+	if (c->max < GFS_CRCCACHE_MIN || c->max > GFS_CRCCACHE_MAX) {
+		fprintf(stderr, "gatherfs: -o crc_cache_max=%s: expected 1KiB to 1TiB\n",
+			cli->crc_cache_max);
+		return false;
+	}
+	return true;
+}
 
-	return err ? gfs_fail_prefix(err, "-o verify: not mounting") : GFS_OK;
+/*
+ * views_apply(): with -o views=arg (the bits views) naming views, whether
+ * any of them shows files for this checkpoint; those that show none are
+ * named, with why, in one line on stderr: a warning if others show files,
+ * else the refusal.  Default (all): true, silently.
+ */
+static bool views_apply(const gfs_fs *fs, const char *arg, unsigned views)
+{
+	char why[1024] = "";
+	size_t n = 0;
+	unsigned absent = 0;
+
+	if (!arg || views == GFS_VIEW_ALL)
+		return true;
+	for (unsigned bit = 1; bit < GFS_VIEW_ALL; bit <<= 1) {
+		const char *const w = (views & bit) ? gfs_fs_view_absent(fs, bit) : NULL;
+
+		if (!w)
+			continue;
+		absent |= bit;
+		if (n < sizeof(why))
+			n += (size_t)snprintf(why + n, sizeof(why) - n, "%s%s: %s", n ? "; " : "",
+					      gfs_view_name(bit), w);
+	}
+	if (absent == views)
+		fprintf(stderr, "gatherfs: -o views=%s: no such view for this checkpoint (%s): not mounting\n",
+			arg, why);
+	else if (absent)
+		fprintf(stderr, "gatherfs: -o views=%s: warning: not shown (%s)\n", arg, why);
+	return absent != views;
+}
+
+/*
+ * notice(): a line for the user (gfs_notice_fn: a checkpoint file left out
+ * of the mount, a large first check), to stderr or syslog.
+ */
+static void notice(const char *line)
+{
+	fuse_log(FUSE_LOG_NOTICE, "gatherfs: %s\n", line);
+}
+
+/* When source records are checked (-o verify=MODE). */
+typedef enum verify_mode { VERIFY_READ, VERIFY_MOUNT, VERIFY_OFF } verify_mode;
+
+/*
+ * parse_verify(): the mode of -o verify (bare: mount) and -o verify=MODE
+ * (mode NULL: not given) in *out; false after a line on stderr.
+ */
+static bool parse_verify(int bare, const char *mode, verify_mode *out)
+{
+	*out = bare ? VERIFY_MOUNT : VERIFY_READ;
+	if (!mode)
+		return true;
+	if (strcmp(mode, "read") == 0)
+		*out = VERIFY_READ;
+	else if (strcmp(mode, "mount") == 0)
+		*out = VERIFY_MOUNT;
+	else if (strcmp(mode, "off") == 0)
+		*out = VERIFY_OFF;
+	else {
+		fprintf(stderr, "gatherfs: -o verify=%s: expected read, mount or off\n", mode);
+		return false;
+	}
+	if (bare && *out != VERIFY_MOUNT) {
+		fprintf(stderr, "gatherfs: -o verify and -o verify=%s contradict each other\n", mode);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * note_unsummed(): one line on stderr naming the sources whose tensor
+ * bytes no stored checksum covers (with -o verify=mount: not checked).
+ */
+static void note_unsummed(const gfs_layout *l)
+{
+	bool *un = gfs_calloc(l->nsources ? l->nsources : 1, sizeof(*un));
+	size_t nt = 0, nfiles = 0;
+	uint64_t bytes;
+
+	if (!un)
+		return;
+	bytes = gfs_integrity_unsummed(l, un, &nt);
+	if (bytes) {
+		fprintf(stderr, "gatherfs: -o verify=mount: %llu bytes of %zu tensors have no stored checksum and could not be checked:",
+			(unsigned long long)bytes, nt);
+		for (size_t i = 0; i < l->nsources; i++)
+			if (un[i] && nfiles++ < 8)
+				fprintf(stderr, " %s", l->sources[i].abspath);
+		if (nfiles > 8)
+			fprintf(stderr, " (and %zu more files)", nfiles - 8);
+		fputc('\n', stderr);
+	}
+	free(un);
+}
+
+/*
+ * verify_sources(): -o verify=MODE on the open sources: mount: every
+ * source record against its stored CRC-32 now; read: on first use; off:
+ * never (a warning).
+ */
+static gfs_err verify_sources(const gfs_layout *l, gfs_srcset *s, verify_mode mode)
+{
+	gfs_err err;
+
+	gfs_srcset_set_verify(s, mode != VERIFY_OFF, notice);
+	if (mode == VERIFY_OFF) {
+		fputs("gatherfs: -o verify=off: source bytes are served without checking their stored CRC-32 (unsafe: corruption is served as data)\n",
+		      stderr);
+		return GFS_OK;
+	}
+	if (mode != VERIFY_MOUNT)
+		return GFS_OK;
+	err = gfs_integrity_require(l, s, NULL, 0, 0);
+	if (err)
+		return gfs_fail_prefix(err, "-o verify: not mounting");
+	note_unsummed(l);
+	return GFS_OK;
 }
 
 /*
@@ -226,12 +431,6 @@ static void cmdline_help(void)
 	       "                           allowed (default: -1)\n");
 }
 
-/* notice(): a line about a checkpoint file left out of the mount. */
-static void notice(const char *line)
-{
-	fuse_log(FUSE_LOG_NOTICE, "gatherfs: %s\n", line);
-}
-
 /*
  * mountpoint_ok(): MOUNTPOINT must be an empty directory on which nothing
  * is mounted (autofs excepted: systemd's automount mounts us on its own
@@ -248,6 +447,8 @@ static bool mountpoint_ok(const char *mp)
 
 	if (strncmp(mp, "/dev/fd/", 8) == 0)
 		return true;
+	if (mountpoint_missing(mp))
+		return false;
 	if (stat(mp, &st) != 0) {
 		fprintf(stderr, "gatherfs: %s: %s\n", mp, strerror(errno));
 		return false;
@@ -315,40 +516,6 @@ static bool crc_cache_dir(const char *dir, char **abs)
 	if (!*abs)
 		fprintf(stderr, "gatherfs: -o crc_cache=%s: %s\n", dir, strerror(errno));
 	return *abs != NULL;
-}
-
-/*
- * latest_differs(): with -o tag, whether the DeepSpeed save directory's
- * `latest` (a regular file: a symbolic link is left to the pass-through
- * rules) names another tag; if so it says so (the caller hides the file).
- */
-static bool latest_differs(const gfs_layout *l, const char *tag)
-{
-	char path[PATH_MAX], buf[512];
-	ssize_t n;
-	int fd;
-
-	if (!tag || !l->root_dir || strcmp(l->format, "deepspeed") != 0 ||
-	    (size_t)snprintf(path, sizeof(path), "%s/latest", l->root_dir) >= sizeof(path))
-		return false;
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
-	if (fd < 0)
-		return false;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n < 0)
-		return false;
-	while (n > 0 && strchr(" \t\r\n", buf[n - 1]))
-		n--;
-	buf[n] = '\0';
-	if (strcmp(buf, tag) == 0)
-		return false;
-	for (ssize_t i = 0; i < n; i++) /* one line, whatever the file holds */
-		if ((unsigned char)buf[i] < 0x20 || buf[i] == 0x7f)
-			buf[i] = '?';
-	fprintf(stderr, "gatherfs: %s: not shown: it names tag %s, the mount shows tag %s (-o tag)\n",
-		path, buf, tag);
-	return true;
 }
 
 /* want_dtype(): parse -o dtype=; GFS_DT_INVALID (with *ok) if not given. */
@@ -509,7 +676,6 @@ int main(int argc, char *argv[])
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_cmdline_opts opts = { 0 };
 	gfs_cli cli = { .max_read = GFS_LL_MAX_READ, .readahead_kb = READAHEAD_UNSET };
-	static const char *const hide_latest[] = { "latest", NULL };
 	char *crc_abs = NULL;
 	gfs_mount m = { 0 };
 	gfs_import_opts iopts = { 0 };
@@ -527,6 +693,8 @@ int main(int argc, char *argv[])
 	gfs_err err;
 	bool dtype_ok, untied = false;
 	uint64_t prefetch;
+	verify_mode vmode;
+	gfs_crccache crc = { 0 };
 	int ret = 1;
 
 	keep_stdio();
@@ -565,17 +733,13 @@ int main(int argc, char *argv[])
 		fprintf(stderr, "gatherfs: %s\n", gfs_errmsg());
 		goto out_args;
 	}
-	if (cli.readahead_kb != READAHEAD_UNSET && cli.readahead_kb > GFS_LL_READAHEAD_KB_MAX) {
-		fprintf(stderr, "gatherfs: -o readahead_kb=%u: at most %u (64 MiB, the most the mount offers the kernel)\n",
-			cli.readahead_kb, GFS_LL_READAHEAD_KB_MAX);
-		goto out_args;
-	}
-	if (!prefetch_budget(cli.prefetch, &prefetch))
+	if (!prefetch_budget(cli.prefetch, &prefetch) || !crc_cache_opts(&cli, &crc) ||
+	    !parse_verify(cli.verify, cli.verify_mode, &vmode))
 		goto out_args;
 	if (!mountpoint_ok(opts.mountpoint))
 		goto out_args;
 	fso.want = want_dtype(cli.dtype, &dtype_ok);
-	if (cli.crc_cache && !cli.nocrccache) {
+	if (cli.crc_cache) {
 		if (!crc_cache_dir(cli.crc_cache, &crc_abs))
 			goto out_args;
 		free(cli.crc_cache);
@@ -583,7 +747,8 @@ int main(int argc, char *argv[])
 	}
 	if (!cli.nocrccache && !cli.crc_cache)
 		cli.crc_cache = gfs_ll_crc_cache_dir();
-	fso.crc_cache = cli.nocrccache ? NULL : cli.crc_cache;
+	crc.dir = cli.crc_cache;
+	fso.crc_cache = cli.nocrccache || !crc.dir ? NULL : &crc;
 	fso.notice = notice;
 	if (!dtype_ok) {
 		fprintf(stderr, "gatherfs: -o dtype=%s: expected bf16, fp16 or fp32\n", cli.dtype);
@@ -604,8 +769,6 @@ int main(int argc, char *argv[])
 	lora_cli = (gfs_lora_cli){ .lora = cli.lora, .merge = cli.merge, .base = cli.base,
 				   .tied = cli.lora_tied };
 	err = gfs_import(cli.source, &iopts, &layout);
-	if (!err && latest_differs(layout, cli.tag))
-		fso.hide = hide_latest;
 	if (!err)
 		note_saved_adapter(layout);
 	if (!err)
@@ -616,8 +779,10 @@ int main(int argc, char *argv[])
 		err = gfs_lora_untied_config(layout, &cfg_text);
 	if (!err)
 		err = gfs_srcset_open(layout, &src);
-	if (!err && cli.verify)
-		err = verify_sources(layout, src);
+	if (!err)
+		err = verify_sources(layout, src, vmode);
+	if (!err && adapter_src)
+		gfs_srcset_set_verify(adapter_src, vmode != VERIFY_OFF, notice);
 	if (!err) {
 		fso.adapter = adapter;
 		fso.adapter_src = adapter_src;
@@ -638,6 +803,8 @@ int main(int argc, char *argv[])
 	/* the import's pickles and zip directories are freed: give their pages back */
 	(void)malloc_trim(0);
 #endif
+	if (!views_apply(fs, cli.views, fso.views))
+		goto out_fs;
 	if (layout->note)
 		fprintf(stderr, "gatherfs: note: %s\n", layout->note);
 	if (!nofile_ok(GFS_FD_RESERVE + (opts.clone_fd ? opts.max_threads : 0)))
@@ -732,6 +899,8 @@ out_args:
 	free(cli.views);
 	free(cli.shard_size);
 	free(cli.crc_cache);
+	free(cli.verify_mode);
+	free(cli.crc_cache_max);
 	free(cli.prefetch);
 	fuse_opt_free_args(&args);
 	return ret;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — importer dispatch: detect what a path holds.
  */
@@ -6,9 +7,11 @@
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "gatherfs/importers/hfcache.h"
 #include "gatherfs/importers/import.h"
 #include "gatherfs/importers/import_plain.h"
 #include "gatherfs/readers/pickle.h"
@@ -25,31 +28,42 @@ static bool has_file(const char *path, const char *name)
 }
 
 /*
- * is_deepspeed(): does directory path look like a DeepSpeed save or tag
- * directory: a `latest` file, or a ZeRO model or optimizer states file?
+ * holds_states(): does directory path hold a ZeRO model or optimizer
+ * states file (*_model_states.pt, *_optim_states.pt), or, with sub, does
+ * one of its subdirectories (a tag directory)?
  */
-static bool is_deepspeed(const char *path)
+static bool holds_states(const char *path, bool sub)
 {
-	struct stat st;
-	char buf[4096];
-	DIR *d;
+	DIR *d = opendir(path);
 	const struct dirent *de;
 	bool found = false;
 
-	if ((size_t)snprintf(buf, sizeof(buf), "%s/latest", path) < sizeof(buf) &&
-	    stat(buf, &st) == 0 && S_ISREG(st.st_mode))
-		return true;
-	d = opendir(path);
 	if (!d)
 		return false;
 	while (!found && (de = readdir(d))) {
 		const size_t n = strlen(de->d_name);
+		struct stat st;
+		char buf[4096];
 
 		found = (n > 16 && strcmp(de->d_name + n - 16, "_optim_states.pt") == 0) ||
 			(n > 16 && strcmp(de->d_name + n - 16, "_model_states.pt") == 0);
+		if (!found && sub && strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0 &&
+		    (size_t)snprintf(buf, sizeof(buf), "%s/%s", path, de->d_name) < sizeof(buf) &&
+		    stat(buf, &st) == 0 && S_ISDIR(st.st_mode))
+			found = holds_states(buf, false);
 	}
 	closedir(d);
 	return found;
+}
+
+/*
+ * is_deepspeed(): does directory path look like a DeepSpeed save or tag
+ * directory: a `latest` file, or ZeRO states files in it or in a tag
+ * directory under it?
+ */
+static bool is_deepspeed(const char *path)
+{
+	return has_file(path, "latest") || holds_states(path, true);
 }
 
 /* is_dcp(): does directory path hold a `.metadata` file? */
@@ -61,7 +75,8 @@ static bool is_dcp(const char *path)
 /*
  * dir_format(): the format of directory path: DCP, a zero3 save (or a
  * directory of them, unless it is a DeepSpeed checkpoint), DeepSpeed
- * (shards win over plain files), a layout.json, plain model files.
+ * (shards win over plain files), a layout.json, plain model files; NULL
+ * for none of them.
  */
 static const char *dir_format(const char *path, const char *tag)
 {
@@ -73,7 +88,7 @@ static const char *dir_format(const char *path, const char *tag)
 		return "deepspeed";
 	if (has_file(path, "layout.json"))
 		return "layout";
-	return gfs_plain_has_model(path) ? "plain" : "deepspeed";
+	return gfs_plain_has_model(path) ? "plain" : NULL;
 }
 
 /* import_path(): gfs_import() but for the pickle pool. */
@@ -98,6 +113,12 @@ static gfs_err import_path(const char *path, const gfs_import_opts *opts, gfs_la
 		format = gfs_plain_is_file(path) ? "plain" : "layout";
 	else if (!format)
 		format = S_ISDIR(st.st_mode) ? dir_format(path, tag) : "deepspeed";
+	if (!format)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: no known checkpoint format (looked for: DeepSpeed `latest` or *_model_states.pt / *_optim_states.pt in it or a tag directory, "
+				"PyTorch DCP .metadata, zero3-rank-*.json or .bin, layout.json, model.safetensors / pytorch_model.bin or their .index.json; "
+				"name another format with --input-format or -o format=)",
+				path);
 	if (prefix && strcmp(format, "dcp") != 0 && strcmp(format, "plain") != 0)
 		return gfs_fail(GFS_ERR_INVAL,
 				"%s: a key prefix applies to a DCP checkpoint only, or to plain model files",
@@ -137,11 +158,36 @@ static gfs_err import_path(const char *path, const gfs_import_opts *opts, gfs_la
 	return gfs_import_deepspeed(path, tag, out);
 }
 
+/*
+ * import_hf(): a Hugging Face cache repository: its snapshot opts->tag
+ * (refs/main without one), imported as a directory (the tag is spent).
+ */
+static gfs_err import_hf(const char *repo, const gfs_import_opts *opts, gfs_layout **out)
+{
+	gfs_import_opts snap_opts = opts ? *opts : (gfs_import_opts){ 0 };
+	char *snap;
+	gfs_err err = gfs_hf_snapshot(repo, snap_opts.tag, &snap);
+
+	if (err)
+		return err;
+	snap_opts.tag = NULL;
+	err = import_path(snap, &snap_opts, out);
+	free(snap);
+	return err;
+}
+
 gfs_err gfs_import(const char *path, const gfs_import_opts *opts, gfs_layout **out)
 {
+	char *real = opts && opts->tag ? realpath(path, NULL) : NULL;
 	gfs_err err;
 
-	err = import_path(path, opts, out);
+	if (real && gfs_hf_is_snapshot(real))
+		err = gfs_fail(GFS_ERR_INVAL,
+			       "%s: a snapshot of a Hugging Face cache repository: a tag picks a snapshot of the repository itself",
+			       path);
+	else
+		err = gfs_hf_is_repo(path) ? import_hf(path, opts, out) : import_path(path, opts, out);
+	free(real);
 	gfs_pickle_pool_drain();
 	return err;
 }

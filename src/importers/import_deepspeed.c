@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — DeepSpeed ZeRO 1/2/3 (and BF16_Optimizer) importer.
  *
@@ -14,6 +15,10 @@
  *   - buffers from `module` in their stored dtype;
  *   - `shared_params` aliases.
  * Padding elements are never mapped.  Tensor payloads are never read.
+ * Every rank file must be the file its name says: its zip folder is its
+ * own name (or archive/, which names nothing: a note), the optimizer
+ * states files agree on stage and partition_count (the world size), and
+ * the model states read record that dp_world_size.
  */
 #include "config.h"
 
@@ -35,6 +40,9 @@
 
 #define DS_MAX_PICKLE ((uint64_t)1 << 30)
 #define DS_MAX_RANKS 65536
+/* What an optimizer state name (a folder name under optim/) must not hold. */
+#define STATE_BAD_BYTES "/\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f" \
+	"\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b\x1c\x1d\x1e\x1f\x7f"
 
 /* One opened .pt file of the checkpoint. */
 typedef struct ds_file {
@@ -49,6 +57,12 @@ typedef struct ds_file {
 	struct ds_frag *frags; /* ZeRO-3 rank > 0 with frozen params: [nfrags], in the
 				  order of rank 0's frozen_param_shapes */
 	size_t nfrags;
+	bool anonymous; /* its zip folder is archive/ (torch.save to a file
+			   object): it records no name to check */
+	/* optimizer states file: what it says it was written with */
+	int stage;
+	bool bf16opt;
+	uint64_t ws;    /* its partition_count */
 } ds_file;
 
 /* A 1-D run of elements made of consecutive pieces of source files. */
@@ -150,6 +164,57 @@ static const char *kind_phrase(const gfs_pv *v, char *buf, size_t n)
 	return buf;
 }
 
+/* printable(): s with control bytes as '?', cut to n - 1 bytes, in buf. */
+static const char *printable(const char *s, char *buf, size_t n)
+{
+	size_t i = 0;
+
+	assert(n > 0);
+	for (; s[i] && i + 1 < n; i++)
+		buf[i] = ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) ? '?' : s[i];
+	buf[i] = '\0';
+	return buf;
+}
+
+/*
+ * name_check(): a torch.save to a path names the zip folder after the
+ * file (zero_pp_rank_1_mp_rank_00_optim_states/data.pkl), and copying or
+ * renaming the file keeps it: prefix, f's zip folder, must be f's name
+ * without ".pt", or "archive" (torch.save to a file object records no
+ * name: f->anonymous is set).
+ */
+static gfs_err name_check(ds_file *f, const char *prefix)
+{
+	const size_t n = strlen(f->name);
+	char shown[160];
+
+	assert(n > 3 && strcmp(f->name + n - 3, ".pt") == 0);
+	if (strlen(prefix) == n - 3 && strncmp(prefix, f->name, n - 3) == 0)
+		return GFS_OK;
+	if (strcmp(prefix, "archive") == 0) {
+		f->anonymous = true;
+		return GFS_OK;
+	}
+	return gfs_fail(GFS_ERR_FORMAT,
+			"%s: its zip folder is %s/, not the file's own name: a copied or renamed rank file",
+			f->path, printable(prefix, shown, sizeof(shown)));
+}
+
+/*
+ * name_peek(): name_check() of f, opened by file_stat() but not read,
+ * from the name of its first zip record alone (one pread).
+ */
+static gfs_err name_peek(ds_file *f)
+{
+	char *prefix;
+	gfs_err err = gfs_tzip_peek_prefix(f->fd, f->size, f->path, &prefix);
+
+	if (!err && prefix)
+		err = name_check(f, prefix);
+	free(prefix);
+	return err;
+}
+
 /*
  * file_stat(): open dir/name (f->fd) and check that it is a non-empty
  * regular file, setting f's name, path and size.
@@ -181,7 +246,10 @@ static gfs_err file_stat(ds_file *f, const char *dir, const char *name)
 	return GFS_OK;
 }
 
-/* file_read(): read the zip directory and the pickle of f, checked by file_stat(). */
+/*
+ * file_read(): read the zip directory and the pickle of f, checked by
+ * file_stat(); the zip's folder must be f's name (name_check()).
+ */
 static gfs_err file_read(ds_file *f)
 {
 	const gfs_tzip_record *rec;
@@ -190,6 +258,8 @@ static gfs_err file_read(ds_file *f)
 	char label[4096 + 64];
 	gfs_err err = gfs_tzip_open(f->fd, 0, f->size, f->path, NULL, &f->zip);
 
+	if (!err)
+		err = name_check(f, gfs_tzip_prefix(f->zip));
 	if (err)
 		return err;
 	rec = gfs_tzip_find(f->zip, "data.pkl");
@@ -877,7 +947,7 @@ static gfs_err shapes_of(const ds_file *m0, const gfs_pv **ps)
 
 /*
  * push_param(): entry i of param group g's param_shapes dict (shapes): its
- * name must be a string without control characters; *n is its element
+ * name must be a string without a NUL byte; *n is its element
  * count, and it becomes a trainable entry at element off of the group.
  */
 static gfs_err push_param(ds_ckpt *c, const gfs_pv *shapes, size_t i, size_t g, uint64_t off,
@@ -890,9 +960,7 @@ static gfs_err push_param(ds_ckpt *c, const gfs_pv *shapes, size_t i, size_t g, 
 
 	assert(i < shapes->u.dict.len);
 	if (!name)
-		return gfs_fail(GFS_ERR_FORMAT,
-				"%s: param_shapes key %zu is not a string without control characters",
-				m0->path, i);
+		return gfs_pv_name_fail(m0->path, "param_shapes key", i, it->key);
 	err = param_numel(m0, name, it->value, n);
 	return err ? err : train_push(c, name, it->value, g, off, cap);
 }
@@ -1343,9 +1411,7 @@ static gfs_err build_entries(ds_ckpt *c)
 		size_t k;
 
 		if (!name)
-			return gfs_fail(GFS_ERR_FORMAT,
-					"%s: module key %zu is not a string without control characters",
-					m0->path, i);
+			return gfs_pv_name_fail(m0->path, "module key", i, it->key);
 		if (target && gfs_pv_dict_get(module, target)) {
 			err = gfs_layout_add_alias(c->l, name, target);
 		} else if (target && !tmap_find(c, name)) {
@@ -1460,7 +1526,7 @@ static gfs_err plan_states(ds_ckpt *c)
 		const gfs_pv *v = st0->u.dict.items[k].value;
 		ds_state *s = &c->states[c->nstates];
 
-		if (!name || strchr(name, '/') || !*name || strcmp(name, ".") == 0 ||
+		if (!name || strpbrk(name, STATE_BAD_BYTES) || !*name || strcmp(name, ".") == 0 ||
 		    strcmp(name, "..") == 0)
 			return gfs_fail(GFS_ERR_FORMAT, "%s: optimizer state %zu has no usable name",
 					c->optim[0].path, k);
@@ -1910,36 +1976,157 @@ typedef struct open_job {
 	bool m0_ok;
 } open_job;
 
-/* open_optim(): optimizer states file of rank i + 1, checked against rank 0's. */
+/*
+ * open_optim(): optimizer states file of rank i, if found: its ZeRO stage,
+ * optimizer and partition_count, compared across ranks by vote_optim().
+ */
 static gfs_err open_optim(void *ctx, size_t i)
 {
 	const open_job *j = ctx;
-	ds_ckpt *c = j->c;
-	const size_t r = i + 1;
-	ds_file *f = &c->optim[r];
-	uint64_t ws;
-	int stage;
-	bool bo;
+	ds_file *f = &j->c->optim[i];
 	gfs_err err;
 
-	if (r >= j->ls->noptim || !j->ls->optim[r])
-		return gfs_fail(GFS_ERR_NOTFOUND,
-				"%s: optimizer states file of rank %zu (of %llu) is missing",
-				c->tagdir, r, (unsigned long long)c->ws);
-	err = file_open(f, c->tagdir, j->ls->optim[r]);
+	if (!j->ls->optim[i])
+		return GFS_OK;
+	err = file_open(f, j->c->tagdir, j->ls->optim[i]);
 	if (!err && !osd_of(f))
 		err = gfs_fail(GFS_ERR_FORMAT, "%s: no optimizer_state_dict", f->path);
 	if (!err)
-		err = read_stage(c, f, osd_of(f), &stage, &bo);
+		err = read_stage(j->c, f, osd_of(f), &f->stage, &f->bf16opt);
 	if (!err)
-		err = read_ws(f, osd_of(f), &ws);
-	if (err)
-		return err;
-	if (ws != c->ws || stage != c->stage || bo != c->bf16_optimizer)
+		err = read_ws(f, osd_of(f), &f->ws);
+	return err;
+}
+
+/* The ZeRO stage, optimizer and world size an optimizer states file says. */
+typedef struct ds_sig {
+	uint64_t ws;
+	int stage;
+	bool bf16opt;
+} ds_sig;
+
+static ds_sig sig_of(const ds_file *f)
+{
+	return (ds_sig){ .ws = f->ws, .stage = f->stage, .bf16opt = f->bf16opt };
+}
+
+static int sig_cmp(const void *a, const void *b)
+{
+	const ds_sig *x = a, *y = b;
+
+	if (x->ws != y->ws)
+		return x->ws < y->ws ? -1 : 1;
+	if (x->stage != y->stage)
+		return x->stage < y->stage ? -1 : 1;
+	return (int)x->bf16opt - (int)y->bf16opt;
+}
+
+/* sig_phrase(): "ZeRO stage 2", "BF16_Optimizer". */
+static const char *sig_phrase(const ds_sig *s, char *buf, size_t n)
+{
+	if (s->bf16opt)
+		snprintf(buf, n, "BF16_Optimizer");
+	else
+		snprintf(buf, n, "ZeRO stage %d", s->stage);
+	return buf;
+}
+
+/*
+ * sig_better(): does a run of run files saying cand beat best_run saying
+ * best?  More files win; then a world size equal to count, the files
+ * found; then what rank 0 (r0, NULL if absent) says.
+ */
+static bool sig_better(const ds_sig *cand, size_t run, const ds_sig *best, size_t best_run,
+		       size_t count, const ds_sig *r0)
+{
+	if (run != best_run)
+		return run > best_run;
+	if ((cand->ws == count) != (best->ws == count))
+		return cand->ws == count;
+	return r0 && sig_cmp(cand, r0) == 0;
+}
+
+/*
+ * vote_optim(): the stage and world size of the checkpoint: what most of
+ * the count optimizer states files found say (a tie goes to a world size
+ * equal to count, then to rank 0's).  A file that says otherwise is from
+ * another checkpoint: refused, named.
+ */
+static gfs_err vote_optim(ds_ckpt *c, const ds_listing *ls, size_t count)
+{
+	ds_sig *all = malloc(count * sizeof(*all));
+	const ds_sig r0 = sig_of(&c->optim[0]);
+	ds_sig best = { 0 };
+	const ds_file *ref = NULL;
+	size_t n = 0, best_run = 0;
+
+	if (!all)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t r = 0; r < c->noptim; r++)
+		if (ls->optim[r])
+			all[n++] = sig_of(&c->optim[r]);
+	assert(n == count && n > 0);
+	qsort(all, n, sizeof(*all), sig_cmp);
+	for (size_t i = 0, run; i < n; i += run) {
+		for (run = 1; i + run < n && sig_cmp(&all[i], &all[i + run]) == 0; run++)
+			;
+		if (sig_better(&all[i], run, &best, best_run, count, ls->optim[0] ? &r0 : NULL)) {
+			best = all[i];
+			best_run = run;
+		}
+	}
+	free(all);
+	for (size_t r = 0; r < c->noptim && !ref; r++) {
+		const ds_sig s = sig_of(&c->optim[r]);
+
+		if (ls->optim[r] && sig_cmp(&s, &best) == 0)
+			ref = &c->optim[r];
+	}
+	assert(ref);
+	for (size_t r = 0; r < c->noptim; r++) {
+		const ds_file *f = &c->optim[r];
+		const ds_sig s = sig_of(f);
+		char a[32], b[32];
+
+		if (!ls->optim[r] || sig_cmp(&s, &best) == 0)
+			continue;
+		if (s.ws != best.ws)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: its partition_count says world size %llu, but %s says %llu (%zu optimizer states files found): a rank file from a checkpoint of another world size",
+					f->path, (unsigned long long)s.ws, ref->name,
+					(unsigned long long)best.ws, count);
 		return gfs_fail(GFS_ERR_FORMAT,
-				"%s: written with ZeRO stage %d and world size %llu, but rank 0 has stage %d and world size %llu",
-				f->path, stage, (unsigned long long)ws, c->stage,
-				(unsigned long long)c->ws);
+				"%s: written with %s, but %s with %s: a rank file from another checkpoint",
+				f->path, sig_phrase(&s, a, sizeof(a)), ref->name,
+				sig_phrase(&best, b, sizeof(b)));
+	}
+	c->ws = best.ws;
+	c->stage = best.stage;
+	c->bf16_optimizer = best.bf16opt;
+	return GFS_OK;
+}
+
+/*
+ * ws_check(): the model states file f, read, records the world size the
+ * optimizer states files say (dp_world_size; not checked if absent).
+ */
+static gfs_err ws_check(const ds_ckpt *c, const ds_file *f)
+{
+	const gfs_pv *v = gfs_pv_dict_get(f->root, "dp_world_size");
+	int64_t n;
+
+	if (!v)
+		return GFS_OK;
+	if (!gfs_pv_int(v, &n)) {
+		char kind[32];
+
+		return gfs_fail(GFS_ERR_FORMAT, "%s: dp_world_size is %s, not an integer", f->path,
+				kind_phrase(v, kind, sizeof(kind)));
+	}
+	if (n < 0 || (uint64_t)n != c->ws)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: dp_world_size is %lld, but the optimizer states files say %llu: a file from a checkpoint of another world size",
+				f->path, (long long)n, (unsigned long long)c->ws);
 	return GFS_OK;
 }
 
@@ -1981,8 +2168,12 @@ static gfs_err open_model(void *ctx, size_t r)
 	if (m0_ok && has_frozen(&c->model[0])) {
 		err = file_read(&c->model[r]);
 		if (!err)
+			err = ws_check(c, &c->model[r]);
+		if (!err)
 			err = frags_read(&c->model[r],
 					 gfs_pv_dict_get(c->model[0].root, "frozen_param_shapes"));
+	} else {
+		err = name_peek(&c->model[r]);
 	}
 	file_release(&c->model[r]);
 	return err;
@@ -1996,32 +2187,27 @@ static gfs_err open_files(ds_ckpt *c, const ds_listing *ls)
 		return gfs_fail(GFS_ERR_FORMAT,
 				"%s: not a DeepSpeed ZeRO checkpoint: no *_optim_states.pt files",
 				c->tagdir);
-	if (!ls->optim[0])
-		return gfs_fail(GFS_ERR_NOTFOUND, "%s: rank 0 optimizer states file is missing",
-				c->tagdir);
 	c->optim = calloc(ls->noptim, sizeof(*c->optim));
 	if (!c->optim)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	c->noptim = ls->noptim;
 	for (size_t r = 0; r < ls->noptim; r++)
 		c->optim[r].fd = -1;
-	err = file_open(&c->optim[0], c->tagdir, ls->optim[0]);
-	if (!err && !osd_of(&c->optim[0]))
-		err = gfs_fail(GFS_ERR_FORMAT, "%s: no optimizer_state_dict", c->optim[0].path);
+	err = gfs_pfor(ls->noptim, open_optim, &(open_job){ .c = c, .ls = ls });
 	if (!err)
-		err = read_stage(c, &c->optim[0], osd_of(&c->optim[0]), &c->stage, &c->bf16_optimizer);
-	if (!err)
-		err = read_ws(&c->optim[0], osd_of(&c->optim[0]), &c->ws);
+		err = vote_optim(c, ls, ls->count_optim);
 	if (err)
 		return err;
 	if (ls->noptim > c->ws)
 		return gfs_fail(GFS_ERR_FORMAT,
-				"%s: found %s for rank %zu, but %s says the world size is %llu (a shard from another world size?)",
+				"%s: found %s for rank %zu, but the rank files say the world size is %llu (a shard from another world size?)",
 				c->tagdir, ls->optim[ls->noptim - 1], ls->noptim - 1,
-				c->optim[0].name, (unsigned long long)c->ws);
-	err = gfs_pfor((size_t)c->ws - 1, open_optim, &(open_job){ .c = c, .ls = ls });
-	if (err)
-		return err;
+				(unsigned long long)c->ws);
+	for (size_t r = 0; r < c->ws; r++)
+		if (!ls->optim[r])
+			return gfs_fail(GFS_ERR_NOTFOUND,
+					"%s: optimizer states file of rank %zu (of %llu) is missing",
+					c->tagdir, r, (unsigned long long)c->ws);
 	if (c->stage == 3) {
 		if (ls->nzmodel > c->ws)
 			return gfs_fail(GFS_ERR_FORMAT, "%s: model states file %s is beyond world size %llu",
@@ -2056,6 +2242,38 @@ static gfs_err open_files(ds_ckpt *c, const ds_listing *ls)
 		if (err)
 			return err;
 	}
+	return ws_check(c, &c->model[0]);
+}
+
+/*
+ * anon_note(): *note (resolve_tagdir()'s, or NULL; to free) extended with
+ * a line on the files whose zip folder is archive/, whose names
+ * name_check() could not check.
+ */
+static gfs_err anon_note(const ds_ckpt *c, char **note)
+{
+	const ds_file *first = NULL;
+	size_t n = 0;
+	char buf[8192];
+	char *s;
+
+	for (size_t r = 0; r < c->noptim + c->nmodel; r++) {
+		const ds_file *f = r < c->noptim ? &c->optim[r] : &c->model[r - c->noptim];
+
+		if (f->anonymous && n++ == 0)
+			first = f;
+	}
+	if (n == 0)
+		return GFS_OK;
+	snprintf(buf, sizeof(buf),
+		 "%s%s%zu of the %zu rank files (%s%s) %s the zip folder archive/ (torch.save to a file object), not %s: a copied or renamed one cannot be told from the rank its name says",
+		 *note ? *note : "", *note ? "; " : "", n, c->noptim + c->nmodel, first->name,
+		 n > 1 ? ", ..." : "", n > 1 ? "have" : "has", n > 1 ? "their names" : "its name");
+	s = gfs_strdup(buf);
+	if (!s)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	free(*note);
+	*note = s;
 	return GFS_OK;
 }
 
@@ -2097,6 +2315,8 @@ gfs_err gfs_import_deepspeed(const char *dir, const char *tag, gfs_layout **out)
 	if (err)
 		goto out;
 	err = open_files(&c, &ls);
+	if (!err)
+		err = anon_note(&c, &note);
 	listing_free(&ls);
 	gfs_pickle_pool_drain(); /* the ranks' pickles are read: not kept while emitting */
 	if (!err)

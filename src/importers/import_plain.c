@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — plain model files importer: model.safetensors, pytorch_model.bin
  * and their sharded forms (import_plain.h).
@@ -210,8 +211,8 @@ static gfs_err st_entry_parse(const char *path, const cJSON *it, uint64_t data_l
 	gfs_err err;
 
 	e->name = it->string;
-	if (!e->name || !name_ok(e->name))
-		return gfs_fail(GFS_ERR_FORMAT, "%s: a tensor name holds a control character", path);
+	if (!e->name)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: a header entry has no name", path);
 	if (!cJSON_IsObject(it))
 		return gfs_fail(GFS_ERR_FORMAT, "%s: %s: header entry is not an object", path, e->name);
 	err = gfs_json_str(dt, path, "dtype", &dts);
@@ -694,8 +695,7 @@ static gfs_err bin_import(pl_import *pl, const char *name, int64_t shard)
 
 		v->entry = -1;
 		if (!key) {
-			err = gfs_fail(GFS_ERR_FORMAT,
-				       "%s: key %zu is not a string without control characters", path, i);
+			err = gfs_pv_name_fail(path, "key", i, it->key);
 			break;
 		}
 		if (!it->value || it->value->kind != GFS_PV_TENSOR) {
@@ -869,9 +869,8 @@ static gfs_err index_load(pl_import *pl, const char *name, cJSON **json)
 		const char *file = NULL;
 		size_t h, s;
 
-		if (!it->string || !name_ok(it->string))
-			return gfs_fail(GFS_ERR_FORMAT, "%s: a weight_map key holds a control character",
-					path);
+		if (!it->string)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: a weight_map entry has no name", path);
 		err = gfs_json_str(it, path, "a weight_map value", &file);
 		if (err)
 			return err;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — importer of rank-local ZeRO-3 saves (python/gatherfs_save.py,
  * docs/zero3-save.md).

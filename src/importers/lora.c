@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — PEFT LoRA adapters -> the merged model as computed tensors
  * (lora.h).  Names and scales as PEFT v0.20 writes and computes them.
@@ -5,6 +6,7 @@
 #include "config.h"
 
 #include <assert.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <regex.h>
@@ -567,11 +569,13 @@ static gfs_err build(lbuild *b, const gfs_layout *base, const gfs_layout *ad, bo
 			       base->root_dir ? base->root_dir : base->base_dir);
 	for (size_t i = 0; i < b->nmods && !err; i++) {
 		const lmod *m = &b->mods[i];
+		const gfs_layout *al = ad ? ad : base;
 
 		if (!m->used)
 			err = gfs_fail(GFS_ERR_FORMAT,
-				       "the adapter targets %s, but the base has no %s.weight (an adapter for another model?)",
-				       m->path, m->path);
+				       "%s: the adapter targets %s, but the base %s has no %s.weight (an adapter for another model?)",
+				       al->root_dir ? al->root_dir : al->base_dir, m->path,
+				       base->root_dir ? base->root_dir : base->base_dir, m->path);
 		else if (m->l[R_BB] && !m->bias_used)
 			err = gfs_fail(GFS_ERR_FORMAT,
 				       "the adapter has %s.lora_B.bias, but the base has no %s.bias",
@@ -644,6 +648,35 @@ static bool tie_default(const char *dir)
 	return tie;
 }
 
+/* format_name(): layout format f (gfs_layout.format) for a message. */
+static const char *format_name(const char *f)
+{
+	static const char *const names[][2] = {
+		{ "deepspeed", "DeepSpeed ZeRO" }, { "dcp", "PyTorch DCP" },
+		{ "zero3", "gatherfs ZeRO-3" },    { "plain", "plain model (Hugging Face files)" },
+	};
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (strcmp(f, names[i][0]) == 0)
+			return names[i][1];
+	return f;
+}
+
+/*
+ * no_peft(): fail if checkpoint l (in dir) is no PEFT checkpoint: no
+ * adapter_config (its path) and no LoRA tensor.
+ */
+static gfs_err no_peft(const gfs_layout *l, const char *dir, const char *config)
+{
+	struct stat st;
+
+	if (stat(config, &st) == 0 || errno != ENOENT || gfs_lora_count(l) > 0)
+		return GFS_OK;
+	return gfs_fail(GFS_ERR_NOTFOUND,
+			"%s: -o merge=lora (--merge lora) needs a PEFT checkpoint (adapter_config.json and adapter weights); this is a %s checkpoint with neither",
+			dir, format_name(l->format));
+}
+
 /* import_dir(): gfs_import() of path with default options. */
 static gfs_err import_dir(const char *path, const char *what, gfs_layout **out)
 {
@@ -682,7 +715,8 @@ gfs_err gfs_lora_apply(const gfs_lora_cli *c, gfs_layout **layout, bool *untied)
 	} else {
 		dir = (*layout)->root_dir ? (*layout)->root_dir : (*layout)->base_dir;
 		config = gfs_path_join(dir, "adapter_config.json");
-		if (c->base) {
+		err = config ? no_peft(*layout, dir, config) : GFS_OK;
+		if (!err && c->base) {
 			ad = *layout;
 			err = import_dir(c->base, "-o base", &base);
 		} else {

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — computed tensors in the layout index: their inputs table and
  * the checks of each operation against its operands (layout.h).

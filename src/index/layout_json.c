@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — layout index <-> JSON (schema: docs/layout-json.md).
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — a reader for PyTorch DCP `.metadata` pickles; see dcpmeta.h.
  *
@@ -1165,7 +1166,11 @@ static gfs_err step(vm *m, bool *stop)
 
 /* ------------------------------------------------------------ the result */
 
-static bool is_name(const vm *m, uint32_t id)
+/*
+ * is_name(): string id holds no NUL byte (a C string carries it all), and
+ * with plain no control byte either (0x00-0x1f, 0x7f: for file names).
+ */
+static bool is_name(const vm *m, uint32_t id, bool plain)
 {
 	uint32_t n;
 	const char *s;
@@ -1174,7 +1179,7 @@ static bool is_name(const vm *m, uint32_t id)
 		return false;
 	s = str_at(m->P, id, &n);
 	for (uint32_t i = 0; i < n; i++)
-		if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+		if (s[i] == '\0' || (plain && ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)))
 			return false;
 	return true;
 }
@@ -1201,10 +1206,18 @@ static gfs_err finish(vm *m, dv root)
 	for (uint32_t i = 0; !err && i < sdm->len / 2; i++) {
 		const dv k = res(m, sdm->items[2 * i]), v = res(m, sdm->items[2 * i + 1]);
 
-		if (TAG(k) != T_STR || !is_name(m, (uint32_t)PAY(k)))
-			return gfs_fail(GFS_ERR_FORMAT,
-					"%s: state_dict_metadata key %u is not a string without control characters",
+		if (TAG(k) != T_STR)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: state_dict_metadata key %u is not a string",
 					m->label, i);
+		if (!is_name(m, (uint32_t)PAY(k), false)) {
+			char shown[GFS_SHOWN_KEY_BUF];
+			uint32_t n;
+			const char *s = str_at(m->P, (uint32_t)PAY(k), &n);
+
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: state_dict_metadata key %u (\"%s\") holds a NUL byte, which no tensor name can",
+					m->label, i, gfs_shown_key(s, n, shown));
+		}
 		P->entries[i] = (gfs_dcp_entry){
 			.fqn = (uint32_t)PAY(k),
 			.kind = TAG(v) == T_TSM ? GFS_DCP_TENSOR
@@ -1223,11 +1236,11 @@ static gfs_err finish(vm *m, dv root)
 		const uint32_t off = TAG(k) == T_MINDEX ? HI30(PAY(k)) : ID_BAD;
 		const sinfo *s = TAG(v) == T_SINFO ? &m->sinfos[PAY(v)] : NULL;
 
-		if (!is_name(m, fqn) || off == ID_BAD)
+		if (!is_name(m, fqn, false) || off == ID_BAD)
 			return gfs_fail(GFS_ERR_FORMAT,
 					"%s: storage data entry %u: key is not a MetadataIndex with a plain name",
 					m->label, i);
-		if (!s || !s->ok || !is_name(m, s->rel))
+		if (!s || !s->ok || !is_name(m, s->rel, true))
 			return gfs_fail(GFS_ERR_FORMAT,
 					"%s: storage data entry %u: value is not a _StorageInfo",
 					m->label, i);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — a safe pickle reader: a pickle VM that builds inert values.
  *
@@ -2576,12 +2577,21 @@ const char *gfs_pv_name(const gfs_pv *v)
 {
 	const char *str = gfs_pv_str(v);
 
-	if (!str || strlen(str) != v->u.s.len)
-		return NULL;
-	for (const unsigned char *p = (const unsigned char *)str; *p; p++)
-		if (*p < 0x20 || *p == 0x7f)
-			return NULL;
-	return str;
+	return str && strlen(str) == v->u.s.len ? str : NULL;
+}
+
+gfs_err gfs_pv_name_fail(const char *path, const char *what, size_t i, const gfs_pv *key)
+{
+	char shown[GFS_SHOWN_KEY_BUF];
+	const char *k;
+
+	if (key && key->kind == GFS_PV_STR)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: %s %zu (\"%s\") holds a NUL byte, which no tensor name can",
+				path, what, i, gfs_shown_key(key->u.s.ptr, key->u.s.len, shown));
+	k = key ? gfs_pv_kind_name(key->kind) : "nothing";
+	return gfs_fail(GFS_ERR_FORMAT, "%s: %s %zu is %s%s, not a string", path, what, i,
+			strchr("aeiou", k[0]) ? "an " : "a ", k);
 }
 
 bool gfs_pv_int(const gfs_pv *v, int64_t *out)

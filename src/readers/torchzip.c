@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — read torch.save zip archives without reading their payloads.
  *
@@ -822,6 +823,39 @@ const char *gfs_tzip_label(const gfs_tzip *z)
 {
 	assert(z);
 	return z->label;
+}
+
+gfs_err gfs_tzip_peek_prefix(int fd, uint64_t size, const char *label, char **out)
+{
+	uint8_t hdr[LOCAL_HDR_SIZE + MAX_NAME_LEN];
+	const size_t want = size < sizeof(hdr) ? (size_t)size : sizeof(hdr);
+	const uint8_t *slash;
+	size_t name_len, n;
+	gfs_err err;
+
+	assert(out);
+	*out = NULL;
+	if (want < LOCAL_HDR_SIZE)
+		return GFS_OK;
+	err = gfs_pread_full(fd, hdr, want, 0, label);
+	if (err)
+		return err == GFS_ERR_IO ? err : GFS_OK;
+	if (gfs_le32(hdr) != ZIP_LOCAL_SIG)
+		return GFS_OK;
+	name_len = gfs_le16(hdr + 26);
+	if (name_len > want - LOCAL_HDR_SIZE)
+		return GFS_OK;
+	slash = memchr(hdr + LOCAL_HDR_SIZE, '/', name_len);
+	if (!slash || slash == hdr + LOCAL_HDR_SIZE)
+		return GFS_OK;
+	n = (size_t)(slash - (hdr + LOCAL_HDR_SIZE));
+	*out = malloc(n + 1);
+	if (!*out)
+		return gfs_fail(GFS_ERR_NOMEM, "%s: out of memory", label);
+	for (size_t i = 0; i < n; i++) /* a NUL byte must not shorten it */
+		(*out)[i] = hdr[LOCAL_HDR_SIZE + i] ? (char)hdr[LOCAL_HDR_SIZE + i] : '?';
+	(*out)[n] = '\0';
+	return GFS_OK;
 }
 
 /*

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — computed tensors on read: low-rank factors prepared once per
  * tensor, row blocks computed on demand and kept in a bounded LRU cache.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — source integrity: CRC-32 checks of the records of a layout, in
  * one parallel pass (see integrity.h).
@@ -532,4 +533,32 @@ gfs_err gfs_integrity_require(const gfs_layout *l, const gfs_srcset *s, const ui
 	}
 	assert(!"a BAD record went missing");
 	return GFS_ERR_IO;
+}
+
+uint64_t gfs_integrity_unsummed(const gfs_layout *l, bool *unsummed, size_t *ntensors)
+{
+	uint64_t bytes = 0;
+	size_t nt = 0;
+
+	for (size_t i = 0; i < gfs_layout_nentries(l); i++) {
+		const gfs_tensor *t = &l->tensors[i];
+		bool any = false;
+
+		for (size_t p = 0; t->alias_of < 0 && p < t->npieces; p++) {
+			const gfs_piece pc = gfs_tensor_piece(t, p);
+
+			if (pc.kind == GFS_PIECE_ZERO || pc.rec != GFS_NO_RECORD)
+				continue;
+			bytes += pc.len * pc.count;
+			any = true;
+			if (unsummed) {
+				assert(pc.src < l->nsources);
+				unsummed[pc.src] = true;
+			}
+		}
+		nt += any;
+	}
+	if (ntensors)
+		*ntensors = nt;
+	return bytes;
 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — read-ahead for sequential readers: a pool of chunk buffers
  * filled by worker threads, one lock for the pool and its streams.

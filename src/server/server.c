@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — the tensor byte server: pieces -> pread, with dtype conversion.
  */
@@ -8,6 +9,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -16,6 +18,7 @@
 #include <zstd.h>
 
 #include "gatherfs/server/compute.h"
+#include "gatherfs/server/integrity.h"
 #include "gatherfs/server/server.h"
 
 /* What a source looked like when opened: any change makes reads fail. */
@@ -36,6 +39,9 @@ struct gfs_srcset {
 	src_id *ids;
 	struct rec_table *rt;
 	gfs_ccache *cc; /* computed tensors' cache, NULL if the layout has none */
+	bool verify;    /* reads check the records they touch (gfs_srcset_set_verify()) */
+	gfs_notice_fn notice;
+	atomic_bool noticed; /* the notice of a large first check was given */
 	int fds[];
 };
 
@@ -134,6 +140,9 @@ gfs_err gfs_srcset_open(const gfs_layout *l, gfs_srcset **out)
 	s->gen = ++srcset_gen;
 	s->n = 0;
 	s->cc = NULL;
+	s->verify = true;
+	s->notice = NULL;
+	atomic_init(&s->noticed, false);
 	s->ids = gfs_calloc(l->nsources, sizeof(*s->ids));
 	s->rt = rec_table_new(l);
 	if (!s->ids || !s->rt) {
@@ -269,6 +278,20 @@ bool gfs_srcset_piece_crc(const gfs_srcset *s, size_t ti, size_t p, uint32_t *cr
 	return true;
 }
 
+void gfs_srcset_set_verify(gfs_srcset *s, bool on, gfs_notice_fn notice)
+{
+	s->verify = on;
+	s->notice = notice;
+}
+
+bool gfs_srcset_rec_servable(const gfs_srcset *s, uint32_t r)
+{
+	const int state = atomic_load(&s->rt->state[r]);
+
+	assert(r < s->layout->nrecords);
+	return state == GFS_REC_OK || (!s->verify && state != GFS_REC_BAD);
+}
+
 size_t gfs_srcset_nbad(const gfs_srcset *s)
 {
 	return atomic_load(&s->rt->nbad);
@@ -297,6 +320,22 @@ uint64_t gfs_tensor_out_nbytes(const gfs_layout *l, size_t i, gfs_dtype want)
 	return t->numel * gfs_dtype_size(gfs_dtype_out(t->dtype, want));
 }
 
+/* change_of(): what differs between a source as opened (was) and now, in words. */
+static void change_of(const src_id *was, const src_id *now, char *buf, size_t cap)
+{
+	if (was->dev != now->dev || was->ino != now->ino)
+		snprintf(buf, cap, "another file is in its place");
+	else if (was->size != now->size)
+		snprintf(buf, cap, "its size is %lld bytes, was %lld", (long long)now->size,
+			 (long long)was->size);
+	else if (was->mtime.tv_sec != now->mtime.tv_sec || was->mtime.tv_nsec != now->mtime.tv_nsec)
+		snprintf(buf, cap, "its contents were modified: mtime %lld.%09ld, was %lld.%09ld",
+			 (long long)now->mtime.tv_sec, now->mtime.tv_nsec,
+			 (long long)was->mtime.tv_sec, was->mtime.tv_nsec);
+	else
+		snprintf(buf, cap, "its inode changed (ctime): owner, mode or times were set");
+}
+
 /*
  * check_unchanged(): fail if source i was modified, truncated or replaced
  * in place since it was opened (a file replaced by rename keeps serving the
@@ -314,11 +353,14 @@ static gfs_err check_unchanged(const gfs_layout *l, const gfs_srcset *s, uint32_
 	/* Unlinking (rm, or rename over it) changes only the ctime: not the bytes. */
 	if (st.st_nlink == 0)
 		now.ctime = s->ids[i].ctime;
-	if (!same_id(&now, &s->ids[i]))
+	if (!same_id(&now, &s->ids[i])) {
+		char what[128];
+
+		change_of(&s->ids[i], &now, what, sizeof(what));
 		return gfs_fail(GFS_ERR_IO,
-				"%s: the file changed since it was opened (size %lld, was %lld): refusing to serve its bytes",
-				l->sources[i].abspath, (long long)st.st_size,
-				(long long)s->ids[i].size);
+				"%s: the file changed since it was opened (%s): refusing to serve its bytes",
+				l->sources[i].abspath, what);
+	}
 	return GFS_OK;
 }
 
@@ -789,6 +831,85 @@ static gfs_err read_packed(const gfs_layout *l, const gfs_srcset *s, const gfs_p
 }
 
 /*
+ * piece_rows(): the runs [*k, *kend) of piece pc that may hold bytes of
+ * [off, end) (a contiguous piece has one run).
+ */
+static void piece_rows(const gfs_piece *pc, uint64_t off, uint64_t end, uint64_t *k,
+		       uint64_t *kend)
+{
+	*k = 0;
+	*kend = pc->count;
+	if (pc->count > 1) {
+		*k = off > pc->toff ? (off - pc->toff) / pc->dst_stride : 0;
+		*kend = end <= pc->toff ? 0 : (end - pc->toff + pc->dst_stride - 1) / pc->dst_stride;
+		if (*kend > pc->count)
+			*kend = pc->count;
+	}
+}
+
+/*
+ * A first read that checks at least NOTICE_MIN bytes of records, and
+ * NOTICE_RATIO times what it returns, is announced (once a srcset).
+ */
+#define NOTICE_MIN ((uint64_t)64 << 20)
+#define NOTICE_RATIO 16
+
+/* check_batch(): gfs_integrity_require() of recs[0..n) (bytes of records), announced if large. */
+static gfs_err check_batch(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
+			   const uint32_t *recs, size_t n, uint64_t bytes, uint64_t want)
+{
+	if (s->notice && bytes >= NOTICE_MIN && bytes / NOTICE_RATIO >= want &&
+	    !atomic_exchange(&((gfs_srcset *)s)->noticed, true)) {
+		char line[512];
+
+		snprintf(line, sizeof(line),
+			 "reading %llu bytes of tensor %s first checks %.1f MiB of source records against their stored CRC-32 (each record once a mount; -o verify=off skips these checks, unsafe)",
+			 (unsigned long long)want, t->name, (double)bytes / (1 << 20));
+		s->notice(line);
+	}
+	return gfs_integrity_require(l, s, recs, n, 0);
+}
+
+/*
+ * require_records(): the checksummed records holding bytes of [off, end)
+ * of t (its candidate pieces sp) are checked and good: each is checked on
+ * its first use (in batches, in parallel); a corrupt one is GFS_ERR_IO
+ * naming its file, record and tensors.
+ */
+static gfs_err require_records(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
+			       gfs_piece_span sp, uint64_t off, uint64_t end)
+{
+	enum { BATCH = 64 };
+	uint32_t recs[BATCH];
+	size_t n = 0;
+	uint64_t bytes = 0;
+	gfs_err err = GFS_OK;
+
+	for (size_t p = sp.first; p < sp.last && !err; p++) {
+		const gfs_piece pc = gfs_tensor_piece(t, p);
+		uint64_t k, kend;
+
+		if (pc.rec == GFS_NO_RECORD ||
+		    atomic_load(&s->rt->state[pc.rec]) == GFS_REC_OK)
+			continue;
+		piece_rows(&pc, off, end, &k, &kend);
+		if (k >= kend || (n && recs[n - 1] == pc.rec))
+			continue;
+		if (n == BATCH) {
+			err = check_batch(l, s, t, recs, n, bytes, end - off);
+			n = 0;
+			bytes = 0;
+		}
+		recs[n++] = pc.rec;
+		bytes += l->records[pc.rec].kind == GFS_PIECE_ZSTD ? l->records[pc.rec].frame_len
+								 : l->records[pc.rec].len;
+	}
+	if (!err && n)
+		err = check_batch(l, s, t, recs, n, bytes, end - off);
+	return err;
+}
+
+/*
  * read_native(): bytes [off, off+len) of tensor t in its own dtype.  The
  * candidate pieces (O(log n) to find) are those that may intersect the
  * range; each copies its runs that do.  The pieces tile the tensor, so every
@@ -804,18 +925,18 @@ static gfs_err read_native(const gfs_layout *l, const gfs_srcset *s,
 	assert(end <= t->nbytes);
 	if (len == 0)
 		return GFS_OK;
+	if (s->verify) {
+		const gfs_err err = require_records(l, s, t, sp, off, end);
+
+		if (err)
+			return gfs_fail_prefix(err, "tensor %s", t->name);
+	}
 	for (size_t p = sp.first; p < sp.last; p++) {
 		const gfs_piece pcv = gfs_tensor_piece(t, p), *pc = &pcv;
-		uint64_t k = 0, kend = pc->count;
+		uint64_t k, kend;
 		gfs_err err = GFS_OK;
 
-		if (pc->count > 1) {
-			k = off > pc->toff ? (off - pc->toff) / pc->dst_stride : 0;
-			kend = end <= pc->toff ? 0
-					       : (end - pc->toff + pc->dst_stride - 1) / pc->dst_stride;
-			if (kend > pc->count)
-				kend = pc->count;
-		}
+		piece_rows(pc, off, end, &k, &kend);
 		if (k < kend && pc->rec != GFS_NO_RECORD &&
 		    atomic_load(&s->rt->state[pc->rec]) == GFS_REC_BAD)
 			return bad_record(l, pc->rec);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — virtual files: segment lists and the one read function.
  */
@@ -445,11 +446,12 @@ static gfs_err map_tensor(const gfs_vfile *vf, const gfs_seg *seg, uint64_t off,
 				take = sizeof(zeros);
 			err = push_ext(ext, max, n, zeros, -1, 0, take);
 		} else if (pc->kind == GFS_PIECE_FILE) {
-			/* A changed source or a corrupt record: the copy path
-			 * reports it (EIO, logged). */
+			/* A changed source, a record not checked yet or a
+			 * corrupt one: the copy path checks or reports it
+			 * (EIO, logged). */
 			if (gfs_srcset_check(l, vf->ctx->src, pc->src) != GFS_OK ||
 			    (pc->rec != GFS_NO_RECORD &&
-			     gfs_srcset_rec_state(vf->ctx->src, pc->rec) == GFS_REC_BAD))
+			     !gfs_srcset_rec_servable(vf->ctx->src, pc->rec)))
 				return GFS_ERR_LIMIT;
 			err = push_ext(ext, max, n, NULL, gfs_srcset_fd(vf->ctx->src, pc->src),
 				       pc->src_off + (pos - rs), take);

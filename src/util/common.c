@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — error messages, allocation wrappers and full preads.
  */
@@ -72,6 +73,32 @@ gfs_err gfs_fail_prefix(gfs_err err, const char *fmt, ...)
 		errmsg[sizeof(errmsg) - 1] = '\0';
 	one_line(errmsg);
 	return err;
+}
+
+const char *gfs_shown_key(const char *s, size_t n, char *buf)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	char *p = buf;
+
+	assert(s && buf);
+	for (size_t i = 0; i < n && i < GFS_SHOWN_KEY_MAX; i++) {
+		const unsigned char c = (unsigned char)s[i];
+
+		if (c == '%' || c == '/' || c < 0x20 || c == 0x7f) {
+			*p++ = '%';
+			*p++ = hex[c >> 4];
+			*p++ = hex[c & 15];
+		} else {
+			*p++ = (char)c;
+		}
+	}
+	if (n > GFS_SHOWN_KEY_MAX) {
+		memcpy(p, "...", 3);
+		p += 3;
+	}
+	*p = '\0';
+	assert((size_t)(p - buf) < GFS_SHOWN_KEY_BUF);
+	return buf;
 }
 
 const char *gfs_errmsg(void)

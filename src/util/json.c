@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — cJSON wrapper.
  */
@@ -96,6 +97,23 @@ static gfs_err no_duplicates(const cJSON *v, const char *label, char *where, siz
 	return GFS_OK;
 }
 
+/*
+ * nul_escape(): where valid JSON text[0..len) has a \u0000 escape (cJSON
+ * would end the string there, cutting a name short), or len.  In valid
+ * JSON a backslash only starts an escape inside a string.
+ */
+static size_t nul_escape(const char *text, size_t len)
+{
+	for (size_t i = 0; i + 1 < len; i++) {
+		if (text[i] != '\\')
+			continue;
+		if (text[i + 1] == 'u' && len - i >= 6 && memcmp(text + i + 2, "0000", 4) == 0)
+			return i;
+		i++; /* the escaped character */
+	}
+	return len;
+}
+
 gfs_err gfs_json_parse(const char *text, size_t len, const char *label, cJSON **out)
 {
 	const char *end = NULL;
@@ -115,6 +133,12 @@ gfs_err gfs_json_parse(const char *text, size_t len, const char *label, cJSON **
 		cJSON_Delete(root);
 		return gfs_fail(GFS_ERR_FORMAT, "%s: unexpected data after the JSON value at byte %zu",
 				label, (size_t)(end - text));
+	}
+	if (nul_escape(text, len) < len) {
+		cJSON_Delete(root);
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: a string holds \\u0000 at byte %zu (a NUL byte, which no name can hold)",
+				label, nul_escape(text, len));
 	}
 	err = no_duplicates(root, label, where, 0);
 	if (err) {

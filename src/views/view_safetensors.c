@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — the safetensors view (header JSON written by hand: exact
  * integers, no dependency on a JSON printer's number format).

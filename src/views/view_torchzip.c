@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — the torch zip view: compose pytorch_model.bin from a layout.
  *
@@ -19,6 +20,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "gatherfs/server/crccache.h"
 #include "gatherfs/server/integrity.h"
 #include "gatherfs/views/view_torchzip.h"
 
@@ -78,7 +80,7 @@ struct gfs_tzview {
 	pthread_cond_t cond;
 	atomic_size_t ndone;  /* records in state CRC_DONE */
 	_Atomic int cache_state; /* CACHE_*: the persistent CRC cache (ctx->crc_cache) */
-	char *cache_path;     /* its file, set with the key by cache_load() */
+	char cache_name[32];  /* its entry, set with the key by cache_load(); "": none */
 	uint64_t key_fnv;     /* key of the layout, sources and records */
 	uint32_t key_crc;
 	uint64_t key_len;
@@ -755,7 +757,7 @@ gfs_err gfs_tzview_compute_crcs(gfs_tzview *z, unsigned nthreads)
 
 /*
  * A remount should not read every tensor again to compute CRCs, so the
- * CRCs of a view are kept in a sidecar file under ctx->crc_cache:
+ * CRCs of a view are kept in an entry of ctx->crc_cache (crccache.h):
  *
  *   "GFSCRC01", key FNV-1a 64, key CRC-32, key length, nrecs   (u64/u32 LE)
  *   nrecs x (record size u64, CRC u32)
@@ -766,7 +768,7 @@ gfs_err gfs_tzview_compute_crcs(gfs_tzview *z, unsigned nthreads)
  * size, mtime (ns), inode and device.  A file is used only if all of it
  * matches; anything else (missing, short, foreign, stale) is ignored and
  * the CRCs are computed as without a cache.  It is written once every CRC
- * is known, to a temporary file renamed into place.
+ * is known.
  */
 typedef struct keyhash {
 	uint64_t fnv;
@@ -927,35 +929,21 @@ static uint8_t *cache_image(const gfs_tzview *z, size_t *len)
  */
 static void cache_load(gfs_tzview *z)
 {
-	const char *dir = z->ctx->crc_cache;
 	int state = CACHE_UNTRIED;
 	uint8_t *img = NULL;
 	size_t len = 0, n;
-	char name[64];
-	FILE *f;
 
-	if (!dir || !*dir ||
+	if (!z->ctx->crc_cache ||
 	    !atomic_compare_exchange_strong(&z->cache_state, &state, CACHE_LOADING))
 		return;
 	if (!cache_key(z))
 		goto out;
-	(void)snprintf(name, sizeof(name), "/%016llx-%08lx.crc",
+	(void)snprintf(z->cache_name, sizeof(z->cache_name), "%016llx-%08lx.crc",
 		       (unsigned long long)z->key_fnv, (unsigned long)z->key_crc);
-	z->cache_path = malloc(strlen(dir) + strlen(name) + 1);
-	if (!z->cache_path)
-		goto out;
-	strcpy(z->cache_path, dir);
-	strcat(z->cache_path, name);
 	n = CACHE_HDR + z->nrecs * CACHE_REC + 4;
-	img = malloc(n + 1);
-	f = fopen(z->cache_path, "rbe");
-	if (!img || !f) {
-		if (f)
-			fclose(f);
+	img = malloc(n);
+	if (!img || !gfs_crccache_get(z->ctx->crc_cache, z->cache_name, img, n, &len))
 		goto out;
-	}
-	len = fread(img, 1, n + 1, f);
-	fclose(f);
 	if (len != n || memcmp(img, CACHE_MAGIC, sizeof(CACHE_MAGIC)) != 0 ||
 	    get64(img + 8) != z->key_fnv || get32(img + 16) != z->key_crc ||
 	    get64(img + 20) != z->key_len || get64(img + 28) != z->nrecs ||
@@ -975,48 +963,19 @@ out:
 	atomic_store(&z->cache_state, CACHE_LOADED);
 }
 
-/* mkdirs(): create dir and its missing parents (mode 0700); best effort. */
-static void mkdirs(const char *dir)
-{
-	char *p = gfs_strdup(dir);
-
-	if (!p)
-		return;
-	for (char *s = strchr(p + 1, '/'); s; s = strchr(s + 1, '/')) {
-		*s = '\0';
-		(void)mkdir(p, 0700);
-		*s = '/';
-	}
-	(void)mkdir(p, 0700);
-	free(p);
-}
-
-/* cache_save(): once every CRC is known, write the cache file (best effort). */
+/* cache_save(): once every CRC is known, write the cache entry (best effort). */
 static void cache_save(gfs_tzview *z)
 {
 	int state = CACHE_LOADED;
 	uint8_t *img;
 	size_t len;
-	char *tmp;
-	FILE *f;
 
-	if (atomic_load(&z->ndone) != z->nrecs || !z->cache_path ||
+	if (atomic_load(&z->ndone) != z->nrecs || !z->cache_name[0] ||
 	    !atomic_compare_exchange_strong(&z->cache_state, &state, CACHE_SAVED))
 		return;
 	img = cache_image(z, &len);
-	tmp = malloc(strlen(z->cache_path) + 32);
-	if (img && tmp) {
-		mkdirs(z->ctx->crc_cache);
-		(void)sprintf(tmp, "%s.%ld.tmp", z->cache_path, (long)getpid());
-		f = fopen(tmp, "wbe");
-		if (f) {
-			const bool ok = fwrite(img, 1, len, f) == len;
-
-			if (fclose(f) != 0 || !ok || rename(tmp, z->cache_path) != 0)
-				(void)unlink(tmp);
-		}
-	}
-	free(tmp);
+	if (img)
+		gfs_crccache_put(z->ctx->crc_cache, z->cache_name, img, len);
 	free(img);
 }
 
@@ -1659,7 +1618,6 @@ void gfs_tzview_free(gfs_tzview *z)
 	free(z->tsegs);
 	free(z->pkl);
 	free(z->prefix);
-	free(z->cache_path);
 	pthread_cond_destroy(&z->cond);
 	pthread_mutex_destroy(&z->lock);
 	free(z);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — the universal view: compose a DeepSpeed universal checkpoint
  * from the layout's masters and optimizer-state entries (view_universal.h,
@@ -379,7 +380,7 @@ static gfs_err compose(gfs_uview *u, const uv_plan *p)
 	return err;
 }
 
-gfs_err gfs_uview_new(const gfs_layout *l, const gfs_srcset *src, const char *crc_cache,
+gfs_err gfs_uview_new(const gfs_layout *l, const gfs_srcset *src, const gfs_crccache *crc_cache,
 		      gfs_uview **out)
 {
 	uv_plan p = { 0 };

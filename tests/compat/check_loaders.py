@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Load a gatherfs mount with the tools people really use (run inside the
 compat chroot: torch 2.x, safetensors, transformers).
 

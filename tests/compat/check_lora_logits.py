@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """check_lora_logits.py MNT CASE [TOL]: inside the compat root, a LoRA-merged
 mount loaded with transformers' from_pretrained (fp32; safetensors and the
 .bin path) reproduces the unmerged PeftModel's logits (CASE/logits_unmerged.pt

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Check a gatherfs mount against an expected tensor list.
 
 usage: check_mount.py MOUNTPOINT EXPECTED_TSV CHECKPOINT_DIR
@@ -225,7 +226,10 @@ def main():
         if not os.path.isdir(os.path.join(mnt, udir)):
             bad(f"latest_universal names {udir!r}, which is not a directory")
         virtual |= {"latest_universal", udir}
-    passed = sorted(n for n in os.listdir(ckpt) if n not in virtual
+    # (and the files that point at what the mount does not show: DeepSpeed's
+    # latest, DCP's .metadata)
+    dead = {"deepspeed": "latest", "dcp": ".metadata"}.get(layout.get("format"))
+    passed = sorted(n for n in os.listdir(ckpt) if n not in virtual and n != dead
                     and os.path.isfile(os.path.join(ckpt, n))
                     and os.path.realpath(os.path.join(ckpt, n)) not in sources)
     if sorted(os.listdir(mnt)) != sorted(passed + list(virtual)):

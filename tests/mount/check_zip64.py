@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """check_zip64.py MOUNTPOINT AFTER_BYTES: pytorch_model.bin of zip64.json
 (make_layouts.py) is a valid ZIP64 archive that torch loads: "big" is 4 GiB
 of int16 zeros, "after" holds the 8 bytes in the file AFTER_BYTES."""

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Random concurrent reads of mounted files equal one sequential read.
 
 usage: concurrent_reads.py FILE... 

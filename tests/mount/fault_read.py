@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """fault_read.py FILE...: for each file, drop its page cache
 (POSIX_FADV_DONTNEED, so the read reaches the daemon), read it whole, and
 print "SHA256 FILE" or "ERRNAME FILE" (e.g. "EIO FILE") on failure.

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """load.py SECONDS THREADS PID MNT REFDIR LAYOUT: THREADS threads read
 random ranges (4 KiB .. 1 MiB) of MNT/pytorch_model.bin,
 MNT/model.safetensors and every MNT/tensors/ file for SECONDS, dropping the

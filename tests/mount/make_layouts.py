@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Write hand-made layouts (docs/layout-json.md) for the mount tests.
 
 usage: make_layouts.py OUTDIR

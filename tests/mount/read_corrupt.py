@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """read_corrupt.py MODE FILE WINDOW: read FILE (a view of a mount over a
 checkpoint with one flipped byte) and check that it fails with EIO and never
 serves the corrupt bytes (WINDOW: hex of the 16 bytes starting at the

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """readers.py THREADS SECONDS FILE...: THREADS threads read 1 MiB at random
 offsets of the files for SECONDS, dropping the page cache
 (POSIX_FADV_DONTNEED) before each read so that reads reach the daemon.

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """stress.py SECONDS FILE...: 16 threads read random ranges of the files,
 dropping the page cache (POSIX_FADV_DONTNEED) as they go so that reads reach
 the daemon, and compare every byte with one sequential read done first.

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Damage copies of real fixtures and check gatherfs-inspect's refusal.
 
 Usage: check_badinput.py INSPECT CKPTS_DIR    (standard library only)
@@ -93,12 +94,20 @@ with tempfile.TemporaryDirectory() as tmp:
     expect_error("shard from another world size", ["ls", d],
                  "zero_pp_rank_1_mp_rank_00_optim_states.pt", "world size")
 
-    # an extra rank beyond the world size
+    # an extra rank beyond the world size: a copy of rank 1 (its zip folder
+    # names rank 1), the rank 2 file of a world size 3 checkpoint
     d = copy_case(tmp, "z2_ws2_fp32_twotags")
     g = os.path.join(d, "global_step3")
     shutil.copy(os.path.join(g, "zero_pp_rank_1_mp_rank_00_optim_states.pt"),
                 os.path.join(g, "zero_pp_rank_2_mp_rank_00_optim_states.pt"))
-    expect_error("extra rank file", ["ls", d], "rank 2", "world size")
+    expect_error("extra rank file, copied", ["ls", d], "zero_pp_rank_2_mp_rank_00_optim_states.pt",
+                 "zip folder is zero_pp_rank_1_mp_rank_00_optim_states/")
+    d = copy_case(tmp, "z2_ws2_fp32_twotags")
+    shutil.copy(os.path.join(CKPTS, "z2_ws3_fp32_roundrobin", "checkpoint", "global_step3",
+                             "zero_pp_rank_2_mp_rank_00_optim_states.pt"),
+                os.path.join(d, "global_step3", "zero_pp_rank_2_mp_rank_00_optim_states.pt"))
+    expect_error("extra rank file", ["ls", d], "zero_pp_rank_2_mp_rank_00_optim_states.pt",
+                 "world size 3")
 
     # corrupt pickle: the data.pkl bytes overwritten in place
     d = copy_case(tmp, "z1_ws2_fp32")
@@ -109,7 +118,9 @@ with tempfile.TemporaryDirectory() as tmp:
         fh.write(b"\xff" * 16)
     expect_error("corrupt pickle", ["ls", d], "mp_rank_00_model_states.pt", "data.pkl")
 
-    # a module key with a newline (found by fuzz_import_deepspeed): one line, no key
+    # a module key with a NUL byte (a newline was found by fuzz_import_deepspeed;
+    # control bytes are fine now, a NUL cannot be part of a name): one line
+    # naming the key by index and escaped
     d = copy_case(tmp, "z3_ws2_fp32")
     f = os.path.join(d, "global_step3", "zero_pp_rank_0_mp_rank_00_model_states.pt")
     off, size = pickle_offset(f)
@@ -117,9 +128,9 @@ with tempfile.TemporaryDirectory() as tmp:
         fh.seek(off)
         pkl = fh.read(size)
         fh.seek(off + pkl.index(b"embed.weight"))
-        fh.write(b"embed\nweight")
-    expect_error("a module key with a newline", ["ls", d], "zero_pp_rank_0_mp_rank_00_model_states.pt",
-                 "control characters")
+        fh.write(b"embed\0weight")
+    expect_error("a module key with a NUL byte", ["ls", d], "zero_pp_rank_0_mp_rank_00_model_states.pt",
+                 '("embed%00weight") holds a NUL byte')
 
     # a pickle that tries to call os.system: must not run, must be refused
     marker = os.path.join(tmp, "pwned")
@@ -140,7 +151,17 @@ with tempfile.TemporaryDirectory() as tmp:
     os.mkdir(d)
     with open(os.path.join(d, "config.json"), "w") as fh:
         fh.write("{}")
-    expect_error("non-checkpoint directory", ["ls", d], "notackpt", "not a DeepSpeed")
+    expect_error("non-checkpoint directory", ["ls", d], "notackpt: no known checkpoint format (looked for:")
+    d = os.path.join(tmp, "emptydir")
+    os.mkdir(d)
+    expect_error("empty directory", ["ls", d], "emptydir: no known checkpoint format (looked for:",
+                 "DeepSpeed", "DCP", "zero3", "layout.json", "model.safetensors")
+    d = os.path.join(tmp, "readmeonly")
+    os.mkdir(d)
+    with open(os.path.join(d, "README"), "w") as fh:
+        fh.write("a model\n")
+    expect_error("a directory with a README only", ["ls", d],
+                 "readmeonly: no known checkpoint format (looked for:")
 
     # a tag directory that does not exist
     expect_error("unknown tag", ["ls", "--tag", "global_step9",

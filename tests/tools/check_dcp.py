@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Check gatherfs-inspect on the PyTorch DCP fixtures.
 
 Usage: check_dcp.py INSPECT DCP_DIR

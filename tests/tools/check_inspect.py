@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Check gatherfs-inspect against the expected tables of every fixture.
 
 Usage: check_inspect.py INSPECT CKPTS_DIR

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Layout JSON files read by gatherfs-inspect: relative base_dir, strict JSON,
 and error messages.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """check_lora_ref.py MNT CASE: a LoRA-merged mount against the float64
 reference of a case made by make_lora_adapters.py.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Prove that importing a checkpoint never reads tensor payloads.
 
 Usage: check_noread.py INSPECT CKPTS_DIR    (standard library + strace)

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Every gatherfs-inspect option either works or is refused, and the man
 page's synopsis says which.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Prove that importing plain model files never reads tensor payloads.
 
 Usage: check_plain_noread.py INSPECT SRC...    (standard library + strace)

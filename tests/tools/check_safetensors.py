@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Check a .safetensors file against the format rules and expected tensors.
 
 Usage: check_safetensors.py FILE EXPECTED_TSV      (standard library only;

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Check the Hugging Face sharded views of a gatherfs mount.
 
 Usage: check_shards.py MNT EXPECTED_TSV

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """check_truth.py LOADED TRUTH: compare two torch.save files loaded with real torch.load.
 
 Same keys in the same order; for every key the same dtype, shape and bytes

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Check a mounted DeepSpeed universal checkpoint view and the optim/ view.
 
     check_universal.py MOUNT CASE [--real DIR]

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Flip one byte of a checkpoint's tensor payload, in place, and say where.
 
 usage: flip_byte.py LAYOUT_JSON TENSOR (payload | padding | zstd)

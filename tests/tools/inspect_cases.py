@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared by check_inspect.py (DeepSpeed fixtures) and check_dcp.py (DCP
 fixtures): run gatherfs-inspect, read a case's expected tables, count checks,
 and the checks every fixture gets.

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Make a broken copy of a DCP checkpoint directory for the bad-input tests.
 
 Usage: make_bad_dcp.py SRC OUT MODE

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Corrupt the optimizer state of a copy of a DeepSpeed checkpoint (with torch).
 
     make_bad_optim.py TAGDIR KIND

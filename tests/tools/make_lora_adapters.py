@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Build PEFT-format LoRA adapters for features no fixture covers, and their
 float64 reference merges (lora_ref.py), next to copies of real bases.
 

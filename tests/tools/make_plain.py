@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Write plain model file cases for the plain importer's tests.
 
 usage: make_plain.py good OUTDIR

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared by the no-payload-read checkers: where tensor payloads are, and
 which bytes of them a command read (standard library + strace)."""
 import os

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Reference logits of a Hugging Face model directory, for check_loaders.py.
 
 usage: plain_logits.py MODEL_DIR OUTDIR      (inside the compat root)

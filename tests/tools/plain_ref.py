@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """The reference reading of plain model files, for the plain importer's tests.
 
 usage: plain_ref.py tsv SRC OUT        expected tables of SRC in OUT.default.tsv

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Interrupt a command once it has written a given number of bytes.
 
 Usage: signal_export.py [--child] DIR WHEN SIGNAL COMMAND...

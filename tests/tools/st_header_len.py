@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Write safetensors files of a chosen header length, and check a mount of them.
 
 usage: st_header_len.py write DIR

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Tests of python/gatherfs_save.py without DeepSpeed (run with /usr/bin/python3).
 
   zero3_saver_test.py SAVER unit

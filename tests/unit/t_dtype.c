@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Unit tests for dtype conversions: exhaustive over every bf16 and fp16 bit
  * pattern (round trips, ties to even at every midpoint), overflow and NaN.

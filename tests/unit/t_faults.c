@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Regression tests for faults found by the fuzzers and the fault-injection
  * tests (docs/RELIABILITY.md):

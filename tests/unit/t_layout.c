@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Unit tests for the layout index, its JSON form and the tensor byte server:
  * piece merging, validation errors, alias resolution, JSON round trip, reads

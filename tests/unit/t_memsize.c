@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Memory per tensor and per piece, measured: the heap in use (mallinfo2:
  * arena and mmap'ed blocks) before and after building real layouts through

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Unit tests for the merge arithmetic and computed tensors: one rounding
  * from float64 to bf16 / fp16 / fp32 against a brute-force nearest-value

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Unit tests for the parallel loops (pfor.h): gfs_pfor() and gfs_pool_for()
  * visit every index once, return the error and message of the lowest

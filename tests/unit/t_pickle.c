@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — unit tests for the safe pickle reader (src/readers/pickle.c).
  *

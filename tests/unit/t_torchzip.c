@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — unit test of the torch zip reader (src/readers/torchzip.c).
  *
@@ -869,6 +870,51 @@ static void test_deflate(void)
 	free(b.p);
 }
 
+/* peek(): gfs_tzip_peek_prefix() of the n bytes at p; "(null)" for NULL. */
+static const char *peek(const void *p, size_t n, gfs_err *err)
+{
+	static char got[128];
+	const int fd = mem_fd(p, n);
+	char *prefix = NULL;
+
+	*err = gfs_tzip_peek_prefix(fd, n, "peek", &prefix);
+	snprintf(got, sizeof(got), "%s", prefix ? prefix : "(null)");
+	free(prefix);
+	close(fd);
+	return got;
+}
+
+static void test_peek(void)
+{
+	blob b = load("torch113.pt");
+	gfs_err err;
+	const char *got = peek(b.p, b.n, &err);
+
+	ok(!err && strcmp(got, "zero_pp_rank_1_mp_rank_00_model_states") == 0,
+	   "peek: the folder of a torch 1.13 file: %s", got);
+	got = peek(b.p, 29, &err);
+	ok(!err && strcmp(got, "(null)") == 0, "peek: 29 bytes: nothing known");
+	got = peek(b.p, 40, &err);
+	ok(!err && strcmp(got, "(null)") == 0, "peek: a name cut by the end: nothing known");
+	b.p[30 + 3] = '\0';
+	got = peek(b.p, b.n, &err);
+	ok(!err && strcmp(got, "zer?_pp_rank_1_mp_rank_00_model_states") == 0,
+	   "peek: a NUL byte in the folder does not shorten it: %s", got);
+	b.p[0] = 'X';
+	got = peek(b.p, b.n, &err);
+	ok(!err && strcmp(got, "(null)") == 0, "peek: no local header: nothing known");
+	free(b.p);
+	b = load("torch2.pt");
+	got = peek(b.p, b.n, &err);
+	ok(!err && strcmp(got, "zero_pp_rank_1_mp_rank_00_model_states") == 0,
+	   "peek: the folder of a torch 2.x file: %s", got);
+	free(b.p);
+	b = load("torch2_input_ids.pt");
+	got = peek(b.p, b.n, &err);
+	ok(!err && strcmp(got, "input_ids") == 0, "peek: %s", got);
+	free(b.p);
+}
+
 int main(void)
 {
 	/* gfs_tzip_limits.windows: the same records and bytes, the same refusals */
@@ -891,6 +937,7 @@ int main(void)
 	test_malformed_extra();
 	test_names();
 	test_deflate();
+	test_peek();
 	printf("1..%d\n", n_tests);
 	if (n_failed)
 		printf("# %d of %d tests failed\n", n_failed, n_tests);

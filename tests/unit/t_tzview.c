@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Unit tests for the torch zip view: compose pytorch_model.bin from a small
  * hand-built layout over a temporary source file, write it out, and check it

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Unit tests for virtual files: segment appends and merging, segment lookup
  * at every offset, reads of every range against a flat reference, dtype

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Minimal TAP-style helpers for the unit tests: each check prints
  * "ok N - what" or "not ok N - what"; tap_done() prints the plan and a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — the arithmetic of merged (LoRA, DoRA) tensors: exact widening
  * to float64, the low-rank update of a block of rows, and a single rounding

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — export: write a view of a layout to regular files, streaming
  * through the same byte server the mount uses, with memory independent of
@@ -32,8 +33,17 @@ gfs_format gfs_format_from_name(const char *s);
 
 /*
  * gfs_export(): write the view.  Without shard_size, out is the file to
- * write; with it, out is a directory (created if missing) that receives the
- * shard files and the index, named as transformers names them.  Every file
+ * write, or "-": standard output, written as it is produced (no temporary
+ * file; o->signals must be off); with shard_size, out is a directory
+ * (created if missing) that receives the shard files and the index, named as
+ * transformers names them.  Before anything is created every name is
+ * checked without following a symbolic link: out must be missing or a
+ * regular file (with shard_size: a directory), each shard and the index
+ * missing or a regular file; anything else (a device, a FIFO, a socket, a
+ * symbolic link, a directory where a file is meant) is GFS_ERR_INVAL naming
+ * it and what it is, and nothing is touched.  Each name is checked again at
+ * its rename, which replaces only a regular file (a missing name with
+ * RENAME_NOREPLACE, so nothing that appears meanwhile is replaced).  Every file
  * is written under a temporary name (.NAME.XXXXXX), all are flushed with
  * fsync(), then renamed into place, the index last; a previous index in the
  * directory is removed before the first rename.  On any error, or with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — the mounted namespace, independent of FUSE.
  *
@@ -32,7 +33,8 @@
  * model-0000i-of-0000N.safetensors + model.safetensors.index.json.  The
  * views option chooses which of bin, safetensors, tensors, layout, optim
  * and universal appear.  A layout the universal view cannot serve (see
- * gfs_uview_new()) gets no universal files and a note saying why.
+ * gfs_uview_new()) gets no universal files and, with views GFS_VIEW_ALL, a
+ * note saying why (else see gfs_fs_view_absent()).
  *
  * Tensor file names are the state-dict keys with '%', '/' and control bytes
  * written as %XX (upper-case hex); the names ".", ".." and "INDEX" are
@@ -59,9 +61,13 @@
  * Checkpoint files whose names a view may take (pytorch_model.bin,
  * model.safetensors, their HF shard and index names, layout.json,
  * tensors), whatever views are shown, are never passed through; nor are
- * symbolic links that leave the checkpoint directory (or dangle), nor
+ * symbolic links that leave the checkpoint directory (or dangle) but for
+ * a Hugging Face cache snapshot's links into its blobs/ (hfcache.h), nor
  * files other than regular files and directories (subdirectories are not
- * shown).  Each is reported through gfs_fs_opts.notice.  Inode numbers are
+ * shown).  Each is reported through gfs_fs_opts.notice.  Nor, silently, are
+ * the files that point at files the mount does not show, which a loader
+ * would follow from the mount and fail: DeepSpeed's `latest` (it names a
+ * tag directory) and DCP's `.metadata` (it indexes the .distcp shards).  Inode numbers are
  * static; the namespace never changes after gfs_fs_new(), and every
  * function here is thread-safe.
  */
@@ -121,9 +127,7 @@ typedef struct gfs_fs_opts {
 	gfs_dtype want;      /* GFS_DT_INVALID: tensors as stored */
 	unsigned views;      /* GFS_VIEW_* bits */
 	uint64_t shard_size; /* 0: single files; else HF shards of at most this many bytes */
-	const char *crc_cache; /* directory of the persistent CRC cache, NULL: none */
-	const char *const *hide; /* NULL-terminated names of checkpoint files not to pass
-				    through (the caller says why), or NULL */
+	const gfs_crccache *crc_cache; /* the persistent CRC cache, NULL: none */
 	void (*notice)(const char *line); /* told about every file left out; may be NULL */
 	const gfs_layout *adapter;     /* the adapter/ view's tensors, NULL: no adapter/ */
 	const gfs_srcset *adapter_src; /* its open sources */
@@ -136,6 +140,9 @@ typedef struct gfs_fs_opts {
  * layout, optim, universal, all) separated by ':' or '+' into GFS_VIEW_* bits.
  */
 gfs_err gfs_views_parse(const char *s, unsigned *views);
+
+/* gfs_view_name(): the name of one GFS_VIEW_* bit (or of GFS_VIEW_ALL), else NULL. */
+const char *gfs_view_name(unsigned view);
 
 /*
  * gfs_fs_new(): build the namespace of a finished layout whose sources are
@@ -158,6 +165,17 @@ void gfs_fs_free(gfs_fs *fs);
  */
 size_t gfs_fs_nnotes(const gfs_fs *fs);
 const char *gfs_fs_note(const gfs_fs *fs, size_t i);
+
+/*
+ * gfs_fs_view_absent(): why view (one GFS_VIEW_* bit asked for in
+ * gfs_fs_opts.views) shows no file for this checkpoint, e.g. "no optimizer
+ * state"; NULL if it shows files or was not asked for.  Only optim and
+ * universal can be absent: the other views show any checkpoint.  A
+ * universal view the checkpoint has but DeepSpeed could not load is a note
+ * (gfs_fs_note()) only with views GFS_VIEW_ALL; with views asked for by
+ * name the caller reports it from here.
+ */
+const char *gfs_fs_view_absent(const gfs_fs *fs, unsigned view);
 
 /* gfs_fs_node(): the node with inode number ino, or NULL. */
 const gfs_node *gfs_fs_node(const gfs_fs *fs, uint64_t ino);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — importers: turn a checkpoint on disk into a layout index.
  *
@@ -12,7 +13,8 @@
 typedef struct gfs_dcpmeta gfs_dcpmeta;
 
 typedef struct gfs_import_opts {
-	const char *tag;    /* DeepSpeed tag (e.g. "global_step3"); NULL: read `latest` */
+	const char *tag;    /* DeepSpeed tag (e.g. "global_step3"); NULL: read `latest`;
+			     * of a Hugging Face cache repository: its revision */
 	const char *format; /* "dcp", "deepspeed", "plain", "layout", "zero3"; NULL or "auto": detect */
 	const char *prefix; /* DCP, plain: keep only keys starting with it, without it; NULL: all */
 } gfs_import_opts;
@@ -30,10 +32,13 @@ typedef struct gfs_import_opts {
  *   - plain model files (import_plain.h): a directory holding
  *     model.safetensors, pytorch_model.bin or their .index.json and no
  *     DCP or DeepSpeed files (shards win over plain files), or one such
- *     file (told from a layout JSON by its contents).
+ *     file (told from a layout JSON by its contents);
+ *   - a Hugging Face cache repository models--ORG--NAME (hfcache.h): its
+ *     snapshot opts->tag (a revision or a ref), or the one refs/main
+ *     names, imported as the directory it is.
  * opts->format forces one of them ("layout", "dcp", "deepspeed", "plain",
  * "zero3"); an unknown name is GFS_ERR_INVAL.  opts->tag applies to
- * DeepSpeed and zero3 saves only, opts->prefix to DCP and plain files only
+ * DeepSpeed and zero3 saves and cache repositories only, opts->prefix to DCP and plain files only
  * (GFS_ERR_INVAL otherwise).
  * opts may be NULL.
  * @return GFS_OK and a finished layout in *out.

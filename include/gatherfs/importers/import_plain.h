@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — plain model files as a source: what transformers'
  * save_pretrained, torch.save and safetensors write.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — PEFT LoRA adapters: the merged model as a layout of computed
  * tensors (layout.h, compute.h), from a PEFT-wrapped checkpoint or from a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — a safe pickle reader.
  *
@@ -200,11 +201,18 @@ const gfs_pv *gfs_pv_seq_at(const gfs_pv *v, size_t i);
 const char *gfs_pv_str(const gfs_pv *v);
 
 /*
- * gfs_pv_name(): the string of a STR node that holds no NUL and no control
- * character (0x00-0x1f, 0x7f), or NULL.  For names read from a file that
- * end up in file names and one-line messages.
+ * gfs_pv_name(): the string of a STR node that holds no NUL byte (a C
+ * string carries all of it), or NULL.  For names read from a file: other
+ * control bytes are kept (tensors/ names write them %XX, messages '?').
  */
 const char *gfs_pv_name(const gfs_pv *v);
+
+/*
+ * gfs_pv_name_fail(): fails with GFS_ERR_FORMAT and "PATH: WHAT I ...":
+ * why key, which gfs_pv_name() refused, is no name: not a string (and what
+ * it is), or a string holding a NUL byte (shown by gfs_shown_key()).
+ */
+gfs_err gfs_pv_name_fail(const char *path, const char *what, size_t i, const gfs_pv *key);
 
 /* gfs_pv_int(): true and *out for an INT (or BOOL) node. */
 bool gfs_pv_int(const gfs_pv *v, int64_t *out);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — read torch.save zip archives without reading their payloads.
  *
@@ -95,6 +96,18 @@ gfs_err gfs_tzip_storage(const gfs_tzip *z, const char *key, uint64_t *off,
  */
 gfs_err gfs_tzip_storage_record(const gfs_tzip *z, const char *key,
 				const gfs_tzip_record **out);
+
+/*
+ * gfs_tzip_peek_prefix(): the archive prefix of the torch zip that starts
+ * file fd (of size bytes), from the name of its first local header alone:
+ * one pread of at most 30 + 4096 bytes, the central directory unread; for
+ * a file whose name must be checked but which is not read otherwise.
+ * @return GFS_OK and *out, a new string (caller frees), or NULL when the
+ * file does not start with a local header named "<prefix>/..." (then
+ * nothing is known: the file is checked, if at all, when it is opened);
+ * GFS_ERR_IO if the read fails.
+ */
+gfs_err gfs_tzip_peek_prefix(int fd, uint64_t size, const char *label, char **out);
 
 /* gfs_tzip_label(): the label given at open. */
 const char *gfs_tzip_label(const gfs_tzip *z);

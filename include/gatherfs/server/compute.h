@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — serving computed tensors (layout.h, layout version 3): each is
  * evaluated lazily, one block of rows at a time, from its inputs read

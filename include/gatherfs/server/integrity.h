@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — source integrity: check the checksummed records of a layout
  * (gfs_record: zip records of torch.save archives, each with the CRC-32
@@ -46,5 +47,14 @@ gfs_err gfs_integrity_check(const gfs_layout *l, const gfs_srcset *s, const uint
  */
 gfs_err gfs_integrity_require(const gfs_layout *l, const gfs_srcset *s, const uint32_t *recs,
 			      size_t n, unsigned nthreads);
+
+/*
+ * gfs_integrity_unsummed(): the bytes of the pieces of every entry (model
+ * tensors and optimizer-state entries) that lie in no checksummed record,
+ * so no check can vouch for them; *ntensors (may be NULL) receives how many
+ * entries have such bytes, and unsummed[i] (an array of l->nsources, may be
+ * NULL) is set true for every source holding some.
+ */
+uint64_t gfs_integrity_unsummed(const gfs_layout *l, bool *unsummed, size_t *ntensors);
 
 #endif

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — read-ahead for sequential readers of a virtual file on slow
  * storage.

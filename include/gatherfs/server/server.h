@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — the byte server for tensors: open the sources of a layout once
  * and read any byte range of any tensor, optionally converted to another
@@ -88,6 +89,29 @@ void gfs_srcset_set_piece_crc(const gfs_srcset *s, size_t ti, size_t p, uint32_t
  * OK (a record check computes them on the way); else false.
  */
 bool gfs_srcset_piece_crc(const gfs_srcset *s, size_t ti, size_t p, uint32_t *crc);
+
+/* A front end's way to tell the user something (one line, no newline). */
+typedef void (*gfs_notice_fn)(const char *line);
+
+/*
+ * gfs_srcset_set_verify(): whether reads check the records they touch.  On
+ * (the default of a new srcset), gfs_tensor_read() serves no byte of a
+ * checksummed record before the whole record has been checked against its
+ * stored CRC-32 in this srcset (integrity.h; each record once, on its first
+ * use); a corrupt record fails every read of its bytes with GFS_ERR_IO.
+ * Off: bytes are served unchecked (unsafe; records found BAD still fail).
+ * notice (may be NULL) is called once, from a reading thread, when a read
+ * must check much more than it returns (a small tensor of a ZeRO-3
+ * checkpoint needs every rank's partition).  Call before any read.
+ */
+void gfs_srcset_set_verify(gfs_srcset *s, bool on, gfs_notice_fn notice);
+
+/*
+ * gfs_srcset_rec_servable(): may bytes of record r be served without a
+ * check now: it is OK, or the srcset does not verify reads and it is not
+ * BAD.  A reader that bypasses gfs_tensor_read() (splicing) must ask.
+ */
+bool gfs_srcset_rec_servable(const gfs_srcset *s, uint32_t r);
 
 /* gfs_srcset_nbad(): how many records have been found BAD so far. */
 size_t gfs_srcset_nbad(const gfs_srcset *s);

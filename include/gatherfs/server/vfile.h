@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — virtual files: a size and a sorted list of segments.
  *
@@ -22,6 +23,7 @@
 #ifndef GATHERFS_VFILE_H
 #define GATHERFS_VFILE_H
 
+#include "gatherfs/server/crccache.h"
 #include "gatherfs/server/server.h"
 
 /* Where TENSOR segments get their bytes: a layout, its open sources and the
@@ -30,7 +32,7 @@ typedef struct gfs_vctx {
 	const gfs_layout *layout;
 	const gfs_srcset *src;
 	gfs_dtype want;
-	const char *crc_cache; /* directory of the persistent CRC cache, or NULL */
+	const gfs_crccache *crc_cache; /* the persistent CRC cache, or NULL */
 } gfs_vctx;
 
 /*

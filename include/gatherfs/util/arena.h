@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — arenas: many small allocations (names, shapes, paths) that live
  * and die together, one malloc per 64 KiB instead of one per string.

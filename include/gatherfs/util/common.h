@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — common definitions: the one error type, error messages,
  * checked arithmetic and small allocation helpers.
@@ -87,6 +88,16 @@ char *gfs_strndup(const char *s, size_t n);
  */
 #define GFS_IOBUF_ALIGN 64
 void *gfs_iobuf(size_t n);
+
+/*
+ * gfs_shown_key(): the n bytes of key s (NULs included) for a one-line
+ * message, written as tensors/ file names write keys: '%', '/' and control
+ * bytes (0x00-0x1f, 0x7f) as %XX; past GFS_SHOWN_KEY_MAX bytes of s it is
+ * cut and ends in "...".  buf holds GFS_SHOWN_KEY_BUF bytes; returns buf.
+ */
+#define GFS_SHOWN_KEY_MAX 64
+#define GFS_SHOWN_KEY_BUF (3 * GFS_SHOWN_KEY_MAX + 4)
+const char *gfs_shown_key(const char *s, size_t n, char *buf);
 
 /* gfs_path_join(): "dir/name" as a new string (free() it), NULL when out of memory. */
 char *gfs_path_join(const char *dir, const char *name);

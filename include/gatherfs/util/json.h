@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — a small wrapper over cJSON: case-sensitive lookups, exact
  * 64-bit integers in and out, and error messages in gfs style.
@@ -15,7 +16,8 @@
 
 /*
  * gfs_json_parse(): parse text[0..len) (need not be NUL-terminated) as one
- * strict JSON value: anything but white space after it, and an object
+ * strict JSON value: anything but white space after it, a \u0000 escape
+ * (a C string cannot carry it), and an object
  * member name that appears twice in one object, are GFS_ERR_FORMAT (the
  * message names label, the member and where it is).  label names the
  * document in messages.  Free *out with cJSON_Delete().

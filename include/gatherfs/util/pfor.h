@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — bounded parallel loops: gfs_pfor() on threads of its own (many
  * rank files' metadata at mount), gfs_pool_for() on a pool of threads kept

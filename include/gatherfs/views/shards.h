@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — Hugging Face style sharding: split a layout's entries into
  * files of at most a given size, named and indexed as transformers'

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — the safetensors view: a layout (or a subset of its entries)
  * presented as a .safetensors file.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — the torch zip view: a layout presented as the file torch.save()
  * would write for its state dict (DESIGN.md §3, formats-brief §D).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gatherfs — the universal view: a DeepSpeed checkpoint's optimizer state
  * presented as the "universal checkpoint" that DeepSpeed's
@@ -40,7 +41,7 @@ typedef struct gfs_uview gfs_uview;
  * gradients, ZeRO-3 with several param groups or sub-groups, states other
  * than exp_avg/exp_avg_sq at stage 3, no step, non-fp32 state).
  */
-gfs_err gfs_uview_new(const gfs_layout *l, const gfs_srcset *src, const char *crc_cache,
+gfs_err gfs_uview_new(const gfs_layout *l, const gfs_srcset *src, const gfs_crccache *crc_cache,
 		      gfs_uview **out);
 
 /* gfs_uview_free(): NULL allowed. */

@@ -1,0 +1,261 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * gatherfs — Hugging Face cache repositories: a repository's snapshot, and
+ * a snapshot's links into blobs/ (see hfcache.h).
+ */
+#include "config.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gatherfs/importers/hfcache.h"
+
+#define REPO_PREFIX "models--"
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* is_dir_in(): dir/name is a directory (following links, as the import does). */
+static bool is_dir_in(const char *dir, size_t dlen, const char *name)
+{
+	char path[PATH_MAX];
+	struct stat st;
+
+	return (size_t)snprintf(path, sizeof(path), "%.*s/%s", (int)dlen, dir, name) <
+		       sizeof(path) &&
+	       stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* repo_at(): dir[0..len) (no trailing '/') is a repository. */
+static bool repo_at(const char *dir, size_t len)
+{
+	size_t base = len;
+
+	while (base > 0 && dir[base - 1] != '/')
+		base--;
+	return len - base > strlen(REPO_PREFIX) &&
+	       strncmp(dir + base, REPO_PREFIX, strlen(REPO_PREFIX)) == 0 &&
+	       is_dir_in(dir, len, "blobs") && is_dir_in(dir, len, "snapshots") &&
+	       is_dir_in(dir, len, "refs");
+}
+
+bool gfs_hf_is_repo(const char *dir)
+{
+	size_t len = strlen(dir);
+
+	while (len > 1 && dir[len - 1] == '/')
+		len--;
+	return repo_at(dir, len);
+}
+
+/* rev_ok(): rev[0..len) is one path component fit to name a revision. */
+static bool rev_ok(const char *rev, size_t len)
+{
+	if (len == 0 || len > GFS_HF_REV_MAX || (len == 1 && rev[0] == '.') ||
+	    (len == 2 && rev[0] == '.' && rev[1] == '.'))
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if (rev[i] == '/' || (unsigned char)rev[i] < 0x20 || rev[i] == 0x7f)
+			return false;
+	return true;
+}
+
+/*
+ * read_ref(): the revision the regular file repo/refs/name holds (trailing
+ * white space dropped) into rev[GFS_HF_REV_MAX + 1].  @return GFS_OK,
+ * GFS_ERR_NOTFOUND (silently) if there is no such file, or an error.
+ */
+static gfs_err read_ref(const char *repo, const char *name, char *rev)
+{
+	char path[PATH_MAX];
+	char buf[GFS_HF_REV_MAX + 2];
+	struct stat st;
+	ssize_t n;
+	int fd;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/refs/%s", repo, name) >= sizeof(path))
+		return gfs_fail(GFS_ERR_LIMIT, "%s: path too long", repo);
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0) {
+		if (errno == ENOENT)
+			return GFS_ERR_NOTFOUND;
+		return gfs_fail(GFS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+	}
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return gfs_fail(GFS_ERR_FORMAT, "%s: not a regular file", path);
+	}
+	n = pread(fd, buf, sizeof(buf), 0);
+	close(fd);
+	if (n < 0)
+		return gfs_fail(GFS_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+	while (n > 0 && strchr(" \t\r\n", buf[n - 1]))
+		n--;
+	if (!rev_ok(buf, (size_t)n))
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: does not name a revision (one path component of 1 to %d bytes)",
+				path, GFS_HF_REV_MAX);
+	memcpy(rev, buf, (size_t)n);
+	rev[n] = '\0';
+	return GFS_OK;
+}
+
+/* snapshot_path(): malloc'd repo/snapshots/rev, if a directory; else NULL. */
+static char *snapshot_path(const char *repo, const char *rev)
+{
+	char *p = malloc(strlen(repo) + strlen(rev) + sizeof("/snapshots/"));
+	struct stat st;
+
+	if (!p)
+		return NULL;
+	sprintf(p, "%s/snapshots/%s", repo, rev);
+	if (stat(p, &st) == 0 && S_ISDIR(st.st_mode))
+		return p;
+	free(p);
+	errno = ENOENT;
+	return NULL;
+}
+
+gfs_err gfs_hf_snapshot(const char *repo, const char *rev, char **out)
+{
+	char ref[GFS_HF_REV_MAX + 1];
+	const char *want = rev ? rev : "main";
+	gfs_err err;
+
+	*out = NULL;
+	if (!rev_ok(want, strlen(want)))
+		return gfs_fail(GFS_ERR_INVAL,
+				"%s: tag '%s': not a revision (one path component of 1 to %d bytes)",
+				repo, want, GFS_HF_REV_MAX);
+	if (rev) {
+		*out = snapshot_path(repo, rev);
+		if (*out)
+			return GFS_OK;
+		if (errno == ENOMEM)
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	err = read_ref(repo, want, ref);
+	if (err == GFS_ERR_NOTFOUND && rev)
+		return gfs_fail(GFS_ERR_NOTFOUND, "%s: no snapshot or ref '%s' (snapshots/%s, refs/%s)",
+				repo, rev, rev, rev);
+	if (err == GFS_ERR_NOTFOUND)
+		return gfs_fail(GFS_ERR_NOTFOUND,
+				"%s: no refs/main: pick a snapshot with a tag (-o tag=REV)", repo);
+	if (err)
+		return err;
+	*out = snapshot_path(repo, ref);
+	if (*out)
+		return GFS_OK;
+	if (errno == ENOMEM)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	return gfs_fail(GFS_ERR_NOTFOUND, "%s: refs/%s names %s, which is no directory in snapshots/",
+			repo, want, ref);
+}
+
+/* repo_len(): the length of REPO in canonical real = REPO/snapshots/REV, or 0. */
+static size_t repo_len(const char *real)
+{
+	const char *rev = strrchr(real, '/');
+	static const char snaps[] = "/snapshots";
+	const size_t sl = sizeof(snaps) - 1;
+	size_t len;
+
+	if (!rev || rev == real || !rev[1])
+		return 0;
+	len = (size_t)(rev - real);
+	if (len <= sl || strncmp(real + len - sl, snaps, sl) != 0)
+		return 0;
+	return len - sl;
+}
+
+bool gfs_hf_is_snapshot(const char *real)
+{
+	const size_t len = repo_len(real);
+
+	return len > 0 && repo_at(real, len);
+}
+
+/*
+ * blob_of(): the FILE of link text `text` in snapshot real (whose
+ * repository is real[0..rlen)) if the text is "../../blobs/FILE" (with
+ * "." and empty components allowed) or "REPO/blobs/FILE"; else NULL.
+ * text is modified.
+ */
+static const char *blob_of(char *text, const char *real, size_t rlen)
+{
+	const char *want[] = { "..", "..", "blobs" };
+	size_t k = 0;
+	char *s = text, *comp = NULL;
+
+	if (text[0] == '/') {
+		static const char blobs[] = "/blobs/";
+
+		if (strncmp(text, real, rlen) != 0 || strncmp(text + rlen, blobs, 7) != 0)
+			return NULL;
+		comp = text + rlen + sizeof(blobs) - 1;
+		return rev_ok(comp, strlen(comp)) ? comp : NULL;
+	}
+	for (char *slash; s; s = slash ? slash + 1 : NULL) {
+		slash = strchr(s, '/');
+		if (slash)
+			*slash = '\0';
+		if (!s[0] || strcmp(s, ".") == 0)
+			continue;
+		if (k < ARRAY_LEN(want)) {
+			if (strcmp(s, want[k]) != 0)
+				return NULL;
+		} else if (k == ARRAY_LEN(want) && strcmp(s, "..") != 0) {
+			comp = s;
+		} else {
+			return NULL;
+		}
+		k++;
+	}
+	return k == ARRAY_LEN(want) + 1 ? comp : NULL;
+}
+
+int gfs_hf_open_blob(int dfd, const char *real, const char *name)
+{
+	char text[PATH_MAX];
+	const size_t rlen = repo_len(real);
+	const char *blob;
+	ssize_t n;
+	int rfd, bfd, fd;
+
+	assert(rlen > 0);
+	n = readlinkat(dfd, name, text, sizeof(text));
+	if (n < 0)
+		return -1;
+	if ((size_t)n >= sizeof(text)) {
+		errno = EXDEV;
+		return -1;
+	}
+	text[n] = '\0';
+	blob = blob_of(text, real, rlen);
+	if (!blob) {
+		errno = EXDEV;
+		return -1;
+	}
+	rfd = openat(dfd, "../..", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (rfd < 0)
+		return -1;
+	bfd = openat(rfd, "blobs", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	close(rfd);
+	if (bfd < 0)
+		return -1;
+	fd = openat(bfd, blob, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0) {
+		const int e = errno;
+
+		close(bfd);
+		errno = e;
+		return -1;
+	}
+	close(bfd);
+	return fd;
+}
