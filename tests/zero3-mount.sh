@@ -54,11 +54,13 @@ echo "== saver in 3 processes, tag step5, config.json"
 "$PYTHON3" "$top_srcdir/tests/tools/zero3_saver_test.py" "$SAVER" save "$T/s3" 3 --tag step5 ||
 	fail "save s3"
 check_save "$T/s3" "$T/s3.truth.pt"
+[ -f "$T/s3/step5/zero3-rank-0.json" ] || fail "the save is not in its tag directory: $(ls -R "$T/s3")"
 gfs_mount "$T/s3" "$T/mnt" -o tag=step5 || fail "mount with its tag"
 grep -q '"model_type": "small"' "$T/mnt/config.json" || fail "config.json not passed through"
 [ ! -e "$T/mnt/zero3-rank-0.json" ] || fail "a manifest is passed through"
 gfs_umount "$T/mnt" || fail "unmount"
-expect_mount_fail "zero3-rank-0.json: tag 'step5', not the 'step6' asked for" "$T/s3" "$T/mnt" -o tag=step6
+expect_mount_fail "s3: no save of tag 'step6'" "$T/s3" "$T/mnt" -o tag=step6
+expect_mount_fail "zero3-rank-0.json: tag 'step5', not the 'step6' asked for" "$T/s3/step5" "$T/mnt" -o tag=step6
 
 echo "== refusals"
 # refuse PATTERN DIR: the mount and gatherfs-inspect both refuse DIR with one line
@@ -94,12 +96,12 @@ refuse "zero3-rank-1.json: world size 4, but rank 0's is 3: a file of another sa
 fresh "$W3"; cp "$W4/zero3-rank-3.json" "$W4/zero3-rank-3.bin" "$T/bad/"
 refuse "holds files of rank 3, but rank 0's save has 3 ranks: files of another save are mixed in" "$T/bad"
 # a rank of another save of the same run (tag), and of another model (shapes)
-fresh "$T/s3"
+fresh "$T/s3/step5"
 "$PYTHON3" "$top_srcdir/tests/tools/zero3_saver_test.py" "$SAVER" save "$T/s3b" 3 --tag step6 ||
 	fail "save s3b"
-cp "$T/s3b/zero3-rank-2.json" "$T/s3b/zero3-rank-2.bin" "$T/bad/"
+cp "$T/s3b/step6/zero3-rank-2.json" "$T/s3b/step6/zero3-rank-2.bin" "$T/bad/"
 refuse "zero3-rank-2.json: tag 'step6', but rank 0's is 'step5': a file of another save" "$T/bad"
-fresh "$W3"; cp "$T/s3/zero3-rank-1.json" "$T/s3/zero3-rank-1.bin" "$T/bad/"
+fresh "$W3"; cp "$T/s3/step5/zero3-rank-1.json" "$T/s3/step5/zero3-rank-1.bin" "$T/bad/"
 refuse "zero3-rank-1.json: tag 'step5', but rank 0's is ''\|zero3-rank-1.json: .* tensors, but rank 0's manifest has 35" "$T/bad"
 "$PYTHON3" - "$T/bad/zero3-rank-1.json" "$W3/zero3-rank-1.json" <<'PY'
 import json, sys
@@ -109,8 +111,12 @@ json.dump(m, open(sys.argv[1], "w"))
 PY
 cp "$W3/zero3-rank-1.bin" "$T/bad/"
 refuse "zero3-rank-1.json: tensor 5 (pos.weight): its name, dtype, shape or partition size differs from rank 0's (pos.weight): a file of another save" "$T/bad"
-# a save whose rank 1 failed over an older complete save of the same directory
+# a save whose rank 1 failed, next to an older complete save: the mount
+# picks the older one and names the newer; asked for, the newer is refused
 "$PYTHON3" "$top_srcdir/tests/tools/zero3_saver_test.py" "$SAVER" save "$T/s3" 3 --tag step6 --fail-rank 1 ||
 	fail "save s3 with a failing rank"
-refuse "zero3-rank-1.json: missing: rank 1 did not finish this save" "$T/s3"
+check_save "$T/s3" "$T/s3.truth.pt"
+grep -q "gatherfs: note: save 'step5' in .*s3, the newest complete one; newer, not complete: step6 (.*zero3-rank-1.json: missing: rank 1 did not finish this save" \
+	"$T/note" || fail "the pick is not said: $(cat "$T/note")"
+expect_mount_fail "step6/zero3-rank-1.json: missing: rank 1 did not finish this save" "$T/s3" "$T/mnt" -o tag=step6
 echo "PASS: zero3 saves"

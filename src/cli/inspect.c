@@ -650,10 +650,15 @@ static bool report_unsummed(const gfs_layout *l)
 		return false;
 	}
 	bytes = gfs_integrity_unsummed(l, un, &nt);
-	for (size_t i = 0; bytes && i < l->nsources; i++)
-		if (un[i])
-			out_ok(printf("UNVERIFIED: %s: no stored checksum covers its tensor bytes\n",
-				      l->sources[i].abspath));
+	for (size_t i = 0; bytes && i < l->nsources; i++) {
+		if (!un[i])
+			continue;
+		out_ok(printf("UNVERIFIED: %s: no stored checksum covers its tensor bytes\n",
+			      l->sources[i].abspath));
+		if (strcmp(l->format, "zero3") == 0) /* its manifest has no CRC-32s */
+			out_ok(printf("%s: no checksums (saved by an older save_zero3)\n",
+				      l->sources[i].path));
+	}
 	if (bytes)
 		out_ok(printf("note: %" PRIu64 " bytes of %zu tensors lie in no checksummed record "
 			      "(safetensors, raw or layout JSON sources): not verified, but for the "

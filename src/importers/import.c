@@ -73,7 +73,8 @@ static bool is_dcp(const char *path)
 }
 
 /*
- * dir_format(): the format of directory path: DCP, a zero3 save, DeepSpeed
+ * dir_format(): the format of directory path: DCP, a zero3 save (or a
+ * directory of them, unless it is a DeepSpeed checkpoint), DeepSpeed
  * (shards win over plain files), a layout.json, plain model files; NULL
  * for none of them.
  */
@@ -81,7 +82,7 @@ static const char *dir_format(const char *path, const char *tag)
 {
 	if (is_dcp(path))
 		return "dcp";
-	if (gfs_zero3_detect(path))
+	if (gfs_zero3_detect(path) || (!is_deepspeed(path) && gfs_zero3_detect_saves(path)))
 		return "zero3";
 	if (tag || is_deepspeed(path))
 		return "deepspeed";

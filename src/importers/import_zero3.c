@@ -12,7 +12,14 @@
  * rank's bytes of a partitioned tensor are follows from the partition
  * arithmetic (ceil(numel / W) elements per rank, the last ranks short),
  * which the manifests must match exactly.  Anything else is refused with
- * one line: a partial model is never served.  Tensor payloads are not read.
+ * one line: a partial model is never served.  Tensor payloads are not read;
+ * the CRC-32 the manifests give for each tensor's bytes make those bytes
+ * checksummed records, checked by the layout's integrity machinery.
+ *
+ * The saver puts each save in its own directory DIR/TAG; given DIR, the
+ * newest complete one is imported (each save on its own: two are never
+ * mixed), and the newer incomplete ones are named in the note.  A save
+ * written straight into DIR (before tag directories) is imported as it is.
  */
 #define _GNU_SOURCE /* qsort_r */
 #include "config.h"
@@ -64,6 +71,8 @@ typedef struct z3_save {
 	size_t nents;
 	size_t *byname;   /* entry indices sorted by name */
 	uint64_t *offs;   /* offs[r * nents + i]: tensor i's bytes in rank r's file */
+	uint32_t *crcs;   /* crcs[r * nents + i]: their CRC-32, if has_crc[r] */
+	bool *has_crc;    /* has_crc[r]: rank r's manifest gives CRC-32s (else an older save) */
 	gfs_layout *l;
 } z3_save;
 
@@ -86,19 +95,127 @@ static bool rank_of(const char *name, const char *ext, uint64_t *r)
 	return true;
 }
 
-bool gfs_zero3_detect(const char *dir)
+/*
+ * rank_files(): does directory dir hold a file named zero3-rank-R.json or
+ * .bin?  If so and newest is not NULL, *newest is the latest mtime of those.
+ */
+static bool rank_files(const char *dir, struct timespec *newest)
 {
 	DIR *d = opendir(dir);
 	const struct dirent *de;
 	bool found = false;
+	struct stat st;
 	uint64_t r;
 
 	if (!d)
 		return false;
-	while (!found && (de = readdir(d)) != NULL)
-		found = rank_of(de->d_name, ".json", &r) || rank_of(de->d_name, ".bin", &r);
+	while ((!found || newest) && (de = readdir(d)) != NULL) {
+		if (!rank_of(de->d_name, ".json", &r) && !rank_of(de->d_name, ".bin", &r))
+			continue;
+		found = true;
+		if (newest && fstatat(dirfd(d), de->d_name, &st, 0) == 0 &&
+		    (st.st_mtim.tv_sec > newest->tv_sec ||
+		     (st.st_mtim.tv_sec == newest->tv_sec && st.st_mtim.tv_nsec > newest->tv_nsec)))
+			*newest = st.st_mtim;
+	}
 	closedir(d);
 	return found;
+}
+
+/* A save of a directory of saves: DIR/TAG, the newest mtime of its rank files. */
+typedef struct z3_cand {
+	char *path;
+	const char *name; /* in path */
+	struct timespec newest;
+} z3_cand;
+
+#define Z3_MAX_SAVES 100000
+#define Z3_UNTAGGED "untagged" /* gatherfs_save.py: the directory of a save with no tag */
+
+/*
+ * list_saves(): the subdirectories of dir (not hidden: a save moved aside
+ * by an overwrite is) holding rank files, the first Z3_MAX_SAVES found,
+ * in no order.  @return GFS_OK and *out, *n (possibly 0).
+ */
+static gfs_err list_saves(const char *dir, z3_cand **out, size_t *n)
+{
+	DIR *d = opendir(dir);
+	const struct dirent *de;
+	z3_cand *c = NULL;
+	size_t cap = 0;
+
+	*n = 0;
+	if (!d)
+		return gfs_fail(GFS_ERR_IO, "%s: cannot open directory: %s", dir, strerror(errno));
+	while ((de = readdir(d)) != NULL) {
+		struct timespec t = { 0, 0 };
+		char *path;
+
+		if (de->d_name[0] == '.')
+			continue;
+		path = gfs_path_join(dir, de->d_name);
+		if (!path) {
+			closedir(d);
+			free(c);
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		}
+		if (!rank_files(path, &t)) {
+			free(path);
+			continue;
+		}
+		if (*n == Z3_MAX_SAVES) {
+			free(path);
+			break;
+		}
+		if (*n == cap) {
+			z3_cand *g = gfs_reallocarray(c, cap ? cap * 2 : 8, sizeof(*c));
+
+			if (!g) {
+				free(path);
+				for (size_t i = 0; i < *n; i++)
+					free(c[i].path);
+				free(c);
+				closedir(d);
+				*n = 0;
+				return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+			}
+			c = g;
+			cap = cap ? cap * 2 : 8;
+		}
+		c[(*n)++] = (z3_cand){ .path = path, .name = strrchr(path, '/') + 1, .newest = t };
+	}
+	closedir(d);
+	*out = c;
+	return GFS_OK;
+}
+
+static int cmp_newest(const void *a, const void *b)
+{
+	const z3_cand *x = a, *y = b;
+
+	if (x->newest.tv_sec != y->newest.tv_sec)
+		return x->newest.tv_sec < y->newest.tv_sec ? 1 : -1;
+	if (x->newest.tv_nsec != y->newest.tv_nsec)
+		return x->newest.tv_nsec < y->newest.tv_nsec ? 1 : -1;
+	return strcmp(y->name, x->name);
+}
+
+bool gfs_zero3_detect(const char *dir)
+{
+	return rank_files(dir, NULL);
+}
+
+bool gfs_zero3_detect_saves(const char *dir)
+{
+	z3_cand *c = NULL;
+	size_t n = 0;
+
+	if (list_saves(dir, &c, &n) != GFS_OK)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		free(c[i].path);
+	free(c);
+	return n > 0;
 }
 
 /* scan(): the highest rank any manifest or data file in the directory is named for. */
@@ -286,6 +403,7 @@ static gfs_err check_rank(z3_save *s, uint64_t r, uint64_t data_size)
 	const cJSON *tensors = gfs_json_get(s->docs[r], "tensors"), *t;
 	const char *lbl = s->mpaths[r];
 	size_t i = 0;
+	bool first = true;
 	gfs_err err;
 
 	if (!cJSON_IsArray(tensors))
@@ -298,6 +416,8 @@ static gfs_err check_rank(z3_save *s, uint64_t r, uint64_t data_size)
 		z3_entry mine;
 		uint64_t off = 0, len = 0, want = 0;
 		const bool has_bytes = !e->alias_of && (!e->full || r == 0);
+		const cJSON *crc = gfs_json_get(t, "crc32");
+		uint64_t crcv = 0;
 
 		err = r == 0 ? GFS_OK : parse_entry(t, lbl, i, &mine);
 		if (err)
@@ -320,8 +440,21 @@ static gfs_err check_rank(z3_save *s, uint64_t r, uint64_t data_size)
 				return gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s: bytes %" PRIu64 "..%" PRIu64
 						" lie past the end of its data file (%" PRIu64 " bytes)",
 						lbl, e->name, off, off + len, data_size);
+			if (first) /* the first tensor with bytes says whether the rank has CRC-32s */
+				s->has_crc[r] = crc != NULL;
+			first = false;
+			if (!crc != !s->has_crc[r])
+				return gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s: crc32 %s, unlike the tensors before it",
+						lbl, e->name, crc ? "given" : "missing");
+			err = crc ? gfs_json_u64(crc, lbl, "crc32", &crcv) : GFS_OK;
+			if (err)
+				return gfs_fail_prefix(err, "tensor %s", e->name);
+			if (crcv > UINT32_MAX)
+				return gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s: crc32 %" PRIu64 " is not a CRC-32",
+						lbl, e->name, crcv);
 		}
 		s->offs[r * s->nents + i] = off;
+		s->crcs[r * s->nents + i] = (uint32_t)crcv;
 		i++;
 	}
 	return GFS_OK;
@@ -463,6 +596,21 @@ static void stale_info(const z3_save *s, char *info, size_t n)
 	}
 }
 
+/*
+ * add_record(): the len bytes at off of rank r's data file, with their
+ * CRC-32, as a checksummed record named after its tensor: the layout's
+ * integrity checks (-o verify, gatherfs-inspect verify, the CRC pass of the
+ * mount) then check it as they check a zip record.
+ */
+static gfs_err add_record(z3_save *s, uint32_t r, uint64_t off, uint64_t len, uint32_t crc,
+			  const char *name)
+{
+	const gfs_record rec = { .src = r, .kind = GFS_PIECE_FILE, .off = off, .len = len,
+				 .crc32 = crc };
+
+	return gfs_layout_add_record(s->l, &rec, name);
+}
+
 /* build(): the layout, once every manifest is loaded and checked. */
 static gfs_err build(z3_save *s)
 {
@@ -481,9 +629,12 @@ static gfs_err build(z3_save *s)
 			const uint64_t len = e->full ? e->numel * gfs_dtype_size(e->dtype)
 						     : span_bytes(e, r);
 
+			const size_t k = (size_t)r * s->nents + i;
+
 			if (len)
-				err = gfs_layout_add_piece(s->l, ti, (uint32_t)r,
-							   s->offs[r * s->nents + i], len);
+				err = gfs_layout_add_piece(s->l, ti, (uint32_t)r, s->offs[k], len);
+			if (!err && len && s->has_crc[r])
+				err = add_record(s, (uint32_t)r, s->offs[k], len, s->crcs[k], e->name);
 		}
 	}
 	return err;
@@ -516,7 +667,9 @@ static gfs_err load_table(z3_save *s)
 	s->nents = (size_t)cJSON_GetArraySize(tensors);
 	s->ents = gfs_calloc(s->nents, sizeof(*s->ents));
 	s->offs = gfs_calloc(s->nents * (size_t)s->world, sizeof(*s->offs));
-	if (!s->ents || !s->offs)
+	s->crcs = gfs_calloc(s->nents * (size_t)s->world, sizeof(*s->crcs));
+	s->has_crc = gfs_calloc((size_t)s->world, sizeof(*s->has_crc));
+	if (!s->ents || !s->offs || !s->crcs || !s->has_crc)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	size_t i = 0;
 	cJSON_ArrayForEach(t, tensors) {
@@ -577,10 +730,13 @@ static void save_free(z3_save *s)
 	free(s->ents);
 	free(s->byname);
 	free(s->offs);
+	free(s->crcs);
+	free(s->has_crc);
 	gfs_layout_free(s->l);
 }
 
-gfs_err gfs_import_zero3(const char *dir, const char *tag, gfs_layout **out)
+/* import_save(): the save whose rank files are in dir itself. */
+static gfs_err import_save(const char *dir, const char *tag, gfs_layout **out)
 {
 	z3_save s = { .dir = dir };
 	uint64_t max_rank = 0, size;
@@ -648,5 +804,77 @@ gfs_err gfs_import_zero3(const char *dir, const char *tag, gfs_layout **out)
 		s.l = NULL;
 	}
 	save_free(&s);
+	return err;
+}
+
+/*
+ * pick(): of the saves c[0..n) (newest first), the first that imports
+ * (complete), noting on the layout which it is and the newer ones that are
+ * not complete, each with why.  Saves of two directories are never mixed:
+ * each is imported on its own.
+ */
+static gfs_err pick(const char *dir, const z3_cand *c, size_t n, gfs_layout **out)
+{
+	char newer[1024] = "", *note;
+	size_t used = 0;
+	gfs_err err = GFS_OK;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		err = import_save(c[i].path, NULL, out);
+		if (!err)
+			break;
+		if (i < 3 && used < sizeof(newer))
+			used += (size_t)snprintf(newer + used, sizeof(newer) - used, "%s%s (%.200s)",
+						 i ? "; " : "", c[i].name, gfs_errmsg());
+	}
+	if (err)
+		return gfs_fail(err, "%s: no complete save among its %zu: %s", dir, n, newer);
+	if (asprintf(&note, "save '%s' in %s, the newest complete one%s%s%s; %s", c[i].name, dir,
+		     i ? "; newer, not complete: " : "", newer, i > 3 ? " ..." : "",
+		     (*out)->note ? (*out)->note : "") < 0)
+		err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	if (!err) {
+		err = gfs_layout_set_note(*out, note);
+		free(note);
+	}
+	if (err) {
+		gfs_layout_free(*out);
+		*out = NULL;
+	}
+	return err;
+}
+
+gfs_err gfs_import_zero3(const char *dir, const char *tag, gfs_layout **out)
+{
+	z3_cand *c = NULL;
+	size_t n = 0;
+	char *path;
+	gfs_err err;
+
+	if (rank_files(dir, NULL)) /* a save written straight into dir (before tag directories) */
+		return import_save(dir, tag, out);
+	if (tag) {
+		path = gfs_path_join(dir, *tag ? tag : Z3_UNTAGGED);
+		if (!path)
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		if (strchr(tag, '/') || tag[0] == '.' || !rank_files(path, NULL))
+			err = gfs_fail(GFS_ERR_NOTFOUND, "%s: no save of tag '%s' (no directory %s "
+				       "holding zero3-rank-* files)", dir, tag, path);
+		else
+			err = import_save(path, tag, out);
+		free(path);
+		return err;
+	}
+	err = list_saves(dir, &c, &n);
+	if (!err && !n)
+		err = gfs_fail(GFS_ERR_NOTFOUND, "%s: no zero3-rank-* files, in it or in a directory of it", dir);
+	if (!err) {
+		qsort(c, n, sizeof(*c), cmp_newest);
+		err = pick(dir, c, n, out);
+	}
+	for (size_t i = 0; i < n; i++)
+		free(c[i].path);
+	free(c);
 	return err;
 }

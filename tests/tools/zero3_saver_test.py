@@ -5,7 +5,8 @@
       the saver's pure parts on real torch tensors and modules: partition
       arithmetic, state-dict planning (tied names, buffers), exact comparison,
       the manifest text.
-  zero3_saver_test.py SAVER save OUT W [--tag T] [--fail-rank R]
+  zero3_saver_test.py SAVER save OUT W [--tag T] [--fail-rank R] [--seed S]
+                      [--truth PATH] [--overwrite] [--stop-rank R] [--refused] [--bad-args]
       W real processes (torch.distributed, gloo) each partition a small model
       by DeepSpeed's arithmetic (ceil(numel / W) elements per rank, NaN
       padding) onto plain attributes (ds_id, ds_tensor, ds_numel, ds_shape,
@@ -14,7 +15,15 @@
       Each rank checks its result (stale list, nothing written back).  Rank 0
       writes OUT.truth.pt, the model's state_dict as partitioned.  With
       --fail-rank R, rank R holds a param with no partition, so its save
-      raises: it must leave no manifest.  LOCAL_RANK is 0 on every rank
+      raises: it must leave no manifest.  --seed: another model (default 7);
+      --truth: where rank 0 writes the truth; --overwrite: save_zero3(...,
+      overwrite=True).  --stop-rank R: rank R runs the saver's own pieces
+      (argument checks, prepare_dir(), write_data()) and stops before
+      write_manifest(), as a rank killed while writing would.  --refused:
+      every rank's save must be refused (a complete save of the tag) and
+      change nothing.  --bad-args: every rank calls save_zero3 with each of a
+      list of bad arguments; each must raise SaveError and change nothing
+      under OUT (names, sizes, mtimes).  LOCAL_RANK is 0 on every rank
       (the saver must use the rank in the group).  The end-to-end check with
       real DeepSpeed is the committed fixtures of tests/data/lomo/saves/.
 """
@@ -37,9 +46,9 @@ def load_saver(path):
 
 
 class Small(nn.Module):
-    def __init__(self):
+    def __init__(self, seed=7):
         super().__init__()
-        torch.manual_seed(7)
+        torch.manual_seed(seed)
         self.embed = nn.Embedding(11, 6)
         self.lin = nn.Linear(6, 5)
         self.one = nn.Parameter(torch.tensor([0.5]))
@@ -126,22 +135,86 @@ def partition(model, rank, ws, group, fail):
     return truth, stale
 
 
-def worker(g, out, rank, ws, tag, fail_rank, store):
+def snapshot(out):
+    """(path, size, mtime) of everything under out."""
+    got = []
+    for d, dirs, files in os.walk(out):
+        for f in dirs + files:
+            st = os.stat(os.path.join(d, f))
+            got.append((os.path.join(d, f), st.st_size, st.st_mtime_ns))
+    return sorted(got)
+
+
+def bad_args(g, model, out, rank):
+    """Every bad argument is refused before anything under out changes."""
+    notadir = f"{out}.notadir{rank}"
+    open(notadir, "w").close()
+    cases = [dict(tag=5, config=123), dict(tag=1.5), dict(tag=True), dict(tag="a/b"), dict(tag=".hidden"),
+             dict(tag="x\ny"), dict(tag="step5", config="/nonexistent/config.json"),
+             dict(tag="step5", config={"x": float("nan")}), dict(tag="step5", config=[1]),
+             dict(tag="step5", overwrite="yes"), dict(tag="step5", group=object()),
+             dict(tag="step5", save_dir=notadir), dict(tag="step5", save_dir=""),
+             dict(tag="step5", save_dir=3), dict(tag="step5", module=object())]
+    before = snapshot(out)
+    for c in cases:
+        args = dict(module=model, save_dir=out)
+        args.update(c)
+        try:
+            g.save_zero3(args.pop("module"), args.pop("save_dir"), **args)
+            check(False, f"rank {rank}: {c} was not refused")
+        except g.SaveError as e:
+            check(snapshot(out) == before, f"rank {rank}: {c} changed {out}")
+            if rank == 0:
+                print(f"ok: refused {c}: {e}")
+    os.unlink(notadir)
+
+
+def stop_before_manifest(g, model, out, tag, rank, ws, group, overwrite):
+    """The saver's own pieces, up to the manifest excluded."""
+    save_dir, tag, _ = g._check_args(model, out, tag, None)
+    entries, r, w = g._rank_of(model, group)
+    check((r, w) == (rank, ws), "rank")
+    os.makedirs(save_dir, exist_ok=True)
+    d, _ = g.prepare_dir(save_dir, tag, overwrite)
+    g.write_data(d, entries, rank, ws)
+    print(f"ok: rank {rank} stopped before its manifest")
+
+
+def worker(g, out, rank, ws, tag, fail_rank, store, opts):
     import torch.distributed as dist
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=ws)
     group = dist.new_group(list(range(ws)))
-    model = Small()
+    model = Small(opts["seed"])
     truth, stale = partition(model, rank, ws, group, rank == fail_rank)
-    if rank == 0:
-        torch.save(truth, out + ".truth.pt")
+    if rank == 0 and not opts["bad_args"] and not opts["refused"]:
+        torch.save(truth, opts["truth"] or out + ".truth.pt")
+    if opts["bad_args"]:
+        bad_args(g, model, out, rank)
+        return
+    if rank == opts["stop_rank"]:
+        stop_before_manifest(g, model, out, tag, rank, ws, group, opts["overwrite"])
+        return
+    if opts["refused"]:
+        before = snapshot(out)
+        try:
+            g.save_zero3(model, out, tag=tag, overwrite=opts["overwrite"])
+            check(False, f"rank {rank}: a save over a complete save was not refused")
+        except g.SaveError as e:
+            check("holds a complete save" in str(e), str(e))
+            check(snapshot(out) == before, f"rank {rank}: a refused save changed {out}")
+            print(f"ok: rank {rank} refused: {e}")
+        return
     before = {n: (p.data.clone(), None if p.ds_tensor is None else p.ds_tensor.clone())
               for n, p in model.named_parameters()}
     try:
-        res = g.save_zero3(model, out, tag=tag, config={"model_type": "small"} if rank == 0 else None)
+        res = g.save_zero3(model, out, tag=tag, config={"model_type": "small"} if rank == 0 else None,
+                           overwrite=opts["overwrite"])
     except g.SaveError as e:
         check(rank == fail_rank, f"rank {rank}: unexpected {e}")
-        check(not os.path.exists(os.path.join(out, f"zero3-rank-{rank}.json")), "a failed rank left a manifest")
-        check(not [f for f in os.listdir(out) if f.startswith(f"zero3-rank-{rank}.") and f.endswith(".tmp")],
+        d = os.path.join(out, g.tag_dir(tag))
+        check(not os.path.exists(os.path.join(d, f"zero3-rank-{rank}.json")), "a failed rank left a manifest")
+        check(not os.path.exists(d) or not [f for f in os.listdir(d) if f.startswith(f"zero3-rank-{rank}.")
+                                            and f.endswith(".tmp")],
               "a failed rank left a temporary file")
         print(f"ok: rank {rank} failed as asked: {e}")
         return
@@ -160,11 +233,11 @@ def worker(g, out, rank, ws, tag, fail_rank, store):
     print(f"ok: rank {rank} saved, stale {got}")
 
 
-def save(g, saver, out, ws, tag, fail_rank):
+def save(g, saver, out, ws, tag, fail_rank, opts):
     store = tempfile.mktemp(prefix="gfs-store-")
     env = dict(os.environ, LOCAL_RANK="0")
     procs = [subprocess.Popen([sys.executable, __file__, saver, "worker", out, str(r), str(ws), tag,
-                               str(fail_rank), store], env=env) for r in range(ws)]
+                               str(fail_rank), store, json.dumps(opts)], env=env) for r in range(ws)]
     rcs = [p.wait(timeout=120) for p in procs]
     if os.path.exists(store):
         os.unlink(store)
@@ -181,10 +254,15 @@ def main():
         out, ws = args[0], int(args[1])
         tag = args[args.index("--tag") + 1] if "--tag" in args else ""
         fail_rank = int(args[args.index("--fail-rank") + 1]) if "--fail-rank" in args else -1
-        save(g, saver, out, ws, tag, fail_rank)
+        opts = {"seed": int(args[args.index("--seed") + 1]) if "--seed" in args else 7,
+                "truth": args[args.index("--truth") + 1] if "--truth" in args else None,
+                "stop_rank": int(args[args.index("--stop-rank") + 1]) if "--stop-rank" in args else -1,
+                "overwrite": "--overwrite" in args, "refused": "--refused" in args,
+                "bad_args": "--bad-args" in args}
+        save(g, saver, out, ws, tag, fail_rank, opts)
     elif cmd == "worker":
-        out, rank, ws, tag, fail_rank, store = sys.argv[3:9]
-        worker(g, out, int(rank), int(ws), tag, int(fail_rank), store)
+        out, rank, ws, tag, fail_rank, store, opts = sys.argv[3:10]
+        worker(g, out, int(rank), int(ws), tag, int(fail_rank), store, json.loads(opts))
     else:
         sys.exit(f"unknown command {cmd}")
 

@@ -80,18 +80,30 @@ gfs_err gfs_dcp_parse_metadata(const uint8_t *buf, size_t len, const char *label
 			       gfs_dcpmeta **out);
 
 /*
- * gfs_import_zero3(): import the rank-local ZeRO-3 save in dir
- * (docs/zero3-save.md): rank 0's manifest gives the tag, the world size W
+ * gfs_import_zero3(): import a rank-local ZeRO-3 save (docs/zero3-save.md):
+ * the one written straight into dir if it holds rank files, else that of
+ * dir/tag with tag, else the newest complete save among the subdirectories
+ * of dir that hold rank files (not hidden ones), which the layout's note
+ * names with the newer incomplete ones.  Of that save, rank 0's manifest
+ * gives the tag, the world size W
  * and the tensor table; the manifests of ranks 1..W-1 must agree with it,
  * no file of a rank >= W may be present, each data file must have the
  * size its manifest records and each rank's byte ranges must be those the
  * partition arithmetic gives.  With tag (may be NULL), the save must carry
- * that tag.  The stale live copies the ranks report are summarised in the
- * layout's info.  Passes the directory's other files through (config.json).
+ * that tag.  The CRC-32 of each tensor's bytes in a rank file, when the
+ * manifests give them, makes them a checksummed record.  The stale live
+ * copies the ranks report are summarised in the layout's info.  Passes the
+ * save directory's other files through (config.json).
  */
 gfs_err gfs_import_zero3(const char *dir, const char *tag, gfs_layout **out);
 
 /* gfs_zero3_detect(): does directory dir hold a file named zero3-rank-R.json or .bin? */
 bool gfs_zero3_detect(const char *dir);
+
+/*
+ * gfs_zero3_detect_saves(): does a subdirectory of dir that is not hidden
+ * hold such a file (a directory of saves, one per tag)?
+ */
+bool gfs_zero3_detect_saves(const char *dir);
 
 #endif
