@@ -50,6 +50,13 @@ for d in "$LOMO"/hand_*/; do
 	[ $rc -eq 3 ] && grep -q "^UNVERIFIED: $d/" "$T/v.out" || fail "inspect verify $d: exit $rc: $(cat "$T/v.out")"
 done
 
+echo "== a save with CRC-32s from real DeepSpeed 0.14.5 (saves-crc/ws4_fp32_hpz2)"
+d=$LOMO/saves-crc/ws4_fp32_hpz2/gfs_save
+check_save "$d" "$LOMO/saves/ws4_fp32_hpz2/truth.pt"
+grep -q "save 'untagged' in $d, the newest complete one" "$T/note" || fail "which save: $(cat "$T/note")"
+"$INSPECT" verify "$d" >"$T/v.out" 2>/dev/null || fail "verify $d: exit $?: $(cat "$T/v.out")"
+grep -q "^OK: 130 zip records match their stored CRC-32" "$T/v.out" || fail "verify $d: $(cat "$T/v.out")"
+
 echo "== saver in 3 processes, tag step5, config.json"
 "$PYTHON3" "$top_srcdir/tests/tools/zero3_saver_test.py" "$SAVER" save "$T/s3" 3 --tag step5 ||
 	fail "save s3"
