@@ -2204,7 +2204,7 @@ static gfs_err open_files(ds_ckpt *c, const ds_listing *ls)
 				c->tagdir, ls->optim[ls->noptim - 1], ls->noptim - 1,
 				(unsigned long long)c->ws);
 	for (size_t r = 0; r < c->ws; r++)
-		if (!ls->optim[r])
+		if (r >= ls->noptim || !ls->optim[r])
 			return gfs_fail(GFS_ERR_NOTFOUND,
 					"%s: optimizer states file of rank %zu (of %llu) is missing",
 					c->tagdir, r, (unsigned long long)c->ws);
