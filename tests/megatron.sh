@@ -110,4 +110,48 @@ refuse "mp_rank_02: not a rank of this TP 2 x PP 1 x EP 1 save" "$T/bad"
 fresh tp1_pp1; echo 7 >"$T/bad/latest_checkpointed_iteration.txt"
 refuse "no iteration directory iter_0000007" "$T/bad"
 expect_mount_fail "tag 'global_step3': not iter_NNNNNNN or release" "$DATA/tp1_pp1/legacy_torch" "$T/mnt" -o tag=global_step3
+
+# rewrite SRC DST EDIT: re-save SRC's model dict and parallel args with real
+# torch.save after EDIT (python on `model`); Megatron's own classes and numpy
+# in the rest of the file are loaded as empty stand-ins and not written.
+rewrite() {
+	timeout 120 "$PYTHON3" - "$@" <<'PY' || fail "rewrite $1"
+import argparse, importlib.abc, importlib.machinery, sys, types, torch
+class Stub:
+    def __init__(self, *a, **k): pass
+    def __setstate__(self, st): pass
+    def __call__(self, *a, **k): return self
+class Mod(types.ModuleType):
+    def __getattr__(self, n):
+        if n.startswith("__"): raise AttributeError(n)
+        return type(n, (Stub,), {})
+class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in ("megatron", "transformer_engine") or name.startswith("numpy._core"):
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+    def create_module(self, spec): return Mod(spec.name)
+    def exec_module(self, m): m.__path__ = []
+sys.meta_path.insert(0, Finder())
+ck = torch.load(sys.argv[1], weights_only=False)
+old = vars(ck["args"])
+keep = ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+        "expert_model_parallel_size", "num_layers", "swiglu", "num_experts")
+model = ck["model"]
+exec(sys.argv[3])
+torch.save({"args": argparse.Namespace(**{k: old[k] for k in keep}), "model": model}, sys.argv[2])
+PY
+}
+fresh tp2_pp1; f="$I/mp_rank_01/model_optim_rng.pt"
+rewrite "$f" "$f" 'model["decoder.layers.1.mlp.linear_fc2.weight"] = model["decoder.layers.1.mlp.linear_fc2.weight"][:, :80].clone()'
+refuse "mp_rank_01/model_optim_rng.pt: decoder.layers.1.mlp.linear_fc2.weight: its shard's dtype or shape differs from tensor rank 0's" "$T/bad"
+fresh tp2_pp1; f="$I/mp_rank_01/model_optim_rng.pt"
+rewrite "$f" "$f" 'model["decoder.layers.1.mlp.linear_fc2.weight"] = 3'
+refuse "mp_rank_01/model_optim_rng.pt: model entry decoder.layers.1.mlp.linear_fc2.weight is an int, not a tensor" "$T/bad"
+fresh tp2_pp1; f="$I/mp_rank_01/model_optim_rng.pt"
+rewrite "$f" "$f" 'del model["decoder.layers.2.self_attention.linear_qkv.weight"]'
+refuse "decoder.layers.2.self_attention.linear_qkv.weight: not in the file of tensor rank 1" "$T/bad"
+# an unchanged re-save mounts: the rewrite itself is sound
+fresh tp2_pp1; f="$I/mp_rank_01/model_optim_rng.pt"
+rewrite "$f" "$f" 'pass'
+check_mount "$T/bad" "$DATA/tp2_pp1/truth_megatron_modules.pt"
 echo "megatron: OK"

@@ -439,8 +439,10 @@ static gfs_err read_file(mg_import *mg, const mg_args *a, int64_t tp, int64_t pp
 		if (ends_with(key, "._extra_state") || strcmp(key, "_extra_state") == 0)
 			continue;
 		if (!it->value || it->value->kind != GFS_PV_TENSOR) {
-			err = gfs_fail(GFS_ERR_FORMAT, "%s: model entry %s is %s, not a tensor", path, key,
-				       it->value ? gfs_pv_kind_name(it->value->kind) : "nothing");
+			const char *k = it->value ? gfs_pv_kind_name(it->value->kind) : "nothing";
+
+			err = gfs_fail(GFS_ERR_FORMAT, "%s: model entry %s is %s%s, not a tensor", path,
+				       key, strchr("aeiou", k[0]) ? "an " : "a ", k);
 			break;
 		}
 		t = split_name(key, &e.layer, &e.expert);
