@@ -110,6 +110,10 @@ refuse "mp_rank_02: not a rank of this TP 2 x PP 1 x EP 1 save" "$T/bad"
 fresh tp1_pp1; echo 7 >"$T/bad/latest_checkpointed_iteration.txt"
 refuse "no iteration directory iter_0000007" "$T/bad"
 expect_mount_fail "tag 'global_step3': not iter_NNNNNNN or release" "$DATA/tp1_pp1/legacy_torch" "$T/mnt" -o tag=global_step3
+expect_mount_fail "iter_0000003: a tag picks an iteration of a save directory" \
+	"$DATA/tp1_pp1/legacy_torch/iter_0000003" "$T/mnt" -o tag=iter_0000003
+fresh tp1_pp1; rm -r "$I"
+refuse "bad: no iteration directory iter_0000003 (the one latest_checkpointed_iteration.txt names)" "$T/bad"
 
 # rewrite SRC DST EDIT: re-save SRC's model dict and parallel args with real
 # torch.save after EDIT (python on `model`); Megatron's own classes and numpy
