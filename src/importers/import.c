@@ -13,6 +13,7 @@
 
 #include "gatherfs/importers/hfcache.h"
 #include "gatherfs/importers/import.h"
+#include "gatherfs/importers/import_megatron.h"
 #include "gatherfs/importers/import_plain.h"
 #include "gatherfs/readers/pickle.h"
 
@@ -84,6 +85,8 @@ static const char *dir_format(const char *path, const char *tag)
 		return "dcp";
 	if (gfs_zero3_detect(path) || (!is_deepspeed(path) && gfs_zero3_detect_saves(path)))
 		return "zero3";
+	if (gfs_megatron_detect(path))
+		return "megatron";
 	if (tag || is_deepspeed(path))
 		return "deepspeed";
 	if (has_file(path, "layout.json"))
@@ -102,9 +105,9 @@ static gfs_err import_path(const char *path, const gfs_import_opts *opts, gfs_la
 
 	if (format && strcmp(format, "dcp") != 0 && strcmp(format, "deepspeed") != 0 &&
 	    strcmp(format, "layout") != 0 && strcmp(format, "plain") != 0 &&
-	    strcmp(format, "zero3") != 0)
+	    strcmp(format, "zero3") != 0 && strcmp(format, "megatron") != 0)
 		return gfs_fail(GFS_ERR_INVAL,
-				"unknown input format '%s' (dcp, deepspeed, plain, layout, zero3 or auto)",
+				"unknown input format '%s' (dcp, deepspeed, plain, layout, zero3, megatron or auto)",
 				format);
 	if (stat(path, &st) != 0)
 		return gfs_fail(errno == ENOENT ? GFS_ERR_NOTFOUND : GFS_ERR_IO, "%s: %s", path,
@@ -124,8 +127,8 @@ static gfs_err import_path(const char *path, const gfs_import_opts *opts, gfs_la
 				"%s: a key prefix applies to a DCP checkpoint only, or to plain model files",
 				path);
 	if (tag && strcmp(format, "deepspeed") != 0 && strcmp(format, "layout") != 0 &&
-	    strcmp(format, "zero3") != 0)
-		return gfs_fail(GFS_ERR_INVAL, "%s: a tag applies to a DeepSpeed checkpoint only",
+	    strcmp(format, "zero3") != 0 && strcmp(format, "megatron") != 0)
+		return gfs_fail(GFS_ERR_INVAL, "%s: a tag applies to a DeepSpeed or Megatron checkpoint only",
 				path);
 	if (strcmp(format, "layout") == 0 && S_ISDIR(st.st_mode) && has_file(path, "layout.json")) {
 		char buf[4096];
@@ -155,6 +158,8 @@ static gfs_err import_path(const char *path, const gfs_import_opts *opts, gfs_la
 		return gfs_import_dcp(path, prefix, out);
 	if (strcmp(format, "zero3") == 0)
 		return gfs_import_zero3(path, tag, out);
+	if (strcmp(format, "megatron") == 0)
+		return gfs_import_megatron(path, tag, out);
 	return gfs_import_deepspeed(path, tag, out);
 }
 

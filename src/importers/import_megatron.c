@@ -1,0 +1,884 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * gatherfs — legacy Megatron-LM checkpoints (docs/megatron.md).
+ *
+ * iter_NNNNNNN/mp_rank_TT[_PPP][_EEE]/model_optim_rng.pt: one torch zip per
+ * (tensor rank, pipeline stage, expert rank), holding `model` (module name
+ * -> tensor, layer numbers local to the stage, expert numbers local to the
+ * expert rank) and `args` (an argparse.Namespace, read as the inert object
+ * the pickle reader makes of it: its BUILD state dict).  Tensor shards
+ * become pieces: column-parallel ones stacked on dim 0 (a gated linear_fc1
+ * split into its gate and up halves first), row-parallel ones interleaved
+ * on dim 1 (strided pieces), replicated ones taken from tensor rank 0.
+ */
+#include "config.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gatherfs/importers/import_megatron.h"
+#include "gatherfs/readers/pickle.h"
+#include "gatherfs/readers/torchzip.h"
+
+#define MG_MAX_PICKLE ((uint64_t)1 << 30)
+#define MG_MAX_RANKS 4096   /* bound on each parallel size */
+#define MG_MAX_INDEX 1000000 /* bound on layer and expert numbers */
+#define MG_FILE "model_optim_rng.pt"
+#define MG_LATEST "latest_checkpointed_iteration.txt"
+#define MG_MARK '\x01' /* a number's place in a template (keys hold no control character) */
+
+/* How the shards of one parameter merge over tensor ranks. */
+typedef enum mg_split {
+	MG_REPLICATED,
+	MG_COLUMN, /* dim 0 */
+	MG_GATED,  /* dim 0, each shard [gate_r; up_r] */
+	MG_ROW,    /* dim 1 */
+} mg_split;
+
+/* One tensor of one file. */
+typedef struct mg_ent {
+	size_t tmpl;      /* index into mg_import.tmpls */
+	uint32_t pp, tp;  /* stage and tensor rank of its file */
+	int64_t layer;    /* local, then global (after fix_layers()); -1: none */
+	int64_t expert;   /* global; -1: none */
+	gfs_dtype dtype;
+	uint32_t ndim;
+	uint64_t shape[GFS_MAX_DIMS];
+	uint64_t nbytes;
+	uint32_t src;
+	uint64_t off;     /* absolute offset of its first byte in src */
+	size_t file;      /* index into mg_import.files */
+} mg_ent;
+
+typedef struct mg_import {
+	gfs_layout *l;
+	const char *dir;  /* the iteration directory */
+	char **files;     /* relative paths, for messages */
+	size_t nfiles;
+	mg_ent *ents;
+	size_t nents, cap;
+	char **tmpls;     /* names with MG_MARK for the layer and expert numbers */
+	size_t ntmpls;
+	int64_t tp, pp, ep, nexperts;
+	bool gated;
+} mg_import;
+
+/* mg_args: the parallel layout a file's args give. */
+typedef struct mg_args {
+	int64_t tp, pp, ep, nexperts, nlayers;
+	bool gated;
+} mg_args;
+
+/* ends_with(): does s end with suffix? */
+static bool ends_with(const char *s, const char *suffix)
+{
+	const size_t n = strlen(s), m = strlen(suffix);
+
+	return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* arg_int(): integer argument name of the args state dict, or dflt when absent or None. */
+static gfs_err arg_int(const gfs_pv *args, const char *name, int64_t dflt, const char *path,
+		       int64_t *out)
+{
+	const gfs_pv *v = gfs_pv_dict_get(args, name);
+
+	if (!v || v->kind == GFS_PV_NONE) {
+		*out = dflt;
+		return GFS_OK;
+	}
+	if (!gfs_pv_int(v, out) || *out < 0 || *out > MG_MAX_INDEX)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: args.%s is not a small non-negative integer",
+				path, name);
+	return GFS_OK;
+}
+
+/*
+ * read_args(): the parallel sizes of root's args (an argparse.Namespace
+ * whose BUILD state is a dict).  Refuses what this importer cannot merge.
+ */
+static gfs_err read_args(const gfs_pv *root, const char *path, mg_args *a)
+{
+	const gfs_pv *args = gfs_pv_dict_get(root, "args");
+	int64_t v, etp, swiglu;
+	gfs_err err;
+
+	if (!args || args->kind != GFS_PV_OBJECT || !args->u.obj.state ||
+	    args->u.obj.state->kind != GFS_PV_DICT)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: no args namespace: not a Megatron-LM checkpoint file", path);
+	args = args->u.obj.state;
+	err = arg_int(args, "tensor_model_parallel_size", 1, path, &a->tp);
+	if (!err)
+		err = arg_int(args, "pipeline_model_parallel_size", 1, path, &a->pp);
+	if (!err)
+		err = arg_int(args, "expert_model_parallel_size", 1, path, &a->ep);
+	if (!err)
+		err = arg_int(args, "num_experts", 0, path, &a->nexperts);
+	if (!err)
+		err = arg_int(args, "num_layers", 0, path, &a->nlayers);
+	if (!err)
+		err = arg_int(args, "virtual_pipeline_model_parallel_size", 1, path, &v);
+	if (!err)
+		err = arg_int(args, "expert_tensor_parallel_size", a->tp, path, &etp);
+	if (!err)
+		err = arg_int(args, "swiglu", 0, path, &swiglu);
+	if (err)
+		return err;
+	a->gated = swiglu != 0;
+	if (!a->gated && (err = arg_int(args, "gated_linear_unit", 0, path, &swiglu)) == GFS_OK)
+		a->gated = swiglu != 0;
+	if (err)
+		return err;
+	if (a->tp < 1 || a->pp < 1 || a->ep < 1 || a->tp > MG_MAX_RANKS || a->pp > MG_MAX_RANKS ||
+	    a->ep > MG_MAX_RANKS)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: args: parallel sizes out of range (TP %lld, PP %lld, EP %lld)",
+				path, (long long)a->tp, (long long)a->pp, (long long)a->ep);
+	if (v > 1)
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"%s: a virtual-pipeline save (args.virtual_pipeline_model_parallel_size %lld): not supported",
+				path, (long long)v);
+	if (a->ep > 1 && etp != a->tp)
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"%s: expert tensor parallel size %lld differs from tensor parallel size %lld: not supported",
+				path, (long long)etp, (long long)a->tp);
+	if (a->ep > 1 && (a->nexperts == 0 || a->nexperts % a->ep != 0))
+		return gfs_fail(GFS_ERR_FORMAT, "%s: args: %lld experts do not divide over %lld expert ranks",
+				path, (long long)a->nexperts, (long long)a->ep);
+	return GFS_OK;
+}
+
+/* rank_dir(): the directory name of (tp, pp, ep) under sizes a. */
+static void rank_dir(const mg_args *a, int64_t tp, int64_t pp, int64_t ep, char *buf, size_t n)
+{
+	int k = snprintf(buf, n, "mp_rank_%02lld", (long long)tp);
+
+	if (a->pp > 1)
+		k += snprintf(buf + k, n - (size_t)k, "_%03lld", (long long)pp);
+	if (a->ep > 1)
+		snprintf(buf + k, n - (size_t)k, "_%03lld", (long long)ep);
+}
+
+/* open_file(): open dir/rel, load its data.pkl into *pk; *zip, *fd, *size stay open. */
+static gfs_err open_file(const char *path, int *fd, uint64_t *size, gfs_tzip **zip,
+			 gfs_pickle **pk)
+{
+	struct stat st;
+	const gfs_tzip_record *rec;
+	char label[PATH_MAX + 64];
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	gfs_err err;
+
+	*fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (*fd < 0)
+		return gfs_fail(errno == ENOENT ? GFS_ERR_NOTFOUND : GFS_ERR_IO, "%s: %s", path,
+				strerror(errno));
+	if (fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode))
+		return gfs_fail(GFS_ERR_FORMAT, "%s: not a regular file", path);
+	*size = (uint64_t)st.st_size;
+	if (*size == 0)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: empty file (0 bytes), not a torch checkpoint", path);
+	err = gfs_tzip_open(*fd, 0, *size, path, NULL, zip);
+	if (err)
+		return err;
+	rec = gfs_tzip_find(*zip, "data.pkl");
+	if (!rec)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: no data.pkl in the archive", path);
+	err = gfs_tzip_read_record(*zip, rec, MG_MAX_PICKLE, &buf, &len);
+	if (err)
+		return err;
+	snprintf(label, sizeof(label), "%s:%s", path, rec->name);
+	err = gfs_pickle_load(buf, len, label, NULL, pk);
+	free(buf);
+	if (!err && (!gfs_pickle_root(*pk) || gfs_pickle_root(*pk)->kind != GFS_PV_DICT))
+		err = gfs_fail(GFS_ERR_FORMAT, "%s: its pickle holds no dict: not a Megatron-LM checkpoint file",
+			       path);
+	return err;
+}
+
+/* close_file(): undo open_file(). */
+static void close_file(int fd, gfs_tzip *zip, gfs_pickle *pk)
+{
+	gfs_pickle_free(pk);
+	gfs_tzip_close(zip);
+	if (fd >= 0)
+		close(fd);
+}
+
+/* probe_args(): the args of the file at path. */
+static gfs_err probe_args(const char *path, mg_args *a)
+{
+	gfs_tzip *zip = NULL;
+	gfs_pickle *pk = NULL;
+	uint64_t size;
+	int fd = -1;
+	gfs_err err = open_file(path, &fd, &size, &zip, &pk);
+
+	if (!err)
+		err = read_args(gfs_pickle_root(pk), path, a);
+	close_file(fd, zip, pk);
+	return err;
+}
+
+/*
+ * parse_index(): the decimal number at *s (at most 7 digits, ended by '.'),
+ * advancing *s past the dot.  @return false if there is none.
+ */
+static bool parse_index(const char **s, int64_t *out)
+{
+	const char *p = *s;
+	int64_t v = 0;
+	int n = 0;
+
+	while (*p >= '0' && *p <= '9' && n < 7) {
+		v = v * 10 + (*p++ - '0');
+		n++;
+	}
+	if (n == 0 || *p != '.')
+		return false;
+	*s = p + 1;
+	*out = v;
+	return true;
+}
+
+/*
+ * split_name(): the template of key (layer number after "decoder.layers."
+ * and expert number after "local_experts." replaced by MG_MARK), with the
+ * numbers in *layer and *expert (-1 if absent).  @return a new string, or
+ * NULL (out of memory).
+ */
+static char *split_name(const char *key, int64_t *layer, int64_t *expert)
+{
+	static const char *const marks[2] = { "decoder.layers.", "local_experts." };
+	const size_t n = strlen(key);
+	char *t = gfs_calloc(n + 1, 1);
+	const char *s = key;
+	char *o = t;
+
+	*layer = *expert = -1;
+	if (!t)
+		return NULL;
+	for (int m = 0; m < 2; m++) {
+		const char *hit = strstr(s, marks[m]);
+		const char *num;
+		int64_t v;
+
+		if (!hit)
+			continue;
+		num = hit + strlen(marks[m]);
+		if (!parse_index(&num, &v))
+			continue;
+		memcpy(o, s, (size_t)(hit - s) + strlen(marks[m]));
+		o += (size_t)(hit - s) + strlen(marks[m]);
+		*o++ = MG_MARK;
+		*o++ = '.';
+		s = num;
+		*(m == 0 ? layer : expert) = v;
+	}
+	strcpy(o, s);
+	return t;
+}
+
+/* intern(): index of template t in mg->tmpls, added if new (t is taken or freed). */
+static gfs_err intern(mg_import *mg, char *t, size_t *idx)
+{
+	char **n;
+
+	for (size_t i = 0; i < mg->ntmpls; i++)
+		if (strcmp(mg->tmpls[i], t) == 0) {
+			free(t);
+			*idx = i;
+			return GFS_OK;
+		}
+	n = gfs_reallocarray(mg->tmpls, mg->ntmpls + 1, sizeof(*n));
+	if (!n) {
+		free(t);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	mg->tmpls = n;
+	n[mg->ntmpls] = t;
+	*idx = mg->ntmpls++;
+	return GFS_OK;
+}
+
+/* push(): append e to mg->ents. */
+static gfs_err push(mg_import *mg, const mg_ent *e)
+{
+	if (mg->nents == mg->cap) {
+		const size_t cap = mg->cap ? 2 * mg->cap : 256;
+		mg_ent *n = gfs_reallocarray(mg->ents, cap, sizeof(*n));
+
+		if (!n)
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		mg->ents = n;
+		mg->cap = cap;
+	}
+	mg->ents[mg->nents++] = *e;
+	return GFS_OK;
+}
+
+/*
+ * tensor_ent(): fill e from the tensor t of key in zip: dtype, shape,
+ * where its (C-contiguous) bytes lie; register its storage record.
+ */
+static gfs_err tensor_ent(mg_import *mg, const gfs_tzip *zip, const char *path, const char *key,
+			  const gfs_pv_tensor *t, mg_ent *e)
+{
+	const gfs_tzip_record *zr;
+	uint64_t numel = 1, esize, want = 1, first;
+	gfs_err err;
+
+	e->dtype = t->dtype ? gfs_dtype_parse(t->dtype) : gfs_dtype_from_storage_class(t->storage.cls);
+	if (e->dtype == GFS_DT_INVALID)
+		return gfs_fail(GFS_ERR_UNSUPPORTED, "%s: %s: unsupported dtype", path, key);
+	if (t->ndim > GFS_MAX_DIMS)
+		return gfs_fail(GFS_ERR_LIMIT, "%s: %s: more than %d dimensions", path, key,
+				GFS_MAX_DIMS);
+	esize = gfs_dtype_size(e->dtype);
+	e->ndim = t->ndim;
+	for (uint32_t d = t->ndim; d-- > 0;) {
+		if (t->size[d] < 0)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: %s: negative size", path, key);
+		if (t->size[d] > 1 && t->stride[d] != (int64_t)want)
+			return gfs_fail(GFS_ERR_UNSUPPORTED, "%s: %s: not a contiguous tensor", path, key);
+		e->shape[d] = (uint64_t)t->size[d];
+		if (!gfs_mul_u64(want, e->shape[d], &want))
+			return gfs_fail(GFS_ERR_FORMAT, "%s: %s: size overflows", path, key);
+	}
+	numel = want;
+	if (!gfs_mul_u64(numel, esize, &e->nbytes) || t->offset < 0 ||
+	    !gfs_mul_u64((uint64_t)t->offset, esize, &first))
+		return gfs_fail(GFS_ERR_FORMAT, "%s: %s: size overflows", path, key);
+	err = gfs_tzip_storage_record(zip, t->storage.key, &zr);
+	if (err)
+		return gfs_fail_prefix(err, "%s: %s", path, key);
+	if (first > zr->size || e->nbytes > zr->size - first)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: %s reaches past its storage record: truncated or corrupt",
+				path, key);
+	e->off = zr->data_off + first;
+	if (e->nbytes) {
+		const gfs_record r = { .src = e->src, .kind = GFS_PIECE_FILE, .off = zr->data_off,
+				       .len = zr->size, .crc32 = zr->crc32 };
+
+		err = gfs_layout_add_record(mg->l, &r, zr->name);
+	}
+	return err;
+}
+
+/*
+ * read_file(): the model tensors of rank (tp, pp, ep)'s file, whose args
+ * must agree with a.  Of an expert rank > 0 only the expert tensors are
+ * kept (the others are replicas of expert rank 0's).
+ */
+static gfs_err read_file(mg_import *mg, const mg_args *a, int64_t tp, int64_t pp, int64_t ep)
+{
+	char rel[64], path[PATH_MAX];
+	gfs_tzip *zip = NULL;
+	gfs_pickle *pk = NULL;
+	const gfs_pv *model;
+	mg_args fa;
+	uint64_t size = 0;
+	uint32_t src;
+	int fd = -1;
+	char **nf;
+	gfs_err err;
+
+	rank_dir(a, tp, pp, ep, rel, sizeof(rel) - sizeof(MG_FILE) - 1);
+	strcat(rel, "/" MG_FILE);
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", mg->dir, rel) >= sizeof(path))
+		return gfs_fail(GFS_ERR_INVAL, "%s: path too long", mg->dir);
+	nf = gfs_reallocarray(mg->files, mg->nfiles + 1, sizeof(*nf));
+	if (!nf)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	mg->files = nf;
+	nf[mg->nfiles] = gfs_strdup(path);
+	if (!nf[mg->nfiles])
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	mg->nfiles++;
+	err = open_file(path, &fd, &size, &zip, &pk);
+	if (err == GFS_ERR_NOTFOUND)
+		err = gfs_fail(GFS_ERR_NOTFOUND,
+			       "%s: missing: the file of tensor rank %lld, pipeline stage %lld, expert rank %lld of a TP %lld x PP %lld x EP %lld save",
+			       path, (long long)tp, (long long)pp, (long long)ep, (long long)a->tp,
+			       (long long)a->pp, (long long)a->ep);
+	if (!err)
+		err = read_args(gfs_pickle_root(pk), path, &fa);
+	if (!err && (fa.tp != a->tp || fa.pp != a->pp || fa.ep != a->ep || fa.gated != a->gated ||
+		     fa.nexperts != a->nexperts))
+		err = gfs_fail(GFS_ERR_FORMAT, "%s: its args disagree with the other ranks' (TP %lld x PP %lld x EP %lld)",
+			       path, (long long)fa.tp, (long long)fa.pp, (long long)fa.ep);
+	if (err)
+		goto out;
+	model = gfs_pv_dict_get(gfs_pickle_root(pk), "model");
+	if (!model || model->kind != GFS_PV_DICT) {
+		err = gfs_fail(GFS_ERR_FORMAT, "%s: no model dict%s", path,
+			       gfs_pv_dict_get(gfs_pickle_root(pk), "model0")
+				       ? " (a virtual-pipeline save: not supported)" : "");
+		goto out;
+	}
+	err = gfs_layout_add_source(mg->l, rel, size, &src);
+	for (size_t i = 0; i < model->u.dict.len && !err; i++) {
+		const gfs_pv_item *it = &model->u.dict.items[i];
+		const char *key = gfs_pv_name(it->key);
+		mg_ent e = { .pp = (uint32_t)pp, .tp = (uint32_t)tp, .src = src,
+			     .file = mg->nfiles - 1 };
+		char *t;
+
+		if (!key) {
+			err = gfs_fail(GFS_ERR_FORMAT, "%s: model key %zu is not a plain string", path, i);
+			break;
+		}
+		if (ends_with(key, "._extra_state") || strcmp(key, "_extra_state") == 0)
+			continue;
+		if (!it->value || it->value->kind != GFS_PV_TENSOR) {
+			const char *k = it->value ? gfs_pv_kind_name(it->value->kind) : "nothing";
+
+			err = gfs_fail(GFS_ERR_FORMAT, "%s: model entry %s is %s%s, not a tensor", path,
+				       key, strchr("aeiou", k[0]) ? "an " : "a ", k);
+			break;
+		}
+		t = split_name(key, &e.layer, &e.expert);
+		if (!t) {
+			err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+			break;
+		}
+		if (e.expert < 0 && a->ep > 1 && strstr(key, ".experts.")) {
+			free(t);
+			err = gfs_fail(GFS_ERR_UNSUPPORTED,
+				       "%s: %s: expert weights not stored per expert (grouped GEMM?): not supported",
+				       path, key);
+			break;
+		}
+		if (e.expert >= 0 && a->ep > 1) {
+			const int64_t local = a->nexperts / a->ep;
+
+			if (e.expert >= local) {
+				free(t);
+				err = gfs_fail(GFS_ERR_FORMAT, "%s: %s: local expert %lld of %lld per rank",
+					       path, key, (long long)e.expert, (long long)local);
+				break;
+			}
+			e.expert += ep * local;
+		}
+		if (ep > 0 && e.expert < 0) {
+			free(t);
+			continue;
+		}
+		err = intern(mg, t, &e.tmpl);
+		if (!err)
+			err = tensor_ent(mg, zip, path, key, it->value->u.tensor, &e);
+		if (!err)
+			err = push(mg, &e);
+	}
+out:
+	close_file(fd, zip, pk);
+	return err;
+}
+
+/*
+ * fix_layers(): make layer numbers global: a stage's layers follow those
+ * of the stages before it (as many as the highest local number + 1).
+ * With args.num_layers set, the stages' layers must add up to it.
+ */
+static gfs_err fix_layers(mg_import *mg, const mg_args *a)
+{
+	int64_t *count = gfs_calloc((size_t)a->pp, sizeof(*count)), off = 0;
+
+	if (!count)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t i = 0; i < mg->nents; i++)
+		if (mg->ents[i].layer + 1 > count[mg->ents[i].pp])
+			count[mg->ents[i].pp] = mg->ents[i].layer + 1;
+	for (int64_t p = 0; p < a->pp; p++) {
+		const int64_t c = count[p];
+
+		count[p] = off;
+		off += c;
+	}
+	for (size_t i = 0; i < mg->nents; i++)
+		if (mg->ents[i].layer >= 0)
+			mg->ents[i].layer += count[mg->ents[i].pp];
+	free(count);
+	if (a->nlayers > 0 && off != a->nlayers)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: the %lld pipeline stages hold %lld layers, args.num_layers says %lld",
+				mg->dir, (long long)a->pp, (long long)off, (long long)a->nlayers);
+	return GFS_OK;
+}
+
+static int cmp_ent(const void *pa, const void *pb)
+{
+	const mg_ent *a = pa, *b = pb;
+
+	if (a->tmpl != b->tmpl)
+		return a->tmpl < b->tmpl ? -1 : 1;
+	if (a->layer != b->layer)
+		return a->layer < b->layer ? -1 : 1;
+	if (a->expert != b->expert)
+		return a->expert < b->expert ? -1 : 1;
+	if (a->tp != b->tp)
+		return a->tp < b->tp ? -1 : 1;
+	return a->pp < b->pp ? -1 : a->pp > b->pp;
+}
+
+/* global_name(): template t with its numbers filled in, into buf. */
+static gfs_err global_name(const char *t, int64_t layer, int64_t expert, char *buf, size_t n)
+{
+	size_t k = 0;
+	int which = 0;
+
+	for (; *t; t++) {
+		int w;
+
+		if (*t == MG_MARK) {
+			const int64_t v = which++ == 0 && layer >= 0 ? layer : expert;
+
+			w = snprintf(buf + k, n - k, "%lld", (long long)v);
+		} else {
+			w = snprintf(buf + k, n - k, "%c", *t);
+		}
+		if (w < 0 || (size_t)w >= n - k)
+			return gfs_fail(GFS_ERR_LIMIT, "a tensor name is too long");
+		k += (size_t)w;
+	}
+	return GFS_OK;
+}
+
+/* split_of(): how the shards of template t merge over tensor ranks. */
+static mg_split split_of(const mg_import *mg, const char *t)
+{
+	static const char *const column[] = {
+		"word_embeddings.weight", "output_layer.weight", "linear_qkv.weight",
+		"linear_qkv.bias",
+	};
+
+	if (mg->tp == 1)
+		return MG_REPLICATED;
+	if (ends_with(t, "linear_fc1.weight") || ends_with(t, "linear_fc1.bias"))
+		return mg->gated ? MG_GATED : MG_COLUMN;
+	for (size_t i = 0; i < sizeof(column) / sizeof(column[0]); i++)
+		if (ends_with(t, column[i]))
+			return MG_COLUMN;
+	if (ends_with(t, "linear_proj.weight") || ends_with(t, "linear_fc2.weight"))
+		return MG_ROW;
+	return MG_REPLICATED;
+}
+
+/* add_group(): the tensor name from the T shards g[0..T) (tensor ranks 0..T-1). */
+static gfs_err add_group(mg_import *mg, const char *name, const mg_ent *g)
+{
+	const mg_split sp = split_of(mg, mg->tmpls[g[0].tmpl]);
+	const uint64_t T = sp == MG_REPLICATED ? 1 : (uint64_t)mg->tp;
+	uint64_t shape[GFS_MAX_DIMS];
+	size_t ti;
+	gfs_err err;
+
+	for (int64_t r = 1; r < mg->tp; r++) {
+		bool same = g[r].dtype == g[0].dtype && g[r].ndim == g[0].ndim;
+
+		for (uint32_t d = 0; same && d < g[0].ndim; d++)
+			same = g[r].shape[d] == g[0].shape[d];
+		if (!same)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: %s: its shard's dtype or shape differs from tensor rank 0's (%s)",
+					mg->files[g[r].file], name, mg->files[g[0].file]);
+	}
+	memcpy(shape, g[0].shape, sizeof(shape));
+	if ((sp == MG_COLUMN || sp == MG_GATED) && g[0].ndim < 1)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: %s: a scalar cannot be tensor-parallel",
+				mg->files[g[0].file], name);
+	if (sp == MG_GATED && g[0].shape[0] % 2 != 0)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: %s: a gated shard with an odd number of rows (%llu)",
+				mg->files[g[0].file], name, (unsigned long long)g[0].shape[0]);
+	if (sp == MG_ROW && g[0].ndim < 2)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: %s: a row-parallel shard of %u dimensions",
+				mg->files[g[0].file], name, g[0].ndim);
+	if (sp != MG_REPLICATED)
+		shape[sp == MG_ROW ? 1 : 0] *= T;
+	err = gfs_layout_add_tensor(mg->l, name, g[0].dtype, g[0].ndim, shape, &ti);
+	for (uint64_t r = 0; r < T && !err && g[0].nbytes > 0; r++) {
+		const mg_ent *e = &g[r];
+		gfs_piece p = { .kind = GFS_PIECE_FILE, .src = e->src, .src_off = e->off, .count = 1 };
+
+		switch (sp) {
+		case MG_REPLICATED:
+		case MG_COLUMN:
+			p.toff = r * e->nbytes;
+			p.len = e->nbytes;
+			err = gfs_layout_add_general(mg->l, ti, &p);
+			break;
+		case MG_GATED:
+			p.len = e->nbytes / 2;
+			p.toff = r * p.len;
+			err = gfs_layout_add_general(mg->l, ti, &p);
+			p.toff = (T + r) * p.len;
+			p.src_off = e->off + p.len;
+			if (!err)
+				err = gfs_layout_add_general(mg->l, ti, &p);
+			break;
+		case MG_ROW:
+			p.len = e->nbytes / e->shape[0];
+			p.toff = r * p.len;
+			if (e->shape[0] > 1) {
+				p.count = e->shape[0];
+				p.dst_stride = T * p.len;
+				p.src_stride = p.len;
+			}
+			err = gfs_layout_add_general(mg->l, ti, &p);
+			break;
+		}
+	}
+	return err ? gfs_fail_prefix(err, "%s", mg->files[g[0].file]) : GFS_OK;
+}
+
+/* build(): sort the entries and add one tensor per (template, layer, expert). */
+static gfs_err build(mg_import *mg)
+{
+	char name[4096];
+	size_t i = 0;
+
+	qsort(mg->ents, mg->nents, sizeof(*mg->ents), cmp_ent);
+	while (i < mg->nents) {
+		const mg_ent *g = &mg->ents[i];
+		size_t n = 1;
+		gfs_err err = global_name(mg->tmpls[g->tmpl], g->layer, g->expert, name, sizeof(name));
+
+		if (err)
+			return err;
+		while (i + n < mg->nents && mg->ents[i + n].tmpl == g->tmpl &&
+		       mg->ents[i + n].layer == g->layer && mg->ents[i + n].expert == g->expert)
+			n++;
+		for (size_t r = 0; r < n; r++)
+			if (g[r].tp != r)
+				return gfs_fail(GFS_ERR_FORMAT, "%s: %s: %s", mg->files[g[r].file], name,
+						g[r].tp < r ? "present twice (in two pipeline stages or twice in the file)"
+							    : "missing from the file of the tensor rank before it");
+		if (n != (size_t)mg->tp)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: %s: not in the file of tensor rank %zu",
+					mg->files[g[n - 1].file], name, n);
+		err = add_group(mg, name, g);
+		if (err)
+			return err;
+		i += n;
+	}
+	return GFS_OK;
+}
+
+/* read_small(): the first line of dir/name (at most 64 bytes), trimmed. */
+static gfs_err read_small(const char *dir, const char *name, char *buf, size_t n)
+{
+	char path[PATH_MAX];
+	FILE *f;
+	size_t len;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "re");
+	if (!f)
+		return gfs_fail(GFS_ERR_IO, "%s: %s", path, strerror(errno));
+	len = fread(buf, 1, n - 1, f);
+	fclose(f);
+	buf[len] = '\0';
+	while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r' || buf[len - 1] == ' '))
+		buf[--len] = '\0';
+	return GFS_OK;
+}
+
+/* valid_tag(): "release" or "iter_" followed by digits. */
+static bool valid_tag(const char *t)
+{
+	if (strcmp(t, "release") == 0)
+		return true;
+	if (strncmp(t, "iter_", 5) != 0 || !t[5])
+		return false;
+	for (t += 5; *t; t++)
+		if (*t < '0' || *t > '9')
+			return false;
+	return true;
+}
+
+/* has_entry(): does dir/rel exist (any type)? */
+static bool has_entry(const char *dir, const char *rel)
+{
+	char path[PATH_MAX];
+	struct stat st;
+
+	return (size_t)snprintf(path, sizeof(path), "%s/%s", dir, rel) < sizeof(path) &&
+	       stat(path, &st) == 0;
+}
+
+bool gfs_megatron_detect(const char *dir)
+{
+	return has_entry(dir, MG_LATEST) || has_entry(dir, "mp_rank_00/" MG_FILE) ||
+	       has_entry(dir, "mp_rank_00_000/" MG_FILE) ||
+	       has_entry(dir, "mp_rank_00_000_000/" MG_FILE);
+}
+
+/*
+ * check_dirs(): every mp_rank_* entry of the iteration directory is one of
+ * the T x P x E ranks a names (a missing one is found when it is read).
+ */
+static gfs_err check_dirs(const char *dir, const mg_args *a)
+{
+	DIR *d = opendir(dir);
+	const struct dirent *de;
+	gfs_err err = GFS_OK;
+
+	if (!d)
+		return gfs_fail(GFS_ERR_IO, "%s: %s", dir, strerror(errno));
+	while (!err && (de = readdir(d))) {
+		bool known = false;
+
+		if (strncmp(de->d_name, "mp_rank_", 8) != 0)
+			continue;
+		for (int64_t t = 0; t < a->tp && !known; t++)
+			for (int64_t p = 0; p < a->pp && !known; p++)
+				for (int64_t e = 0; e < a->ep && !known; e++) {
+					char want[64];
+
+					rank_dir(a, t, p, e, want, sizeof(want));
+					known = strcmp(want, de->d_name) == 0;
+				}
+		if (!known)
+			err = gfs_fail(GFS_ERR_FORMAT,
+				       "%s/%s: not a rank of this TP %lld x PP %lld x EP %lld save (its args say so)",
+				       dir, de->d_name, (long long)a->tp, (long long)a->pp,
+				       (long long)a->ep);
+	}
+	closedir(d);
+	return err;
+}
+
+/* first_args(): the args of rank (0, 0, 0), whichever name its directory has. */
+static gfs_err first_args(const char *dir, mg_args *a)
+{
+	static const char *const names[3] = { "mp_rank_00", "mp_rank_00_000", "mp_rank_00_000_000" };
+	char path[PATH_MAX], want[64];
+	gfs_err err;
+
+	for (int i = 0; i < 3; i++) {
+		if (!has_entry(dir, names[i]))
+			continue;
+		if ((size_t)snprintf(path, sizeof(path), "%s/%s/" MG_FILE, dir, names[i]) >=
+		    sizeof(path))
+			return gfs_fail(GFS_ERR_INVAL, "%s: path too long", dir);
+		err = probe_args(path, a);
+		if (err)
+			return err;
+		rank_dir(a, 0, 0, 0, want, sizeof(want));
+		if (strcmp(want, names[i]) != 0)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: its args (TP %lld x PP %lld x EP %lld) name its rank directory %s, not %s",
+					path, (long long)a->tp, (long long)a->pp, (long long)a->ep,
+					want, names[i]);
+		return GFS_OK;
+	}
+	return gfs_fail(GFS_ERR_NOTFOUND,
+			"%s: no mp_rank_00[_000[_000]] directory: not a legacy Megatron-LM iteration directory%s",
+			dir, has_entry(dir, ".metadata") ? " (a torch_dist one: not supported yet)" : "");
+}
+
+/* iter_dir(): the iteration directory of dir and tag into buf. */
+static gfs_err iter_dir(const char *dir, const char *tag, char *buf, size_t n)
+{
+	char it[80];
+	gfs_err err;
+
+	if (!has_entry(dir, MG_LATEST)) {
+		if (tag)
+			return gfs_fail(GFS_ERR_INVAL,
+					"%s: a tag picks an iteration of a save directory (one holding " MG_LATEST ")",
+					dir);
+		snprintf(buf, n, "%s", dir);
+		return GFS_OK;
+	}
+	if (tag) {
+		if (!valid_tag(tag))
+			return gfs_fail(GFS_ERR_INVAL, "tag '%s': not iter_NNNNNNN or release", tag);
+		snprintf(it, sizeof(it), "%s", tag);
+	} else {
+		char line[65];
+		char *end;
+		unsigned long long v;
+
+		err = read_small(dir, MG_LATEST, line, sizeof(line));
+		if (err)
+			return err;
+		errno = 0;
+		v = strtoull(line, &end, 10);
+		if (strcmp(line, "release") == 0)
+			snprintf(it, sizeof(it), "release");
+		else if (line[0] >= '0' && line[0] <= '9' && !*end && errno == 0)
+			snprintf(it, sizeof(it), "iter_%07llu", v);
+		else
+			return gfs_fail(GFS_ERR_FORMAT, "%s/" MG_LATEST ": neither a number nor 'release'",
+					dir);
+	}
+	if ((size_t)snprintf(buf, n, "%s/%s", dir, it) >= n)
+		return gfs_fail(GFS_ERR_INVAL, "%s: path too long", dir);
+	if (!has_entry(dir, it))
+		return gfs_fail(GFS_ERR_NOTFOUND, "%s: no iteration directory %s%s", dir, it,
+				tag ? "" : " (the one " MG_LATEST " names)");
+	return GFS_OK;
+}
+
+gfs_err gfs_import_megatron(const char *dir, const char *tag, gfs_layout **out)
+{
+	mg_import mg = { 0 };
+	mg_args a;
+	char idir[PATH_MAX], note[128];
+	gfs_err err;
+
+	*out = NULL;
+	err = iter_dir(dir, tag, idir, sizeof(idir));
+	if (!err)
+		err = first_args(idir, &a);
+	if (!err)
+		err = check_dirs(idir, &a);
+	if (err)
+		return err;
+	mg.dir = idir;
+	mg.tp = a.tp;
+	mg.pp = a.pp;
+	mg.ep = a.ep;
+	mg.nexperts = a.nexperts;
+	mg.gated = a.gated;
+	err = gfs_layout_new("megatron", idir, &mg.l);
+	for (int64_t p = 0; p < a.pp && !err; p++)
+		for (int64_t e = 0; e < a.ep && !err; e++)
+			for (int64_t t = 0; t < a.tp && !err; t++)
+				err = read_file(&mg, &a, t, p, e);
+	if (!err)
+		err = fix_layers(&mg, &a);
+	if (!err)
+		err = build(&mg);
+	if (!err)
+		err = gfs_layout_set_note(mg.l, "Megatron view (Hugging Face naming not built yet)");
+	if (!err) {
+		snprintf(note, sizeof(note), "legacy Megatron-LM checkpoint, TP %lld x PP %lld x EP %lld",
+			 (long long)a.tp, (long long)a.pp, (long long)a.ep);
+		err = gfs_layout_set_info(mg.l, note);
+	}
+	if (!err)
+		err = gfs_layout_finish(mg.l, idir);
+	for (size_t i = 0; i < mg.nfiles; i++)
+		free(mg.files[i]);
+	free(mg.files);
+	for (size_t i = 0; i < mg.ntmpls; i++)
+		free(mg.tmpls[i]);
+	free(mg.tmpls);
+	free(mg.ents);
+	if (err) {
+		gfs_layout_free(mg.l);
+		return err;
+	}
+	*out = mg.l;
+	return GFS_OK;
+}
