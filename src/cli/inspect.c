@@ -224,8 +224,13 @@ static gfs_err load(const inspect_opts *o, const char *dir, gfs_layout **l)
 	bool untied;
 	gfs_err err = o->layout ? gfs_layout_load_file(o->layout, l) : gfs_import(dir, &io, l);
 
-	if (!err)
-		err = gfs_lora_apply(&o->lora, l, &untied);
+	if (err)
+		return err;
+	err = gfs_lora_apply(&o->lora, l, &untied);
+	if (err) {
+		gfs_layout_free(*l);
+		*l = NULL;
+	}
 	return err;
 }
 
