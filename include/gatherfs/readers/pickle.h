@@ -237,4 +237,106 @@ bool gfs_pv_enum(const gfs_pv *v, const char **cls_module, const char **cls_name
 /* gfs_pv_kind_name(): "dict", "tensor"... for messages. */
 const char *gfs_pv_kind_name(gfs_pv_kind kind);
 
+/*
+ * Distributed tensors: what torch.save writes for a DTensor (FSDP2, TP)
+ * and a ShardedTensor (FSDP1's SHARDED_STATE_DICT).  Both are pickled as
+ * torch._tensor._rebuild_from_type_v2(torch._utils._rebuild_wrapper_subclass,
+ * CLS, (CLS, dtype, size, stride, offset, layout, device, requires_grad),
+ * state), which the VM keeps as an inert OBJECT; gfs_pv_read_dtensor() and
+ * gfs_pv_read_stensor() read such an object without executing anything.  They
+ * accept only these classes where they read a value (each with its
+ * arguments checked):
+ *
+ *   DTensor            torch.distributed.tensor.DTensor (also ._api,
+ *                      torch.distributed._tensor.DTensor, ._tensor.api)
+ *   DTensorSpec        ..._dtensor_spec.DTensorSpec: mesh, placements,
+ *                      tensor_meta (TensorMeta(shape, stride, dtype))
+ *   DeviceMesh         torch.distributed.device_mesh.DeviceMesh (or
+ *                      ._device_mesh): its shape from `mesh` (a tensor,
+ *                      torch <= 2.8) or `_layout` (_MeshLayout of
+ *                      _FlatLayout axes, torch >= 2.9), its rank's
+ *                      coordinate from `_coordinate_on_dim`, its rank
+ *                      from `_rank` when present
+ *   Shard(dim), Replicate(), _StridedShard(dim, split_factor), Partial
+ *                      ..placement_types (Partial is reported, not read)
+ *   ShardedTensor      torch.distributed._shard.sharded_tensor.api
+ *                      .ShardedTensor: state (local_shards, metadata, ...),
+ *                      each local shard a sharded_tensor.shard.Shard of a
+ *                      tensor and a ShardMetadata(shard_offsets,
+ *                      shard_sizes, placement _remote_device)
+ *
+ * Other fields (torch 2.14's ShardOrderEntry, _rank_map, hashes, process
+ * group state, sharding specs) are ignored whatever they hold.
+ */
+#define GFS_PV_MAX_MESH 8
+
+typedef enum gfs_placement_kind {
+	GFS_PL_REPLICATE,
+	GFS_PL_SHARD,
+	GFS_PL_STRIDED, /* _StridedShard */
+	GFS_PL_PARTIAL,
+} gfs_placement_kind;
+
+typedef struct gfs_placement {
+	gfs_placement_kind kind;
+	int64_t dim;          /* SHARD, STRIDED: the tensor dimension (>= 0) */
+	int64_t split_factor; /* STRIDED */
+} gfs_placement;
+
+typedef struct gfs_pv_dtensor {
+	const gfs_pv_tensor *local; /* the rank's local shard (_local_tensor) */
+	const char *dtype;          /* the DTensor's dtype name ("float32") */
+	uint32_t ndim;
+	int64_t shape[GFS_PV_MAX_DIMS];  /* global shape */
+	uint32_t mesh_ndim;              /* >= 1, = the number of placements */
+	int64_t mesh[GFS_PV_MAX_MESH];   /* mesh shape */
+	int64_t coord[GFS_PV_MAX_MESH];  /* the saving rank's coordinate */
+	int64_t rank;                    /* the saving rank (DeviceMesh._rank), -1 if absent */
+	gfs_placement pl[GFS_PV_MAX_MESH];
+} gfs_pv_dtensor;
+
+#define GFS_PV_MAX_SHARDS 16 /* local shards of one ShardedTensor on one rank */
+
+typedef struct gfs_pv_lshard {
+	const gfs_pv_tensor *t;
+	int64_t off[GFS_PV_MAX_DIMS];
+	int64_t size[GFS_PV_MAX_DIMS];
+	int64_t rank; /* its placement's rank, -1 if none */
+} gfs_pv_lshard;
+
+typedef struct gfs_pv_stensor {
+	const char *dtype;
+	uint32_t ndim;
+	int64_t shape[GFS_PV_MAX_DIMS];
+	size_t nlocal;
+	gfs_pv_lshard local[GFS_PV_MAX_SHARDS];
+} gfs_pv_stensor;
+
+/*
+ * gfs_pv_wrapper_class(): for a value pickled as a wrapper tensor subclass
+ * (see above), the class's name ("DTensor", "ShardedTensor"...) and *module;
+ * NULL for anything else.
+ */
+const char *gfs_pv_wrapper_class(const gfs_pv *v, const char **module);
+
+/*
+ * gfs_pv_read_dtensor(): read the DTensor v.  what names it in messages ("FILE:
+ * KEY").  Checks: the classes above, sizes and strides non-negative ints
+ * (at most GFS_PV_MAX_DIMS), the wrapper's size equal to TensorMeta's, a
+ * mesh of 1..GFS_PV_MAX_MESH positive sizes, as many placements and
+ * coordinates as mesh dimensions, each coordinate inside its mesh size,
+ * shard dims inside the tensor, the local shard a tensor.  Placements are
+ * returned as read (Partial too).
+ * @return GFS_OK and *out, or GFS_ERR_FORMAT naming what.
+ */
+gfs_err gfs_pv_read_dtensor(const gfs_pv *v, const char *what, gfs_pv_dtensor *out);
+
+/*
+ * gfs_pv_read_stensor(): read the ShardedTensor v: the global dtype and shape
+ * and each local shard (at most GFS_PV_MAX_SHARDS): its tensor, offsets and
+ * sizes (as many as the tensor's dimensions, non-negative, inside the global
+ * shape) and placement rank.  @return GFS_OK and *out, or GFS_ERR_FORMAT.
+ */
+gfs_err gfs_pv_read_stensor(const gfs_pv *v, const char *what, gfs_pv_stensor *out);
+
 #endif
