@@ -15,6 +15,7 @@
 #include "gatherfs/importers/import.h"
 #include "gatherfs/importers/import_megatron.h"
 #include "gatherfs/importers/import_plain.h"
+#include "gatherfs/importers/import_rankdict.h"
 #include "gatherfs/readers/pickle.h"
 
 /* has_file(): does directory path hold a regular file called name? */
@@ -85,6 +86,8 @@ static const char *dir_format(const char *path, const char *tag)
 		return "dcp";
 	if (gfs_zero3_detect(path) || (!is_deepspeed(path) && gfs_zero3_detect_saves(path)))
 		return "zero3";
+	if (gfs_rankdict_detect(path))
+		return "rankdict";
 	if (gfs_megatron_detect(path))
 		return "megatron";
 	if (tag || is_deepspeed(path))
@@ -105,9 +108,10 @@ static gfs_err import_path(const char *path, const gfs_import_opts *opts, gfs_la
 
 	if (format && strcmp(format, "dcp") != 0 && strcmp(format, "deepspeed") != 0 &&
 	    strcmp(format, "layout") != 0 && strcmp(format, "plain") != 0 &&
-	    strcmp(format, "zero3") != 0 && strcmp(format, "megatron") != 0)
+	    strcmp(format, "zero3") != 0 && strcmp(format, "megatron") != 0 &&
+	    strcmp(format, "rankdict") != 0)
 		return gfs_fail(GFS_ERR_INVAL,
-				"unknown input format '%s' (dcp, deepspeed, plain, layout, zero3, megatron or auto)",
+				"unknown input format '%s' (dcp, deepspeed, plain, layout, zero3, megatron, rankdict or auto)",
 				format);
 	if (stat(path, &st) != 0)
 		return gfs_fail(errno == ENOENT ? GFS_ERR_NOTFOUND : GFS_ERR_IO, "%s: %s", path,
@@ -119,7 +123,7 @@ static gfs_err import_path(const char *path, const gfs_import_opts *opts, gfs_la
 	if (!format)
 		return gfs_fail(GFS_ERR_FORMAT,
 				"%s: no known checkpoint format (looked for: DeepSpeed `latest` or *_model_states.pt / *_optim_states.pt in it or a tag directory, "
-				"PyTorch DCP .metadata, zero3-rank-*.json or .bin, layout.json, model.safetensors / pytorch_model.bin or their .index.json; "
+				"PyTorch DCP .metadata, zero3-rank-*.json or .bin, model_world_size_W_rank_R.pt, layout.json, model.safetensors / pytorch_model.bin or their .index.json; "
 				"name another format with --input-format or -o format=)",
 				path);
 	if (prefix && strcmp(format, "dcp") != 0 && strcmp(format, "plain") != 0)
@@ -127,8 +131,9 @@ static gfs_err import_path(const char *path, const gfs_import_opts *opts, gfs_la
 				"%s: a key prefix applies to a DCP checkpoint only, or to plain model files",
 				path);
 	if (tag && strcmp(format, "deepspeed") != 0 && strcmp(format, "layout") != 0 &&
-	    strcmp(format, "zero3") != 0 && strcmp(format, "megatron") != 0)
-		return gfs_fail(GFS_ERR_INVAL, "%s: a tag applies to a DeepSpeed or Megatron checkpoint only",
+	    strcmp(format, "zero3") != 0 && strcmp(format, "megatron") != 0 &&
+	    strcmp(format, "rankdict") != 0)
+		return gfs_fail(GFS_ERR_INVAL, "%s: a tag applies to a DeepSpeed, Megatron or per-rank checkpoint only",
 				path);
 	if (strcmp(format, "layout") == 0 && S_ISDIR(st.st_mode) && has_file(path, "layout.json")) {
 		char buf[4096];
@@ -160,6 +165,8 @@ static gfs_err import_path(const char *path, const gfs_import_opts *opts, gfs_la
 		return gfs_import_zero3(path, tag, out);
 	if (strcmp(format, "megatron") == 0)
 		return gfs_import_megatron(path, tag, out);
+	if (strcmp(format, "rankdict") == 0)
+		return gfs_import_rankdict(path, tag, out);
 	return gfs_import_deepspeed(path, tag, out);
 }
 

@@ -2892,7 +2892,8 @@ static gfs_err read_placement(const gfs_pv *p, const char *what, uint32_t ndim,
 /*
  * mesh_shape(): a DeviceMesh's shape: the shape of its `mesh` tensor
  * (torch <= 2.8), else the top-level sizes of its `_layout` (_MeshLayout
- * whose `axes` are _FlatLayouts: the product of each one's shape).
+ * whose `axes` are _FlatLayouts: the product of each one's shape, () for
+ * an axis of size 1).
  */
 static gfs_err mesh_shape(const gfs_pv *mesh, const char *what, uint32_t *n, int64_t *shape)
 {
@@ -2921,7 +2922,7 @@ static gfs_err mesh_shape(const gfs_pv *mesh, const char *what, uint32_t *n, int
 		uint64_t prod = 1;
 
 		if (!is_obj(ax, layout_mods, "_FlatLayout") ||
-		    !int_tuple(obj_field(ax, "shape"), GFS_PV_MAX_DIMS, s, &k) || k < 1)
+		    !int_tuple(obj_field(ax, "shape"), GFS_PV_MAX_DIMS, s, &k))
 			return gfs_fail(GFS_ERR_FORMAT, "%s: mesh axis %zu is no _FlatLayout with a shape",
 					what, i);
 		for (uint32_t j = 0; j < k; j++)

@@ -15,7 +15,7 @@ typedef struct gfs_dcpmeta gfs_dcpmeta;
 typedef struct gfs_import_opts {
 	const char *tag;    /* DeepSpeed tag (e.g. "global_step3"); NULL: read `latest`;
 			     * of a Hugging Face cache repository: its revision */
-	const char *format; /* "dcp", "deepspeed", "plain", "layout", "zero3", "megatron"; NULL or "auto": detect */
+	const char *format; /* "dcp", "deepspeed", "plain", "layout", "zero3", "megatron", "rankdict"; NULL or "auto": detect */
 	const char *prefix; /* DCP, plain: keep only keys starting with it, without it; NULL: all */
 } gfs_import_opts;
 
@@ -25,6 +25,9 @@ typedef struct gfs_import_opts {
  *   - a PyTorch DCP directory (one holding `.metadata`);
  *   - a rank-local ZeRO-3 save (zero3-rank-*.json/.bin, written by
  *     python/gatherfs_save.py);
+ *   - per-rank state dicts (verl, FSDP): a directory of
+ *     model_world_size_W_rank_R.pt files, a global_step_N directory or a
+ *     verl checkpoint root (import_rankdict.h);
  *   - a legacy Megatron-LM save or iteration directory (import_megatron.h);
  *   - a directory holding `layout.json` and no `latest` (a hand-written
  *     layout over files of that directory);
@@ -38,7 +41,7 @@ typedef struct gfs_import_opts {
  *     snapshot opts->tag (a revision or a ref), or the one refs/main
  *     names, imported as the directory it is.
  * opts->format forces one of them ("layout", "dcp", "deepspeed", "plain",
- * "zero3", "megatron"); an unknown name is GFS_ERR_INVAL.  opts->tag applies to
+ * "zero3", "megatron", "rankdict"); an unknown name is GFS_ERR_INVAL.  opts->tag applies to
  * DeepSpeed, Megatron and zero3 saves and cache repositories only, opts->prefix to DCP and plain files only
  * (GFS_ERR_INVAL otherwise).
  * opts may be NULL.

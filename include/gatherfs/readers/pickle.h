@@ -254,7 +254,7 @@ const char *gfs_pv_kind_name(gfs_pv_kind kind);
  *   DeviceMesh         torch.distributed.device_mesh.DeviceMesh (or
  *                      ._device_mesh): its shape from `mesh` (a tensor,
  *                      torch <= 2.8) or `_layout` (_MeshLayout of
- *                      _FlatLayout axes, torch >= 2.9), its rank's
+ *                      _FlatLayout axes, torch >= 2.9; a shape () is 1), its rank's
  *                      coordinate from `_coordinate_on_dim`, its rank
  *                      from `_rank` when present
  *   Shard(dim), Replicate(), _StridedShard(dim, split_factor), Partial

@@ -1,0 +1,940 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * gatherfs — per-rank state dicts: FSDP2 DTensors, FSDP1 ShardedTensors and
+ * 1-rank plain tensors, saved one torch zip per rank (import_rankdict.h).
+ */
+#include "config.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gatherfs/importers/import_rankdict.h"
+#include "gatherfs/readers/pickle.h"
+#include "gatherfs/readers/torchzip.h"
+#include "gatherfs/util/json.h"
+
+#define RD_MAX_PICKLE ((uint64_t)1 << 30)
+#define RD_MAX_CONFIG ((uint64_t)1 << 16)
+#define RD_MAX_PIECES ((uint64_t)1 << 20) /* pieces of one tensor */
+#define RD_LATEST "latest_checkpointed_iteration.txt"
+#define RD_PREFIX "model_world_size_"
+
+typedef enum rd_kind { RD_PLAIN, RD_DTENSOR, RD_STENSOR } rd_kind;
+
+/* How a local tensor views its storage: two keys alike on every rank are tied. */
+typedef struct rd_view {
+	bool set;         /* false: none (no single local tensor on this rank) */
+	char key[32];     /* storage record key */
+	int64_t offset;
+	uint32_t ndim;
+	int64_t size[GFS_PV_MAX_DIMS], stride[GFS_PV_MAX_DIMS];
+} rd_view;
+
+/* One box of a tensor: its bytes, C-contiguous at off of source src. */
+typedef struct rd_part {
+	uint32_t src;
+	uint64_t off;
+	int64_t lo[GFS_PV_MAX_DIMS];
+	int64_t n[GFS_PV_MAX_DIMS];
+} rd_part;
+
+typedef struct rd_key {
+	char *name;
+	rd_kind kind;
+	gfs_dtype dtype;
+	uint32_t ndim;
+	int64_t shape[GFS_PV_MAX_DIMS];
+	uint32_t mesh_ndim;
+	int64_t mesh[GFS_PV_MAX_MESH];
+	gfs_placement pl[GFS_PV_MAX_MESH];
+	rd_part *parts;
+	size_t nparts, cap;
+	int64_t tied;  /* index of the earlier key it is tied to on every rank so far, or -1 */
+	rd_view view;  /* this rank's view (reset per rank) */
+} rd_key;
+
+typedef struct rd_import {
+	gfs_layout *l;
+	const char *dir;
+	uint32_t world;
+	rd_key *keys;
+	size_t nkeys;
+	int64_t *coords; /* [world * GFS_PV_MAX_MESH]: each rank's mesh coordinate */
+	bool *has_coord;
+	uint32_t mesh_ndim;
+	int64_t mesh[GFS_PV_MAX_MESH];
+	bool any_dtensor, any_stensor;
+} rd_import;
+
+static bool is_dir(const char *dir, const char *name)
+{
+	char path[PATH_MAX];
+	struct stat st;
+
+	return (size_t)snprintf(path, sizeof(path), "%s/%s", dir, name) < sizeof(path) &&
+	       stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/*
+ * parse_num(): the decimal number (1 to 9 digits) at *s, advancing *s.
+ * @return false if there is none.
+ */
+static bool parse_num(const char **s, uint32_t *out)
+{
+	uint32_t v = 0;
+	int n = 0;
+
+	while (**s >= '0' && **s <= '9' && n < 9) {
+		v = v * 10 + (uint32_t)(**s - '0');
+		(*s)++;
+		n++;
+	}
+	*out = v;
+	return n > 0 && !(**s >= '0' && **s <= '9');
+}
+
+/* rank_name(): is name model_world_size_W_rank_R.pt?  Sets *w and *r. */
+static bool rank_name(const char *name, uint32_t *w, uint32_t *r)
+{
+	const char *s = name;
+
+	if (strncmp(s, RD_PREFIX, strlen(RD_PREFIX)) != 0)
+		return false;
+	s += strlen(RD_PREFIX);
+	if (!parse_num(&s, w) || strncmp(s, "_rank_", 6) != 0)
+		return false;
+	s += 6;
+	return parse_num(&s, r) && strcmp(s, ".pt") == 0;
+}
+
+/* holds_ranks(): does directory dir hold a rank file? */
+static bool holds_ranks(const char *dir)
+{
+	DIR *d = opendir(dir);
+	const struct dirent *de;
+	bool found = false;
+	uint32_t w, r;
+
+	if (!d)
+		return false;
+	while (!found && (de = readdir(d)))
+		found = rank_name(de->d_name, &w, &r);
+	closedir(d);
+	return found;
+}
+
+/* sub_ranks(): does dir/name hold rank files? */
+static bool sub_ranks(const char *dir, const char *name)
+{
+	char path[PATH_MAX];
+
+	return (size_t)snprintf(path, sizeof(path), "%s/%s", dir, name) < sizeof(path) &&
+	       holds_ranks(path);
+}
+
+/*
+ * latest_step(): the global_step_N directory name that dir's
+ * latest_checkpointed_iteration.txt names into buf; false if the file is
+ * absent or holds no number.
+ */
+static bool latest_step(const char *dir, char *buf, size_t n)
+{
+	char path[PATH_MAX], line[32];
+	const char *s = line;
+	uint32_t v;
+	size_t len;
+	FILE *f;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/" RD_LATEST, dir) >= sizeof(path))
+		return false;
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	len = fread(line, 1, sizeof(line) - 1, f);
+	fclose(f);
+	line[len] = '\0';
+	while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' '))
+		line[--len] = '\0';
+	if (!parse_num(&s, &v) || *s)
+		return false;
+	snprintf(buf, n, "global_step_%u", v);
+	return true;
+}
+
+/* has_steps(): does dir hold a global_step_* directory? */
+static bool has_steps(const char *dir)
+{
+	DIR *d = opendir(dir);
+	const struct dirent *de;
+	bool found = false;
+
+	if (!d)
+		return false;
+	while (!found && (de = readdir(d)))
+		found = strncmp(de->d_name, "global_step_", 12) == 0 && is_dir(dir, de->d_name);
+	closedir(d);
+	return found;
+}
+
+bool gfs_rankdict_detect(const char *dir)
+{
+	char step[64];
+
+	return holds_ranks(dir) || sub_ranks(dir, "actor") || sub_ranks(dir, "critic") ||
+	       (latest_step(dir, step, sizeof(step)) && has_steps(dir));
+}
+
+/* valid_tag(): a plain directory name. */
+static bool valid_tag(const char *t)
+{
+	return t[0] && strcmp(t, ".") != 0 && strcmp(t, "..") != 0 && !strchr(t, '/');
+}
+
+/* rank_dir(): the directory holding the rank files, for dir and tag, into buf. */
+static gfs_err rank_dir(const char *dir, const char *tag, char *buf, size_t n, bool *via_latest)
+{
+	char step[64], sdir[PATH_MAX];
+
+	*via_latest = false;
+	if (holds_ranks(dir)) {
+		if (tag)
+			return gfs_fail(GFS_ERR_INVAL,
+					"%s: holds the rank files itself: a tag picks a role directory (actor, critic) of a global_step_N directory",
+					dir);
+		snprintf(buf, n, "%s", dir);
+		return GFS_OK;
+	}
+	snprintf(sdir, sizeof(sdir), "%s", dir);
+	if (!sub_ranks(dir, "actor") && !sub_ranks(dir, "critic") && (!tag || !sub_ranks(dir, tag))) {
+		if (!latest_step(dir, step, sizeof(step)))
+			return gfs_fail(GFS_ERR_NOTFOUND,
+					"%s: no " RD_PREFIX "W_rank_R.pt file, actor/ or critic/ directory, or " RD_LATEST " naming a step",
+					dir);
+		if ((size_t)snprintf(sdir, sizeof(sdir), "%s/%s", dir, step) >= sizeof(sdir))
+			return gfs_fail(GFS_ERR_INVAL, "%s: path too long", dir);
+		if (!is_dir(dir, step))
+			return gfs_fail(GFS_ERR_NOTFOUND, "%s: no directory %s (the step " RD_LATEST " names)",
+					dir, step);
+		*via_latest = true;
+	}
+	if (tag && !valid_tag(tag))
+		return gfs_fail(GFS_ERR_INVAL, "tag '%s': not a directory name (actor, critic...)", tag);
+	if ((size_t)snprintf(buf, n, "%s/%s", sdir, tag ? tag : "actor") >= n)
+		return gfs_fail(GFS_ERR_INVAL, "%s: path too long", sdir);
+	if (!holds_ranks(buf))
+		return gfs_fail(GFS_ERR_NOTFOUND, "%s: no " RD_PREFIX "W_rank_R.pt file in it", buf);
+	return GFS_OK;
+}
+
+/*
+ * list_ranks(): the world size and the file name of each rank: every rank
+ * below W once, one W among the names.  *names is [W] (caller frees each).
+ */
+static gfs_err list_ranks(const char *dir, uint32_t *world, char ***names)
+{
+	DIR *d = opendir(dir);
+	const struct dirent *de;
+	char **nm = NULL;
+	char *first = NULL;
+	uint32_t w0 = 0;
+	gfs_err err = GFS_OK;
+
+	*names = NULL;
+	if (!d)
+		return gfs_fail(GFS_ERR_IO, "%s: %s", dir, strerror(errno));
+	while (!err && (de = readdir(d))) {
+		uint32_t w, r;
+
+		if (!rank_name(de->d_name, &w, &r))
+			continue;
+		if (!first) {
+			if (w < 1 || w > GFS_RD_MAX_RANKS) {
+				err = gfs_fail(GFS_ERR_FORMAT, "%s/%s: world size %u (1 to %d)", dir,
+					       de->d_name, w, GFS_RD_MAX_RANKS);
+				break;
+			}
+			w0 = w;
+			first = gfs_strdup(de->d_name);
+			nm = gfs_calloc(w, sizeof(*nm));
+			if (!first || !nm) {
+				err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+				break;
+			}
+		}
+		if (w != w0) {
+			err = gfs_fail(GFS_ERR_FORMAT, "%s/%s: world size %u, but %s says %u: ranks of two saves",
+				       dir, de->d_name, w, first, w0);
+		} else if (r >= w) {
+			err = gfs_fail(GFS_ERR_FORMAT, "%s/%s: rank %u of a world of %u", dir, de->d_name,
+				       r, w);
+		} else if (nm[r]) {
+			err = gfs_fail(GFS_ERR_FORMAT, "%s/%s: rank %u twice (also %s)", dir, de->d_name,
+				       r, nm[r]);
+		} else if (!(nm[r] = gfs_strdup(de->d_name))) {
+			err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		}
+	}
+	closedir(d);
+	free(first);
+	for (uint32_t r = 0; !err && r < w0; r++)
+		if (!nm[r])
+			err = gfs_fail(GFS_ERR_NOTFOUND, "%s/" RD_PREFIX "%u_rank_%u.pt: missing (rank %u of %u)",
+				       dir, w0, r, r, w0);
+	if (!err && !nm)
+		err = gfs_fail(GFS_ERR_NOTFOUND, "%s: no " RD_PREFIX "W_rank_R.pt file", dir);
+	if (err) {
+		for (uint32_t r = 0; nm && r < w0; r++)
+			free(nm[r]);
+		free(nm);
+		return err;
+	}
+	*world = w0;
+	*names = nm;
+	return GFS_OK;
+}
+
+/* check_config(): fsdp_config.json, when present, names world size W. */
+static gfs_err check_config(const char *dir, uint32_t world)
+{
+	char path[PATH_MAX];
+	char buf[RD_MAX_CONFIG];
+	cJSON *j = NULL;
+	uint64_t ws = 0;
+	size_t len;
+	FILE *f;
+	gfs_err err;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/fsdp_config.json", dir) >= sizeof(path))
+		return gfs_fail(GFS_ERR_INVAL, "%s: path too long", dir);
+	f = fopen(path, "re");
+	if (!f)
+		return errno == ENOENT ? GFS_OK : gfs_fail(GFS_ERR_IO, "%s: %s", path, strerror(errno));
+	len = fread(buf, 1, sizeof(buf), f);
+	fclose(f);
+	if (len == sizeof(buf))
+		return gfs_fail(GFS_ERR_LIMIT, "%s: larger than %llu bytes", path,
+				(unsigned long long)RD_MAX_CONFIG);
+	err = gfs_json_parse(buf, len, path, &j);
+	if (!err && gfs_json_get(j, "world_size"))
+		err = gfs_json_u64(gfs_json_get(j, "world_size"), path, "world_size", &ws);
+	if (!err && gfs_json_get(j, "world_size") && ws != world)
+		err = gfs_fail(GFS_ERR_FORMAT, "%s: world_size %llu, but the rank files are of a world of %u",
+			       path, (unsigned long long)ws, world);
+	cJSON_Delete(j);
+	return err;
+}
+
+/* open_file(): open path, load its data.pkl into *pk; *zip, *fd, *size stay open. */
+static gfs_err open_file(const char *path, int *fd, uint64_t *size, gfs_tzip **zip,
+			 gfs_pickle **pk)
+{
+	struct stat st;
+	const gfs_tzip_record *rec;
+	char label[PATH_MAX + 64];
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	gfs_err err;
+
+	*fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (*fd < 0)
+		return gfs_fail(errno == ENOENT ? GFS_ERR_NOTFOUND : GFS_ERR_IO, "%s: %s", path,
+				strerror(errno));
+	if (fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode))
+		return gfs_fail(GFS_ERR_FORMAT, "%s: not a regular file", path);
+	*size = (uint64_t)st.st_size;
+	if (*size == 0)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: empty file (0 bytes), not a torch checkpoint", path);
+	err = gfs_tzip_open(*fd, 0, *size, path, NULL, zip);
+	if (err)
+		return err;
+	rec = gfs_tzip_find(*zip, "data.pkl");
+	if (!rec)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: no data.pkl in the archive", path);
+	err = gfs_tzip_read_record(*zip, rec, RD_MAX_PICKLE, &buf, &len);
+	if (err)
+		return err;
+	snprintf(label, sizeof(label), "%s:%s", path, rec->name);
+	err = gfs_pickle_load(buf, len, label, NULL, pk);
+	free(buf);
+	if (!err && (!gfs_pickle_root(*pk) || gfs_pickle_root(*pk)->kind != GFS_PV_DICT))
+		err = gfs_fail(GFS_ERR_FORMAT, "%s: its pickle holds no dict: not a state dict", path);
+	return err;
+}
+
+static void close_file(int fd, gfs_tzip *zip, gfs_pickle *pk)
+{
+	gfs_pickle_free(pk);
+	gfs_tzip_close(zip);
+	if (fd >= 0)
+		close(fd);
+}
+
+/*
+ * local_bytes(): where the C-contiguous local tensor t of n[] elements per
+ * dimension lies: *off in the file; registers its storage record.  Its dtype
+ * must be dt.
+ */
+static gfs_err local_bytes(rd_import *ri, const gfs_tzip *zip, uint32_t src, const char *path,
+			   const char *key, const gfs_pv_tensor *t, gfs_dtype dt, const int64_t *n,
+			   uint32_t ndim, uint64_t *off)
+{
+	const gfs_dtype tdt = t->dtype ? gfs_dtype_parse(t->dtype)
+				       : gfs_dtype_from_storage_class(t->storage.cls);
+	const uint64_t esize = gfs_dtype_size(dt);
+	const gfs_tzip_record *zr;
+	uint64_t want = 1, first, nbytes;
+	gfs_err err;
+
+	if (tdt != dt)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: %s: its local shard is %s, the tensor %s", path, key,
+				tdt == GFS_DT_INVALID ? "of an unknown dtype" : gfs_dtype_name(tdt),
+				gfs_dtype_name(dt));
+	if (t->ndim != ndim)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: %s: its local shard has %u dimensions, the tensor %u",
+				path, key, t->ndim, ndim);
+	for (uint32_t d = ndim; d-- > 0;) {
+		if (t->size[d] != n[d])
+			return gfs_fail(GFS_ERR_FORMAT, "%s: %s: its local shard has %lld elements on dim %u, its placement says %lld",
+					path, key, (long long)t->size[d], d, (long long)n[d]);
+		if (t->size[d] > 1 && t->stride[d] != (int64_t)want)
+			return gfs_fail(GFS_ERR_UNSUPPORTED, "%s: %s: its local shard is not contiguous",
+					path, key);
+		if (!gfs_mul_u64(want, (uint64_t)t->size[d], &want))
+			return gfs_fail(GFS_ERR_FORMAT, "%s: %s: size overflows", path, key);
+	}
+	if (!gfs_mul_u64(want, esize, &nbytes) || !gfs_mul_u64((uint64_t)t->offset, esize, &first))
+		return gfs_fail(GFS_ERR_FORMAT, "%s: %s: size overflows", path, key);
+	if (nbytes == 0) {
+		*off = 0;
+		return GFS_OK;
+	}
+	err = gfs_tzip_storage_record(zip, t->storage.key, &zr);
+	if (err)
+		return gfs_fail_prefix(err, "%s: %s", path, key);
+	if (first > zr->size || nbytes > zr->size - first)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: %s reaches past its storage record: truncated or corrupt",
+				path, key);
+	*off = zr->data_off + first;
+	{
+		const gfs_record rec = { .src = src, .kind = GFS_PIECE_FILE, .off = zr->data_off,
+					 .len = zr->size, .crc32 = zr->crc32 };
+
+		return gfs_layout_add_record(ri->l, &rec, zr->name);
+	}
+}
+
+/* add_part(): append a box of key k. */
+static gfs_err add_part(rd_key *k, uint32_t src, uint64_t off, const int64_t *lo, const int64_t *n)
+{
+	rd_part *p;
+
+	if (!gfs_grow((void **)&k->parts, &k->cap, k->nparts, sizeof(*k->parts), 4))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	p = &k->parts[k->nparts++];
+	memset(p, 0, sizeof(*p));
+	p->src = src;
+	p->off = off;
+	memcpy(p->lo, lo, k->ndim * sizeof(*lo));
+	memcpy(p->n, n, k->ndim * sizeof(*n));
+	return GFS_OK;
+}
+
+/* set_view(): remember how t views its storage, for tie detection. */
+static void set_view(rd_key *k, const gfs_pv_tensor *t)
+{
+	memset(&k->view, 0, sizeof(k->view));
+	if (!t || strlen(t->storage.key) >= sizeof(k->view.key))
+		return;
+	k->view.set = true;
+	snprintf(k->view.key, sizeof(k->view.key), "%s", t->storage.key);
+	k->view.offset = t->offset;
+	k->view.ndim = t->ndim;
+	memcpy(k->view.size, t->size, t->ndim * sizeof(*t->size));
+	memcpy(k->view.stride, t->stride, t->ndim * sizeof(*t->stride));
+}
+
+static bool same_view(const rd_view *a, const rd_view *b)
+{
+	return a->set && b->set && strcmp(a->key, b->key) == 0 && a->offset == b->offset &&
+	       a->ndim == b->ndim && memcmp(a->size, b->size, a->ndim * sizeof(*a->size)) == 0 &&
+	       memcmp(a->stride, b->stride, a->ndim * sizeof(*a->stride)) == 0;
+}
+
+/* same_meta(): keys a and b have the same kind, dtype, shape and placements. */
+static bool same_meta(const rd_key *a, const rd_key *b)
+{
+	if (a->kind != b->kind || a->dtype != b->dtype || a->ndim != b->ndim ||
+	    memcmp(a->shape, b->shape, a->ndim * sizeof(*a->shape)) != 0 ||
+	    a->mesh_ndim != b->mesh_ndim)
+		return false;
+	for (uint32_t i = 0; i < a->mesh_ndim; i++)
+		if (a->mesh[i] != b->mesh[i] || a->pl[i].kind != b->pl[i].kind ||
+		    a->pl[i].dim != b->pl[i].dim)
+			return false;
+	return true;
+}
+
+/* set_meta(): fill (rank 0) or check (other ranks) key k's kind, dtype and shape. */
+static gfs_err set_meta(rd_key *k, bool first, const char *path, rd_kind kind, const char *dtname,
+			uint32_t ndim, const int64_t *shape)
+{
+	const gfs_dtype dt = gfs_dtype_parse(dtname);
+
+	if (dt == GFS_DT_INVALID)
+		return gfs_fail(GFS_ERR_UNSUPPORTED, "%s: %s: unsupported dtype %s", path, k->name,
+				dtname);
+	if (first) {
+		k->kind = kind;
+		k->dtype = dt;
+		k->ndim = ndim;
+		memcpy(k->shape, shape, ndim * sizeof(*shape));
+		return GFS_OK;
+	}
+	if (k->kind != kind || k->dtype != dt || k->ndim != ndim ||
+	    memcmp(k->shape, shape, ndim * sizeof(*shape)) != 0)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: %s: its kind, dtype or global shape disagrees with rank 0's",
+				path, k->name);
+	return GFS_OK;
+}
+
+/*
+ * dtensor_box(): the box of the global tensor the DTensor's local shard
+ * holds at its coordinate: each Shard(d) mesh dimension in order cuts dim
+ * d as torch.chunk does (ceil(n / m) per coordinate, the last ones shorter
+ * or empty).  *keep is false for a replica of a coordinate other than 0 on
+ * a Replicate dimension.
+ */
+static gfs_err dtensor_box(const gfs_pv_dtensor *dt, const char *path, const char *key,
+			   int64_t *lo, int64_t *n, bool *keep)
+{
+	*keep = true;
+	for (uint32_t d = 0; d < dt->ndim; d++) {
+		lo[d] = 0;
+		n[d] = dt->shape[d];
+	}
+	for (uint32_t i = 0; i < dt->mesh_ndim; i++) {
+		const gfs_placement *p = &dt->pl[i];
+		int64_t cs, a, b;
+
+		switch (p->kind) {
+		case GFS_PL_REPLICATE:
+			if (dt->coord[i] != 0)
+				*keep = false;
+			break;
+		case GFS_PL_SHARD:
+			cs = (n[p->dim] + dt->mesh[i] - 1) / dt->mesh[i];
+			a = cs * dt->coord[i];
+			b = a + cs;
+			if (a > n[p->dim])
+				a = n[p->dim];
+			if (b > n[p->dim])
+				b = n[p->dim];
+			lo[p->dim] += a;
+			n[p->dim] = b - a;
+			break;
+		case GFS_PL_STRIDED:
+			return gfs_fail(GFS_ERR_UNSUPPORTED, "%s: %s: a _StridedShard placement (FSDP2 with tensor parallelism): not supported",
+					path, key);
+		case GFS_PL_PARTIAL:
+			return gfs_fail(GFS_ERR_UNSUPPORTED, "%s: %s: a Partial placement (unreduced values): cannot be gathered",
+					path, key);
+		}
+	}
+	return GFS_OK;
+}
+
+/* rank_coord(): record (or check) rank r's mesh coordinate and shape from a DTensor. */
+static gfs_err rank_coord(rd_import *ri, uint32_t r, const char *path, const char *key,
+			  const gfs_pv_dtensor *dt)
+{
+	int64_t *c = ri->coords + (size_t)r * GFS_PV_MAX_MESH;
+
+	if (dt->rank >= 0 && dt->rank != (int64_t)r)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: %s: saved by rank %lld, not by rank %u its name gives",
+				path, key, (long long)dt->rank, r);
+	if (!ri->mesh_ndim) {
+		uint64_t prod = 1;
+
+		ri->mesh_ndim = dt->mesh_ndim;
+		memcpy(ri->mesh, dt->mesh, dt->mesh_ndim * sizeof(*dt->mesh));
+		for (uint32_t i = 0; i < dt->mesh_ndim; i++)
+			prod *= (uint64_t)dt->mesh[i];
+		if (prod != ri->world)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: %s: a device mesh of %llu ranks in a world of %u",
+					path, key, (unsigned long long)prod, ri->world);
+	} else if (ri->mesh_ndim != dt->mesh_ndim ||
+		   memcmp(ri->mesh, dt->mesh, dt->mesh_ndim * sizeof(*dt->mesh)) != 0) {
+		return gfs_fail(GFS_ERR_FORMAT, "%s: %s: its device mesh differs from the other tensors'",
+				path, key);
+	}
+	if (!ri->has_coord[r]) {
+		for (uint32_t q = 0; q < ri->world; q++)
+			if (ri->has_coord[q] &&
+			    memcmp(ri->coords + (size_t)q * GFS_PV_MAX_MESH, dt->coord,
+				   dt->mesh_ndim * sizeof(*dt->coord)) == 0)
+				return gfs_fail(GFS_ERR_FORMAT, "%s: %s: rank %u's mesh coordinate is rank %u's too: a duplicated rank file",
+						path, key, r, q);
+		memcpy(c, dt->coord, dt->mesh_ndim * sizeof(*dt->coord));
+		ri->has_coord[r] = true;
+	} else if (memcmp(c, dt->coord, dt->mesh_ndim * sizeof(*dt->coord)) != 0) {
+		return gfs_fail(GFS_ERR_FORMAT, "%s: %s: its mesh coordinate differs from the file's other tensors'",
+				path, key);
+	}
+	return GFS_OK;
+}
+
+/* read_value(): key k's value v on rank r (src in zip). */
+static gfs_err read_value(rd_import *ri, uint32_t r, const gfs_tzip *zip, uint32_t src,
+			  const char *path, rd_key *k, const gfs_pv *v)
+{
+	const bool first = r == 0;
+	char what[PATH_MAX + 256];
+	const char *wc;
+	int64_t lo[GFS_PV_MAX_DIMS] = { 0 };
+	uint64_t off;
+	gfs_err err;
+
+	snprintf(what, sizeof(what), "%s: %s", path, k->name);
+	if (v->kind == GFS_PV_TENSOR) {
+		const gfs_pv_tensor *t = v->u.tensor;
+		const char *dn = t->dtype ? t->dtype
+					  : gfs_dtype_name(gfs_dtype_from_storage_class(t->storage.cls));
+		int64_t n[GFS_PV_MAX_DIMS] = { 0 };
+
+		for (uint32_t d = 0; d < t->ndim; d++)
+			n[d] = t->size[d];
+		err = set_meta(k, first, path, RD_PLAIN, dn ? dn : "?", t->ndim, n);
+		if (err || !first)
+			return err;
+		set_view(k, t);
+		err = local_bytes(ri, zip, src, path, k->name, t, k->dtype, n, t->ndim, &off);
+		return err ? err : add_part(k, src, off, lo, n);
+	}
+	wc = gfs_pv_wrapper_class(v, NULL);
+	if (wc && strcmp(wc, "DTensor") == 0) {
+		gfs_pv_dtensor dt;
+		int64_t n[GFS_PV_MAX_DIMS];
+		bool keep;
+
+		err = gfs_pv_read_dtensor(v, what, &dt);
+		if (!err)
+			err = set_meta(k, first, path, RD_DTENSOR, dt.dtype, dt.ndim, dt.shape);
+		if (err)
+			return err;
+		if (first) {
+			k->mesh_ndim = dt.mesh_ndim;
+			memcpy(k->mesh, dt.mesh, sizeof(k->mesh));
+			memcpy(k->pl, dt.pl, sizeof(k->pl));
+		} else {
+			rd_key o = *k;
+
+			o.mesh_ndim = dt.mesh_ndim;
+			memcpy(o.mesh, dt.mesh, sizeof(o.mesh));
+			memcpy(o.pl, dt.pl, sizeof(o.pl));
+			if (!same_meta(k, &o))
+				return gfs_fail(GFS_ERR_FORMAT, "%s: its placements or mesh disagree with rank 0's",
+						what);
+		}
+		ri->any_dtensor = true;
+		err = rank_coord(ri, r, path, k->name, &dt);
+		if (!err)
+			err = dtensor_box(&dt, path, k->name, lo, n, &keep);
+		if (err)
+			return err;
+		set_view(k, dt.local);
+		err = local_bytes(ri, zip, src, path, k->name, dt.local, k->dtype, n, k->ndim, &off);
+		return err || !keep ? err : add_part(k, src, off, lo, n);
+	}
+	if (wc && strcmp(wc, "ShardedTensor") == 0) {
+		gfs_pv_stensor *st = gfs_calloc(1, sizeof(*st));
+
+		if (!st)
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		err = gfs_pv_read_stensor(v, what, st);
+		if (!err)
+			err = set_meta(k, first, path, RD_STENSOR, st->dtype, st->ndim, st->shape);
+		ri->any_stensor = true;
+		set_view(k, st->nlocal == 1 ? st->local[0].t : NULL);
+		for (size_t i = 0; !err && i < st->nlocal; i++) {
+			const gfs_pv_lshard *ls = &st->local[i];
+
+			if (ls->rank >= 0 && ls->rank != (int64_t)r)
+				err = gfs_fail(GFS_ERR_FORMAT, "%s: a local shard placed on rank %lld, not on rank %u its name gives",
+					       what, (long long)ls->rank, r);
+			if (!err)
+				err = local_bytes(ri, zip, src, path, k->name, ls->t, k->dtype, ls->size,
+						  k->ndim, &off);
+			if (!err)
+				err = add_part(k, src, off, ls->off, ls->size);
+		}
+		free(st);
+		return err;
+	}
+	return gfs_fail(GFS_ERR_FORMAT, "%s: %s, not a tensor, DTensor or ShardedTensor", what,
+			wc ? wc : gfs_pv_kind_name(v->kind));
+}
+
+/* skipped(): a key that is no tensor by design (TransformerEngine's _extra_state). */
+static bool skipped(const char *key)
+{
+	const size_t n = strlen(key);
+
+	return n >= 12 && strcmp(key + n - 12, "_extra_state") == 0;
+}
+
+/* read_rank(): rank r's file. */
+static gfs_err read_rank(rd_import *ri, uint32_t r, const char *name)
+{
+	char path[PATH_MAX];
+	gfs_tzip *zip = NULL;
+	gfs_pickle *pk = NULL;
+	const gfs_pv *root;
+	uint64_t size = 0;
+	uint32_t src;
+	size_t nk = 0;
+	int fd = -1;
+	gfs_err err;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", ri->dir, name) >= sizeof(path))
+		return gfs_fail(GFS_ERR_INVAL, "%s: path too long", ri->dir);
+	err = open_file(path, &fd, &size, &zip, &pk);
+	if (!err)
+		err = gfs_layout_add_source(ri->l, name, size, &src);
+	if (!err)
+		err = gfs_layout_add_metafile(ri->l, path);
+	if (err)
+		goto out;
+	root = gfs_pickle_root(pk);
+	if (r == 0) {
+		ri->keys = gfs_calloc(root->u.dict.len ? root->u.dict.len : 1, sizeof(*ri->keys));
+		if (!ri->keys) {
+			err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+			goto out;
+		}
+	}
+	for (size_t i = 0; i < root->u.dict.len && !err; i++) {
+		const gfs_pv_item *it = &root->u.dict.items[i];
+		const char *key = gfs_pv_name(it->key);
+		rd_key *k;
+
+		if (!key) {
+			err = gfs_pv_name_fail(path, "key", i, it->key);
+			break;
+		}
+		if (skipped(key))
+			continue;
+		if (r == 0) {
+			k = &ri->keys[ri->nkeys++];
+			k->tied = -1;
+			k->name = gfs_strdup(key);
+			if (!k->name) {
+				err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+				break;
+			}
+		} else {
+			if (nk >= ri->nkeys || strcmp(ri->keys[nk].name, key) != 0) {
+				err = gfs_fail(GFS_ERR_FORMAT, "%s: key %zu is %s, rank 0's is %s", path, nk,
+					       key, nk < ri->nkeys ? ri->keys[nk].name : "(none: it has fewer keys)");
+				break;
+			}
+			k = &ri->keys[nk];
+		}
+		nk++;
+		err = read_value(ri, r, zip, src, path, k, it->value);
+	}
+	if (!err && nk != ri->nkeys)
+		err = gfs_fail(GFS_ERR_FORMAT, "%s: %zu keys, rank 0's file %zu", path, nk, ri->nkeys);
+	/* ties: a key viewing an earlier key's storage the same way, on every rank */
+	for (size_t i = 0; !err && i < ri->nkeys; i++) {
+		rd_key *k = &ri->keys[i];
+
+		if (r == 0) {
+			for (size_t j = 0; j < i && k->tied < 0; j++)
+				if (ri->keys[j].tied < 0 && same_view(&ri->keys[j].view, &k->view) &&
+				    same_meta(&ri->keys[j], k))
+					k->tied = (int64_t)j;
+		} else if (k->tied >= 0 && !same_view(&ri->keys[k->tied].view, &k->view)) {
+			k->tied = -1;
+		}
+	}
+out:
+	close_file(fd, zip, pk);
+	return err;
+}
+
+/*
+ * add_box(): the pieces of part p of key k (tensor ti): runs along the
+ * last dimension the box does not span whole, strided over the dimension
+ * before it, one piece per index of the dimensions before that.
+ */
+static gfs_err add_box(rd_import *ri, const rd_key *k, size_t ti, const rd_part *p)
+{
+	const uint64_t esize = gfs_dtype_size(k->dtype);
+	uint64_t gstride[GFS_PV_MAX_DIMS], inner, run, outer = 1, npieces = 1;
+	int64_t last = -1;
+	uint64_t src = p->off;
+
+	for (uint32_t d = 0; d < k->ndim; d++)
+		if (p->n[d] == 0)
+			return GFS_OK;
+	inner = esize;
+	for (uint32_t d = k->ndim; d-- > 0;) {
+		gstride[d] = inner;
+		inner *= (uint64_t)k->shape[d];
+	}
+	for (uint32_t d = 0; d < k->ndim; d++)
+		if (p->n[d] != k->shape[d])
+			last = d;
+	if (last < 0) {
+		gfs_piece pc = { .kind = GFS_PIECE_FILE, .src = p->src, .src_off = p->off, .count = 1,
+				 .toff = 0, .len = inner };
+
+		return gfs_layout_add_general(ri->l, ti, &pc);
+	}
+	run = (uint64_t)p->n[last] * gstride[last];
+	if (last >= 1)
+		outer = (uint64_t)p->n[last - 1];
+	for (int64_t d = 0; d < last - 1; d++)
+		npieces *= (uint64_t)p->n[d];
+	if (npieces > RD_MAX_PIECES)
+		return gfs_fail(GFS_ERR_LIMIT, "%s: a shard of more than %llu pieces", k->name,
+				(unsigned long long)RD_MAX_PIECES);
+	for (uint64_t i = 0; i < npieces; i++) {
+		gfs_piece pc = { .kind = GFS_PIECE_FILE, .src = p->src, .src_off = src, .len = run,
+				 .count = outer };
+		uint64_t rem = i, toff = 0;
+		gfs_err err;
+
+		for (int64_t d = last - 2; d >= 0; d--) {
+			toff += ((uint64_t)p->lo[d] + rem % (uint64_t)p->n[d]) * gstride[d];
+			rem /= (uint64_t)p->n[d];
+		}
+		if (last >= 1)
+			toff += (uint64_t)p->lo[last - 1] * gstride[last - 1];
+		toff += (uint64_t)p->lo[last] * gstride[last];
+		pc.toff = toff;
+		if (outer > 1) {
+			pc.dst_stride = gstride[last - 1];
+			pc.src_stride = run;
+		} else {
+			pc.count = 1;
+		}
+		err = gfs_layout_add_general(ri->l, ti, &pc);
+		if (err)
+			return err;
+		src += run * outer;
+	}
+	return GFS_OK;
+}
+
+/* build(): one tensor (or alias) per key, in rank 0's order. */
+static gfs_err build(rd_import *ri)
+{
+	for (size_t i = 0; i < ri->nkeys; i++) {
+		const rd_key *k = &ri->keys[i];
+		uint64_t shape[GFS_MAX_DIMS], numel = 1, covered = 0;
+		size_t ti;
+		gfs_err err;
+
+		if (k->tied >= 0) {
+			err = gfs_layout_add_alias(ri->l, k->name, ri->keys[k->tied].name);
+			if (err)
+				return err;
+			continue;
+		}
+		for (uint32_t d = 0; d < k->ndim; d++) {
+			shape[d] = (uint64_t)k->shape[d];
+			if (!gfs_mul_u64(numel, shape[d], &numel))
+				return gfs_fail(GFS_ERR_FORMAT, "%s: %s: size overflows", ri->dir, k->name);
+		}
+		for (size_t j = 0; j < k->nparts; j++) {
+			uint64_t c = 1;
+
+			for (uint32_t d = 0; d < k->ndim; d++)
+				c *= (uint64_t)k->parts[j].n[d];
+			covered += c;
+		}
+		if (covered != numel)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: %s: the ranks' shards hold %llu of its %llu elements: they do not tile it",
+					ri->dir, k->name, (unsigned long long)covered,
+					(unsigned long long)numel);
+		err = gfs_layout_add_tensor(ri->l, k->name, k->dtype, k->ndim, shape, &ti);
+		for (size_t j = 0; !err && j < k->nparts; j++)
+			err = add_box(ri, k, ti, &k->parts[j]);
+		if (err)
+			return gfs_fail_prefix(err, "%s", ri->dir);
+	}
+	return GFS_OK;
+}
+
+gfs_err gfs_import_rankdict(const char *dir, const char *tag, gfs_layout **out)
+{
+	rd_import ri = { 0 };
+	char rdir[PATH_MAX], info[256], note[PATH_MAX + 128];
+	char **names = NULL;
+	bool via_latest;
+	gfs_err err;
+
+	*out = NULL;
+	err = rank_dir(dir, tag, rdir, sizeof(rdir), &via_latest);
+	if (!err)
+		err = list_ranks(rdir, &ri.world, &names);
+	if (err)
+		return err;
+	ri.dir = rdir;
+	err = check_config(rdir, ri.world);
+	if (!err) {
+		ri.coords = gfs_calloc(ri.world, GFS_PV_MAX_MESH * sizeof(*ri.coords));
+		ri.has_coord = gfs_calloc(ri.world, sizeof(*ri.has_coord));
+		if (!ri.coords || !ri.has_coord)
+			err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	if (!err)
+		err = gfs_layout_new("rankdict", rdir, &ri.l);
+	for (uint32_t r = 0; r < ri.world && !err; r++)
+		err = read_rank(&ri, r, names[r]);
+	if (!err)
+		err = build(&ri);
+	if (!err && is_dir(rdir, "huggingface")) {
+		char *hf = gfs_path_join(rdir, "huggingface");
+
+		err = hf ? gfs_layout_set_root(ri.l, hf) : gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		free(hf);
+	}
+	if (!err) {
+		snprintf(info, sizeof(info), "per-rank state dicts (%s), world size %u",
+			 ri.any_dtensor ? (ri.any_stensor ? "DTensor and ShardedTensor" : "FSDP2 DTensor")
+					: (ri.any_stensor ? "FSDP1 ShardedTensor" : "plain tensors"),
+			 ri.world);
+		err = gfs_layout_set_info(ri.l, info);
+	}
+	if (!err && (via_latest || strcmp(rdir, dir) != 0)) {
+		snprintf(note, sizeof(note), "read %s", rdir);
+		err = gfs_layout_set_note(ri.l, note);
+	}
+	if (!err)
+		err = gfs_layout_finish(ri.l, rdir);
+	for (uint32_t r = 0; names && r < ri.world; r++)
+		free(names[r]);
+	free(names);
+	for (size_t i = 0; i < ri.nkeys; i++) {
+		free(ri.keys[i].name);
+		free(ri.keys[i].parts);
+	}
+	free(ri.keys);
+	free(ri.coords);
+	free(ri.has_coord);
+	if (err) {
+		gfs_layout_free(ri.l);
+		return err;
+	}
+	*out = ri.l;
+	return GFS_OK;
+}

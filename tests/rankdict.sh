@@ -1,0 +1,116 @@
+#!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+# Per-rank state dicts (docs/rankdict.md): verl's FSDPCheckpointManager
+# layout, real FSDP runs in tests/data/fsdp_rank (README.md there):
+#  - FSDP2 DTensors at world sizes 1, 2 (tied embeddings), 3 (uneven
+#    Shard(0), untied) and 4 (a 2 x 2 HSDP mesh: Replicate, Shard(0)),
+#    FSDP1 ShardedTensors at world size 2, and a 1-rank save of plain
+#    tensors (made here from the truth, tied by storage): the verl root,
+#    its global_step_2 and its actor/ directory mounted; pytorch_model.bin
+#    (torch.load) and model.safetensors compared bit for bit with truth.pt;
+#    config.json passed through; gatherfs-inspect ls and verify.
+#  - refusals, one line naming the file: a missing rank, a duplicated rank
+#    (a file copied under another rank's name), ranks of two world sizes,
+#    a truncated file, fsdp_config.json of another world size, a tag on
+#    the rank directory.
+. "${top_srcdir:-.}/tests/lib.sh"
+. "$top_srcdir/tests/mount-lib.sh"
+mount_setup
+DATA="$top_srcdir/tests/data/fsdp_rank"
+CHECK="$top_srcdir/tests/tools/check_rankdict.py"
+TIE="lm_head.weight=model.embed_tokens.weight"
+NOCONFIG=
+
+# check_mount SRC TRUTH TIES [ARG...]: mount SRC, compare its views with TRUTH
+check_mount() {
+	src=$1 truth=$2 ties=$3
+	shift 3
+	gfs_mount "$src" "$T/mnt" "$@" 2>"$T/note" || fail "mount $src: $(cat "$T/note")"
+	timeout 300 "$PYTHON3" "$CHECK" "$T/mnt/pytorch_model.bin" "$truth" $ties ||
+		fail "$src: pytorch_model.bin differs from $truth"
+	timeout 300 "$PYTHON3" "$CHECK" "$T/mnt/model.safetensors" "$truth" $ties ||
+		fail "$src: model.safetensors differs from $truth"
+	[ -f "$T/mnt/config.json" ] || [ -n "$NOCONFIG" ] || fail "$src: no config.json at the mount's root"
+	gfs_umount "$T/mnt" || fail "unmount"
+}
+
+for c in fsdp2_ws1 fsdp2_ws2 fsdp2_ws3_untied fsdp2_ws4_hsdp2x2 fsdp1_ws2; do
+	echo "== $c"
+	root="$DATA/$c"
+	actor="$root/global_step_2/actor"
+	ties=$TIE
+	case $c in
+	*untied*|fsdp1_*) ties= ;;
+	esac
+	check_mount "$root" "$root/truth.pt" "$ties"
+	check_mount "$root/global_step_2" "$root/truth.pt" "$ties"
+	check_mount "$actor" "$root/truth.pt" "$ties" -o format=rankdict
+	timeout 60 "$INSPECT" ls "$root" >"$T/ls" 2>"$T/err" || fail "inspect ls $c: $(cat "$T/err")"
+	[ "$(grep -c . "$T/ls")" -eq 22 ] || fail "inspect ls $c: $(cat "$T/ls")"
+	grep -q "per-rank state dicts" "$T/err" || fail "inspect ls $c: $(cat "$T/err")"
+	timeout 120 "$INSPECT" verify "$root" >"$T/v" 2>&1 || fail "inspect verify $c: $(cat "$T/v")"
+done
+grep -q "FSDP1 ShardedTensor), world size 2" "$T/err" || fail "fsdp1_ws2: $(cat "$T/err")"
+
+echo "== config.json passed through"
+gfs_mount "$DATA/fsdp2_ws2" "$T/mnt" 2>"$T/note" || fail "mount: $(cat "$T/note")"
+cmp "$T/mnt/config.json" "$DATA/fsdp2_ws2/global_step_2/actor/huggingface/config.json" ||
+	fail "config.json is not huggingface/config.json"
+gfs_umount "$T/mnt" || fail "unmount"
+
+echo "== a 1-rank save of plain tensors (tied by storage)"
+mkdir -p "$T/plain/actor"
+timeout 120 "$PYTHON3" - "$DATA/fsdp2_ws1/truth.pt" "$T/plain/actor/model_world_size_1_rank_0.pt" <<'PY' ||
+import sys, torch
+sd = torch.load(sys.argv[1])
+sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
+torch.save(sd, sys.argv[2])
+PY
+	fail "make the plain save"
+NOCONFIG=1 check_mount "$T/plain" "$DATA/fsdp2_ws1/truth.pt" "$TIE"
+timeout 60 "$INSPECT" ls "$T/plain/actor" 2>"$T/err" >/dev/null || fail "inspect ls plain: $(cat "$T/err")"
+grep -q "(plain tensors), world size 1" "$T/err" || fail "plain: $(cat "$T/err")"
+
+echo "== refusals"
+# refuse PATTERN DIR: the mount and gatherfs-inspect both refuse DIR with one line
+refuse() {
+	expect_mount_fail "$1" "$2" "$T/mnt"
+	if timeout 60 "$INSPECT" ls "$2" >/dev/null 2>"$T/ierr"; then
+		fail "inspect ls $2 succeeded"
+	fi
+	[ "$(wc -l <"$T/ierr")" -eq 1 ] && grep -q -- "$1" "$T/ierr" || fail "inspect: $(cat "$T/ierr")"
+}
+fresh() {
+	rm -rf "$T/bad"
+	cp -r "$DATA/$1" "$T/bad"
+	chmod -R u+w "$T/bad"
+}
+A="$T/bad/global_step_2/actor"
+
+fresh fsdp2_ws3_untied; rm "$A/model_world_size_3_rank_1.pt"
+refuse "actor/model_world_size_3_rank_1.pt: missing (rank 1 of 3)" "$T/bad"
+fresh fsdp2_ws3_untied; cp "$A/model_world_size_3_rank_0.pt" "$A/model_world_size_3_rank_01.pt"
+refuse "actor/model_world_size_3_rank_01.pt: rank 1 twice\|actor/model_world_size_3_rank_1.pt: rank 1 twice" "$T/bad"
+fresh fsdp2_ws2; cp "$A/model_world_size_2_rank_0.pt" "$A/model_world_size_2_rank_1.pt"
+refuse "model_world_size_2_rank_1.pt: model.embed_tokens.weight: saved by rank 0, not by rank 1" "$T/bad"
+fresh fsdp1_ws2; cp "$A/model_world_size_2_rank_0.pt" "$A/model_world_size_2_rank_1.pt"
+refuse "model_world_size_2_rank_1.pt: model.embed_tokens.weight: a local shard placed on rank 0, not on rank 1" "$T/bad"
+fresh fsdp2_ws2; cp "$A/model_world_size_2_rank_1.pt" "$A/model_world_size_3_rank_2.pt"
+refuse "ranks of two saves" "$T/bad"
+fresh fsdp2_ws2; printf '{"FSDP_version": 2, "world_size": 3}' >"$A/fsdp_config.json"
+refuse "fsdp_config.json: world_size 3, but the rank files are of a world of 2" "$T/bad"
+fresh fsdp2_ws2; rm "$A/fsdp_config.json"; mv "$A/model_world_size_2_rank_1.pt" "$A/model_world_size_3_rank_1.pt"
+mv "$A/model_world_size_2_rank_0.pt" "$A/model_world_size_3_rank_0.pt"
+refuse "model_world_size_3_rank_2.pt: missing (rank 2 of 3)" "$T/bad"
+fresh fsdp2_ws2; f="$A/model_world_size_2_rank_1.pt"
+head -c $(($(wc -c <"$f") / 2)) "$f" >"$T/half" && mv "$T/half" "$f"
+refuse "model_world_size_2_rank_1.pt: " "$T/bad"
+fresh fsdp2_ws2; cp "$DATA/fsdp2_ws2/truth.pt" "$A/model_world_size_2_rank_1.pt"
+refuse "model_world_size_2_rank_1.pt: model.embed_tokens.weight: its kind, dtype or global shape disagrees with rank 0's" "$T/bad"
+fresh fsdp2_ws2; echo 7 >"$T/bad/latest_checkpointed_iteration.txt"
+refuse "bad: no directory global_step_7 (the step latest_checkpointed_iteration.txt names)" "$T/bad"
+expect_mount_fail "holds the rank files itself: a tag picks a role directory" \
+	"$DATA/fsdp2_ws2/global_step_2/actor" "$T/mnt" -o tag=critic
+expect_mount_fail "critic: no model_world_size_W_rank_R.pt file in it" \
+	"$DATA/fsdp2_ws2/global_step_2" "$T/mnt" -o tag=critic
+echo "rankdict: OK"
