@@ -9,6 +9,9 @@
 #    its global_step_2 and its actor/ directory mounted; pytorch_model.bin
 #    (torch.load) and model.safetensors compared bit for bit with truth.pt;
 #    config.json passed through; gatherfs-inspect ls and verify.
+#  - in the compat root (torch 2.14, transformers), when present: the
+#    loaders of tests/compat/check_loaders.py, from_pretrained(MNT) logits
+#    equal to the run's reference logits (fsdp2_ws2, fsdp2_ws4_hsdp2x2).
 #  - refusals, one line naming the file: a missing rank, a duplicated rank
 #    (a file copied under another rank's name), ranks of two world sizes,
 #    a truncated file, fsdp_config.json of another world size, a tag on
@@ -70,6 +73,28 @@ PY
 NOCONFIG=1 check_mount "$T/plain" "$DATA/fsdp2_ws1/truth.pt" "$TIE"
 timeout 60 "$INSPECT" ls "$T/plain/actor" 2>"$T/err" >/dev/null || fail "inspect ls plain: $(cat "$T/err")"
 grep -q "(plain tensors), world size 1" "$T/err" || fail "plain: $(cat "$T/err")"
+
+echo "== from_pretrained in the compat root (torch 2.x, transformers)"
+COMPAT_ROOT=${GATHERFS_COMPAT_ROOT:-/var/cache/gatherfs/compat-root}
+if [ "$(id -u)" = 0 ] && [ -x "$COMPAT_ROOT/usr/bin/python3" ]; then
+	for c in fsdp2_ws2 fsdp2_ws4_hsdp2x2; do
+		timeout 120 "$PYTHON3" - "$DATA/$c/truth.pt" "$T/$c.tsv" <<'PY' || fail "$c: expected table"
+import hashlib, json, sys, torch
+with open(sys.argv[2], "w") as f:
+    for k, v in torch.load(sys.argv[1]).items():
+        b = v.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        f.write(f"{k}\t{str(v.dtype).replace('torch.', '')}\t{json.dumps(list(v.shape))}\t{hashlib.sha256(b).hexdigest()}\n")
+PY
+		gfs_mount "$DATA/$c" "$T/mnt" 2>"$T/note" || fail "mount $c: $(cat "$T/note")"
+		COMPAT_BINDS="$top_srcdir $T" timeout 600 "$top_srcdir/tests/compat/compat-run.sh" \
+			"$COMPAT_ROOT" python3 "$top_srcdir/tests/compat/check_loaders.py" "$T/mnt" \
+			"$T/$c.tsv" "$DATA/$c" >"$T/compat.log" 2>&1 || fail "$c: compat loaders: $(grep -v '^ok' "$T/compat.log")"
+		tail -1 "$T/compat.log"
+		gfs_umount "$T/mnt" || fail "unmount"
+	done
+else
+	echo "skipped: no compat root at $COMPAT_ROOT (or not root)"
+fi
 
 echo "== refusals"
 # refuse PATTERN DIR: the mount and gatherfs-inspect both refuse DIR with one line
