@@ -15,7 +15,9 @@
 #  - refusals, one line naming the file: a missing rank, a duplicated rank
 #    (a file copied under another rank's name), ranks of two world sizes,
 #    a truncated file, fsdp_config.json of another world size, a tag on
-#    the rank directory.
+#    the rank directory, and pickles edited in place: placements that
+#    disagree with rank 0's, a Partial placement, overlapping
+#    ShardedTensor shards, a mesh without coordinates, an unknown class.
 . "${top_srcdir:-.}/tests/lib.sh"
 . "$top_srcdir/tests/mount-lib.sh"
 mount_setup
@@ -132,6 +134,23 @@ head -c $(($(wc -c <"$f") / 2)) "$f" >"$T/half" && mv "$T/half" "$f"
 refuse "model_world_size_2_rank_1.pt: " "$T/bad"
 fresh fsdp2_ws2; cp "$DATA/fsdp2_ws2/truth.pt" "$A/model_world_size_2_rank_1.pt"
 refuse "model_world_size_2_rank_1.pt: model.embed_tokens.weight: its kind, dtype or global shape disagrees with rank 0's" "$T/bad"
+# edit FILE OLD NEW: replace bytes in FILE's pickle (tests/tools/edit_rank_pickle.py)
+edit() {
+	timeout 60 "$PYTHON3" "$top_srcdir/tests/tools/edit_rank_pickle.py" "$@" || fail "edit $1"
+}
+fresh fsdp2_ws2; edit "$A/model_world_size_2_rank_1.pt" "b'placement_types\nShard\n'" "b'placement_types\nReplicate\n'"
+refuse "model_world_size_2_rank_1.pt: model.embed_tokens.weight: its placements or mesh disagree with rank 0's" "$T/bad"
+fresh fsdp2_ws2
+for r in 0 1; do
+	edit "$A/model_world_size_2_rank_$r.pt" "b'placement_types\nShard\n'" "b'placement_types\nPartial\n'"
+done
+refuse "model_world_size_2_rank_0.pt: model.embed_tokens.weight: a Partial placement (unreduced values): cannot be gathered" "$T/bad"
+fresh fsdp1_ws2; edit "$A/model_world_size_2_rank_1.pt" "b'M\x00\x01K\x00e'" "b'K\x00K\x00e'"
+refuse "model_world_size_2_rank_1.pt: model.embed_tokens.weight: its shard overlaps that of model_world_size_2_rank_0.pt: the shards do not tile the tensor" "$T/bad"
+fresh fsdp2_ws2; edit "$A/model_world_size_2_rank_1.pt" "b'_coordinate_on_dim'" "b'_coordinate_of_dim'"
+refuse "model_world_size_2_rank_1.pt: model.embed_tokens.weight: a DeviceMesh without its rank's coordinate" "$T/bad"
+fresh fsdp2_ws2; edit "$A/model_world_size_2_rank_1.pt" "b'torch.distributed.tensor\nDTensor\n'" "b'torch.distributed.tensor\nEvilTensor\n'"
+refuse "model_world_size_2_rank_1.pt: model.embed_tokens.weight: EvilTensor, not a tensor, DTensor or ShardedTensor" "$T/bad"
 fresh fsdp2_ws2; echo 7 >"$T/bad/latest_checkpointed_iteration.txt"
 refuse "bad: no directory global_step_7 (the step latest_checkpointed_iteration.txt names)" "$T/bad"
 expect_mount_fail "holds the rank files itself: a tag picks a role directory" \

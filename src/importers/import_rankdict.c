@@ -23,6 +23,7 @@
 #define RD_MAX_PICKLE ((uint64_t)1 << 30)
 #define RD_MAX_CONFIG ((uint64_t)1 << 16)
 #define RD_MAX_PIECES ((uint64_t)1 << 20) /* pieces of one tensor */
+#define RD_MAX_PAIRS 4096 /* parts of a tensor checked pairwise for overlaps by name */
 #define RD_LATEST "latest_checkpointed_iteration.txt"
 #define RD_PREFIX "model_world_size_"
 
@@ -40,6 +41,7 @@ typedef struct rd_view {
 /* One box of a tensor: its bytes, C-contiguous at off of source src. */
 typedef struct rd_part {
 	uint32_t src;
+	uint32_t rank;
 	uint64_t off;
 	int64_t lo[GFS_PV_MAX_DIMS];
 	int64_t n[GFS_PV_MAX_DIMS];
@@ -63,6 +65,7 @@ typedef struct rd_key {
 typedef struct rd_import {
 	gfs_layout *l;
 	const char *dir;
+	char **names;    /* [world]: the rank files */
 	uint32_t world;
 	rd_key *keys;
 	size_t nkeys;
@@ -431,7 +434,8 @@ static gfs_err local_bytes(rd_import *ri, const gfs_tzip *zip, uint32_t src, con
 }
 
 /* add_part(): append a box of key k. */
-static gfs_err add_part(rd_key *k, uint32_t src, uint64_t off, const int64_t *lo, const int64_t *n)
+static gfs_err add_part(rd_key *k, uint32_t r, uint32_t src, uint64_t off, const int64_t *lo,
+		       const int64_t *n)
 {
 	rd_part *p;
 
@@ -440,6 +444,7 @@ static gfs_err add_part(rd_key *k, uint32_t src, uint64_t off, const int64_t *lo
 	p = &k->parts[k->nparts++];
 	memset(p, 0, sizeof(*p));
 	p->src = src;
+	p->rank = r;
 	p->off = off;
 	memcpy(p->lo, lo, k->ndim * sizeof(*lo));
 	memcpy(p->n, n, k->ndim * sizeof(*n));
@@ -615,7 +620,7 @@ static gfs_err read_value(rd_import *ri, uint32_t r, const gfs_tzip *zip, uint32
 			return err;
 		set_view(k, t);
 		err = local_bytes(ri, zip, src, path, k->name, t, k->dtype, n, t->ndim, &off);
-		return err ? err : add_part(k, src, off, lo, n);
+		return err ? err : add_part(k, r, src, off, lo, n);
 	}
 	wc = gfs_pv_wrapper_class(v, NULL);
 	if (wc && strcmp(wc, "DTensor") == 0) {
@@ -650,7 +655,7 @@ static gfs_err read_value(rd_import *ri, uint32_t r, const gfs_tzip *zip, uint32
 			return err;
 		set_view(k, dt.local);
 		err = local_bytes(ri, zip, src, path, k->name, dt.local, k->dtype, n, k->ndim, &off);
-		return err || !keep ? err : add_part(k, src, off, lo, n);
+		return err || !keep ? err : add_part(k, r, src, off, lo, n);
 	}
 	if (wc && strcmp(wc, "ShardedTensor") == 0) {
 		gfs_pv_stensor *st = gfs_calloc(1, sizeof(*st));
@@ -672,7 +677,7 @@ static gfs_err read_value(rd_import *ri, uint32_t r, const gfs_tzip *zip, uint32
 				err = local_bytes(ri, zip, src, path, k->name, ls->t, k->dtype, ls->size,
 						  k->ndim, &off);
 			if (!err)
-				err = add_part(k, src, off, ls->off, ls->size);
+				err = add_part(k, r, src, off, ls->off, ls->size);
 		}
 		free(st);
 		return err;
@@ -834,6 +839,16 @@ static gfs_err add_box(rd_import *ri, const rd_key *k, size_t ti, const rd_part 
 	return GFS_OK;
 }
 
+/* boxes_meet(): do parts a and b of key k share an element? */
+static bool boxes_meet(const rd_key *k, const rd_part *a, const rd_part *b)
+{
+	for (uint32_t d = 0; d < k->ndim; d++)
+		if (a->n[d] == 0 || b->n[d] == 0 || a->lo[d] >= b->lo[d] + b->n[d] ||
+		    b->lo[d] >= a->lo[d] + a->n[d])
+			return false;
+	return true;
+}
+
 /* build(): one tensor (or alias) per key, in rank 0's order. */
 static gfs_err build(rd_import *ri)
 {
@@ -861,6 +876,12 @@ static gfs_err build(rd_import *ri)
 				c *= (uint64_t)k->parts[j].n[d];
 			covered += c;
 		}
+		for (size_t a = 0; k->nparts <= RD_MAX_PAIRS && a < k->nparts; a++)
+			for (size_t b = a + 1; b < k->nparts; b++)
+				if (boxes_meet(k, &k->parts[a], &k->parts[b]))
+					return gfs_fail(GFS_ERR_FORMAT, "%s/%s: %s: its shard overlaps that of %s: the shards do not tile the tensor",
+							ri->dir, ri->names[k->parts[b].rank], k->name,
+							ri->names[k->parts[a].rank]);
 		if (covered != numel)
 			return gfs_fail(GFS_ERR_FORMAT, "%s: %s: the ranks' shards hold %llu of its %llu elements: they do not tile it",
 					ri->dir, k->name, (unsigned long long)covered,
@@ -889,6 +910,7 @@ gfs_err gfs_import_rankdict(const char *dir, const char *tag, gfs_layout **out)
 	if (err)
 		return err;
 	ri.dir = rdir;
+	ri.names = names;
 	err = check_config(rdir, ri.world);
 	if (!err) {
 		ri.coords = gfs_calloc(ri.world, GFS_PV_MAX_MESH * sizeof(*ri.coords));
