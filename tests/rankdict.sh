@@ -9,6 +9,10 @@
 #    its global_step_2 and its actor/ directory mounted; pytorch_model.bin
 #    (torch.load) and model.safetensors compared bit for bit with truth.pt;
 #    config.json passed through; gatherfs-inspect ls and verify.
+#  - optim/ of FSDP2 saves (ws 2 tied, ws 3 untied) equal to truth_optim.pt;
+#    refused with a note, the model still served: FSDP1's optimizer files,
+#    a missing optimizer rank, parameter counts that disagree, a moment
+#    whose global shape disagrees with its TensorMeta.
 #  - in the compat root (torch 2.14, transformers), when present: the
 #    loaders of tests/compat/check_loaders.py, from_pretrained(MNT) logits
 #    equal to the run's reference logits (fsdp2_ws2, fsdp2_ws4_hsdp2x2).
@@ -56,6 +60,44 @@ for c in fsdp2_ws1 fsdp2_ws2 fsdp2_ws3_untied fsdp2_ws4_hsdp2x2 fsdp1_ws2; do
 	timeout 120 "$INSPECT" verify "$root" >"$T/v" 2>&1 || fail "inspect verify $c: $(cat "$T/v")"
 done
 grep -q "FSDP1 ShardedTensor), world size 2" "$T/err" || fail "fsdp1_ws2: $(cat "$T/err")"
+
+echo "== optim/ (FSDP2: states by parameter index, tied pair counted once)"
+for c in fsdp2_ws2 fsdp2_ws3_untied; do
+	gfs_mount "$DATA/$c" "$T/mnt" 2>"$T/note" || fail "mount $c: $(cat "$T/note")"
+	timeout 300 "$PYTHON3" "$top_srcdir/tests/tools/check_rankdict_optim.py" "$T/mnt" \
+		"$DATA/$c/truth_optim.pt" || fail "$c: optim/ differs from truth_optim.pt"
+	gfs_umount "$T/mnt" || fail "unmount"
+	timeout 60 "$INSPECT" ls --optim "$DATA/$c" >"$T/ls" 2>"$T/err" || fail "inspect ls --optim $c: $(cat "$T/err")"
+	[ "$(grep -c "^exp_avg " "$T/ls")" -eq "$(grep -c "^step " "$T/ls")" ] || fail "inspect ls --optim $c: $(cat "$T/ls")"
+done
+# optim_refused DIR PATTERN: DIR mounts, its note says why optim/ is absent, the model is served
+optim_refused() {
+	gfs_mount "$1" "$T/mnt" 2>"$T/note" || fail "mount $1: $(cat "$T/note")"
+	grep -q -- "no optim/: $2" "$T/note" || fail "$1: no note '$2': $(cat "$T/note")"
+	[ -f "$T/mnt/pytorch_model.bin" ] || fail "$1: no pytorch_model.bin"
+	[ -e "$T/mnt/optim/exp_avg.safetensors" ] && fail "$1: optim/ shown"
+	gfs_umount "$T/mnt" || fail "unmount"
+	echo "ok: $(grep "no optim/" "$T/note")"
+}
+rm -rf "$T/o"; cp -r "$DATA/fsdp1_ws2" "$T/o"; chmod -R u+w "$T/o"
+: >"$T/o/global_step_2/actor/optim_world_size_2_rank_0.pt"
+optim_refused "$T/o" "FSDP1's optimizer files hold flat-parameter shards"
+rm -rf "$T/o"; cp -r "$DATA/fsdp2_ws2" "$T/o"; chmod -R u+w "$T/o"
+rm "$T/o/global_step_2/actor/optim_world_size_2_rank_1.pt"
+optim_refused "$T/o" ".*optim_world_size_2_rank_1.pt: missing (rank 1 of 2)"
+rm -rf "$T/o"; cp -r "$DATA/fsdp2_ws3_untied" "$T/o"; chmod -R u+w "$T/o"
+for r in 0 1 2; do
+	cp "$DATA/fsdp2_ws2/global_step_2/actor/optim_world_size_2_rank_0.pt" \
+		"$T/o/global_step_2/actor/optim_world_size_3_rank_$r.pt"
+done
+optim_refused "$T/o" ".*optim_world_size_3_rank_0.pt: the optimizer has 20 parameters, the model 21"
+rm -rf "$T/o"; cp -r "$DATA/fsdp2_ws2" "$T/o"; chmod -R u+w "$T/o"
+for r in 0 1; do
+	timeout 60 "$PYTHON3" "$top_srcdir/tests/tools/edit_rank_pickle.py" \
+		"$T/o/global_step_2/actor/optim_world_size_2_rank_$r.pt" "b'M\x00\x02K@\x86'" "b'M\x00\x02K \x86'" ||
+		fail "edit optim"
+done
+optim_refused "$T/o" ".*optim_world_size_2_rank_0.pt: model.embed_tokens.weight: the DTensor's size disagrees with its TensorMeta's shape"
 
 echo "== config.json passed through"
 gfs_mount "$DATA/fsdp2_ws2" "$T/mnt" 2>"$T/note" || fail "mount: $(cat "$T/note")"

@@ -48,7 +48,8 @@ typedef struct rd_part {
 } rd_part;
 
 typedef struct rd_key {
-	char *name;
+	char *name;     /* the key; of an optimizer state, its parameter's name */
+	char *state;    /* of an optimizer state ("exp_avg", "step"...), else NULL */
 	rd_kind kind;
 	gfs_dtype dtype;
 	uint32_t ndim;
@@ -69,6 +70,10 @@ typedef struct rd_import {
 	uint32_t world;
 	rd_key *keys;
 	size_t nkeys;
+	rd_key *okeys;   /* optimizer states, in the rank 0 file's order */
+	size_t nokeys, cap_okeys;
+	const char **params; /* [nparams]: the i-th unique parameter (model keys not tied) */
+	size_t nparams;
 	int64_t *coords; /* [world * GFS_PV_MAX_MESH]: each rank's mesh coordinate */
 	bool *has_coord;
 	uint32_t mesh_ndim;
@@ -849,12 +854,56 @@ static bool boxes_meet(const rd_key *k, const rd_part *a, const rd_part *b)
 	return true;
 }
 
+/*
+ * check_tiles(): the parts of key k tile it: no two share an element
+ * (checked pair by pair up to RD_MAX_PAIRS parts, naming the files; beyond,
+ * by the layout) and together they hold all its elements.
+ */
+static gfs_err check_tiles(const rd_import *ri, const rd_key *k)
+{
+	uint64_t numel = 1, covered = 0;
+	char fa[96], fb[96], what[512];
+
+	snprintf(what, sizeof(what), "%s%s%s", k->state ? k->state : "", k->state ? " of " : "",
+		 k->name);
+	for (uint32_t d = 0; d < k->ndim; d++)
+		if (!gfs_mul_u64(numel, (uint64_t)k->shape[d], &numel))
+			return gfs_fail(GFS_ERR_FORMAT, "%s: %s: size overflows", ri->dir, what);
+	for (size_t a = 0; k->nparts <= RD_MAX_PAIRS && a < k->nparts; a++)
+		for (size_t b = a + 1; b < k->nparts; b++) {
+			const uint32_t ra = k->parts[a].rank, rb = k->parts[b].rank;
+
+			if (!boxes_meet(k, &k->parts[a], &k->parts[b]))
+				continue;
+			if (k->state) {
+				snprintf(fa, sizeof(fa), "optim_world_size_%u_rank_%u.pt", ri->world, ra);
+				snprintf(fb, sizeof(fb), "optim_world_size_%u_rank_%u.pt", ri->world, rb);
+			} else {
+				snprintf(fa, sizeof(fa), "%s", ri->names[ra]);
+				snprintf(fb, sizeof(fb), "%s", ri->names[rb]);
+			}
+			return gfs_fail(GFS_ERR_FORMAT, "%s/%s: %s: its shard overlaps that of %s: the shards do not tile the tensor",
+					ri->dir, fb, what, fa);
+		}
+	for (size_t j = 0; j < k->nparts; j++) {
+		uint64_t c = 1;
+
+		for (uint32_t d = 0; d < k->ndim; d++)
+			c *= (uint64_t)k->parts[j].n[d];
+		covered += c;
+	}
+	if (covered != numel)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: %s: the ranks' shards hold %llu of its %llu elements: they do not tile it",
+				ri->dir, what, (unsigned long long)covered, (unsigned long long)numel);
+	return GFS_OK;
+}
+
 /* build(): one tensor (or alias) per key, in rank 0's order. */
 static gfs_err build(rd_import *ri)
 {
 	for (size_t i = 0; i < ri->nkeys; i++) {
 		const rd_key *k = &ri->keys[i];
-		uint64_t shape[GFS_MAX_DIMS], numel = 1, covered = 0;
+		uint64_t shape[GFS_MAX_DIMS];
 		size_t ti;
 		gfs_err err;
 
@@ -864,28 +913,11 @@ static gfs_err build(rd_import *ri)
 				return err;
 			continue;
 		}
-		for (uint32_t d = 0; d < k->ndim; d++) {
+		for (uint32_t d = 0; d < k->ndim; d++)
 			shape[d] = (uint64_t)k->shape[d];
-			if (!gfs_mul_u64(numel, shape[d], &numel))
-				return gfs_fail(GFS_ERR_FORMAT, "%s: %s: size overflows", ri->dir, k->name);
-		}
-		for (size_t j = 0; j < k->nparts; j++) {
-			uint64_t c = 1;
-
-			for (uint32_t d = 0; d < k->ndim; d++)
-				c *= (uint64_t)k->parts[j].n[d];
-			covered += c;
-		}
-		for (size_t a = 0; k->nparts <= RD_MAX_PAIRS && a < k->nparts; a++)
-			for (size_t b = a + 1; b < k->nparts; b++)
-				if (boxes_meet(k, &k->parts[a], &k->parts[b]))
-					return gfs_fail(GFS_ERR_FORMAT, "%s/%s: %s: its shard overlaps that of %s: the shards do not tile the tensor",
-							ri->dir, ri->names[k->parts[b].rank], k->name,
-							ri->names[k->parts[a].rank]);
-		if (covered != numel)
-			return gfs_fail(GFS_ERR_FORMAT, "%s: %s: the ranks' shards hold %llu of its %llu elements: they do not tile it",
-					ri->dir, k->name, (unsigned long long)covered,
-					(unsigned long long)numel);
+		err = check_tiles(ri, k);
+		if (err)
+			return err;
 		err = gfs_layout_add_tensor(ri->l, k->name, k->dtype, k->ndim, shape, &ti);
 		for (size_t j = 0; !err && j < k->nparts; j++)
 			err = add_box(ri, k, ti, &k->parts[j]);
@@ -895,10 +927,216 @@ static gfs_err build(rd_import *ri)
 	return GFS_OK;
 }
 
+/* param_of(): the name of optimizer parameter index v (an INT) of rank 0's file, or NULL. */
+static const char *param_of(const rd_import *ri, const gfs_pv *names, const gfs_pv *v)
+{
+	int64_t i;
+
+	if (!gfs_pv_int(v, &i) || i < 0 || (uint64_t)i >= ri->nparams)
+		return NULL;
+	if (names)
+		return gfs_pv_name(gfs_pv_seq_at(names, (size_t)i));
+	return ri->params[i];
+}
+
+/*
+ * optim_names(): the parameter names of the optimizer's param_groups, in
+ * index order (`param_names` where the groups hold them), as a LIST into
+ * *names, or NULL to use the model's unique parameters; checks that the
+ * groups list every index 0..nparams-1 once.
+ */
+static gfs_err optim_groups(const rd_import *ri, const char *path, const gfs_pv *groups,
+			    const gfs_pv **names)
+{
+	size_t total = 0;
+
+	*names = NULL;
+	if (!groups || groups->kind != GFS_PV_LIST)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: no param_groups list: not an optimizer state dict", path);
+	for (size_t g = 0; g < groups->u.seq.len; g++) {
+		const gfs_pv *pg = groups->u.seq.items[g];
+		const gfs_pv *ps = gfs_pv_dict_get(pg, "params");
+		int64_t v;
+
+		if (!ps || ps->kind != GFS_PV_LIST)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: param group %zu has no params list", path, g);
+		for (size_t j = 0; j < ps->u.seq.len; j++)
+			if (!gfs_pv_int(ps->u.seq.items[j], &v) || v != (int64_t)(total + j))
+				return gfs_fail(GFS_ERR_FORMAT, "%s: param group %zu: parameter %zu is not index %zu",
+						path, g, j, total + j);
+		total += ps->u.seq.len;
+	}
+	if (total != ri->nparams)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: the optimizer has %zu parameters, the model %zu (its keys not tied): they cannot be matched",
+				path, total, ri->nparams);
+	return GFS_OK;
+}
+
+/* find_okey(): the optimizer state (name, state) read from rank 0, or NULL. */
+static rd_key *find_okey(rd_import *ri, size_t hint, const char *name, const char *state)
+{
+	if (hint < ri->nokeys && strcmp(ri->okeys[hint].name, name) == 0 &&
+	    strcmp(ri->okeys[hint].state, state) == 0)
+		return &ri->okeys[hint];
+	return NULL;
+}
+
+/* read_optim_rank(): rank r's optimizer file: its states placed as model keys are. */
+static gfs_err read_optim_rank(rd_import *ri, uint32_t r, const char *name)
+{
+	char path[PATH_MAX];
+	gfs_tzip *zip = NULL;
+	gfs_pickle *pk = NULL;
+	const gfs_pv *root, *state, *names = NULL;
+	uint64_t size = 0;
+	uint32_t src;
+	size_t n = 0;
+	int fd = -1;
+	gfs_err err;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", ri->dir, name) >= sizeof(path))
+		return gfs_fail(GFS_ERR_INVAL, "%s: path too long", ri->dir);
+	err = open_file(path, &fd, &size, &zip, &pk);
+	if (err == GFS_ERR_NOTFOUND)
+		err = gfs_fail(GFS_ERR_FORMAT, "%s: missing (rank %u of %u)", path, r, ri->world);
+	if (!err)
+		err = gfs_layout_add_source(ri->l, name, size, &src);
+	if (err)
+		goto out;
+	root = gfs_pickle_root(pk);
+	state = gfs_pv_dict_get(root, "state");
+	err = optim_groups(ri, path, gfs_pv_dict_get(root, "param_groups"), &names);
+	if (!err && (!state || state->kind != GFS_PV_DICT))
+		err = gfs_fail(GFS_ERR_FORMAT, "%s: no state dict: not an optimizer state dict", path);
+	for (size_t i = 0; !err && i < state->u.dict.len; i++) {
+		const gfs_pv_item *it = &state->u.dict.items[i];
+		const char *param = param_of(ri, names, it->key);
+		const gfs_pv *sd = it->value;
+
+		if (!param) {
+			err = gfs_fail(GFS_ERR_FORMAT, "%s: state %zu: its key is no parameter index below %zu",
+				       path, i, ri->nparams);
+			break;
+		}
+		if (!sd || sd->kind != GFS_PV_DICT) {
+			err = gfs_fail(GFS_ERR_FORMAT, "%s: state of %s is no dict", path, param);
+			break;
+		}
+		for (size_t j = 0; !err && j < sd->u.dict.len; j++) {
+			const char *sname = gfs_pv_name(sd->u.dict.items[j].key);
+			rd_key *k;
+
+			if (!sname) {
+				err = gfs_pv_name_fail(path, "state name", j, sd->u.dict.items[j].key);
+				break;
+			}
+			if (r == 0) {
+				if (!gfs_grow((void **)&ri->okeys, &ri->cap_okeys, ri->nokeys,
+					      sizeof(*ri->okeys), 16)) {
+					err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+					break;
+				}
+				k = &ri->okeys[ri->nokeys++];
+				memset(k, 0, sizeof(*k));
+				k->tied = -1;
+				k->name = gfs_strdup(param);
+				k->state = gfs_strdup(sname);
+				if (!k->name || !k->state) {
+					err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+					break;
+				}
+			} else if (!(k = find_okey(ri, n, param, sname))) {
+				err = gfs_fail(GFS_ERR_FORMAT, "%s: state %s of %s: not rank 0's state %zu",
+					       path, sname, param, n);
+				break;
+			}
+			n++;
+			err = read_value(ri, r, zip, src, path, k, sd->u.dict.items[j].value);
+		}
+	}
+	if (!err && n != ri->nokeys)
+		err = gfs_fail(GFS_ERR_FORMAT, "%s: %zu optimizer states, rank 0's file %zu", path, n,
+			       ri->nokeys);
+out:
+	close_file(fd, zip, pk);
+	return err;
+}
+
+/*
+ * read_optim(): the optimizer files optim_world_size_W_rank_R.pt of every
+ * rank, each state's global shape checked against its parameter's (a 0-d
+ * state, "step", is taken from rank 0).  GFS_ERR_NOTFOUND without rank 0's
+ * file; a missing file of another rank is GFS_ERR_FORMAT.
+ */
+static gfs_err read_optim(rd_import *ri)
+{
+	char name[96], path[PATH_MAX];
+	size_t np = 0;
+	gfs_err err = GFS_OK;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/optim_world_size_%u_rank_0.pt", ri->dir,
+			     ri->world) >= sizeof(path))
+		return gfs_fail(GFS_ERR_INVAL, "%s: path too long", ri->dir);
+	if (access(path, F_OK) != 0)
+		return gfs_fail(GFS_ERR_NOTFOUND, "no optim_world_size_%u_rank_0.pt", ri->world);
+	if (ri->any_stensor)
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"FSDP1's optimizer files hold flat-parameter shards, which cannot be mapped to parameter names from the files alone");
+	ri->params = gfs_calloc(ri->nkeys ? ri->nkeys : 1, sizeof(*ri->params));
+	if (!ri->params)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t i = 0; i < ri->nkeys; i++)
+		if (ri->keys[i].tied < 0)
+			ri->params[np++] = ri->keys[i].name;
+	ri->nparams = np;
+	for (uint32_t r = 0; r < ri->world && !err; r++) {
+		snprintf(name, sizeof(name), "optim_world_size_%u_rank_%u.pt", ri->world, r);
+		err = read_optim_rank(ri, r, name);
+	}
+	for (size_t i = 0; !err && i < ri->nokeys; i++) {
+		const rd_key *k = &ri->okeys[i];
+		const rd_key *t = NULL;
+		bool same;
+
+		for (size_t j = 0; !t && j < ri->nkeys; j++)
+			if (strcmp(ri->keys[j].name, k->name) == 0)
+				t = &ri->keys[j];
+		same = t && k->ndim == t->ndim &&
+		       memcmp(k->shape, t->shape, k->ndim * sizeof(*k->shape)) == 0;
+		if (!err)
+			err = check_tiles(ri, k);
+		if (!err && k->ndim > 0 && !same)
+			err = gfs_fail(GFS_ERR_FORMAT, "%s/optim_world_size_%u_rank_0.pt: state %s of %s: its shape is not its parameter's",
+				       ri->dir, ri->world, k->state, k->name);
+	}
+	return err;
+}
+
+/* add_optim(): the optimizer states read by read_optim() as layout entries. */
+static gfs_err add_optim(rd_import *ri)
+{
+	for (size_t i = 0; i < ri->nokeys; i++) {
+		const rd_key *k = &ri->okeys[i];
+		uint64_t shape[GFS_MAX_DIMS];
+		size_t ti;
+		gfs_err err;
+
+		for (uint32_t d = 0; d < k->ndim; d++)
+			shape[d] = (uint64_t)k->shape[d];
+		err = gfs_layout_add_state(ri->l, k->state, k->name, k->dtype, k->ndim, shape, &ti);
+		for (size_t j = 0; !err && j < k->nparts; j++)
+			err = add_box(ri, k, ti, &k->parts[j]);
+		if (err)
+			return err;
+	}
+	ri->l->optim.world_size = ri->world;
+	return GFS_OK;
+}
+
 gfs_err gfs_import_rankdict(const char *dir, const char *tag, gfs_layout **out)
 {
 	rd_import ri = { 0 };
-	char rdir[PATH_MAX], info[256], note[PATH_MAX + 128];
+	char rdir[PATH_MAX], info[256], note[PATH_MAX + 1200], onote[1024] = "";
 	char **names = NULL;
 	bool via_latest;
 	gfs_err err;
@@ -924,6 +1162,16 @@ gfs_err gfs_import_rankdict(const char *dir, const char *tag, gfs_layout **out)
 		err = read_rank(&ri, r, names[r]);
 	if (!err)
 		err = build(&ri);
+	if (!err) {
+		const gfs_err oerr = read_optim(&ri);
+
+		if (!oerr)
+			err = add_optim(&ri);
+		else if (oerr == GFS_ERR_NOMEM)
+			err = oerr;
+		else if (oerr != GFS_ERR_NOTFOUND)
+			snprintf(onote, sizeof(onote), "no optim/: %s", gfs_errmsg());
+	}
 	if (!err && is_dir(rdir, "huggingface")) {
 		char *hf = gfs_path_join(rdir, "huggingface");
 
@@ -937,8 +1185,10 @@ gfs_err gfs_import_rankdict(const char *dir, const char *tag, gfs_layout **out)
 			 ri.world);
 		err = gfs_layout_set_info(ri.l, info);
 	}
-	if (!err && (via_latest || strcmp(rdir, dir) != 0)) {
-		snprintf(note, sizeof(note), "read %s", rdir);
+	if (!err && (via_latest || strcmp(rdir, dir) != 0 || onote[0])) {
+		snprintf(note, sizeof(note), "%s%s%s%s", via_latest || strcmp(rdir, dir) != 0 ? "read " : "",
+			 via_latest || strcmp(rdir, dir) != 0 ? rdir : "",
+			 onote[0] && (via_latest || strcmp(rdir, dir) != 0) ? "; " : "", onote);
 		err = gfs_layout_set_note(ri.l, note);
 	}
 	if (!err)
@@ -950,7 +1200,14 @@ gfs_err gfs_import_rankdict(const char *dir, const char *tag, gfs_layout **out)
 		free(ri.keys[i].name);
 		free(ri.keys[i].parts);
 	}
+	for (size_t i = 0; i < ri.nokeys; i++) {
+		free(ri.okeys[i].name);
+		free(ri.okeys[i].state);
+		free(ri.okeys[i].parts);
+	}
 	free(ri.keys);
+	free(ri.okeys);
+	free(ri.params);
 	free(ri.coords);
 	free(ri.has_coord);
 	if (err) {
