@@ -5,7 +5,8 @@
 #  - FSDP2 DTensors at world sizes 1, 2 (tied embeddings), 3 (uneven
 #    Shard(0), untied) and 4 (a 2 x 2 HSDP mesh: Replicate, Shard(0)),
 #    FSDP1 ShardedTensors at world size 2, and a 1-rank save of plain
-#    tensors (made here from the truth, tied by storage): the verl root,
+#    tensors (made here from the truth, tied by storage, with an optimizer
+#    state naming its parameters by param_names): the verl root,
 #    its global_step_2 and its actor/ directory mounted; pytorch_model.bin
 #    (torch.load) and model.safetensors compared bit for bit with truth.pt;
 #    config.json passed through; gatherfs-inspect ls and verify.
@@ -107,14 +108,25 @@ gfs_umount "$T/mnt" || fail "unmount"
 
 echo "== a 1-rank save of plain tensors (tied by storage)"
 mkdir -p "$T/plain/actor"
-timeout 120 "$PYTHON3" - "$DATA/fsdp2_ws1/truth.pt" "$T/plain/actor/model_world_size_1_rank_0.pt" <<'PY' ||
+# its optimizer state names its parameters (param_names, in reverse order)
+timeout 120 "$PYTHON3" - "$DATA/fsdp2_ws1/truth.pt" "$T/plain/actor" "$T/plain-optim.pt" <<'PY' ||
 import sys, torch
 sd = torch.load(sys.argv[1])
 sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
-torch.save(sd, sys.argv[2])
+torch.save(sd, sys.argv[2] + "/model_world_size_1_rank_0.pt")
+names = [k for k in sd if k != "lm_head.weight"][::-1]
+state = {i: {"step": torch.tensor(3.0), "exp_avg": sd[n] * 2} for i, n in enumerate(names)}
+groups = [{"lr": 0.1, "params": list(range(5)), "param_names": names[:5]},
+          {"lr": 0.2, "params": list(range(5, len(names))), "param_names": names[5:]}]
+torch.save({"state": state, "param_groups": groups}, sys.argv[2] + "/optim_world_size_1_rank_0.pt")
+torch.save({"state": {n: state[i] for i, n in enumerate(names)}}, sys.argv[3])
 PY
 	fail "make the plain save"
 NOCONFIG=1 check_mount "$T/plain" "$DATA/fsdp2_ws1/truth.pt" "$TIE"
+gfs_mount "$T/plain" "$T/mnt" 2>"$T/note" || fail "mount plain: $(cat "$T/note")"
+timeout 300 "$PYTHON3" "$top_srcdir/tests/tools/check_rankdict_optim.py" "$T/mnt" "$T/plain-optim.pt" ||
+	fail "plain: optim/ by param_names"
+gfs_umount "$T/mnt" || fail "unmount"
 timeout 60 "$INSPECT" ls "$T/plain/actor" 2>"$T/err" >/dev/null || fail "inspect ls plain: $(cat "$T/err")"
 grep -q "(plain tensors), world size 1" "$T/err" || fail "plain: $(cat "$T/err")"
 

@@ -927,28 +927,37 @@ static gfs_err build(rd_import *ri)
 	return GFS_OK;
 }
 
-/* param_of(): the name of optimizer parameter index v (an INT) of rank 0's file, or NULL. */
-static const char *param_of(const rd_import *ri, const gfs_pv *names, const gfs_pv *v)
+/* param_of(): the name of optimizer parameter index v (an INT), or NULL. */
+static const char *param_of(const rd_import *ri, const char **names, const gfs_pv *v)
 {
 	int64_t i;
 
 	if (!gfs_pv_int(v, &i) || i < 0 || (uint64_t)i >= ri->nparams)
 		return NULL;
-	if (names)
-		return gfs_pv_name(gfs_pv_seq_at(names, (size_t)i));
-	return ri->params[i];
+	return names ? names[i] : ri->params[i];
+}
+
+/* is_param(): is name one of the model's untied keys? */
+static bool is_param(const rd_import *ri, const char *name)
+{
+	for (size_t i = 0; i < ri->nparams; i++)
+		if (strcmp(ri->params[i], name) == 0)
+			return true;
+	return false;
 }
 
 /*
- * optim_names(): the parameter names of the optimizer's param_groups, in
- * index order (`param_names` where the groups hold them), as a LIST into
- * *names, or NULL to use the model's unique parameters; checks that the
- * groups list every index 0..nparams-1 once.
+ * optim_groups(): check that the optimizer's param_groups list every index
+ * 0..nparams-1 once, in order; where every group holds `param_names` (one
+ * name of an untied model key per index), *names is [nparams] of them
+ * (strings of the pickle; the caller frees the array), else NULL (the
+ * model's unique parameters in order name the indices).
  */
 static gfs_err optim_groups(const rd_import *ri, const char *path, const gfs_pv *groups,
-			    const gfs_pv **names)
+			    const char ***names)
 {
-	size_t total = 0;
+	size_t total = 0, nnamed = 0;
+	const char **nm;
 
 	*names = NULL;
 	if (!groups || groups->kind != GFS_PV_LIST)
@@ -965,10 +974,39 @@ static gfs_err optim_groups(const rd_import *ri, const char *path, const gfs_pv 
 				return gfs_fail(GFS_ERR_FORMAT, "%s: param group %zu: parameter %zu is not index %zu",
 						path, g, j, total + j);
 		total += ps->u.seq.len;
+		nnamed += gfs_pv_dict_get(pg, "param_names") ? 1 : 0;
 	}
 	if (total != ri->nparams)
 		return gfs_fail(GFS_ERR_FORMAT, "%s: the optimizer has %zu parameters, the model %zu (its keys not tied): they cannot be matched",
 				path, total, ri->nparams);
+	if (nnamed == 0 || total == 0)
+		return GFS_OK;
+	if (nnamed != groups->u.seq.len)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: only some param groups hold param_names", path);
+	nm = gfs_calloc(total, sizeof(*nm));
+	if (!nm)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	total = 0;
+	for (size_t g = 0; g < groups->u.seq.len; g++) {
+		const gfs_pv *pg = groups->u.seq.items[g];
+		const gfs_pv *pn = gfs_pv_dict_get(pg, "param_names");
+		const size_t n = gfs_pv_seq_len(gfs_pv_dict_get(pg, "params"));
+
+		if (!pn || pn->kind != GFS_PV_LIST || pn->u.seq.len != n) {
+			free(nm);
+			return gfs_fail(GFS_ERR_FORMAT, "%s: param group %zu: its param_names are no list of one name per parameter",
+					path, g);
+		}
+		for (size_t j = 0; j < n; j++, total++) {
+			nm[total] = gfs_pv_name(pn->u.seq.items[j]);
+			if (!nm[total] || !is_param(ri, nm[total])) {
+				free(nm);
+				return gfs_fail(GFS_ERR_FORMAT, "%s: param group %zu: param_names[%zu] is no untied key of the model",
+						path, g, j);
+			}
+		}
+	}
+	*names = nm;
 	return GFS_OK;
 }
 
@@ -987,7 +1025,8 @@ static gfs_err read_optim_rank(rd_import *ri, uint32_t r, const char *name)
 	char path[PATH_MAX];
 	gfs_tzip *zip = NULL;
 	gfs_pickle *pk = NULL;
-	const gfs_pv *root, *state, *names = NULL;
+	const gfs_pv *root, *state;
+	const char **names = NULL;
 	uint64_t size = 0;
 	uint32_t src;
 	size_t n = 0;
@@ -1058,6 +1097,7 @@ static gfs_err read_optim_rank(rd_import *ri, uint32_t r, const char *name)
 		err = gfs_fail(GFS_ERR_FORMAT, "%s: %zu optimizer states, rank 0's file %zu", path, n,
 			       ri->nokeys);
 out:
+	free(names);
 	close_file(fd, zip, pk);
 	return err;
 }
