@@ -466,8 +466,10 @@ static void set_view(rd_key *k, const gfs_pv_tensor *t)
 	snprintf(k->view.key, sizeof(k->view.key), "%s", t->storage.key);
 	k->view.offset = t->offset;
 	k->view.ndim = t->ndim;
-	memcpy(k->view.size, t->size, t->ndim * sizeof(*t->size));
-	memcpy(k->view.stride, t->stride, t->ndim * sizeof(*t->stride));
+	for (uint32_t d = 0; d < t->ndim; d++) {
+		k->view.size[d] = t->size[d];
+		k->view.stride[d] = t->stride[d];
+	}
 }
 
 static bool same_view(const rd_view *a, const rd_view *b)
