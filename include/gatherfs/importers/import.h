@@ -42,7 +42,7 @@ typedef struct gfs_import_opts {
  *     names, imported as the directory it is.
  * opts->format forces one of them ("layout", "dcp", "deepspeed", "plain",
  * "zero3", "megatron", "rankdict"); an unknown name is GFS_ERR_INVAL.  opts->tag applies to
- * DeepSpeed, Megatron and zero3 saves and cache repositories only, opts->prefix to DCP and plain files only
+ * DeepSpeed, Megatron, zero3 and per-rank saves and cache repositories only, opts->prefix to DCP and plain files only
  * (GFS_ERR_INVAL otherwise).
  * opts may be NULL.
  * @return GFS_OK and a finished layout in *out.
