@@ -2957,7 +2957,7 @@ gfs_err gfs_pv_read_dtensor(const gfs_pv *v, const char *what, gfs_pv_dtensor *o
 		return gfs_fail(GFS_ERR_FORMAT, "%s: a DTensor whose _spec is %s, not a DTensorSpec",
 				what, obj_class(spec));
 	meta = obj_field(spec, "tensor_meta");
-	if (meta) {
+	if (meta && meta->kind != GFS_PV_NONE) {
 		const gfs_pv *ma = meta->kind == GFS_PV_OBJECT ? meta->u.obj.args : NULL;
 
 		if (!is_obj(meta, spec_mods, "TensorMeta") || !ma || ma->u.seq.len < 1 ||

@@ -762,6 +762,79 @@ static void test_state_dict_metadata(void)
 	free(buf);
 }
 
+/*
+ * Distributed tensors: a real FSDP2 HSDP rank file of torch 2.14
+ * (dtensor_hsdp_rank3.pkl: mesh (2, 2) as _MeshLayout axes, rank 3 at
+ * (1, 1), (Replicate(), Shard(0))), a real FSDP1 ShardedTensor file
+ * (stensor_fsdp1_rank1.pkl), and stand-ins laid out as torch <= 2.8 lays
+ * them out (dtensor_old.pkl, tests/tools/make_dtensor_pickle.py).
+ */
+static void test_dtensors(void)
+{
+	size_t len = 0;
+	char *buf = read_file("dtensor_hsdp_rank3.pkl", &len);
+	gfs_pickle *p = buf ? load((const uint8_t *)buf, len) : NULL;
+	const gfs_pv *r = gfs_pickle_root(p);
+	const gfs_pv *e = gfs_pv_dict_get(r, "model.embed_tokens.weight");
+	const int64_t g[] = { 512, 64 }, l2[] = { 256, 64 }, m22[] = { 2, 2 }, c11[] = { 1, 1 };
+	gfs_pv_dtensor dt;
+	gfs_pv_stensor *st = calloc(1, sizeof(*st));
+	const char *mod = NULL;
+
+	check(gfs_pv_wrapper_class(e, &mod) && strcmp(gfs_pv_wrapper_class(e, NULL), "DTensor") == 0 &&
+	      strcmp(mod, "torch.distributed.tensor") == 0, "DTensor: a wrapper subclass named DTensor");
+	check(gfs_pv_read_dtensor(e, "t", &dt) == GFS_OK, "DTensor (torch 2.14, HSDP) reads");
+	check(strcmp(dt.dtype, "float32") == 0 && dims_are(dt.shape, dt.ndim, g, 2) &&
+	      dims_are(dt.local->size, dt.local->ndim, l2, 2) && dims_are(dt.mesh, dt.mesh_ndim, m22, 2) &&
+	      dims_are(dt.coord, dt.mesh_ndim, c11, 2) && dt.rank == 3,
+	      "DTensor: dtype, global and local shapes, mesh (2, 2), coordinate (1, 1), rank 3");
+	check(dt.pl[0].kind == GFS_PL_REPLICATE && dt.pl[1].kind == GFS_PL_SHARD && dt.pl[1].dim == 0,
+	      "DTensor: placements (Replicate(), Shard(0))");
+	check(gfs_pv_read_stensor(e, "t", st) == GFS_ERR_FORMAT && strstr(gfs_errmsg(), "t: not a ShardedTensor"),
+	      "a DTensor is no ShardedTensor");
+	gfs_pickle_free(p);
+	free(buf);
+
+	buf = read_file("dtensor_old.pkl", &len);
+	p = buf ? load((const uint8_t *)buf, len) : NULL;
+	r = gfs_pickle_root(p);
+	{
+		const int64_t w[] = { 6, 4 }, wl[] = { 3, 4 }, c10[] = { 1, 0 };
+
+		check(gfs_pv_read_dtensor(gfs_pv_dict_get(r, "w"), "w", &dt) == GFS_OK,
+		      "DTensor (torch <= 2.8 layout) reads");
+		check(dims_are(dt.shape, dt.ndim, w, 2) && dims_are(dt.local->size, dt.local->ndim, wl, 2) &&
+		      dims_are(dt.mesh, dt.mesh_ndim, m22, 2) && dims_are(dt.coord, 2, c10, 2) &&
+		      dt.rank == -1, "DTensor: mesh shape from its mesh tensor, coordinate from a list, no rank");
+		check(dt.pl[0].kind == GFS_PL_REPLICATE && dt.pl[1].kind == GFS_PL_STRIDED &&
+		      dt.pl[1].dim == 0 && dt.pl[1].split_factor == 2, "DTensor: a _StridedShard(0, 2) placement");
+		check(gfs_pv_read_dtensor(gfs_pv_dict_get(r, "b"), "b", &dt) == GFS_OK &&
+		      dt.pl[0].kind == GFS_PL_SHARD && dt.pl[0].dim == 0 && dt.ndim == 1 && dt.shape[0] == 5,
+		      "DTensor: Shard(0) with its dim as an argument, no TensorMeta");
+	}
+	check(gfs_pv_read_dtensor(r, "root", &dt) == GFS_ERR_FORMAT && strstr(gfs_errmsg(), "root: not a DTensor"),
+	      "a dict is no DTensor");
+	gfs_pickle_free(p);
+	free(buf);
+
+	buf = read_file("stensor_fsdp1_rank1.pkl", &len);
+	p = buf ? load((const uint8_t *)buf, len) : NULL;
+	r = gfs_pickle_root(p);
+	{
+		const int64_t off[] = { 256, 0 }, sz[] = { 256, 64 };
+
+		check(st && gfs_pv_read_stensor(gfs_pv_dict_get(r, "model.embed_tokens.weight"), "t", st) == GFS_OK,
+		      "ShardedTensor (FSDP1) reads");
+		check(st && dims_are(st->shape, st->ndim, g, 2) && st->nlocal == 1 &&
+		      dims_are(st->local[0].off, 2, off, 2) && dims_are(st->local[0].size, 2, sz, 2) &&
+		      st->local[0].rank == 1 && dims_are(st->local[0].t->size, 2, sz, 2),
+		      "ShardedTensor: global shape, one local shard at (256, 0) of (256, 64) on rank 1");
+	}
+	gfs_pickle_free(p);
+	free(buf);
+	free(st);
+}
+
 static void test_enums(void)
 {
 	gfs_pickle *p = load(PK("\x80\x02" "cdeepspeed.runtime.zero.config\nZeroStageEnum\nq\x00K\x02\x85q\x01Rq\x02."));
@@ -1596,6 +1669,7 @@ int main(void)
 	test_torch_save("torch_save_p2.pkl");
 	test_torch_save("torch_save_p4.pkl");
 	test_state_dict_metadata();
+	test_dtensors();
 	test_enums();
 	test_specials();
 	test_tensors();

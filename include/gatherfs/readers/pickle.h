@@ -250,7 +250,7 @@ const char *gfs_pv_kind_name(gfs_pv_kind kind);
  *   DTensor            torch.distributed.tensor.DTensor (also ._api,
  *                      torch.distributed._tensor.DTensor, ._tensor.api)
  *   DTensorSpec        ..._dtensor_spec.DTensorSpec: mesh, placements,
- *                      tensor_meta (TensorMeta(shape, stride, dtype))
+ *                      tensor_meta (TensorMeta(shape, stride, dtype), or None)
  *   DeviceMesh         torch.distributed.device_mesh.DeviceMesh (or
  *                      ._device_mesh): its shape from `mesh` (a tensor,
  *                      torch <= 2.8) or `_layout` (_MeshLayout of
