@@ -634,7 +634,7 @@ static gfs_err add_virt(gfs_fs *fs, const char *name, const gfs_vfile *vf, bool 
 	return GFS_OK;
 }
 
-/* add_text(): a root file holding text, with attributes attr. */
+/* add_text(): a root file holding text (a newline added unless it ends in one), with attributes attr. */
 static gfs_err add_text(gfs_fs *fs, const char *name, const char *text, fs_attr attr)
 {
 	gfs_vfile *vf = NULL;
@@ -642,7 +642,7 @@ static gfs_err add_text(gfs_fs *fs, const char *name, const char *text, fs_attr 
 
 	if (!err)
 		err = add_str(vf, text);
-	if (!err)
+	if (!err && (!text[0] || text[strlen(text) - 1] != '\n'))
 		err = gfs_vfile_add_mem(vf, "\n", 1);
 	if (!err)
 		err = add_virt(fs, name, vf, false, attr);

@@ -70,6 +70,7 @@ typedef struct mg_import {
 	size_t ntmpls;
 	int64_t tp, pp, ep, nexperts;
 	bool gated;
+	bool tied;        /* the last stage's output_layer.weight is a copy of the embedding */
 } mg_import;
 
 /* mg_args: the parallel layout a file's args give. */
@@ -444,7 +445,8 @@ static gfs_err read_file(mg_import *mg, const mg_args *a, int64_t tp, int64_t pp
 			err = gfs_fail(GFS_ERR_FORMAT, "%s: model key %zu is not a plain string", path, i);
 			break;
 		}
-		if (ends_with(key, "._extra_state") || strcmp(key, "_extra_state") == 0)
+		if (ends_with(key, "._extra_state") || strcmp(key, "_extra_state") == 0 ||
+		    (mg->tied && strcmp(key, "output_layer.weight") == 0))
 			continue;
 		if (!it->value || it->value->kind != GFS_PV_TENSOR) {
 			const char *k = it->value ? gfs_pv_kind_name(it->value->kind) : "nothing";
@@ -863,6 +865,7 @@ static gfs_err import_legacy(const char *idir, gfs_arch *arch, char *src, gfs_la
 	mg.ep = a.ep;
 	mg.nexperts = a.nexperts;
 	mg.gated = a.gated;
+	mg.tied = arch->tied;
 	err = gfs_layout_new("megatron", idir, &mg.l);
 	for (int64_t p = 0; p < a.pp && !err; p++)
 		for (int64_t e = 0; e < a.ep && !err; e++)

@@ -212,9 +212,10 @@ static gfs_err arg_dim(const gfs_pv *args, const char *src, const char *name, in
 		*out = dflt;
 		return GFS_OK;
 	}
-	if (!v || !gfs_pv_int(v, out) || *out <= 0 || *out > NM_MAX_DIM)
-		return gfs_fail(GFS_ERR_FORMAT, "%s: args.%s is %s, not a positive integer", src, name,
-				v ? "out of range" : "missing");
+	if (!v)
+		return gfs_fail(GFS_ERR_NOTFOUND, "no args.%s", name);
+	if (!gfs_pv_int(v, out) || *out <= 0 || *out > NM_MAX_DIM)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: args.%s is not a positive integer", src, name);
 	return GFS_OK;
 }
 
@@ -238,6 +239,8 @@ gfs_err gfs_arch_from_args(const gfs_pv *args, const char *src, gfs_arch *a)
 	assert(args && src && a);
 	memset(a, 0, sizeof(*a));
 	a->source = src;
+	a->tied = !arg_true(args, "untie_embeddings_and_output_weights");
+	a->qkv_bias = arg_true(args, "add_qkv_bias");
 	err = arg_dim(args, src, "num_layers", 0, &a->layers);
 	if (!err)
 		err = arg_dim(args, src, "hidden_size", 0, &a->hidden);
@@ -262,6 +265,10 @@ gfs_err gfs_arch_from_args(const gfs_pv *args, const char *src, gfs_arch *a)
 		err = arg_dim(args, src, "vocab_size", 0, &a->vocab);
 	if (!err)
 		err = arg_dim(args, src, "max_position_embeddings", 0, &a->max_pos);
+	if (err == GFS_ERR_NOTFOUND) {
+		snprintf(a->why, sizeof(a->why), "a model whose args lack a size (%s)", gfs_errmsg());
+		return GFS_OK;
+	}
 	if (err)
 		return err;
 	if (!arg_num(args, "norm_epsilon", NAN, &a->eps) ||
@@ -269,8 +276,6 @@ gfs_err gfs_arch_from_args(const gfs_pv *args, const char *src, gfs_arch *a)
 	    !arg_num(args, "rotary_base", 10000.0, &a->theta) || !(a->eps > 0) || !(a->theta > 0))
 		return gfs_fail(GFS_ERR_FORMAT, "%s: args: norm epsilon or rotary base is not a positive number",
 				src);
-	a->tied = !arg_true(args, "untie_embeddings_and_output_weights");
-	a->qkv_bias = arg_true(args, "add_qkv_bias");
 	why = unsupported(args, a->why, sizeof(a->why));
 	if (why) {
 		if (why != a->why)
@@ -604,8 +609,10 @@ static gfs_err find_source(const gfs_layout *mg, const gfs_arch *a, size_t r, in
 	if (*si < 0) {
 		err = fill(rules[r].mg, layer, expert, name, sizeof(name));
 		if (!err)
+			err = fill(rules[r].hf, layer, expert, first, sizeof(first));
+		if (!err)
 			err = gfs_fail(GFS_ERR_FORMAT, "%s: no tensor %s (for the %s tensor %s)", label,
-				       name, a->family, rules[r].hf);
+				       name, a->family, first);
 		return err;
 	}
 	return GFS_OK;
@@ -629,8 +636,8 @@ static gfs_err emit(gfs_layout *hf, const gfs_layout *mg, const gfs_arch *a, siz
 	size_t k = r;
 	gfs_err err = find_source(mg, a, r, layer, expert, label, used, &si, &k);
 
-	if (!err)
-		err = check_shape(&mg->tensors[si], &rules[k], a);
+	if (!err && (err = check_shape(&mg->tensors[si], &rules[k], a)) != GFS_OK)
+		err = gfs_fail_prefix(err, "%s", label);
 	if (!err)
 		err = fill(rules[r].hf, layer, expert, name, sizeof(name));
 	if (!err)
