@@ -123,6 +123,19 @@ expect_mount_fail "common.pt holds no args (a bare dist_checkpointing.save): giv
 expect_mount_fail "naming 'gpt': hf, megatron or auto" "$bare" "$T/mnt" -o naming=gpt
 expect_mount_fail "a naming applies to a Megatron checkpoint only" "$DATA/../dcp/fsdp2_ws2/checkpoint" "$T/mnt" -o naming=hf
 
+echo "== ls --all: what no view shows"
+timeout 60 "$INSPECT" ls "$DATA/qwen_tie_bf16/legacy_torch" >/dev/null 2>"$T/err" || fail "ls qwen"
+grep -q "checkpoint entries no view shows (ls --all lists them)" "$T/err" || fail "ls: no count: $(cat "$T/err")"
+timeout 60 "$INSPECT" ls --all "$DATA/qwen_tie_bf16/legacy_torch" >"$T/ls" 2>/dev/null || fail "ls --all"
+for line in "mp_rank_01_001/model_optim_rng.pt:model.output_layer.weight .*the last stage's copy of the tied embedding" \
+	"mp_rank_00_000/model_optim_rng.pt:rng_state .*not model state" \
+	"mp_rank_00_000/model_optim_rng.pt:model.decoder.layers.0.self_attention.linear_qkv._extra_state .*TransformerEngine extra state"; do
+	grep -q "^$line" "$T/ls" || fail "ls --all lacks $line"
+done
+timeout 60 "$INSPECT" ls --all "$DATA/moe_ep2/training_torch_dist" >"$T/ls" 2>/dev/null || fail "ls --all torch_dist"
+grep -q "^decoder.layers.mlp.experts.experts.linear_fc1._extra_state/shard_0.0_4.4 *object" "$T/ls" ||
+	fail "ls --all torch_dist: no _extra_state object"
+
 echo "== mp_rank_00_001: pipeline stage 1 of tp1_pp2, expert rank 1 of moe_ep2"
 timeout 60 "$INSPECT" ls --naming megatron "$DATA/tp1_pp2/legacy_torch" 2>"$T/err" | grep -q "^decoder.layers.3.input_layernorm.weight " ||
 	fail "tp1_pp2: layer 3 (stage 1's local layer 1) not listed"

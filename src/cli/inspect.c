@@ -41,6 +41,7 @@ enum {
 	OPT_OPTIM = 1 << 8,
 	OPT_NAMING = 1 << 9,
 	OPT_HF_CONFIG = 1 << 10,
+	OPT_ALL = 1 << 11,
 	OPT_IMPORT = OPT_TAG | OPT_INPUT_FORMAT | OPT_PREFIX | OPT_LAYOUT | OPT_NAMING | OPT_HF_CONFIG,
 };
 
@@ -49,7 +50,7 @@ static const struct command {
 	const char *name;
 	unsigned opts;
 } commands[] = {
-	{ "ls", OPT_IMPORT | OPT_DTYPE | OPT_JSON | OPT_OPTIM },
+	{ "ls", OPT_IMPORT | OPT_DTYPE | OPT_JSON | OPT_OPTIM | OPT_ALL },
 	{ "cat", OPT_IMPORT | OPT_DTYPE | OPT_OPTIM },
 	{ "layout", OPT_IMPORT },
 	{ "verify", OPT_IMPORT },
@@ -65,7 +66,7 @@ static const struct option_name {
 	{ OPT_DTYPE, "--dtype" },   { OPT_JSON, "--json" },
 	{ OPT_FORMAT, "--format" }, { OPT_SHARD_SIZE, "--shard-size" },
 	{ OPT_OPTIM, "--optim" },   { OPT_NAMING, "--naming" },
-	{ OPT_HF_CONFIG, "--hf-config" },
+	{ OPT_HF_CONFIG, "--hf-config" }, { OPT_ALL, "--all" },
 };
 
 /*
@@ -103,6 +104,7 @@ typedef struct inspect_opts {
 	const char *layout;
 	gfs_dtype dtype;
 	bool json;
+	bool all;               /* ls --all: the entries no view shows too */
 	gfs_format format;
 	uint64_t shard_size;
 	bool optim;             /* --optim: optimizer state instead of model tensors */
@@ -123,7 +125,9 @@ static void usage(FILE *out)
 	      "and --layout; the other\n"
 	      "options a command takes are shown in brackets):\n"
 	      "  ls DIR             list tensors in output order: name, dtype, shape, bytes,\n"
-	      "                     alias target  [--json] [--dtype]\n"
+	      "                     alias target; --all: also the checkpoint entries no\n"
+	      "                     view shows (optimizer, RNG, extra state)\n"
+	      "                     [--json] [--dtype] [--all]\n"
 	      "  cat DIR NAME       write tensor NAME's raw little-endian contiguous bytes\n"
 	      "                     to standard output  [--dtype]\n"
 	      "  layout DIR         print the layout index as JSON\n"
@@ -477,6 +481,15 @@ static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 	for (size_t i = 0; i < l->nobjects && !out_errno; i++)
 		out_ok(printf("%-48s %-9s %-20s %14" PRIu64 "  %s\n", l->objects[i].name, "object",
 			      "-", l->objects[i].len, "-"));
+	for (size_t i = 0; o->all && i < l->nomitted && !out_errno; i++) {
+		static char nb[LS_NAME_BUF];
+
+		out_ok(printf("%-48s %-9s %-20s %14s  - (left out: %s)\n",
+			      ls_name(l->omitted[i].name, nb), "omitted", "-", "-", l->omitted[i].text));
+	}
+	if (!o->all && l->nomitted)
+		fprintf(stderr, "gatherfs-inspect: %zu checkpoint entries no view shows (ls --all lists them)\n",
+			l->nomitted);
 	return 0;
 }
 
@@ -768,6 +781,7 @@ int main(int argc, char **argv)
 		{ "hf-config", required_argument, NULL, 'H' },
 		{ "dtype", required_argument, NULL, 'd' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "all", no_argument, NULL, 'a' },
 		{ "optim", optional_argument, NULL, 'o' },
 		{ "format", required_argument, NULL, 'f' },
 		{ "shard-size", required_argument, NULL, 's' },
@@ -823,6 +837,10 @@ int main(int argc, char **argv)
 		case 'j':
 			o.given |= OPT_JSON;
 			o.json = true;
+			break;
+		case 'a':
+			o.given |= OPT_ALL;
+			o.all = true;
 			break;
 		case 'o':
 			o.given |= OPT_OPTIM;

@@ -382,6 +382,39 @@ static gfs_err tensor_ent(mg_import *mg, const gfs_tzip *zip, const char *path, 
 	return err;
 }
 
+/* omit(): record rel's entry prefix + key as left out of every view, and why. */
+static gfs_err omit(mg_import *mg, const char *rel, const char *prefix, const char *key,
+		    const char *why)
+{
+	char name[4096];
+
+	snprintf(name, sizeof(name), "%s:%s%s", rel, prefix, key);
+	return gfs_layout_add_omitted(mg->l, name, why);
+}
+
+/*
+ * omit_rest(): record the top-level entries of rel's dict root other than
+ * args and model (optimizer, RNG state, iteration...), and a
+ * distrib_optim.pt beside it.
+ */
+static gfs_err omit_rest(mg_import *mg, const char *rel, const gfs_pv *root)
+{
+	char path[PATH_MAX], drel[64];
+	gfs_err err = GFS_OK;
+
+	for (size_t i = 0; i < root->u.dict.len && !err; i++) {
+		const char *k = gfs_pv_name(root->u.dict.items[i].key);
+
+		if (k && strcmp(k, "args") != 0 && strcmp(k, "model") != 0)
+			err = omit(mg, rel, "", k, "not model state");
+	}
+	snprintf(drel, sizeof(drel), "%.*s/distrib_optim.pt", (int)(strchr(rel, '/') - rel), rel);
+	if (!err && (size_t)snprintf(path, sizeof(path), "%s/%s", mg->dir, drel) < sizeof(path) &&
+	    access(path, F_OK) == 0)
+		err = gfs_layout_add_omitted(mg->l, drel, "distributed optimizer state");
+	return err;
+}
+
 /*
  * read_file(): the model tensors of rank (tp, pp, ep)'s file, whose args
  * must agree with a.  Of an expert rank > 0 only the expert tensors are
@@ -434,6 +467,8 @@ static gfs_err read_file(mg_import *mg, const mg_args *a, int64_t tp, int64_t pp
 		goto out;
 	}
 	err = gfs_layout_add_source(mg->l, rel, size, &src);
+	if (!err)
+		err = omit_rest(mg, rel, gfs_pickle_root(pk));
 	for (size_t i = 0; i < model->u.dict.len && !err; i++) {
 		const gfs_pv_item *it = &model->u.dict.items[i];
 		const char *key = gfs_pv_name(it->key);
@@ -446,8 +481,13 @@ static gfs_err read_file(mg_import *mg, const mg_args *a, int64_t tp, int64_t pp
 			break;
 		}
 		if (ends_with(key, "._extra_state") || strcmp(key, "_extra_state") == 0 ||
-		    (mg->tied && strcmp(key, "output_layer.weight") == 0))
+		    (mg->tied && strcmp(key, "output_layer.weight") == 0)) {
+			err = omit(mg, rel, "model.", key,
+				   strcmp(key, "output_layer.weight") == 0
+					   ? "the last stage's copy of the tied embedding"
+					   : "TransformerEngine extra state");
 			continue;
+		}
 		if (!it->value || it->value->kind != GFS_PV_TENSOR) {
 			const char *k = it->value ? gfs_pv_kind_name(it->value->kind) : "nothing";
 
@@ -1006,8 +1046,10 @@ static gfs_err unstack(const gfs_layout *d, int64_t nlayers, const char *idir, c
 		uint64_t slice;
 		size_t ti;
 
-		if (strncmp(t->name, "optimizer.", 10) == 0)
+		if (strncmp(t->name, "optimizer.", 10) == 0) {
+			err = gfs_layout_add_omitted(l, t->name, "optimizer state");
 			continue;
+		}
 		if (!stacked) {
 			err = gfs_layout_add_tensor(l, t->name, t->dtype, t->ndim, t->shape, &ti);
 			if (!err && t->nbytes)

@@ -41,6 +41,8 @@ gfs_err gfs_layout_derive(const gfs_layout *src, const char *format, gfs_layout 
 	for (size_t i = 0; !err && i < src->nobjects; i++)
 		err = gfs_layout_add_object(l, src->objects[i].name, src->objects[i].src,
 					    src->objects[i].src_off, src->objects[i].len);
+	for (size_t i = 0; !err && i < src->nomitted; i++)
+		err = gfs_layout_add_omitted(l, src->omitted[i].name, src->omitted[i].text);
 	for (size_t i = 0; !err && i < src->ntexts; i++)
 		err = gfs_layout_add_text(l, src->texts[i].name, src->texts[i].text);
 	if (err) {

@@ -363,6 +363,8 @@ typedef struct gfs_layout {
 	size_t cap_metafiles;
 	gfs_text *texts;  /* generated root files (gfs_layout_add_text()) */
 	size_t ntexts;
+	gfs_text *omitted; /* checkpoint entries no view shows, text: why (gfs_layout_add_omitted()) */
+	size_t nomitted;
 	gfs_object *objects; /* non-tensor entries, listed but not served as tensors */
 	size_t nobjects;
 	size_t cap_objects;
@@ -446,9 +448,16 @@ gfs_err gfs_layout_add_metafile(gfs_layout *l, const char *path);
 gfs_err gfs_layout_add_text(gfs_layout *l, const char *name, const char *text);
 
 /*
+ * gfs_layout_add_omitted(): record that the checkpoint entry name is left
+ * out of every view, and why (one line each, listed by `gatherfs-inspect
+ * ls --all`).  Allowed on a finished layout by its creator.
+ */
+gfs_err gfs_layout_add_omitted(gfs_layout *l, const char *name, const char *why);
+
+/*
  * gfs_layout_derive(): a new, unfinished layout of format format over the
  * sources, checksummed records, objects, texts, metafiles, info and note
- * of the finished layout src (same source indices), with no tensors; its
+ * omitted entries of the finished layout src (same source indices), with no tensors; its
  * tensors are filled with gfs_layout_add_extent().  src must have no
  * optimizer state or computed tensors.  @return GFS_OK and *out.
  */
