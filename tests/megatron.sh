@@ -123,6 +123,14 @@ expect_mount_fail "common.pt holds no args (a bare dist_checkpointing.save): giv
 expect_mount_fail "naming 'gpt': hf, megatron or auto" "$bare" "$T/mnt" -o naming=gpt
 expect_mount_fail "a naming applies to a Megatron checkpoint only" "$DATA/../dcp/fsdp2_ws2/checkpoint" "$T/mnt" -o naming=hf
 
+echo "== export: the Hugging Face view as files"
+save="$DATA/moe_ep2/training_torch_dist"
+timeout 120 "$INSPECT" export "$save" "$T/x.safetensors" 2>"$T/err" || fail "export: $(cat "$T/err")"
+gfs_mount "$save" "$T/mnt" 2>/dev/null || fail "mount for export"
+cmp -s "$T/x.safetensors" "$T/mnt/model.safetensors" || fail "export differs from the mount's model.safetensors"
+gfs_umount "$T/mnt" || fail "unmount"
+rm -f "$T/x.safetensors"
+
 echo "== ls --all: what no view shows"
 timeout 60 "$INSPECT" ls "$DATA/qwen_tie_bf16/legacy_torch" >/dev/null 2>"$T/err" || fail "ls qwen"
 grep -q "checkpoint entries no view shows (ls --all lists them)" "$T/err" || fail "ls: no count: $(cat "$T/err")"
@@ -234,6 +242,9 @@ rewrite "$f" "$f" 'pass'
 check_mount "$T/bad" "$DATA/tp2_pp1/truth_megatron_modules.pt"
 echo "== the naming: notes and refusals"
 EDIT="$top_srcdir/tests/tools/megatron_edit_args.py"
+refuse_hf() {
+	expect_mount_fail "$1" "$2" "$T/mnt" -o naming=hf
+}
 # edit_args CASE NAME=VALUE...: a copy of CASE's legacy save whose rank 0 args say so
 edit_args() {
 	fresh "$1"
@@ -252,10 +263,12 @@ for e in "rotary_interleaved=True:interleaved rotary embeddings" "qk_layernorm=T
 	grep -q "^decoder.layers.0.self_attention.linear_qkv.weight " "$T/ls" || fail "${e%%:*}: not the Megatron view"
 	expect_mount_fail "the Hugging Face naming cannot express ${e#*:}" "$T/bad" "$T/mnt" -o naming=hf
 done
+# the last edit left args without hidden_size: the hf_config gives it
+check_view hf "Hugging Face view (llama naming" "$T/bad" "$DATA/tp1_pp1" -o hf_config="$DATA/tp1_pp2/hf_config"
+edit_args tp1_pp1 hidden_size=None qk_layernorm=True
+refuse_hf "cannot express QK layernorm" "$T/bad"
+expect_mount_fail "cannot express QK layernorm" "$T/bad" "$T/mnt" -o hf_config="$DATA/tp1_pp2/hf_config"
 edit_args moe_ep2 moe_router_pre_softmax=True
-refuse_hf() {
-	expect_mount_fail "$1" "$2" "$T/mnt" -o naming=hf
-}
 refuse_hf "cannot express a router softmax before top-k" "$T/bad"
 edit_args tp1_pp1 vocab_size=None
 refuse "the true vocabulary size is unknown (args.vocab_size is None, as with a Hugging Face tokenizer): give the model's config with -o hf_config=DIR" "$T/bad"

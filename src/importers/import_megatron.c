@@ -1144,7 +1144,7 @@ static gfs_err choose_view(gfs_layout *mg, const gfs_import_opts *opts, gfs_arch
 	}
 	if (!err && opts && opts->hf_config) {
 		err = gfs_arch_from_hf_config(opts->hf_config, &cfg);
-		if (!err && have_args && !args_arch->family)
+		if (!err && have_args && !args_arch->family && !args_arch->incomplete)
 			err = gfs_fail(GFS_ERR_UNSUPPORTED,
 				       "%s: the Hugging Face naming cannot express %s (%s): mount with -o naming=megatron",
 				       idir, args_arch->why, args_arch->source);

@@ -266,7 +266,15 @@ gfs_err gfs_arch_from_args(const gfs_pv *args, const char *src, gfs_arch *a)
 	if (!err)
 		err = arg_dim(args, src, "max_position_embeddings", 0, &a->max_pos);
 	if (err == GFS_ERR_NOTFOUND) {
-		snprintf(a->why, sizeof(a->why), "a model whose args lack a size (%s)", gfs_errmsg());
+		char missing[64];
+
+		snprintf(missing, sizeof(missing), "%s", gfs_errmsg());
+		why = unsupported(args, a->why, sizeof(a->why));
+		a->incomplete = !why;
+		if (!why)
+			snprintf(a->why, sizeof(a->why), "a model whose args lack a size (%s)", missing);
+		else if (why != a->why)
+			snprintf(a->why, sizeof(a->why), "%s", why);
 		return GFS_OK;
 	}
 	if (err)

@@ -19,6 +19,7 @@
 typedef struct gfs_arch {
 	const char *family;  /* "llama", "qwen2", "mixtral"; NULL: the table cannot express it */
 	char why[160];       /* family NULL: the feature that stops it, one phrase */
+	bool incomplete;     /* family NULL because the args lack a size (hf_config can give it) */
 	const char *source;  /* "the args of FILE" or "FILE": where the numbers come from */
 	int64_t layers, hidden, ffn, moe_ffn, heads, groups, kv_channels;
 	int64_t vocab;       /* the true vocabulary; 0: unknown */
