@@ -98,6 +98,8 @@ typedef struct train_param {
 	const gfs_pv *shape;
 	size_t group;    /* stage 1/2: param group index */
 	uint64_t offset; /* stage 1/2: element offset in the group flat; stage 3: per-rank offset */
+	bool used;       /* pipeline: served (here, or by an earlier stage: dup) */
+	bool dup;        /* pipeline: a tied weight an earlier stage serves */
 } train_param;
 
 typedef struct ds_ckpt {
@@ -126,6 +128,13 @@ typedef struct ds_ckpt {
 	size_t nfkeys;
 	struct rf_set *rfsets;   /* stage 3: the per-rank flats seen by emit_slices() */
 	size_t nrfsets;
+	/* a pipeline (PipelineModule) checkpoint: one ds_ckpt per stage
+	 * (model-parallel rank) sharing l, and the layer files */
+	struct ds_ckpt *stages;
+	size_t nstages;
+	ds_file *layers;     /* [nlayers] by layer index; fd -1 and no name where absent */
+	size_t nlayers;
+	struct pipe_layer *play; /* [nlayers] */
 } ds_ckpt;
 
 /*
@@ -721,29 +730,51 @@ static bool eat(const char **p, const char *lit)
 	return true;
 }
 
+/* What classify() recognises. */
+typedef enum ds_kind {
+	DS_OTHER,   /* not ours (expp_rank_* stubs of MoE runs included) */
+	DS_OPTIM,   /* [bf16_]zero_pp_rank_R_mp_rank_MM_optim_states.pt */
+	DS_ZMODEL,  /* zero_pp_rank_R_mp_rank_MM_model_states.pt */
+	DS_MPMODEL, /* mp_rank_MM_model_states.pt */
+	DS_LAYER,   /* layer_XX-model_states.pt, layer_XX-model_TT-model_states.pt */
+	DS_EXPERT,  /* layer_L_expert_X_mp_rank_MM_model_states.pt */
+} ds_kind;
+
 /*
- * classify(): recognise [bf16_]zero_pp_rank_R_mp_rank_MM_optim_states.pt,
- * zero_pp_rank_R_mp_rank_MM_model_states.pt and mp_rank_MM_model_states.pt.
- * @return 0 not ours, 1 optim, 2 zero model states, 3 mp model states.
+ * classify(): the kind of file name; *rank is R (a layer file: XX), *mp
+ * MM (a layer file: TT, 0 without it).
  */
-static int classify(const char *name, uint64_t *rank, uint64_t *mp)
+static ds_kind classify(const char *name, uint64_t *rank, uint64_t *mp)
 {
 	const char *p = name;
 
 	*rank = 0;
+	*mp = 0;
 	if (eat(&p, "mp_rank_"))
-		return parse_u64(&p, mp) && strcmp(p, "_model_states.pt") == 0 ? 3 : 0;
+		return parse_u64(&p, mp) && strcmp(p, "_model_states.pt") == 0 ? DS_MPMODEL
+										: DS_OTHER;
+	if (eat(&p, "layer_")) {
+		if (!parse_u64(&p, rank))
+			return DS_OTHER;
+		if (eat(&p, "_expert_"))
+			return parse_u64(&p, mp) && eat(&p, "_mp_rank_") && parse_u64(&p, mp) &&
+			       strcmp(p, "_model_states.pt") == 0 ? DS_EXPERT : DS_OTHER;
+		if (eat(&p, "-model_") && !parse_u64(&p, mp))
+			return DS_OTHER;
+		return strcmp(p, "-model_states.pt") == 0 ? DS_LAYER : DS_OTHER;
+	}
 	(void)eat(&p, "bf16_");
 	if (!eat(&p, "zero_pp_rank_") || !parse_u64(&p, rank) || !eat(&p, "_mp_rank_") ||
 	    !parse_u64(&p, mp))
-		return 0;
+		return DS_OTHER;
 	if (strcmp(p, "_optim_states.pt") == 0)
-		return 1;
+		return DS_OPTIM;
 	if (strcmp(p, "_model_states.pt") == 0 && strncmp(name, "bf16_", 5) != 0)
-		return 2;
-	return 0;
+		return DS_ZMODEL;
+	return DS_OTHER;
 }
 
+/* The files of one model-parallel rank (pipeline stage). */
 typedef struct ds_listing {
 	char **optim;   /* [n_optim_slots] by rank, NULL where absent */
 	size_t noptim;  /* highest rank + 1 */
@@ -752,6 +783,16 @@ typedef struct ds_listing {
 	char *mpmodel;
 	size_t count_optim, count_zmodel;
 } ds_listing;
+
+/* The files of a tag directory. */
+typedef struct ds_dir {
+	ds_listing *mp;  /* [nmp] by model-parallel rank; mp[0] always exists */
+	size_t nmp;
+	char **layers;   /* pipeline layer files by layer index, NULL where absent */
+	size_t nlayers;
+	char *expert;    /* an expert file (MoE), or NULL */
+	char *tp_layer;  /* a layer file of tensor-parallel rank > 0, or NULL */
+} ds_dir;
 
 static void listing_free(ds_listing *ls)
 {
@@ -762,6 +803,19 @@ static void listing_free(ds_listing *ls)
 	free(ls->optim);
 	free(ls->zmodel);
 	free(ls->mpmodel);
+}
+
+static void dir_free(ds_dir *d)
+{
+	for (size_t i = 0; i < d->nmp; i++)
+		listing_free(&d->mp[i]);
+	for (size_t i = 0; i < d->nlayers; i++)
+		free(d->layers[i]);
+	free(d->mp);
+	free(d->layers);
+	free(d->expert);
+	free(d->tp_layer);
+	memset(d, 0, sizeof(*d));
 }
 
 static gfs_err slot_put(char ***arr, size_t *n, uint64_t rank, const char *name,
@@ -786,41 +840,77 @@ static gfs_err slot_put(char ***arr, size_t *n, uint64_t rank, const char *name,
 	return (*arr)[rank] ? GFS_OK : gfs_fail(GFS_ERR_NOMEM, "out of memory");
 }
 
-static gfs_err list_tagdir(const char *dir, ds_listing *ls)
+/* mp_slot(): the listing of model-parallel rank mp of d, made on first use. */
+static gfs_err mp_slot(ds_dir *d, uint64_t mp, const char *name, const char *dir,
+		       ds_listing **out)
 {
-	DIR *d = opendir(dir);
-	const struct dirent *de;
-	gfs_err err = GFS_OK;
+	if (mp >= DS_MAX_RANKS)
+		return gfs_fail(GFS_ERR_LIMIT, "%s/%s: model-parallel rank %llu is too large", dir,
+				name, (unsigned long long)mp);
+	if (mp >= d->nmp) {
+		ds_listing *a = gfs_reallocarray(d->mp, (size_t)mp + 1, sizeof(*a));
 
-	memset(ls, 0, sizeof(*ls));
-	if (!d)
+		if (!a)
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		memset(a + d->nmp, 0, ((size_t)mp + 1 - d->nmp) * sizeof(*a));
+		d->mp = a;
+		d->nmp = (size_t)mp + 1;
+	}
+	*out = &d->mp[mp];
+	return GFS_OK;
+}
+
+/* keep_name(): *slot = a copy of name unless it holds one already. */
+static gfs_err keep_name(char **slot, const char *name)
+{
+	if (!*slot && !(*slot = gfs_strdup(name)))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	return GFS_OK;
+}
+
+static gfs_err list_tagdir(const char *dir, ds_dir *d)
+{
+	DIR *dh = opendir(dir);
+	const struct dirent *de;
+	ds_listing *ls;
+	gfs_err err;
+
+	memset(d, 0, sizeof(*d));
+	if (!dh)
 		return gfs_fail(errno == ENOENT ? GFS_ERR_NOTFOUND : GFS_ERR_IO,
 				"%s: cannot open directory: %s", dir, strerror(errno));
-	while (!err && (de = readdir(d)) != NULL) {
+	err = mp_slot(d, 0, "", dir, &ls);
+	while (!err && (de = readdir(dh)) != NULL) {
 		uint64_t rank, mp;
-		const int kind = classify(de->d_name, &rank, &mp);
+		const ds_kind kind = classify(de->d_name, &rank, &mp);
 
-		if (kind == 0)
+		if (kind == DS_OTHER)
 			continue;
-		if (mp != 0) {
-			err = gfs_fail(GFS_ERR_UNSUPPORTED,
-				       "%s/%s: model-parallel rank %llu: only mp_rank_00 (no tensor parallelism) is supported",
-				       dir, de->d_name, (unsigned long long)mp);
-		} else if (kind == 1) {
+		if (kind == DS_EXPERT) {
+			err = keep_name(&d->expert, de->d_name);
+			continue;
+		}
+		if (kind == DS_LAYER) {
+			err = mp > 0 ? keep_name(&d->tp_layer, de->d_name)
+				     : slot_put(&d->layers, &d->nlayers, rank, de->d_name, dir);
+			continue;
+		}
+		err = mp_slot(d, mp, de->d_name, dir, &ls);
+		if (err)
+			break;
+		if (kind == DS_OPTIM) {
 			err = slot_put(&ls->optim, &ls->noptim, rank, de->d_name, dir);
 			ls->count_optim++;
-		} else if (kind == 2) {
+		} else if (kind == DS_ZMODEL) {
 			err = slot_put(&ls->zmodel, &ls->nzmodel, rank, de->d_name, dir);
 			ls->count_zmodel++;
 		} else {
-			ls->mpmodel = gfs_strdup(de->d_name);
-			if (!ls->mpmodel)
-				err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+			err = keep_name(&ls->mpmodel, de->d_name);
 		}
 	}
-	closedir(d);
+	closedir(dh);
 	if (err)
-		listing_free(ls);
+		dir_free(d);
 	return err;
 }
 
@@ -1622,8 +1712,11 @@ static gfs_err emit_states(ds_ckpt *c)
 			uint64_t shape[GFS_MAX_DIMS], numel;
 			uint32_t ndim;
 			size_t ti;
-			gfs_err err = shape_from_pv(tp->shape, c->model[0].path, tp->name, &ndim, shape,
-						    &numel);
+			gfs_err err;
+
+			if (tp->dup)
+				continue;
+			err = shape_from_pv(tp->shape, c->model[0].path, tp->name, &ndim, shape, &numel);
 
 			if (!err && s->scalar && tp->group >= (c->stage == 3 ? c->nsub : c->ngroups))
 				err = gfs_fail(GFS_ERR_FORMAT,
@@ -2277,6 +2370,458 @@ static gfs_err anon_note(const ds_ckpt *c, char **note)
 	return GFS_OK;
 }
 
+/* -------------------------------------------------------------- pipelines */
+
+#define TIED "tied_modules."
+#define TIED_LEN (sizeof(TIED) - 1)
+
+/* How the entries of a pipeline layer file are named and served. */
+typedef struct pipe_layer {
+	size_t stage;     /* the stage holding the layer */
+	const char *tied; /* its TiedLayerSpec key (borrowed from param_shapes), or NULL */
+	size_t tied_len;
+} pipe_layer;
+
+/*
+ * stage_open(): the files of pipeline stage y (listing ls): its optimizer
+ * states files with its mp_rank file (open_files()), or, without ZeRO or
+ * BF16_Optimizer, its mp_rank file alone.
+ */
+static gfs_err stage_open(ds_ckpt *c, size_t y, const ds_listing *ls)
+{
+	ds_ckpt *s = &c->stages[y];
+	gfs_err err;
+
+	s->label = c->label;
+	s->tagdir = gfs_strdup(c->tagdir);
+	if (!s->tagdir)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	if (!ls->mpmodel)
+		return gfs_fail(GFS_ERR_NOTFOUND,
+				"%s/mp_rank_%02zu_model_states.pt is missing (pipeline stage %zu)",
+				c->tagdir, y, y);
+	if (ls->count_optim) {
+		err = open_files(s, ls);
+		if (!err && s->stage == 3)
+			err = gfs_fail(GFS_ERR_UNSUPPORTED,
+				       "%s: ZeRO-3 with pipeline layer files is not supported",
+				       c->tagdir);
+		return err;
+	}
+	s->model = calloc(1, sizeof(*s->model));
+	if (!s->model)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	s->model[0].fd = -1;
+	s->nmodel = 1;
+	err = file_open(&s->model[0], s->tagdir, ls->mpmodel);
+	if (!err && (!gfs_pv_dict_get(s->model[0].root, "optimizer") ||
+		     gfs_pv_dict_get(s->model[0].root, "optimizer")->kind == GFS_PV_NONE))
+		err = gfs_fail(GFS_ERR_NOTFOUND,
+			       "%s/zero_pp_rank_0_mp_rank_%02zu_optim_states.pt is missing: %s holds no optimizer state, so it is in *_optim_states.pt files, and there are none",
+			       c->tagdir, y, s->model[0].path);
+	return err;
+}
+
+/*
+ * stages_check(): the stages are of one save: the same optimizer files
+ * kinds, ZeRO stage and data-parallel size, and as many stages as each
+ * mp_rank file's mp_world_size.
+ */
+static gfs_err stages_check(const ds_ckpt *c)
+{
+	const ds_ckpt *s0 = &c->stages[0];
+
+	for (size_t y = 0; y < c->nstages; y++) {
+		const ds_ckpt *s = &c->stages[y];
+		const gfs_pv *v = gfs_pv_dict_get(s->model[0].root, "mp_world_size");
+		int64_t n;
+
+		if ((s->noptim == 0) != (s0->noptim == 0))
+			return gfs_fail(GFS_ERR_NOTFOUND,
+					"%s/zero_pp_rank_0_mp_rank_%02zu_optim_states.pt is missing: pipeline stage %zu has optimizer states files",
+					c->tagdir, s->noptim ? (size_t)0 : y, s->noptim ? y : (size_t)0);
+		if (s->ws != s0->ws || s->stage != s0->stage || s->bf16_optimizer != s0->bf16_optimizer)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: pipeline stage %zu was written with %llu data-parallel ranks and ZeRO stage %d, stage 0 with %llu and %d: files of two saves",
+					s->model[0].path, y, (unsigned long long)s->ws, s->stage,
+					(unsigned long long)s0->ws, s0->stage);
+		if (!v || v->kind == GFS_PV_NONE)
+			continue;
+		if (!gfs_pv_int(v, &n) || n < 1)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: mp_world_size is not a positive integer",
+					s->model[0].path);
+		if ((uint64_t)n > c->nstages)
+			return gfs_fail(GFS_ERR_NOTFOUND,
+					"%s/mp_rank_%02zu_model_states.pt is missing: %s says %lld pipeline stages",
+					c->tagdir, c->nstages, s->model[0].name, (long long)n);
+		if ((uint64_t)n < c->nstages)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: mp_world_size is %lld, but files of %zu pipeline stages are here: files of two saves",
+					s->model[0].path, (long long)n, c->nstages);
+	}
+	return GFS_OK;
+}
+
+/* pipe_open(): the stages' files and the layer files named in d. */
+static gfs_err pipe_open(ds_ckpt *c, const ds_dir *d)
+{
+	gfs_err err = GFS_OK;
+
+	c->stages = gfs_calloc(d->nmp, sizeof(*c->stages));
+	c->layers = gfs_calloc(d->nlayers, sizeof(*c->layers));
+	if (!c->stages || !c->layers)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	c->nstages = d->nmp;
+	c->nlayers = d->nlayers;
+	for (size_t i = 0; i < c->nlayers; i++)
+		c->layers[i].fd = -1;
+	for (size_t y = 0; !err && y < c->nstages; y++)
+		err = stage_open(c, y, &d->mp[y]);
+	if (!err)
+		err = stages_check(c);
+	for (size_t i = 0; !err && i < c->nlayers; i++)
+		if (d->layers[i])
+			err = file_open(&c->layers[i], c->tagdir, d->layers[i]);
+	return err;
+}
+
+/* train_any(): the trainable param name of any stage, or NULL; its stage in *y. */
+static train_param *train_any(const ds_ckpt *c, const char *name, size_t *y)
+{
+	for (size_t k = 0; k < c->nstages; k++) {
+		const ds_ckpt *s = &c->stages[k];
+		const train_param *tp = s->tmap ? tmap_find(s, name) : NULL;
+
+		if (tp) {
+			*y = k;
+			return &s->train[tp - s->train];
+		}
+	}
+	return NULL;
+}
+
+/* same_shape(): does tensor v have the shape of param_shapes entry tp? */
+static bool same_shape(const ds_ckpt *s, const train_param *tp, const gfs_pv *v)
+{
+	uint64_t shape[GFS_MAX_DIMS], numel;
+	uint32_t ndim;
+	bool same;
+
+	if (!v || v->kind != GFS_PV_TENSOR ||
+	    shape_from_pv(tp->shape, s->model[0].path, tp->name, &ndim, shape, &numel))
+		return false;
+	same = v->u.tensor->ndim == ndim;
+	for (uint32_t d = 0; same && d < ndim; d++)
+		same = v->u.tensor->size[d] >= 0 && (uint64_t)v->u.tensor->size[d] == shape[d];
+	return same;
+}
+
+/* key_name(): buf = prefix + "." + local name, or GFS_ERR_LIMIT naming f. */
+static gfs_err key_name(char *buf, size_t n, const ds_file *f, const char *prefix, size_t plen,
+			const char *local)
+{
+	if ((size_t)snprintf(buf, n, "%.*s.%s", (int)plen, prefix, local) >= n)
+		return gfs_fail(GFS_ERR_LIMIT, "%s: key %.64s... is too long", f->path, local);
+	return GFS_OK;
+}
+
+/*
+ * tied_fits(): is every entry of layer file f a param tied_modules.K.NAME
+ * of some stage, of its shape (K: key[0..klen))?
+ */
+static bool tied_fits(const ds_ckpt *c, const ds_file *f, const char *key, size_t klen)
+{
+	char pre[512], name[4096];
+
+	if ((size_t)snprintf(pre, sizeof(pre), TIED "%.*s", (int)klen, key) >= sizeof(pre))
+		return false;
+	for (size_t k = 0; k < f->root->u.dict.len; k++) {
+		const char *local = gfs_pv_name(f->root->u.dict.items[k].key);
+		const train_param *tp;
+		size_t y;
+
+		if (!local || key_name(name, sizeof(name), f, pre, strlen(pre), local) ||
+		    !(tp = train_any(c, name, &y)) ||
+		    !same_shape(&c->stages[y], tp, f->root->u.dict.items[k].value))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * pipe_tied(): the TiedLayerSpec key of layer file f, whose first entry
+ * (local name p0) is no stage's param "N.p0": the one key K whose params
+ * tied_modules.K.* fit it (tied_fits()), else none.
+ */
+static gfs_err pipe_tied(const ds_ckpt *c, const ds_file *f, const char *p0, pipe_layer *pl)
+{
+	const size_t plen = strlen(p0);
+
+	for (size_t y = 0; y < c->nstages; y++) {
+		const ds_ckpt *s = &c->stages[y];
+
+		for (size_t t = 0; t < s->ntrain; t++) {
+			const char *n = s->train[t].name;
+			const size_t nl = strlen(n);
+			size_t klen;
+
+			if (strncmp(n, TIED, TIED_LEN) != 0 || nl < TIED_LEN + 2 + plen ||
+			    n[nl - plen - 1] != '.' || strcmp(n + nl - plen, p0) != 0)
+				continue;
+			klen = nl - plen - 1 - TIED_LEN;
+			if ((pl->tied && klen == pl->tied_len &&
+			     strncmp(pl->tied, n + TIED_LEN, klen) == 0) ||
+			    !tied_fits(c, f, n + TIED_LEN, klen))
+				continue;
+			if (pl->tied)
+				return gfs_fail(GFS_ERR_UNSUPPORTED,
+						"%s: its weights fit two tied modules, " TIED "%.*s and " TIED "%.*s: which one it holds is not recorded",
+						f->path, (int)pl->tied_len, pl->tied, (int)klen,
+						n + TIED_LEN);
+			pl->tied = n + TIED_LEN;
+			pl->tied_len = klen;
+		}
+	}
+	return GFS_OK;
+}
+
+/*
+ * pipe_untied_check(): without param_shapes (no ZeRO, no BF16_Optimizer)
+ * no param is named: a TiedLayerSpec weight (tied_modules.KEY.NAME in the
+ * model) cannot be told from a layer's own.  Refused when the stages'
+ * optimizers hold more params than the layer files hold tensors (a
+ * weight tied across stages); else the entries are "N.NAME".
+ */
+static gfs_err pipe_untied_check(const ds_ckpt *c)
+{
+	uint64_t nopt = 0, nlay = 0;
+
+	for (size_t y = 0; y < c->nstages; y++) {
+		const gfs_pv *pg = gfs_pv_dict_get(gfs_pv_dict_get(c->stages[y].model[0].root,
+								   "optimizer"), "param_groups");
+
+		for (size_t g = 0; g < gfs_pv_seq_len(pg); g++)
+			nopt += gfs_pv_seq_len(gfs_pv_dict_get(gfs_pv_seq_at(pg, g), "params"));
+	}
+	for (size_t i = 0; i < c->nlayers; i++)
+		if (c->layers[i].root)
+			nlay += c->layers[i].root->u.dict.len;
+	if (nopt > nlay)
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"%s: the stages' optimizers hold %llu params but the layer files %llu tensors: a TiedLayerSpec weight shared by stages, whose name (" TIED "KEY.NAME) a checkpoint without ZeRO or BF16_Optimizer does not record (no param_shapes)",
+				c->tagdir, (unsigned long long)nopt, (unsigned long long)nlay);
+	return GFS_OK;
+}
+
+/* pipe_plan(): each stage's trainable params and how each layer file is served. */
+static gfs_err pipe_plan(ds_ckpt *c)
+{
+	size_t stage = 0;
+	bool named = false;
+	gfs_err err = GFS_OK;
+
+	for (size_t y = 0; !err && y < c->nstages; y++) {
+		ds_ckpt *s = &c->stages[y];
+
+		s->l = c->l;
+		if (s->noptim == 0)
+			continue;
+		err = plan_stage12(s);
+		if (!err)
+			err = tmap_build(s);
+		named = true;
+	}
+	if (!err && !named)
+		err = pipe_untied_check(c);
+	c->play = gfs_calloc(c->nlayers ? c->nlayers : 1, sizeof(*c->play));
+	if (!err && !c->play)
+		err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t i = 0; !err && i < c->nlayers; i++) {
+		const ds_file *f = &c->layers[i];
+		const char *p0;
+		char pre[32], name[4096];
+		size_t y;
+
+		c->play[i].stage = stage;
+		if (!f->root || f->root->u.dict.len == 0)
+			continue;
+		p0 = gfs_pv_name(f->root->u.dict.items[0].key);
+		if (!p0)
+			return gfs_pv_name_fail(f->path, "layer key", 0, f->root->u.dict.items[0].key);
+		(void)snprintf(pre, sizeof(pre), "%zu", i);
+		err = key_name(name, sizeof(name), f, pre, strlen(pre), p0);
+		if (!err && train_any(c, name, &y))
+			c->play[i].stage = stage = y;
+		else if (!err && named)
+			err = pipe_tied(c, f, p0, &c->play[i]);
+	}
+	return err;
+}
+
+/* pipe_entry(): entry name of stage s, value v of layer file f. */
+static gfs_err pipe_entry(ds_ckpt *c, ds_ckpt *s, ds_file *f, const char *name, const gfs_pv *v)
+{
+	tview tv;
+	size_t y;
+	train_param *tp = train_any(c, name, &y);
+	gfs_err err;
+
+	if (tp && y == (size_t)(s - c->stages)) {
+		tp->used = true;
+		return emit_trainable(s, tp, v);
+	}
+	err = tensor_view(c, f, v, name, &tv);
+	return err ? err : emit_view(c, name, &tv, tv.numel, tv.ndim, tv.shape);
+}
+
+/*
+ * pipe_tied_value(): the module value of tied param name (tied_modules.K.P)
+ * in the first layer file of K, or NULL.
+ */
+static const gfs_pv *pipe_tied_value(const ds_ckpt *c, const char *name)
+{
+	for (size_t i = 0; i < c->nlayers; i++) {
+		const pipe_layer *pl = &c->play[i];
+		const char *rest = name + TIED_LEN;
+
+		if (pl->tied && strncmp(rest, pl->tied, pl->tied_len) == 0 &&
+		    rest[pl->tied_len] == '.')
+			return gfs_pv_dict_get(c->layers[i].root, rest + pl->tied_len + 1);
+	}
+	return NULL;
+}
+
+/* pipe_missing(): the error for a param of stage y no layer file holds. */
+static gfs_err pipe_missing(const ds_ckpt *c, size_t y, const char *name)
+{
+	const char *p = name;
+	uint64_t n;
+	bool suffix = false;
+
+	for (size_t i = 0; i < c->nlayers; i++)
+		if (c->layers[i].name)
+			suffix = strstr(c->layers[i].name, "-model_00-") != NULL;
+	if (parse_u64(&p, &n) && *p == '.')
+		return gfs_fail(GFS_ERR_NOTFOUND,
+				"%s/layer_%02llu%s-model_states.pt is missing: param %s of pipeline stage %zu (%s) is in no layer file",
+				c->tagdir, (unsigned long long)n, suffix ? "-model_00" : "", name, y,
+				c->stages[y].model[0].name);
+	return gfs_fail(GFS_ERR_NOTFOUND,
+			"%s: param %s of pipeline stage %zu (%s) is in no layer file (a layer file is missing)",
+			c->tagdir, name, y, c->stages[y].model[0].name);
+}
+
+/* served_before(): does a stage before y hold trainable param name? */
+static bool served_before(const ds_ckpt *c, size_t y, const char *name)
+{
+	for (size_t k = 0; k < y; k++)
+		if (c->stages[k].tmap && tmap_find(&c->stages[k], name))
+			return true;
+	return false;
+}
+
+/*
+ * pipe_entries(): the model's entries in its state_dict() order: stage by
+ * stage, its tied weights not served yet (each once, in param_shapes
+ * order), then its layers in layer order, each layer's entries in its
+ * file's order; trainable params as fp32 masters of the stage holding
+ * them, the rest (and everything without ZeRO) as the layer files hold it.
+ */
+static gfs_err pipe_entries(ds_ckpt *c)
+{
+	gfs_err err = GFS_OK;
+
+	for (size_t y = 0; !err && y < c->nstages; y++) {
+		ds_ckpt *s = &c->stages[y];
+
+		for (size_t t = 0; !err && t < s->ntrain; t++) {
+			train_param *tp = &s->train[t];
+
+			if (strncmp(tp->name, TIED, TIED_LEN) != 0)
+				continue;
+			if (served_before(c, y, tp->name)) {
+				tp->used = tp->dup = true;
+				continue;
+			}
+			tp->used = true;
+			err = emit_trainable(s, tp, pipe_tied_value(c, tp->name));
+		}
+		for (size_t i = 0; !err && i < c->nlayers; i++) {
+			ds_file *f = &c->layers[i];
+			char pre[32];
+
+			if (!f->root || c->play[i].stage != y || c->play[i].tied)
+				continue;
+			(void)snprintf(pre, sizeof(pre), "%zu", i);
+			for (size_t k = 0; !err && k < f->root->u.dict.len; k++) {
+				const gfs_pv_item *it = &f->root->u.dict.items[k];
+				const char *local = gfs_pv_name(it->key);
+				char name[4096];
+
+				if (!local)
+					return gfs_pv_name_fail(f->path, "layer key", k, it->key);
+				err = key_name(name, sizeof(name), f, pre, strlen(pre), local);
+				if (!err)
+					err = pipe_entry(c, s, f, name, it->value);
+			}
+		}
+	}
+	for (size_t y = 0; !err && y < c->nstages; y++)
+		for (size_t t = 0; !err && t < c->stages[y].ntrain; t++)
+			if (!c->stages[y].train[t].used)
+				err = pipe_missing(c, y, c->stages[y].train[t].name);
+	return err;
+}
+
+/* pipe_build(): the layout of a pipeline checkpoint opened by pipe_open(). */
+static gfs_err pipe_build(ds_ckpt *c, char **note)
+{
+	const ds_ckpt *s0 = &c->stages[0];
+	const char *slash = strrchr(c->tagdir, '/');
+	char info[256];
+	gfs_err err = GFS_OK;
+
+	for (size_t y = 0; !err && y < c->nstages; y++)
+		err = anon_note(&c->stages[y], note);
+	for (size_t y = 0; !err && y < c->nstages; y++) {
+		const ds_ckpt *s = &c->stages[y];
+
+		for (size_t r = 0; !err && r < s->noptim; r++)
+			err = gfs_layout_add_metafile(c->l, s->optim[r].path);
+		if (!err)
+			err = gfs_layout_add_metafile(c->l, s->model[0].path);
+	}
+	for (size_t i = 0; !err && i < c->nlayers; i++)
+		if (c->layers[i].path)
+			err = gfs_layout_add_metafile(c->l, c->layers[i].path);
+	if (!err)
+		err = gfs_layout_set_note(c->l, *note);
+	if (!err)
+		err = pipe_plan(c);
+	if (!err)
+		err = pipe_entries(c);
+	for (size_t y = 0; !err && s0->noptim && y < c->nstages; y++) {
+		err = plan_states(&c->stages[y]);
+		if (!err)
+			err = emit_states(&c->stages[y]);
+	}
+	if (!err && s0->noptim) {
+		err = build_optim(&c->stages[0]);
+		c->l->optim.pipe_stages = (uint32_t)c->nstages;
+	}
+	if (err)
+		return err;
+	if (s0->noptim)
+		snprintf(info, sizeof(info),
+			 "DeepSpeed pipeline, %zu stages, ZeRO-%d%s, %llu data-parallel ranks, tag %s",
+			 c->nstages, s0->stage, s0->bf16_optimizer ? " (BF16_Optimizer)" : "",
+			 (unsigned long long)s0->ws, slash ? slash + 1 : c->tagdir);
+	else
+		snprintf(info, sizeof(info), "DeepSpeed pipeline, %zu stages, no ZeRO, tag %s",
+			 c->nstages, slash ? slash + 1 : c->tagdir);
+	return gfs_layout_set_info(c->l, info);
+}
+
 static void ckpt_free(ds_ckpt *c)
 {
 	for (size_t r = 0; r < c->noptim; r++)
@@ -2298,31 +2843,74 @@ static void ckpt_free(ds_ckpt *c)
 	for (size_t i = 0; i < c->nrfsets; i++)
 		free(c->rfsets[i].ids);
 	free(c->rfsets);
+	for (size_t y = 0; y < c->nstages; y++) {
+		c->stages[y].l = NULL;
+		ckpt_free(&c->stages[y]);
+	}
+	free(c->stages);
+	for (size_t i = 0; i < c->nlayers; i++)
+		file_close(&c->layers[i]);
+	free(c->layers);
+	free(c->play);
 	free(c->tagdir);
 	gfs_layout_free(c->l);
+}
+
+/*
+ * not_dense(): refuse what this importer cannot serve: mixture-of-experts
+ * files, tensor-parallel ranks (whose split dimensions DeepSpeed does not
+ * record).
+ */
+static gfs_err not_dense(const char *tagdir, const ds_dir *d)
+{
+	if (d->expert)
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"%s/%s: a mixture-of-experts checkpoint (expert files): not supported",
+				tagdir, d->expert);
+	if (d->tp_layer)
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"%s/%s: a layer file of tensor-parallel rank > 0: tensor parallelism is not supported (DeepSpeed does not record which dimension a param is split on)",
+				tagdir, d->tp_layer);
+	if (d->nmp > 1 && d->nlayers == 0)
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"%s: %zu model-parallel ranks (mp_rank_00..%02zu) and no pipeline layer files: tensor parallelism is not supported (DeepSpeed does not record which dimension a param is split on)",
+				tagdir, d->nmp, d->nmp - 1);
+	return GFS_OK;
 }
 
 gfs_err gfs_import_deepspeed(const char *dir, const char *tag, gfs_layout **out)
 {
 	ds_ckpt c = { .label = dir };
-	ds_listing ls = { 0 };
+	ds_dir d = { 0 };
 	char *root = NULL, *note = NULL;
 	char info[256];
+	bool pipe = false;
 	gfs_err err = resolve_tagdir(dir, tag, &c.tagdir, &root, &note);
 
 	if (!err)
-		err = list_tagdir(c.tagdir, &ls);
+		err = list_tagdir(c.tagdir, &d);
+	if (!err)
+		err = not_dense(c.tagdir, &d);
 	if (err)
 		goto out;
-	err = open_files(&c, &ls);
-	if (!err)
-		err = anon_note(&c, &note);
-	listing_free(&ls);
+	pipe = d.nlayers > 0;
+	if (pipe) {
+		err = pipe_open(&c, &d);
+	} else {
+		err = open_files(&c, &d.mp[0]);
+		if (!err)
+			err = anon_note(&c, &note);
+	}
+	dir_free(&d);
 	gfs_pickle_pool_drain(); /* the ranks' pickles are read: not kept while emitting */
 	if (!err)
 		err = gfs_layout_new("deepspeed", c.tagdir, &c.l);
 	if (!err)
 		err = gfs_layout_set_root(c.l, root);
+	if (!err && pipe) {
+		err = pipe_build(&c, &note);
+		goto finish;
+	}
 	for (size_t r = 0; !err && r < c.noptim; r++)
 		err = gfs_layout_add_metafile(c.l, c.optim[r].path);
 	for (size_t r = 0; !err && r < c.nmodel; r++)
@@ -2349,6 +2937,7 @@ gfs_err gfs_import_deepspeed(const char *dir, const char *tag, gfs_layout **out)
 			 slash ? slash + 1 : c.tagdir);
 		err = gfs_layout_set_info(c.l, info);
 	}
+finish:
 	if (!err)
 		err = gfs_layout_finish(c.l, c.tagdir);
 	if (!err) {
@@ -2356,6 +2945,7 @@ gfs_err gfs_import_deepspeed(const char *dir, const char *tag, gfs_layout **out)
 		c.l = NULL;
 	}
 out:
+	dir_free(&d);
 	ckpt_free(&c);
 	free(root);
 	free(note);
