@@ -759,9 +759,10 @@ static ds_kind classify(const char *name, uint64_t *rank, uint64_t *mp)
 		if (eat(&p, "_expert_"))
 			return parse_u64(&p, mp) && eat(&p, "_mp_rank_") && parse_u64(&p, mp) &&
 			       strcmp(p, "_model_states.pt") == 0 ? DS_EXPERT : DS_OTHER;
-		if (eat(&p, "-model_") && !parse_u64(&p, mp))
-			return DS_OTHER;
-		return strcmp(p, "-model_states.pt") == 0 ? DS_LAYER : DS_OTHER;
+		if (strcmp(p, "-model_states.pt") == 0)
+			return DS_LAYER;
+		return eat(&p, "-model_") && parse_u64(&p, mp) &&
+		       strcmp(p, "-model_states.pt") == 0 ? DS_LAYER : DS_OTHER;
 	}
 	(void)eat(&p, "bf16_");
 	if (!eat(&p, "zero_pp_rank_") || !parse_u64(&p, rank) || !eat(&p, "_mp_rank_") ||
@@ -2691,24 +2692,28 @@ static const gfs_pv *pipe_tied_value(const ds_ckpt *c, const char *name)
 	return NULL;
 }
 
-/* pipe_missing(): the error for a param of stage y no layer file holds. */
+/*
+ * pipe_missing(): the error for param name of stage y, which no layer file
+ * holds: the file of layer N for a param "N.NAME"; for a tied weight, the
+ * first layer file absent (a TiedLayerSpec used only through a forward_fn
+ * has no file, but its module is built, and saved, at its first use).
+ */
 static gfs_err pipe_missing(const ds_ckpt *c, size_t y, const char *name)
 {
 	const char *p = name;
-	uint64_t n;
+	uint64_t n = 0;
 	bool suffix = false;
 
 	for (size_t i = 0; i < c->nlayers; i++)
 		if (c->layers[i].name)
 			suffix = strstr(c->layers[i].name, "-model_00-") != NULL;
-	if (parse_u64(&p, &n) && *p == '.')
-		return gfs_fail(GFS_ERR_NOTFOUND,
-				"%s/layer_%02llu%s-model_states.pt is missing: param %s of pipeline stage %zu (%s) is in no layer file",
-				c->tagdir, (unsigned long long)n, suffix ? "-model_00" : "", name, y,
-				c->stages[y].model[0].name);
+	if (!parse_u64(&p, &n) || *p != '.')
+		for (n = 0; n < c->nlayers && c->layers[n].name; n++)
+			;
 	return gfs_fail(GFS_ERR_NOTFOUND,
-			"%s: param %s of pipeline stage %zu (%s) is in no layer file (a layer file is missing)",
-			c->tagdir, name, y, c->stages[y].model[0].name);
+			"%s/layer_%02llu%s-model_states.pt is missing: param %s of pipeline stage %zu (%s) is in no layer file",
+			c->tagdir, (unsigned long long)n, suffix ? "-model_00" : "", name, y,
+			c->stages[y].model[0].name);
 }
 
 /* served_before(): does a stage before y hold trainable param name? */
@@ -2736,6 +2741,7 @@ static gfs_err pipe_entries(ds_ckpt *c)
 
 		for (size_t t = 0; !err && t < s->ntrain; t++) {
 			train_param *tp = &s->train[t];
+			const gfs_pv *v;
 
 			if (strncmp(tp->name, TIED, TIED_LEN) != 0)
 				continue;
@@ -2744,7 +2750,8 @@ static gfs_err pipe_entries(ds_ckpt *c)
 				continue;
 			}
 			tp->used = true;
-			err = emit_trainable(s, tp, pipe_tied_value(c, tp->name));
+			v = pipe_tied_value(c, tp->name);
+			err = v ? emit_trainable(s, tp, v) : pipe_missing(c, y, tp->name);
 		}
 		for (size_t i = 0; !err && i < c->nlayers; i++) {
 			ds_file *f = &c->layers[i];

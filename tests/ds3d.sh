@@ -1,0 +1,116 @@
+#!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+# DeepSpeed checkpoints of models split across ranks (issue 30,
+# docs/deepspeed-3d.md), on real DeepSpeed 0.14.5 runs (tests/data/ds3d,
+# README.md there):
+#  - pipelines (PipelineModule layer files, mp_rank_YY per stage): ZeRO-1
+#    fp32 with a tied embedding and BF16_Optimizer; pytorch_model.bin (real
+#    torch.load) and model.safetensors equal to truth.pt bit for bit (keys,
+#    order, dtypes, shapes; the tied weight once, as
+#    tied_modules.embed.weight); -o dtype=bf16 equal to the module's own
+#    values (truth_module.pt); optim/ holds every param's states once;
+#    gatherfs-inspect ls, cat and verify; the universal view refused with
+#    one line;
+#  - refusals, one line naming the file: a missing stage, a missing layer
+#    file, a missing rank's optimizer states file, a pipeline without ZeRO
+#    whose tied weight's name is not recorded, a mixture-of-experts
+#    checkpoint, tensor parallelism without patterns.
+. "${top_srcdir:-.}/tests/lib.sh"
+. "$top_srcdir/tests/mount-lib.sh"
+mount_setup
+DATA="$top_srcdir/tests/data/ds3d"
+CHECK="$top_srcdir/tests/tools/check_truth.py"
+
+# check_st FILE TRUTH: model.safetensors FILE holds TRUTH's tensors, bit for bit
+check_st() {
+	timeout 300 "$PYTHON3" - "$1" "$2" <<'PY' || fail "$1: differs from $2"
+import json, struct, sys, torch
+DT = {torch.float32: "F32", torch.bfloat16: "BF16"}
+want = torch.load(sys.argv[2])
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+head.pop("__metadata__", None)
+assert sorted(head) == sorted(want), "keys"
+for k, v in want.items():
+    h = head[k]
+    b, e = h["data_offsets"]
+    assert h["dtype"] == DT[v.dtype] and h["shape"] == list(v.shape), k
+    assert raw[8 + n + b:8 + n + e] == v.contiguous().view(torch.uint8).numpy().tobytes(), k
+PY
+}
+
+for c in pp2_dp2_z1_fp32_tied pp2_dp2_bf16; do
+	echo "== $c"
+	ck="$DATA/$c/checkpoint"
+	truth="$DATA/$c/truth.pt"
+	gfs_mount "$ck" "$T/mnt" 2>"$T/log" || fail "mount $c: $(cat "$T/log")"
+	grep -q "no DeepSpeed universal checkpoint view: a pipeline checkpoint (2 stages)" "$T/log" ||
+		fail "$c: no line on the universal view: $(cat "$T/log")"
+	[ -d "$T/mnt/global_step3_universal" ] && fail "$c: a universal view of a pipeline"
+	timeout 300 "$PYTHON3" "$CHECK" "$T/mnt/pytorch_model.bin" "$truth" || fail "$c: pytorch_model.bin"
+	check_st "$T/mnt/model.safetensors" "$truth"
+	for s in exp_avg exp_avg_sq step; do
+		[ "$(ls "$T/mnt/optim/$s" | wc -l)" -eq 52 ] || fail "$c: optim/$s: $(ls "$T/mnt/optim/$s")"
+	done
+	[ -f "$T/mnt/optim/exp_avg/tied_modules.embed.weight" ] || fail "$c: no state of the tied weight"
+	gfs_umount "$T/mnt" || fail "unmount"
+	timeout 60 "$INSPECT" ls "$ck" >"$T/ls" 2>"$T/err" || fail "inspect ls $c: $(cat "$T/err")"
+	[ "$(grep -c . "$T/ls")" -eq 53 ] || fail "inspect ls $c: $(cat "$T/ls")"
+	grep -q "DeepSpeed pipeline, 2 stages, ZeRO-1.*2 data-parallel ranks, tag global_step3" "$T/err" ||
+		fail "inspect ls $c: $(cat "$T/err")"
+	for name in tied_modules.embed.weight 5.fc2.weight 6.bias; do
+		timeout 60 "$INSPECT" cat "$ck" "$name" >"$T/cat" || fail "inspect cat $c $name"
+		timeout 60 "$PYTHON3" -c "
+import sys, torch
+t = torch.load(sys.argv[2])[sys.argv[3]]
+assert open(sys.argv[1], 'rb').read() == t.contiguous().numpy().tobytes(), sys.argv[3]
+" "$T/cat" "$truth" "$name" || fail "inspect cat $c $name: wrong bytes"
+	done
+	timeout 120 "$INSPECT" verify "$ck" >"$T/v" 2>&1 || fail "inspect verify $c: $(cat "$T/v")"
+done
+
+echo "== pp2_dp2_bf16 -o dtype=bf16: the module's own values"
+gfs_mount "$DATA/pp2_dp2_bf16/checkpoint" "$T/mnt" -o dtype=bf16 2>/dev/null || fail "mount bf16"
+timeout 300 "$PYTHON3" "$CHECK" "$T/mnt/pytorch_model.bin" "$DATA/pp2_dp2_bf16/truth_module.pt" ||
+	fail "dtype=bf16: pytorch_model.bin"
+check_st "$T/mnt/model.safetensors" "$DATA/pp2_dp2_bf16/truth_module.pt"
+gfs_umount "$T/mnt" || fail "unmount"
+
+echo "== refusals"
+# refuse PATTERN DIR: the mount and gatherfs-inspect both refuse DIR with one line
+refuse() {
+	expect_mount_fail "$1" "$2" "$T/mnt"
+	if timeout 60 "$INSPECT" ls "$2" >/dev/null 2>"$T/ierr"; then
+		fail "inspect ls $2 succeeded"
+	fi
+	[ "$(wc -l <"$T/ierr")" -eq 1 ] && grep -q -- "$1" "$T/ierr" || fail "inspect: $(cat "$T/ierr")"
+}
+fresh() {
+	rm -rf "$T/bad"
+	cp -r "$DATA/$1/checkpoint" "$T/bad"
+	chmod -R u+w "$T/bad"
+}
+G="$T/bad/global_step3"
+
+fresh pp2_dp2_z1_fp32_tied; rm "$G"/*mp_rank_01*
+refuse "global_step3/mp_rank_01_model_states.pt is missing: mp_rank_00_model_states.pt says 2 pipeline stages" "$T/bad"
+fresh pp2_dp2_z1_fp32_tied; rm "$G/mp_rank_01_model_states.pt"
+refuse "global_step3/mp_rank_01_model_states.pt is missing (pipeline stage 1)" "$T/bad"
+fresh pp2_dp2_bf16; rm "$G/layer_04-model_00-model_states.pt"
+refuse "global_step3/layer_04-model_00-model_states.pt is missing: param 4.ln1.weight of pipeline stage 1" "$T/bad"
+fresh pp2_dp2_z1_fp32_tied; rm "$G/layer_00-model_00-model_states.pt"
+refuse "global_step3/layer_00-model_00-model_states.pt is missing" "$T/bad"
+fresh pp2_dp2_bf16; rm "$G/bf16_zero_pp_rank_1_mp_rank_01_optim_states.pt"
+refuse "optimizer states file of rank 1 (of 2) is missing" "$T/bad"
+fresh pp2_dp2_z1_fp32_tied; rm "$G"/zero_pp_rank_*_mp_rank_01_optim_states.pt
+refuse "global_step3/zero_pp_rank_0_mp_rank_01_optim_states.pt is missing" "$T/bad"
+fresh pp2_dp2_z1_fp32_tied; cp "$DATA/pp2_dp2_bf16/checkpoint/global_step3/layer_03-model_00-model_states.pt" "$G/layer_03-model_states.pt"
+refuse "global_step3: two files for rank 3: layer_03-" "$T/bad"
+refuse "the stages' optimizers hold 53 params but the layer files 52 tensors: a TiedLayerSpec weight shared by stages" \
+	"$DATA/pp2_dp1_z0_fp32_tied/checkpoint"
+refuse "layer_0_expert_.*: a mixture-of-experts checkpoint (expert files): not supported" \
+	"$DATA/moe_ep2_dp2_z2_fp32/checkpoint"
+refuse "global_step3: 2 model-parallel ranks (mp_rank_00..01) and no pipeline layer files: tensor parallelism is not supported" \
+	"$DATA/tp2_dp2_z1_fp32_uci/checkpoint"
+echo "ok"
