@@ -11,10 +11,13 @@
 #    values (truth_module.pt); optim/ holds every param's states once;
 #    gatherfs-inspect ls, cat and verify; the universal view refused with
 #    one line;
+#  - mixture of experts (expert files, expert parallel 2, ZeRO-2): the same,
+#    keys compared as a set (truth.pt's order is the harness's), each MoE
+#    layer's experts right after its gate in global id order;
 #  - refusals, one line naming the file: a missing stage, a missing layer
 #    file, a missing rank's optimizer states file, a pipeline without ZeRO
-#    whose tied weight's name is not recorded, a mixture-of-experts
-#    checkpoint, tensor parallelism without patterns.
+#    whose tied weight's name is not recorded, a missing or extra expert
+#    file, tensor parallelism without patterns.
 . "${top_srcdir:-.}/tests/lib.sh"
 . "$top_srcdir/tests/mount-lib.sh"
 mount_setup
@@ -77,6 +80,39 @@ timeout 300 "$PYTHON3" "$CHECK" "$T/mnt/pytorch_model.bin" "$DATA/pp2_dp2_bf16/t
 check_st "$T/mnt/model.safetensors" "$DATA/pp2_dp2_bf16/truth_module.pt"
 gfs_umount "$T/mnt" || fail "unmount"
 
+echo "== moe_ep2_dp2_z2_fp32: MoE, expert parallel 2, ZeRO-2"
+ck="$DATA/moe_ep2_dp2_z2_fp32/checkpoint"
+truth="$DATA/moe_ep2_dp2_z2_fp32/truth.pt"
+gfs_mount "$ck" "$T/mnt" 2>"$T/log" || fail "mount moe: $(cat "$T/log")"
+grep -q "no DeepSpeed universal checkpoint view: a mixture-of-experts checkpoint: DeepSpeed 0.14.5 cannot load" "$T/log" ||
+	fail "moe: no line on the universal view: $(cat "$T/log")"
+# truth.pt's order is not the model's (the harness's): keys as a set, and
+# the experts of each MoE layer right after its gate, in global id order
+timeout 300 "$PYTHON3" - "$T/mnt/pytorch_model.bin" "$truth" <<'PY' || fail "moe: pytorch_model.bin"
+import sys, torch
+got, want = torch.load(sys.argv[1]), torch.load(sys.argv[2])
+assert set(got) == set(want), set(got) ^ set(want)
+for k, v in want.items():
+    assert got[k].dtype == v.dtype and got[k].shape == v.shape, k
+    assert torch.equal(got[k].view(torch.int32), v.view(torch.int32)), k
+keys = list(got)
+for b in (1, 2):
+    gate = keys.index(f"blocks.{b}.moe.deepspeed_moe.gate.wg.weight")
+    exp = [f"blocks.{b}.moe.deepspeed_moe.experts.deepspeed_experts.{e}.{n}"
+           for e in range(4) for n in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")]
+    assert keys[gate + 1:gate + 17] == exp, keys[gate:gate + 17]
+print("ok: moe:", len(want), "keys")
+PY
+check_st "$T/mnt/model.safetensors" "$truth"
+for s in exp_avg exp_avg_sq step; do
+	[ "$(ls "$T/mnt/optim/$s" | wc -l)" -eq 66 ] || fail "moe: optim/$s: $(ls "$T/mnt/optim/$s")"
+done
+gfs_umount "$T/mnt" || fail "unmount"
+timeout 60 "$INSPECT" ls "$ck" >/dev/null 2>"$T/err" || fail "inspect ls moe: $(cat "$T/err")"
+grep -q "DeepSpeed mixture of experts (8 experts in 2 MoE layers, expert-parallel size 2), ZeRO-2, 2 ranks" "$T/err" ||
+	fail "inspect ls moe: $(cat "$T/err")"
+timeout 120 "$INSPECT" verify "$ck" >"$T/v" 2>&1 || fail "inspect verify moe: $(cat "$T/v")"
+
 echo "== refusals"
 # refuse PATTERN DIR: the mount and gatherfs-inspect both refuse DIR with one line
 refuse() {
@@ -109,8 +145,12 @@ fresh pp2_dp2_z1_fp32_tied; cp "$DATA/pp2_dp2_bf16/checkpoint/global_step3/layer
 refuse "global_step3: two files for rank 3: layer_03-" "$T/bad"
 refuse "the stages' optimizers hold 53 params but the layer files 52 tensors: a TiedLayerSpec weight shared by stages" \
 	"$DATA/pp2_dp1_z0_fp32_tied/checkpoint"
-refuse "layer_0_expert_.*: a mixture-of-experts checkpoint (expert files): not supported" \
-	"$DATA/moe_ep2_dp2_z2_fp32/checkpoint"
+fresh moe_ep2_dp2_z2_fp32; rm "$G/layer_1_expert_2_mp_rank_00_model_states.pt"
+refuse "global_step3/layer_1_expert_2_mp_rank_00_model_states.pt is missing: expert 2 of MoE layer 1 (num_experts in mp_rank_00_model_states.pt)" "$T/bad"
+fresh moe_ep2_dp2_z2_fp32; cp "$G/layer_1_expert_2_mp_rank_00_model_states.pt" "$G/layer_1_expert_4_mp_rank_00_model_states.pt"
+refuse "global_step3: 9 expert files, but num_experts in mp_rank_00_model_states.pt says 8: expert files of two saves" "$T/bad"
+fresh moe_ep2_dp2_z2_fp32; rm "$G/zero_pp_rank_1_mp_rank_00_optim_states.pt"
+refuse "optimizer states file of rank 1 (of 2) is missing" "$T/bad"
 refuse "global_step3: 2 model-parallel ranks (mp_rank_00..01) and no pipeline layer files: tensor parallelism is not supported" \
 	"$DATA/tp2_dp2_z1_fp32_uci/checkpoint"
 echo "ok"

@@ -135,6 +135,16 @@ typedef struct ds_ckpt {
 	ds_file *layers;     /* [nlayers] by layer index; fd -1 and no name where absent */
 	size_t nlayers;
 	struct pipe_layer *play; /* [nlayers] */
+	/* a mixture-of-experts checkpoint */
+	ds_file *experts;    /* [nexperts] expert files, MoE layer by layer, global id order */
+	size_t nexperts;
+	uint64_t *moe_n;     /* [nmoe] experts of each MoE layer */
+	size_t nmoe;
+	uint64_t ep;         /* expert-parallel size */
+	size_t gdense, gexp; /* the optimizer's dense and expert param groups */
+	struct moe_param *mparams; /* [nmparams]: dense ones in `module` order, then experts */
+	size_t nmparams;
+	flat *mflats;        /* [1 + ep]: dense masters, then each expert-parallel rank's */
 } ds_ckpt;
 
 /*
@@ -792,6 +802,7 @@ typedef struct ds_dir {
 	char **layers;   /* pipeline layer files by layer index, NULL where absent */
 	size_t nlayers;
 	char *expert;    /* an expert file (MoE), or NULL */
+	size_t nexpert;  /* expert files */
 	char *tp_layer;  /* a layer file of tensor-parallel rank > 0, or NULL */
 } ds_dir;
 
@@ -888,6 +899,7 @@ static gfs_err list_tagdir(const char *dir, ds_dir *d)
 		if (kind == DS_OTHER)
 			continue;
 		if (kind == DS_EXPERT) {
+			d->nexpert++;
 			err = keep_name(&d->expert, de->d_name);
 			continue;
 		}
@@ -2859,20 +2871,474 @@ static void ckpt_free(ds_ckpt *c)
 		file_close(&c->layers[i]);
 	free(c->layers);
 	free(c->play);
+	for (size_t i = 0; i < c->nexperts; i++)
+		file_close(&c->experts[i]);
+	free(c->experts);
+	free(c->moe_n);
+	free(c->mparams);
+	flats_free(c->mflats, c->mflats ? (size_t)c->ep + 1 : 0);
 	free(c->tagdir);
 	gfs_layout_free(c->l);
 }
 
+/* -------------------------------------------------------------------- MoE */
+
+#define EXPERTS_AT "experts.deepspeed_experts."
+
 /*
- * not_dense(): refuse what this importer cannot serve: mixture-of-experts
- * files, tensor-parallel ranks (whose split dimensions DeepSpeed does not
- * record).
+ * A param of a mixture-of-experts checkpoint: its module tensor and where
+ * its master (and each optimizer state) lies.
+ */
+typedef struct moe_param {
+	const char *name;    /* borrowed from a pickle */
+	const ds_file *f;    /* the file holding its module tensor */
+	const gfs_pv *value; /* its module tensor */
+	size_t flat;         /* 0: the dense flat; 1 + e: expert-parallel rank e's */
+	uint64_t off;        /* element offset in that flat */
+	uint64_t numel;
+	uint32_t ndim;
+	uint64_t shape[GFS_MAX_DIMS];
+} moe_param;
+
+/*
+ * moe_open(): the expert files num_experts (in c's mp_rank file) names,
+ * layer_L_expert_X_mp_rank_00_model_states.pt, every one of them and no
+ * other (d->nexpert counts those found).
+ */
+static gfs_err moe_open(ds_ckpt *c, const ds_dir *d)
+{
+	const ds_file *m0 = &c->model[0];
+	const gfs_pv *ne = gfs_pv_dict_get(m0->root, "num_experts");
+	uint64_t total = 0;
+	size_t k = 0;
+
+	if (!ne || (ne->kind != GFS_PV_LIST && ne->kind != GFS_PV_TUPLE) || gfs_pv_seq_len(ne) == 0)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: expert files (%s), but no num_experts list",
+				m0->path, d->expert);
+	c->nmoe = gfs_pv_seq_len(ne);
+	c->moe_n = gfs_calloc(c->nmoe, sizeof(*c->moe_n));
+	if (!c->moe_n)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t L = 0; L < c->nmoe; L++) {
+		int64_t n;
+
+		if (!gfs_pv_int(gfs_pv_seq_at(ne, L), &n) || n < 1 || n > DS_MAX_RANKS)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: num_experts[%zu] is not an integer in 1..%d",
+					m0->path, L, DS_MAX_RANKS);
+		c->moe_n[L] = (uint64_t)n;
+		total += (uint64_t)n;
+	}
+	if (total < d->nexpert)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: %zu expert files, but num_experts in %s says %llu: expert files of two saves",
+				c->tagdir, d->nexpert, m0->name, (unsigned long long)total);
+	c->experts = gfs_calloc((size_t)total, sizeof(*c->experts));
+	if (!c->experts)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	c->nexperts = (size_t)total;
+	for (size_t i = 0; i < c->nexperts; i++)
+		c->experts[i].fd = -1;
+	for (size_t L = 0; L < c->nmoe; L++)
+		for (uint64_t x = 0; x < c->moe_n[L]; x++) {
+			char name[128];
+			gfs_err err;
+
+			snprintf(name, sizeof(name), "layer_%zu_expert_%llu_mp_rank_00_model_states.pt", L,
+				 (unsigned long long)x);
+			err = file_open(&c->experts[k++], c->tagdir, name);
+			if (err == GFS_ERR_NOTFOUND)
+				return gfs_fail(err,
+						"%s/%s is missing: expert %llu of MoE layer %zu (num_experts in %s)",
+						c->tagdir, name, (unsigned long long)x, L, m0->name);
+			if (err)
+				return err;
+		}
+	return GFS_OK;
+}
+
+/*
+ * moe_groups(): the optimizer's two param groups: the dense one and the
+ * expert one (moe: True, named ep_size_N: c->ep = N, which divides the
+ * world size and each layer's expert count).
+ */
+static gfs_err moe_groups(ds_ckpt *c)
+{
+	const gfs_pv *pg = gfs_pv_dict_get(base_state(c, 0), "param_groups");
+	const gfs_pv *parts = gfs_pv_dict_get(osd_of(&c->optim[0]), "single_partition_of_fp32_groups");
+	size_t ndense = 0, nexp = 0;
+
+	if (c->stage == 3)
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"%s: a ZeRO-3 mixture-of-experts checkpoint is not supported", c->tagdir);
+	if (!pg || gfs_pv_seq_len(pg) != gfs_pv_seq_len(parts))
+		return gfs_fail(GFS_ERR_FORMAT, "%s: %zu param groups but %zu fp32 partitions",
+				c->optim[0].path, gfs_pv_seq_len(pg), gfs_pv_seq_len(parts));
+	for (size_t g = 0; g < gfs_pv_seq_len(pg); g++) {
+		const gfs_pv *grp = gfs_pv_seq_at(pg, g);
+		const gfs_pv *moe = gfs_pv_dict_get(grp, "moe");
+		const char *nm = gfs_pv_name(gfs_pv_dict_get(grp, "name"));
+		const char *p = nm;
+
+		if (!moe || moe->kind != GFS_PV_BOOL || !moe->u.b) {
+			c->gdense = g;
+			ndense++;
+			continue;
+		}
+		if (!nm || !eat(&p, "ep_size_") || !parse_u64(&p, &c->ep) || *p || c->ep < 1 ||
+		    c->ep > c->ws || c->ws % c->ep != 0)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: expert param group %zu is not named ep_size_N with N dividing the %llu ranks",
+					c->optim[0].path, g, (unsigned long long)c->ws);
+		c->gexp = g;
+		nexp++;
+	}
+	if (ndense != 1 || nexp != 1)
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"%s: %zu dense and %zu expert param groups: only one of each is supported",
+				c->optim[0].path, ndense, nexp);
+	for (size_t L = 0; L < c->nmoe; L++)
+		if (c->moe_n[L] % c->ep != 0)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: num_experts[%zu] is %llu, not a multiple of the expert-parallel size %llu",
+					c->model[0].path, L, (unsigned long long)c->moe_n[L],
+					(unsigned long long)c->ep);
+	return GFS_OK;
+}
+
+/* The tensor of rank r, param group g, laid out like its fp32 partition. */
+typedef gfs_err (*moe_part_fn)(ds_ckpt *c, size_t r, size_t g, const char *state, tview *tv);
+
+static gfs_err moe_fp32_part(ds_ckpt *c, size_t r, size_t g, const char *state, tview *tv)
+{
+	(void)state;
+	return fp32_part(c, r, g, tv);
+}
+
+static gfs_err moe_state_part(ds_ckpt *c, size_t r, size_t g, const char *state, tview *tv)
+{
+	char what[128];
+
+	snprintf(what, sizeof(what), "optimizer state %s of param group %zu", state, g);
+	return tensor_view(c, &c->optim[r], gfs_pv_dict_get(group_state(c, r, g), state), what, tv);
+}
+
+/*
+ * moe_flats(): fl[0] the dense group's partitions of every rank; fl[1 + e]
+ * the expert group's partitions of expert-parallel rank e's expert
+ * data-parallel ranks (e, e + ep, e + 2 ep, ...), as DeepSpeed groups them.
+ */
+static gfs_err moe_flats(ds_ckpt *c, moe_part_fn part, const char *state, flat *fl)
+{
+	gfs_err err = GFS_OK;
+
+	for (uint64_t i = 0; i <= c->ep; i++)
+		fl[i].dtype = GFS_DT_INVALID;
+	for (uint64_t r = 0; !err && r < c->ws; r++) {
+		tview tv;
+
+		err = part(c, (size_t)r, c->gdense, state, &tv);
+		if (!err)
+			err = flat_append(&fl[0], &tv, tv.numel, c->optim[r].path);
+	}
+	for (uint64_t e = 0; !err && e < c->ep; e++)
+		for (uint64_t r = e; !err && r < c->ws; r += c->ep) {
+			tview tv;
+
+			err = part(c, (size_t)r, c->gexp, state, &tv);
+			if (!err)
+				err = flat_append(&fl[1 + e], &tv, tv.numel, c->optim[r].path);
+		}
+	return err;
+}
+
+/* moe_push(): entry k of dict of tensors sd in file f as a param of flat fl at *off. */
+static gfs_err moe_push(ds_ckpt *c, const ds_file *f, const gfs_pv *sd, size_t k, size_t fl,
+			uint64_t *off)
+{
+	const gfs_pv_item *it = &sd->u.dict.items[k];
+	moe_param *p = &c->mparams[c->nmparams];
+	const gfs_pv_tensor *t;
+
+	p->name = gfs_pv_name(it->key);
+	if (!p->name)
+		return gfs_pv_name_fail(f->path, "state dict key", k, it->key);
+	if (!it->value || it->value->kind != GFS_PV_TENSOR)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: %s is not a tensor", f->path, p->name);
+	t = it->value->u.tensor;
+	if (t->ndim > GFS_MAX_DIMS)
+		return gfs_fail(GFS_ERR_LIMIT, "%s: %s: too many dimensions", f->path, p->name);
+	p->f = f;
+	p->value = it->value;
+	p->flat = fl;
+	p->off = *off;
+	p->ndim = t->ndim;
+	p->numel = 1;
+	for (uint32_t d = 0; d < t->ndim; d++) {
+		if (t->size[d] < 0 || !gfs_mul_u64(p->numel, (uint64_t)t->size[d], &p->numel))
+			return gfs_fail(GFS_ERR_FORMAT, "%s: %s: bad size", f->path, p->name);
+		p->shape[d] = (uint64_t)t->size[d];
+	}
+	if (!gfs_add_u64(*off, p->numel, off))
+		return gfs_fail(GFS_ERR_FORMAT, "%s: sizes overflow", f->path);
+	c->nmparams++;
+	return GFS_OK;
+}
+
+/*
+ * moe_fits(): params taking used elements fit flat fl of group g written
+ * by the ranks from r0 on, step apart: it holds them and at most the
+ * padding those ranks record (group_paddings).
+ */
+static gfs_err moe_fits(const ds_ckpt *c, const flat *fl, size_t g, uint64_t r0, uint64_t step,
+			uint64_t used, const char *what)
+{
+	uint64_t pad = 0;
+
+	for (uint64_t r = r0; r < c->ws; r += step) {
+		int64_t p;
+
+		if (gfs_pv_int(gfs_pv_seq_at(gfs_pv_dict_get(osd_of(&c->optim[r]), "group_paddings"), g),
+			       &p) && p > 0)
+			pad += (uint64_t)p;
+	}
+	if (used > fl->total || (used != fl->total && used + pad != fl->total))
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: %s take %llu elements, but their fp32 partitions hold %llu (padding %llu): a rank file is missing or from another run, or the model has buffers or frozen params",
+				c->tagdir, what, (unsigned long long)used, (unsigned long long)fl->total,
+				(unsigned long long)pad);
+	return GFS_OK;
+}
+
+/* expert_id(): is key an entry of expert gid (...experts.deepspeed_experts.GID.NAME)? */
+static bool expert_id(const char *key, uint64_t gid)
+{
+	const char *p = strstr(key, EXPERTS_AT);
+	uint64_t n;
+
+	if (!p)
+		return false;
+	p += sizeof(EXPERTS_AT) - 1;
+	return parse_u64(&p, &n) && *p == '.' && n == gid;
+}
+
+/*
+ * moe_plan(): the params in c->mparams: `module`'s entries (the dense
+ * params, in order, the dense flat), then the experts, MoE layer by layer
+ * in global id order, each in its expert-parallel rank's flat (rank e
+ * holds experts e * n/ep .. (e + 1) * n/ep - 1 of each layer, layer by
+ * layer).
+ */
+static gfs_err moe_plan(ds_ckpt *c)
+{
+	const ds_file *m0 = &c->model[0];
+	const gfs_pv *module = gfs_pv_dict_get(m0->root, "module");
+	uint64_t *eoff;
+	size_t count;
+	uint64_t off = 0;
+	gfs_err err;
+
+	if (!module || module->kind != GFS_PV_DICT)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: no `module` state dict", m0->path);
+	count = module->u.dict.len;
+	for (size_t i = 0; i < c->nexperts; i++)
+		count += c->experts[i].root->u.dict.len;
+	c->mparams = gfs_calloc(count ? count : 1, sizeof(*c->mparams));
+	c->mflats = gfs_calloc((size_t)c->ep + 1, sizeof(*c->mflats));
+	eoff = gfs_calloc((size_t)c->ep, sizeof(*eoff));
+	if (!c->mparams || !c->mflats || !eoff) {
+		free(eoff);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	err = moe_flats(c, moe_fp32_part, NULL, c->mflats);
+	for (size_t k = 0; !err && k < module->u.dict.len; k++)
+		err = moe_push(c, m0, module, k, 0, &off);
+	if (!err)
+		err = moe_fits(c, &c->mflats[0], c->gdense, 0, 1, off, "the dense params (`module`)");
+	for (size_t L = 0, base = 0; !err && L < c->nmoe; base += c->moe_n[L++]) {
+		const uint64_t nlocal = c->moe_n[L] / c->ep;
+
+		for (uint64_t gid = 0; !err && gid < c->moe_n[L]; gid++) {
+			const ds_file *f = &c->experts[base + gid];
+			const uint64_t e = gid / nlocal;
+
+			for (size_t k = 0; !err && k < f->root->u.dict.len; k++) {
+				err = moe_push(c, f, f->root, k, 1 + (size_t)e, &eoff[e]);
+				if (!err && !expert_id(c->mparams[c->nmparams - 1].name, gid))
+					err = gfs_fail(GFS_ERR_FORMAT,
+						       "%s: %s is not a key of expert %llu",
+						       f->path, c->mparams[c->nmparams - 1].name,
+						       (unsigned long long)gid);
+			}
+		}
+	}
+	for (uint64_t e = 0; !err && e < c->ep; e++) {
+		char what[96];
+
+		snprintf(what, sizeof(what), "the experts of expert-parallel rank %llu",
+			 (unsigned long long)e);
+		err = moe_fits(c, &c->mflats[1 + e], c->gexp, e, c->ep, eoff[e], what);
+	}
+	free(eoff);
+	return err;
+}
+
+/*
+ * moe_emit_one(): param p as a model tensor (state NULL) or as optimizer
+ * state `state`: its elements of flats fl, or, a 0-d state, the value of
+ * its flat in scal.
+ */
+static gfs_err moe_emit_one(ds_ckpt *c, const moe_param *p, const flat *fl, const tview *scal,
+			    const char *state)
+{
+	size_t ti;
+	gfs_err err;
+
+	if (scal) {
+		const tview *tv = &scal[p->flat];
+
+		err = gfs_layout_add_state(c->l, state, p->name, tv->dtype, 0, NULL, &ti);
+		return err ? err : gfs_layout_add_piece(c->l, ti, tv->src, tv->off,
+							gfs_dtype_size(tv->dtype));
+	}
+	if (state)
+		err = gfs_layout_add_state(c->l, state, p->name, fl[p->flat].dtype, p->ndim, p->shape,
+					   &ti);
+	else
+		err = gfs_layout_add_tensor(c->l, p->name, fl[p->flat].dtype, p->ndim, p->shape, &ti);
+	return err ? err : flat_emit(c->l, ti, &fl[p->flat], p->off, p->numel);
+}
+
+/*
+ * moe_emit(): every param (moe_emit_one()) in the model's state_dict()
+ * order: `module`'s, each MoE layer's experts right after the last entry
+ * sharing their prefix (...deepspeed_moe.: the gate), or at the end when
+ * none does.
+ */
+static gfs_err moe_emit(ds_ckpt *c, const flat *fl, const tview *scal, const char *state)
+{
+	const size_t ndense = gfs_pv_dict_get(c->model[0].root, "module")->u.dict.len;
+	size_t *at = gfs_calloc(c->nmoe, sizeof(*at));
+	size_t *first = gfs_calloc(c->nmoe + 1, sizeof(*first));
+	gfs_err err = GFS_OK;
+
+	if (!at || !first) {
+		free(at);
+		free(first);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	first[0] = ndense;
+	for (size_t L = 0, base = 0; L < c->nmoe; base += c->moe_n[L++]) {
+		first[L + 1] = first[L];
+		for (size_t x = 0; x < c->moe_n[L]; x++)
+			first[L + 1] += c->experts[base + x].root->u.dict.len;
+		at[L] = ndense;
+		if (first[L + 1] > first[L]) {
+			const char *k0 = c->mparams[first[L]].name;
+			const size_t plen = (size_t)(strstr(k0, EXPERTS_AT) - k0);
+
+			for (size_t i = 0; plen > 0 && i < ndense; i++)
+				if (strncmp(c->mparams[i].name, k0, plen) == 0)
+					at[L] = i;
+		}
+	}
+	for (size_t i = 0; !err && i <= ndense; i++) {
+		if (i < ndense)
+			err = moe_emit_one(c, &c->mparams[i], fl, scal, state);
+		for (size_t L = 0; !err && L < c->nmoe; L++)
+			if (at[L] == (i < ndense ? i : ndense))
+				for (size_t j = first[L]; !err && j < first[L + 1]; j++)
+					err = moe_emit_one(c, &c->mparams[j], fl, scal, state);
+	}
+	free(at);
+	free(first);
+	return err;
+}
+
+/*
+ * moe_states(): the optimizer states rank 0 holds for its dense group,
+ * each laid out like the masters (moe_flats()); a 0-d one (the step)
+ * from expert-data-parallel rank 0 of each flat.
+ */
+static gfs_err moe_states(ds_ckpt *c)
+{
+	const gfs_pv *st0 = group_state(c, 0, c->gdense);
+	gfs_err err = GFS_OK;
+
+	for (size_t k = 0; !err && st0 && st0->kind == GFS_PV_DICT && k < st0->u.dict.len; k++) {
+		const char *name = gfs_pv_name(st0->u.dict.items[k].key);
+		const gfs_pv *v = st0->u.dict.items[k].value;
+		flat *fl;
+		tview *scal = NULL;
+
+		if (!name || strpbrk(name, STATE_BAD_BYTES) || !*name || strcmp(name, ".") == 0 ||
+		    strcmp(name, "..") == 0)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: optimizer state %zu has no usable name",
+					c->optim[0].path, k);
+		if (!v || v->kind != GFS_PV_TENSOR)
+			continue;
+		fl = gfs_calloc((size_t)c->ep + 1, sizeof(*fl));
+		if (!fl)
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		if (v->u.tensor->ndim == 0) {
+			scal = gfs_calloc((size_t)c->ep + 1, sizeof(*scal));
+			err = scal ? moe_state_part(c, 0, c->gdense, name, &scal[0])
+				   : gfs_fail(GFS_ERR_NOMEM, "out of memory");
+			for (uint64_t e = 0; !err && e < c->ep; e++)
+				err = moe_state_part(c, (size_t)e, c->gexp, name, &scal[1 + e]);
+		} else {
+			err = moe_flats(c, moe_state_part, name, fl);
+		}
+		if (!err)
+			err = moe_emit(c, fl, scal, name);
+		flats_free(fl, (size_t)c->ep + 1);
+		free(scal);
+	}
+	return err;
+}
+
+/* moe_build(): the layout of a mixture-of-experts checkpoint. */
+static gfs_err moe_build(ds_ckpt *c)
+{
+	const char *slash = strrchr(c->tagdir, '/');
+	uint64_t total = 0;
+	char info[256];
+	gfs_err err = GFS_OK;
+
+	for (size_t i = 0; !err && i < c->nexperts; i++)
+		err = gfs_layout_add_metafile(c->l, c->experts[i].path);
+	if (!err)
+		err = moe_groups(c);
+	if (!err)
+		err = moe_plan(c);
+	if (!err)
+		err = moe_emit(c, c->mflats, NULL, NULL);
+	if (!err)
+		err = moe_states(c);
+	if (!err)
+		err = build_optim(c);
+	if (err)
+		return err;
+	c->l->optim.moe = true;
+	for (size_t L = 0; L < c->nmoe; L++)
+		total += c->moe_n[L];
+	snprintf(info, sizeof(info),
+		 "DeepSpeed mixture of experts (%llu experts in %zu MoE layers, expert-parallel size %llu), ZeRO-%d%s, %llu ranks, tag %s",
+		 (unsigned long long)total, c->nmoe, (unsigned long long)c->ep, c->stage,
+		 c->bf16_optimizer ? " (BF16_Optimizer)" : "", (unsigned long long)c->ws,
+		 slash ? slash + 1 : c->tagdir);
+	return gfs_layout_set_info(c->l, info);
+}
+
+/*
+ * not_dense(): refuse what this importer cannot serve: tensor-parallel
+ * ranks (whose split dimensions DeepSpeed does not record), expert files
+ * with more than one model-parallel rank.
  */
 static gfs_err not_dense(const char *tagdir, const ds_dir *d)
 {
-	if (d->expert)
+	if (d->expert && (d->nlayers || d->nmp > 1))
 		return gfs_fail(GFS_ERR_UNSUPPORTED,
-				"%s/%s: a mixture-of-experts checkpoint (expert files): not supported",
+				"%s/%s: a mixture-of-experts checkpoint with pipeline or tensor parallelism: not supported",
 				tagdir, d->expert);
 	if (d->tp_layer)
 		return gfs_fail(GFS_ERR_UNSUPPORTED,
@@ -2905,6 +3371,8 @@ gfs_err gfs_import_deepspeed(const char *dir, const char *tag, gfs_layout **out)
 		err = pipe_open(&c, &d);
 	} else {
 		err = open_files(&c, &d.mp[0]);
+		if (!err && d.expert)
+			err = moe_open(&c, &d);
 		if (!err)
 			err = anon_note(&c, &note);
 	}
@@ -2924,6 +3392,10 @@ gfs_err gfs_import_deepspeed(const char *dir, const char *tag, gfs_layout **out)
 		err = gfs_layout_add_metafile(c.l, c.model[r].path);
 	if (!err)
 		err = gfs_layout_set_note(c.l, note);
+	if (!err && c.nexperts) {
+		err = moe_build(&c);
+		goto finish;
+	}
 	if (!err)
 		err = c.stage == 3 ? plan_stage3(&c) : plan_stage12(&c);
 	if (!err)

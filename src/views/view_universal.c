@@ -120,6 +120,9 @@ static gfs_err make_plan(const gfs_layout *l, uv_plan *p)
 	const char *slash = strrchr(l->base_dir, '/');
 	const char *tag = slash ? slash + 1 : l->base_dir;
 
+	if (o->moe)
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"a mixture-of-experts checkpoint: DeepSpeed 0.14.5 cannot load universal checkpoints of MoE models (deepspeedai/DeepSpeed#5716)");
 	if (o->zero_stage < 1 || l->noptim == 0)
 		return gfs_fail(GFS_ERR_NOTFOUND, "no DeepSpeed optimizer state");
 	if (o->pipe_stages > 1)
