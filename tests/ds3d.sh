@@ -14,10 +14,15 @@
 #  - mixture of experts (expert files, expert parallel 2, ZeRO-2): the same,
 #    keys compared as a set (truth.pt's order is the harness's), each MoE
 #    layer's experts right after its gate in global id order;
+#  - tensor parallelism (TP 2, ZeRO-1) with universal_checkpoint_info
+#    patterns: the same, each param's slices put together as the patterns
+#    say (replicated: rank 0's; row parallel: on dim 1; else dim 0);
 #  - refusals, one line naming the file: a missing stage, a missing layer
 #    file, a missing rank's optimizer states file, a pipeline without ZeRO
 #    whose tied weight's name is not recorded, a missing or extra expert
-#    file, tensor parallelism without patterns.
+#    file, tensor parallelism without universal_checkpoint_info patterns, a
+#    pattern gatherfs does not evaluate, a param made by averaging, a
+#    missing tensor rank.
 . "${top_srcdir:-.}/tests/lib.sh"
 . "$top_srcdir/tests/mount-lib.sh"
 mount_setup
@@ -113,6 +118,27 @@ grep -q "DeepSpeed mixture of experts (8 experts in 2 MoE layers, expert-paralle
 	fail "inspect ls moe: $(cat "$T/err")"
 timeout 120 "$INSPECT" verify "$ck" >"$T/v" 2>&1 || fail "inspect verify moe: $(cat "$T/v")"
 
+echo "== tp2_dp2_z1_fp32_uci: tensor parallel 2, ZeRO-1, universal_checkpoint_info patterns"
+ck="$DATA/tp2_dp2_z1_fp32_uci/checkpoint"
+truth="$DATA/tp2_dp2_z1_fp32_uci/truth.pt"
+gfs_mount "$ck" "$T/mnt" 2>"$T/log" || fail "mount tp: $(cat "$T/log")"
+grep -q "no DeepSpeed universal checkpoint view: a tensor-parallel checkpoint (2 tensor ranks)" "$T/log" ||
+	fail "tp: no line on the universal view: $(cat "$T/log")"
+timeout 300 "$PYTHON3" "$CHECK" "$T/mnt/pytorch_model.bin" "$truth" || fail "tp: pytorch_model.bin"
+check_st "$T/mnt/model.safetensors" "$truth"
+for s in exp_avg exp_avg_sq step; do
+	[ "$(ls "$T/mnt/optim/$s" | wc -l)" -eq 28 ] || fail "tp: optim/$s: $(ls "$T/mnt/optim/$s")"
+done
+# a row-parallel weight's moments are put together like its master
+[ "$(wc -c <"$T/mnt/optim/exp_avg/blocks.1.fc2.weight")" -eq $((32 * 64 * 4)) ] ||
+	fail "tp: optim/exp_avg/blocks.1.fc2.weight: $(wc -c <"$T/mnt/optim/exp_avg/blocks.1.fc2.weight") bytes"
+gfs_umount "$T/mnt" || fail "unmount"
+timeout 60 "$INSPECT" ls "$ck" >"$T/ls" 2>"$T/err" || fail "inspect ls tp: $(cat "$T/err")"
+grep -q "^blocks.1.fc2.weight  *float32  *\[32, 64\]" "$T/ls" || fail "inspect ls tp: $(cat "$T/ls")"
+grep -q "DeepSpeed tensor parallel, 2 tensor ranks, ZeRO-1, 2 data-parallel ranks" "$T/err" ||
+	fail "inspect ls tp: $(cat "$T/err")"
+timeout 120 "$INSPECT" verify "$ck" >"$T/v" 2>&1 || fail "inspect verify tp: $(cat "$T/v")"
+
 echo "== refusals"
 # refuse PATTERN DIR: the mount and gatherfs-inspect both refuse DIR with one line
 refuse() {
@@ -130,7 +156,7 @@ fresh() {
 G="$T/bad/global_step3"
 
 fresh pp2_dp2_z1_fp32_tied; rm "$G"/*mp_rank_01*
-refuse "global_step3/mp_rank_01_model_states.pt is missing: mp_rank_00_model_states.pt says 2 pipeline stages" "$T/bad"
+refuse "global_step3/mp_rank_01_model_states.pt is missing: mp_rank_00_model_states.pt says 2 model-parallel ranks" "$T/bad"
 fresh pp2_dp2_z1_fp32_tied; rm "$G/mp_rank_01_model_states.pt"
 refuse "global_step3/mp_rank_01_model_states.pt is missing (pipeline stage 1)" "$T/bad"
 fresh pp2_dp2_bf16; rm "$G/layer_04-model_00-model_states.pt"
@@ -151,6 +177,29 @@ fresh moe_ep2_dp2_z2_fp32; cp "$G/layer_1_expert_2_mp_rank_00_model_states.pt" "
 refuse "global_step3: 9 expert files, but num_experts in mp_rank_00_model_states.pt says 8: expert files of two saves" "$T/bad"
 fresh moe_ep2_dp2_z2_fp32; rm "$G/zero_pp_rank_1_mp_rank_00_optim_states.pt"
 refuse "optimizer states file of rank 1 (of 2) is missing" "$T/bad"
-refuse "global_step3: 2 model-parallel ranks (mp_rank_00..01) and no pipeline layer files: tensor parallelism is not supported" \
-	"$DATA/tp2_dp2_z1_fp32_uci/checkpoint"
+# uci FILE PYTHON: re-save mp_rank file FILE with real torch.save after
+# PYTHON on its universal_checkpoint_info `u` (del: none)
+uci() {
+	timeout 120 "$PYTHON3" - "$1" "$2" <<'PY' || fail "rewrite $1"
+import sys, torch
+ck = torch.load(sys.argv[1])
+u = ck["universal_checkpoint_info"]
+exec(sys.argv[2])
+if u is None:
+    del ck["universal_checkpoint_info"]
+else:
+    ck["universal_checkpoint_info"] = u
+torch.save(ck, sys.argv[1])
+PY
+}
+fresh tp2_dp2_z1_fp32_uci; uci "$G/mp_rank_00_model_states.pt" "u = None"
+refuse "global_step3: 2 tensor-parallel ranks and no universal_checkpoint_info patterns in mp_rank_00_model_states.pt: which dimension each param is split on is not recorded" "$T/bad"
+fresh tp2_dp2_z1_fp32_uci; uci "$G/mp_rank_00_model_states.pt" "u['parameter_with_row_parallelism_patterns'].append(r'(fc|proj)3')"
+refuse "universal_checkpoint_info parameter_with_row_parallelism_patterns pattern (fc|proj)3 uses a regular-expression feature gatherfs does not evaluate" "$T/bad"
+fresh tp2_dp2_z1_fp32_uci; uci "$G/mp_rank_00_model_states.pt" "u['parameter_to_average_patterns'] = [r'.*qkv\.b\w+']"
+refuse "param blocks.0.qkv.bias matches universal_checkpoint_info parameter_to_average_patterns: made by arithmetic on the slices, not served" "$T/bad"
+fresh tp2_dp2_z1_fp32_uci; rm "$G/mp_rank_01_model_states.pt"
+refuse "global_step3/mp_rank_01_model_states.pt is missing (tensor rank 1)" "$T/bad"
+fresh tp2_dp2_z1_fp32_uci; rm "$G"/*mp_rank_01*
+refuse "global_step3/mp_rank_01_model_states.pt is missing: mp_rank_00_model_states.pt says 2 model-parallel ranks" "$T/bad"
 echo "ok"

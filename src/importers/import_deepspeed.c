@@ -23,6 +23,7 @@
 #include "config.h"
 
 #include <assert.h>
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -135,6 +136,7 @@ typedef struct ds_ckpt {
 	ds_file *layers;     /* [nlayers] by layer index; fd -1 and no name where absent */
 	size_t nlayers;
 	struct pipe_layer *play; /* [nlayers] */
+	bool tp;             /* stages are tensor ranks (no layer files), not pipeline stages */
 	/* a mixture-of-experts checkpoint */
 	ds_file *experts;    /* [nexperts] expert files, MoE layer by layer, global id order */
 	size_t nexperts;
@@ -2388,6 +2390,9 @@ static gfs_err anon_note(const ds_ckpt *c, char **note)
 #define TIED "tied_modules."
 #define TIED_LEN (sizeof(TIED) - 1)
 
+/* MPWORD(): what a model-parallel rank of c is, for messages. */
+#define MPWORD(c) ((c)->tp ? "tensor rank" : "pipeline stage")
+
 /* How the entries of a pipeline layer file are named and served. */
 typedef struct pipe_layer {
 	size_t stage;     /* the stage holding the layer */
@@ -2410,14 +2415,13 @@ static gfs_err stage_open(ds_ckpt *c, size_t y, const ds_listing *ls)
 	if (!s->tagdir)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	if (!ls->mpmodel)
-		return gfs_fail(GFS_ERR_NOTFOUND,
-				"%s/mp_rank_%02zu_model_states.pt is missing (pipeline stage %zu)",
-				c->tagdir, y, y);
+		return gfs_fail(GFS_ERR_NOTFOUND, "%s/mp_rank_%02zu_model_states.pt is missing (%s %zu)",
+				c->tagdir, y, MPWORD(c), y);
 	if (ls->count_optim) {
 		err = open_files(s, ls);
 		if (!err && s->stage == 3)
 			err = gfs_fail(GFS_ERR_UNSUPPORTED,
-				       "%s: ZeRO-3 with pipeline layer files is not supported",
+				       "%s: ZeRO-3 with pipeline or tensor parallelism is not supported",
 				       c->tagdir);
 		return err;
 	}
@@ -2451,13 +2455,14 @@ static gfs_err stages_check(const ds_ckpt *c)
 
 		if ((s->noptim == 0) != (s0->noptim == 0))
 			return gfs_fail(GFS_ERR_NOTFOUND,
-					"%s/zero_pp_rank_0_mp_rank_%02zu_optim_states.pt is missing: pipeline stage %zu has optimizer states files",
-					c->tagdir, s->noptim ? (size_t)0 : y, s->noptim ? y : (size_t)0);
+					"%s/zero_pp_rank_0_mp_rank_%02zu_optim_states.pt is missing: %s %zu has optimizer states files",
+					c->tagdir, s->noptim ? (size_t)0 : y, MPWORD(c),
+					s->noptim ? y : (size_t)0);
 		if (s->ws != s0->ws || s->stage != s0->stage || s->bf16_optimizer != s0->bf16_optimizer)
 			return gfs_fail(GFS_ERR_FORMAT,
-					"%s: pipeline stage %zu was written with %llu data-parallel ranks and ZeRO stage %d, stage 0 with %llu and %d: files of two saves",
-					s->model[0].path, y, (unsigned long long)s->ws, s->stage,
-					(unsigned long long)s0->ws, s0->stage);
+					"%s: %s %zu was written with %llu data-parallel ranks and ZeRO stage %d, %s 0 with %llu and %d: files of two saves",
+					s->model[0].path, MPWORD(c), y, (unsigned long long)s->ws, s->stage,
+					MPWORD(c), (unsigned long long)s0->ws, s0->stage);
 		if (!v || v->kind == GFS_PV_NONE)
 			continue;
 		if (!gfs_pv_int(v, &n) || n < 1)
@@ -2465,11 +2470,11 @@ static gfs_err stages_check(const ds_ckpt *c)
 					s->model[0].path);
 		if ((uint64_t)n > c->nstages)
 			return gfs_fail(GFS_ERR_NOTFOUND,
-					"%s/mp_rank_%02zu_model_states.pt is missing: %s says %lld pipeline stages",
+					"%s/mp_rank_%02zu_model_states.pt is missing: %s says %lld model-parallel ranks (mp_world_size)",
 					c->tagdir, c->nstages, s->model[0].name, (long long)n);
 		if ((uint64_t)n < c->nstages)
 			return gfs_fail(GFS_ERR_FORMAT,
-					"%s: mp_world_size is %lld, but files of %zu pipeline stages are here: files of two saves",
+					"%s: mp_world_size is %lld, but files of %zu model-parallel ranks are here: files of two saves",
 					s->model[0].path, (long long)n, c->nstages);
 	}
 	return GFS_OK;
@@ -3329,10 +3334,605 @@ static gfs_err moe_build(ds_ckpt *c)
 	return gfs_layout_set_info(c->l, info);
 }
 
+/* ------------------------------------------------------ tensor parallelism */
+
 /*
- * not_dense(): refuse what this importer cannot serve: tensor-parallel
- * ranks (whose split dimensions DeepSpeed does not record), expert files
- * with more than one model-parallel rank.
+ * A subset of Python's regular expressions, as ds_to_universal.py applies
+ * universal_checkpoint_info's patterns (re.match: anchored at the start
+ * only): literal characters, '.', the escapes \d \w \s \D \W \S and an
+ * escaped non-alphanumeric character, classes [...] (negated, ranges,
+ * those escapes), the quantifiers * + ? (greedy or lazy: the same for
+ * whether a match exists), '^' first and '$' last.  Anything else (groups,
+ * alternation, {m,n}, other escapes) is refused.
+ */
+#define RX_MAX_ATOMS 256
+#define RX_MAX_STEPS 1000000
+
+typedef struct rx_atom {
+	char kind;       /* 'c' a character, '.' any, '\\' an escape class, '[' a class */
+	char c;          /* 'c': the character; '\\': d w s D W S */
+	const char *cls; /* '[': the text between [ (or [^) and ] */
+	size_t clen;
+	bool neg;        /* '[': [^...] */
+	char q;          /* 0 once, '*', '+', '?' */
+} rx_atom;
+
+typedef struct rx {
+	rx_atom a[RX_MAX_ATOMS];
+	size_t n;
+	bool end;        /* '$' last */
+	unsigned long steps;
+} rx;
+
+static bool rx_esc_class(char e)
+{
+	return strchr("dwsDWS", e) != NULL;
+}
+
+/* rx_esc(): does character x fall in escape class e (d w s D W S)? */
+static bool rx_esc(char e, unsigned char x)
+{
+	bool in;
+
+	switch (e | 0x20) {
+	case 'd':
+		in = x >= '0' && x <= '9';
+		break;
+	case 'w':
+		in = (x >= '0' && x <= '9') || ((x | 0x20) >= 'a' && (x | 0x20) <= 'z') || x == '_' ||
+		     x >= 0x80;
+		break;
+	default:
+		in = x == ' ' || (x >= '\t' && x <= '\r');
+		break;
+	}
+	return (e >= 'a') == in;
+}
+
+/* rx_class(): does x match class atom t? */
+static bool rx_class(const rx_atom *t, unsigned char x)
+{
+	bool in = false;
+
+	for (size_t i = 0; i < t->clen && !in;) {
+		unsigned char lo = (unsigned char)t->cls[i], hi;
+
+		if (lo == '\\' && rx_esc_class(t->cls[i + 1])) {
+			in = rx_esc(t->cls[i + 1], x);
+			i += 2;
+			continue;
+		}
+		if (lo == '\\')
+			lo = (unsigned char)t->cls[++i];
+		i++;
+		hi = lo;
+		if (i + 1 < t->clen && t->cls[i] == '-') {
+			hi = (unsigned char)t->cls[i + 1];
+			if (hi == '\\')
+				hi = (unsigned char)t->cls[i + 2], i++;
+			i += 2;
+		}
+		in = x >= lo && x <= hi;
+	}
+	return in != t->neg;
+}
+
+/* rx_compile(): pattern p into r; false if it uses a feature outside the subset. */
+static bool rx_compile(const char *p, rx *r)
+{
+	memset(r, 0, sizeof(*r));
+	if (*p == '^')
+		p++;
+	while (*p) {
+		rx_atom *t;
+
+		if (*p == '$' && p[1] == '\0') {
+			r->end = true;
+			break;
+		}
+		if (strchr("*+?", *p)) {
+			if (r->n == 0)
+				return false;
+			t = &r->a[r->n - 1];
+			if (t->q == 0)
+				t->q = *p;
+			else if (*p != '?' || p[-1] == '?')
+				return false; /* a*+ (possessive), a??? */
+			p++;
+			continue;
+		}
+		if (r->n == RX_MAX_ATOMS || strchr("()|{}^$", *p))
+			return false;
+		t = &r->a[r->n++];
+		if (*p == '\\') {
+			if (!p[1] || (isalnum((unsigned char)p[1]) && !rx_esc_class(p[1])))
+				return false;
+			t->kind = rx_esc_class(p[1]) ? '\\' : 'c';
+			t->c = p[1];
+			p += 2;
+		} else if (*p == '[') {
+			const char *q = ++p;
+
+			t->kind = '[';
+			if (*q == '^')
+				t->neg = true, q++, p++;
+			if (*q == ']')
+				q++;
+			for (; *q && *q != ']'; q++)
+				if (*q == '\\' && (!q[1] || (isalnum((unsigned char)q[1]) &&
+							     !rx_esc_class(q[1]))))
+					return false;
+				else if (*q == '\\')
+					q++;
+				else if (*q == '[')
+					return false;
+			if (!*q)
+				return false;
+			t->cls = p;
+			t->clen = (size_t)(q - p);
+			p = q + 1;
+		} else {
+			t->kind = *p == '.' ? '.' : 'c';
+			t->c = *p++;
+		}
+	}
+	return true;
+}
+
+static bool rx_one(const rx_atom *t, const char *s)
+{
+	const unsigned char x = (unsigned char)*s;
+
+	if (!x)
+		return false;
+	switch (t->kind) {
+	case '.':
+		return x != '\n';
+	case '\\':
+		return rx_esc(t->c, x);
+	case '[':
+		return rx_class(t, x);
+	default:
+		return x == (unsigned char)t->c;
+	}
+}
+
+/* rx_at(): do atoms i.. match at s?  -1: too many steps. */
+static int rx_at(rx *r, size_t i, const char *s)
+{
+	const rx_atom *t;
+	size_t n = 0, lo, hi;
+
+	if (++r->steps > RX_MAX_STEPS)
+		return -1;
+	if (i == r->n)
+		return !r->end || *s == '\0';
+	t = &r->a[i];
+	lo = t->q == '+' ? 1 : t->q == 0 ? 1 : 0;
+	hi = t->q == '*' || t->q == '+' ? (size_t)-1 : 1;
+	while (n < hi && rx_one(t, s + n))
+		n++;
+	if (n < lo)
+		return 0;
+	for (;; n--) {
+		const int m = rx_at(r, i + 1, s + n);
+
+		if (m)
+			return m;
+		if (n == lo)
+			return 0;
+	}
+}
+
+/*
+ * rx_match(): re.match(pattern, name) of a pattern rx_compile() took:
+ * 1 a match, 0 none, -1 too costly to tell.
+ */
+static int rx_match(rx *r, const char *name)
+{
+	r->steps = 0;
+	return rx_at(r, 0, name);
+}
+
+/* What universal_checkpoint_info says of a param. */
+enum { TP_REP, TP_AVG, TP_SUB2, TP_SUB, TP_ROW, TP_VOCAB, TP_NKINDS };
+
+static const char *const tp_keys[TP_NKINDS] = {
+	"tp_replicated_parameter_patterns", "parameter_to_average_patterns",
+	"parameter_with_2_sub_params_cat_dim_0", "parameter_with_sub_params",
+	"parameter_with_row_parallelism_patterns", "vocabulary_parameter_patterns",
+};
+
+/* The compiled patterns of universal_checkpoint_info. */
+typedef struct tp_info {
+	rx *pats;        /* [npats] */
+	int *kind;       /* [npats]: TP_* */
+	size_t npats;
+	int64_t vocab;   /* original_vocab_size, or -1 */
+} tp_info;
+
+static void tp_info_free(tp_info *ti)
+{
+	free(ti->pats);
+	free(ti->kind);
+}
+
+/*
+ * tp_info_read(): the patterns of universal_checkpoint_info in file f (a
+ * dict of lists of strings), each compiled; a pattern outside rx's subset
+ * is refused.  No universal_checkpoint_info: refused (the split dimension
+ * is never guessed).
+ */
+static gfs_err tp_info_read(const ds_ckpt *c, const ds_file *f, tp_info *ti)
+{
+	const gfs_pv *uci = gfs_pv_dict_get(f->root, "universal_checkpoint_info");
+	size_t n = 0;
+
+	memset(ti, 0, sizeof(*ti));
+	ti->vocab = -1;
+	if (!uci || uci->kind != GFS_PV_DICT)
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"%s: %zu tensor-parallel ranks and no universal_checkpoint_info patterns in %s: which dimension each param is split on is not recorded (refused, not guessed)",
+				c->tagdir, c->nstages, f->name);
+	for (int k = 0; k < TP_NKINDS; k++)
+		n += gfs_pv_seq_len(gfs_pv_dict_get(uci, tp_keys[k]));
+	ti->pats = gfs_calloc(n ? n : 1, sizeof(*ti->pats));
+	ti->kind = gfs_calloc(n ? n : 1, sizeof(*ti->kind));
+	if (!ti->pats || !ti->kind)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (int k = 0; k < TP_NKINDS; k++) {
+		const gfs_pv *list = gfs_pv_dict_get(uci, tp_keys[k]);
+
+		if (list && list->kind != GFS_PV_LIST && list->kind != GFS_PV_TUPLE)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: universal_checkpoint_info %s is not a list",
+					f->path, tp_keys[k]);
+		for (size_t i = 0; i < gfs_pv_seq_len(list); i++) {
+			const char *p = gfs_pv_name(gfs_pv_seq_at(list, i));
+			char shown[160];
+
+			if (!p)
+				return gfs_fail(GFS_ERR_FORMAT,
+						"%s: universal_checkpoint_info %s[%zu] is not a string",
+						f->path, tp_keys[k], i);
+			if (!rx_compile(p, &ti->pats[ti->npats]))
+				return gfs_fail(GFS_ERR_UNSUPPORTED,
+						"%s: universal_checkpoint_info %s pattern %s uses a regular-expression feature gatherfs does not evaluate (groups, alternation, {m,n}, or an escape other than \\d \\w \\s)",
+						f->path, tp_keys[k], printable(p, shown, sizeof(shown)));
+			ti->kind[ti->npats++] = k;
+		}
+	}
+	if (gfs_pv_dict_get(uci, "original_vocab_size") &&
+	    (!gfs_pv_int(gfs_pv_dict_get(uci, "original_vocab_size"), &ti->vocab) || ti->vocab < 1))
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: universal_checkpoint_info original_vocab_size is not a positive integer",
+				f->path);
+	return GFS_OK;
+}
+
+/* tp_matches(): does param name match a pattern of kind k?  -1: too costly to tell. */
+static int tp_matches(tp_info *ti, int k, const char *name)
+{
+	for (size_t i = 0; i < ti->npats; i++) {
+		int m;
+
+		if (ti->kind[i] != k)
+			continue;
+		m = rx_match(&ti->pats[i], name);
+		if (m)
+			return m;
+	}
+	return 0;
+}
+
+/* How a param's tensor-parallel slices make it. */
+typedef struct tp_how {
+	int dim;        /* concatenated on it; -1 replicated (rank 0's) */
+	bool sub2;      /* two sub-params: the first halves (dim 0) of every slice, then the second */
+	uint64_t rows;  /* dim 0 of the result: all of it, or original_vocab_size */
+} tp_how;
+
+/*
+ * tp_classify(): how param name (slice shape ndim, shape) is made, as
+ * ds_to_universal.py does: replicated, else averaged or split in
+ * sub-params (refused: not a view of the slices, but two sub-params on
+ * dim 0), else concatenated on dim 1 (row parallelism) or 0; a vocabulary
+ * param cut to original_vocab_size rows.  The full shape in out_shape.
+ */
+static gfs_err tp_classify(const ds_ckpt *c, tp_info *ti, const char *name, uint32_t ndim,
+			   const uint64_t *shape, tp_how *how, uint64_t *out_shape)
+{
+	int m[TP_NKINDS];
+
+	for (int k = 0; k < TP_NKINDS; k++)
+		if ((m[k] = tp_matches(ti, k, name)) < 0)
+			return gfs_fail(GFS_ERR_UNSUPPORTED,
+					"%s: param %s: matching the universal_checkpoint_info %s takes too long",
+					c->tagdir, name, tp_keys[k]);
+	memset(how, 0, sizeof(*how));
+	memcpy(out_shape, shape, ndim * sizeof(*shape));
+	if (m[TP_REP]) {
+		how->dim = -1;
+	} else if (m[TP_AVG] || m[TP_SUB]) {
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"%s: param %s matches universal_checkpoint_info %s: made by arithmetic on the slices, not served",
+				c->tagdir, name, tp_keys[m[TP_AVG] ? TP_AVG : TP_SUB]);
+	} else {
+		how->sub2 = m[TP_SUB2] != 0;
+		how->dim = !how->sub2 && m[TP_ROW] ? 1 : 0;
+		if ((uint32_t)how->dim >= ndim || (how->sub2 && shape[0] % 2 != 0))
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: param %s has %u dimensions (size %llu), it cannot be split as universal_checkpoint_info says",
+					c->tagdir, name, ndim, ndim ? (unsigned long long)shape[0] : 0ull);
+		out_shape[how->dim] *= c->nstages;
+	}
+	how->rows = ndim ? out_shape[0] : 0;
+	if (m[TP_VOCAB] && how->sub2)
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"%s: param %s is both a vocabulary param and two sub-params: not supported",
+				c->tagdir, name);
+	if (m[TP_VOCAB] && ti->vocab >= 0) {
+		if (ndim == 0 || (uint64_t)ti->vocab > out_shape[0])
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: vocabulary param %s has fewer rows than original_vocab_size %lld",
+					c->tagdir, name, (long long)ti->vocab);
+		how->rows = out_shape[0] = (uint64_t)ti->vocab;
+	} else if (m[TP_VOCAB]) {
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: param %s matches vocabulary_parameter_patterns, but universal_checkpoint_info has no original_vocab_size",
+				c->tagdir, name);
+	}
+	return GFS_OK;
+}
+
+/*
+ * tp_emit(): the pieces of entry ti: the slices (fl[y] from element
+ * off[y], each of shape ndim/shape) put together as how says.
+ */
+static gfs_err tp_emit(const ds_ckpt *c, size_t ti, const flat *const *fl, const uint64_t *off,
+		       uint32_t ndim, const uint64_t *shape, const tp_how *how)
+{
+	uint64_t numel = 1, outer = 1, run, keep;
+	gfs_err err = GFS_OK;
+
+	for (uint32_t d = 0; d < ndim; d++)
+		numel *= shape[d];
+	keep = ndim && shape[0] ? numel / shape[0] * how->rows : numel; /* elements of one slice's rows kept */
+	if (how->dim < 0)
+		return flat_emit(c->l, ti, fl[0], off[0], keep);
+	if (how->sub2) {
+		for (uint64_t h = 0; !err && h < 2; h++)
+			for (size_t y = 0; !err && y < c->nstages; y++)
+				err = flat_emit(c->l, ti, fl[y], off[y] + h * (numel / 2), numel / 2);
+		return err;
+	}
+	for (uint32_t d = 0; d < (uint32_t)how->dim; d++)
+		outer *= shape[d];
+	run = outer ? numel / outer : 0;
+	if (how->dim == 0) {
+		uint64_t left = numel / (shape[0] ? shape[0] : 1) * how->rows;
+
+		for (size_t y = 0; !err && y < c->nstages && left; y++) {
+			const uint64_t n = numel < left ? numel : left;
+
+			err = flat_emit(c->l, ti, fl[y], off[y], n);
+			left -= n;
+		}
+		return err;
+	}
+	/* dim > 0: rows of dim 0 beyond how->rows are cut */
+	outer = outer / (shape[0] ? shape[0] : 1) * how->rows;
+	for (uint64_t o = 0; !err && o < outer; o++)
+		for (size_t y = 0; !err && y < c->nstages; y++)
+			err = flat_emit(c->l, ti, fl[y], off[y] + o * run, run);
+	return err;
+}
+
+/*
+ * tp_slices(): the slices of param name (rank 0's `module` entry v0) on
+ * every tensor rank: fl[y] from element off[y], of shape ndim/shape, the
+ * same on every rank.  A trainable param (in rank 0's param_shapes): each
+ * rank's fp32 masters, or with state >= 0 its optimizer state number
+ * state (rank 0's numbering, found by name on the others); else each
+ * rank's `module` tensor, as a one-piece flat own[y].
+ */
+static gfs_err tp_slices(ds_ckpt *c, const char *name, int state, const flat **fl, uint64_t *off,
+			 flat *own, uint32_t *ndim, uint64_t *shape)
+{
+	const ds_ckpt *s0 = &c->stages[0];
+	const bool train = s0->tmap && tmap_find(s0, name);
+
+	for (size_t y = 0; y < c->nstages; y++) {
+		ds_ckpt *s = &c->stages[y];
+		const train_param *tp = train && s->tmap ? tmap_find(s, name) : NULL;
+		uint64_t sh[GFS_MAX_DIMS], numel;
+		uint32_t nd;
+		gfs_err err;
+
+		if (train && !tp)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: param %s is in the param_shapes of %s but not of %s: files of two saves",
+					s->model[0].path, name, s0->model[0].name, s->model[0].name);
+		if (tp) {
+			const flat *base = s->group_flats;
+
+			err = shape_from_pv(tp->shape, s->model[0].path, name, &nd, sh, &numel);
+			if (!err && state >= 0) {
+				size_t k = 0;
+
+				while (k < s->nstates &&
+				       strcmp(s->states[k].name, s0->states[state].name) != 0)
+					k++;
+				if (k == s->nstates || s->states[k].scalar)
+					return gfs_fail(GFS_ERR_FORMAT,
+							"%s: no optimizer state %s like %s's",
+							s->optim[0].path, s0->states[state].name,
+							s0->optim[0].name);
+				base = s->states[k].flats;
+			}
+			fl[y] = &base[tp->group];
+			off[y] = tp->offset;
+		} else {
+			tview tv;
+
+			err = tensor_view(c, &s->model[0],
+					  gfs_pv_dict_get(gfs_pv_dict_get(s->model[0].root, "module"), name),
+					  name, &tv);
+			if (!err)
+				err = flat_append(&own[y], &tv, tv.numel, s->model[0].path);
+			nd = tv.ndim;
+			memcpy(sh, tv.shape, sizeof(sh));
+			fl[y] = &own[y];
+			off[y] = 0;
+		}
+		if (err)
+			return err;
+		if (y == 0) {
+			*ndim = nd;
+			memcpy(shape, sh, nd * sizeof(*sh));
+		} else if (nd != *ndim || memcmp(sh, shape, nd * sizeof(*sh)) != 0) {
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: %s has another shape than in %s: slices of unequal size are not supported",
+					s->model[0].path, name, s0->model[0].name);
+		}
+	}
+	return GFS_OK;
+}
+
+/*
+ * tp_entry(): model tensor name (state < 0), or its optimizer state number
+ * state of rank 0, put together from the tensor ranks' slices.
+ */
+static gfs_err tp_entry(ds_ckpt *c, tp_info *ti, const char *name, int state)
+{
+	const ds_ckpt *s0 = &c->stages[0];
+	const flat **fl = gfs_calloc(c->nstages, sizeof(*fl));
+	uint64_t *off = gfs_calloc(c->nstages, sizeof(*off));
+	flat *own = gfs_calloc(c->nstages, sizeof(*own));
+	uint64_t shape[GFS_MAX_DIMS], full[GFS_MAX_DIMS];
+	uint32_t ndim = 0;
+	tp_how how;
+	size_t idx;
+	gfs_err err = fl && off && own ? GFS_OK : gfs_fail(GFS_ERR_NOMEM, "out of memory");
+
+	for (size_t y = 0; own && y < c->nstages; y++)
+		own[y].dtype = GFS_DT_INVALID;
+	if (!err)
+		err = tp_slices(c, name, state, fl, off, own, &ndim, shape);
+	if (!err)
+		err = tp_classify(c, ti, name, ndim, shape, &how, full);
+	if (!err && state >= 0)
+		err = gfs_layout_add_state(c->l, s0->states[state].name, name,
+					   fl[0]->dtype == GFS_DT_INVALID ? GFS_DT_F32 : fl[0]->dtype,
+					   ndim, full, &idx);
+	else if (!err)
+		err = gfs_layout_add_tensor(c->l, name,
+					    fl[0]->dtype == GFS_DT_INVALID ? GFS_DT_F32 : fl[0]->dtype,
+					    ndim, full, &idx);
+	if (!err)
+		err = tp_emit(c, idx, fl, off, ndim, shape, &how);
+	free(fl);
+	free(off);
+	flats_free(own, own ? c->nstages : 0);
+	return err;
+}
+
+/*
+ * tp_build(): the layout of a tensor-parallel checkpoint: rank 0's
+ * `module` entries in order, each put together from every tensor rank's
+ * slice as universal_checkpoint_info says (fp32 masters for trainable
+ * params), then the optimizer states of rank 0's param_shapes params.
+ */
+static gfs_err tp_build(ds_ckpt *c, char **note)
+{
+	ds_ckpt *s0 = &c->stages[0];
+	const gfs_pv *module = gfs_pv_dict_get(s0->model[0].root, "module");
+	const char *slash = strrchr(c->tagdir, '/');
+	char info[256];
+	tp_info ti;
+	gfs_err err = tp_info_read(c, &s0->model[0], &ti);
+
+	for (size_t y = 0; !err && y < c->nstages; y++)
+		err = anon_note(&c->stages[y], note);
+	for (size_t y = 0; !err && y < c->nstages; y++) {
+		ds_ckpt *s = &c->stages[y];
+
+		s->l = c->l;
+		for (size_t r = 0; !err && r < s->noptim; r++)
+			err = gfs_layout_add_metafile(c->l, s->optim[r].path);
+		if (!err)
+			err = gfs_layout_add_metafile(c->l, s->model[0].path);
+		if (!err && s->noptim)
+			err = plan_stage12(s);
+		if (!err && s->noptim)
+			err = tmap_build(s);
+		if (!err && s->noptim)
+			err = plan_states(s);
+	}
+	if (!err)
+		err = gfs_layout_set_note(c->l, *note);
+	if (!err && (!module || module->kind != GFS_PV_DICT))
+		err = gfs_fail(GFS_ERR_FORMAT, "%s: no `module` state dict", s0->model[0].path);
+	for (size_t i = 0; !err && i < module->u.dict.len; i++) {
+		const char *name = gfs_pv_name(module->u.dict.items[i].key);
+
+		err = name ? tp_entry(c, &ti, name, -1)
+			   : gfs_pv_name_fail(s0->model[0].path, "module key", i,
+					      module->u.dict.items[i].key);
+	}
+	for (size_t k = 0; !err && k < s0->nstates; k++)
+		for (size_t i = 0; !err && i < s0->ntrain; i++) {
+			const train_param *tp = &s0->train[i];
+			const tview *tv = &s0->states[k].values[tp->group];
+			size_t idx;
+
+			if (!s0->states[k].scalar) {
+				err = tp_entry(c, &ti, tp->name, (int)k);
+				continue;
+			}
+			err = gfs_layout_add_state(c->l, s0->states[k].name, tp->name, tv->dtype, 0, NULL,
+						   &idx);
+			if (!err)
+				err = gfs_layout_add_piece(c->l, idx, tv->src, tv->off,
+							   gfs_dtype_size(tv->dtype));
+		}
+	tp_info_free(&ti);
+	if (!err && s0->noptim) {
+		err = build_optim(s0);
+		c->l->optim.tp_ranks = (uint32_t)c->nstages;
+	}
+	if (err)
+		return err;
+	if (s0->noptim)
+		snprintf(info, sizeof(info),
+			 "DeepSpeed tensor parallel, %zu tensor ranks, ZeRO-%d%s, %llu data-parallel ranks, tag %s",
+			 c->nstages, s0->stage, s0->bf16_optimizer ? " (BF16_Optimizer)" : "",
+			 (unsigned long long)s0->ws, slash ? slash + 1 : c->tagdir);
+	else
+		snprintf(info, sizeof(info), "DeepSpeed tensor parallel, %zu tensor ranks, no ZeRO, tag %s",
+			 c->nstages, slash ? slash + 1 : c->tagdir);
+	return gfs_layout_set_info(c->l, info);
+}
+
+/*
+ * mp_one(): a checkpoint with files of model-parallel rank 0 only records
+ * mp_world_size 1 (or none): the files of the other ranks are not missing.
+ */
+static gfs_err mp_one(const ds_ckpt *c)
+{
+	const ds_file *m0 = &c->model[0];
+	int64_t n;
+
+	if (gfs_pv_int(gfs_pv_dict_get(m0->root, "mp_world_size"), &n) && n > 1)
+		return gfs_fail(GFS_ERR_NOTFOUND,
+				"%s/mp_rank_01_model_states.pt is missing: %s says %lld model-parallel ranks (mp_world_size)",
+				c->tagdir, m0->name, (long long)n);
+	return GFS_OK;
+}
+
+/*
+ * not_dense(): refuse what this importer cannot serve: layer files of
+ * tensor ranks > 0 (pipeline and tensor parallelism), expert files with
+ * more than one model-parallel rank.
  */
 static gfs_err not_dense(const char *tagdir, const ds_dir *d)
 {
@@ -3344,10 +3944,6 @@ static gfs_err not_dense(const char *tagdir, const ds_dir *d)
 		return gfs_fail(GFS_ERR_UNSUPPORTED,
 				"%s/%s: a layer file of tensor-parallel rank > 0: tensor parallelism is not supported (DeepSpeed does not record which dimension a param is split on)",
 				tagdir, d->tp_layer);
-	if (d->nmp > 1 && d->nlayers == 0)
-		return gfs_fail(GFS_ERR_UNSUPPORTED,
-				"%s: %zu model-parallel ranks (mp_rank_00..%02zu) and no pipeline layer files: tensor parallelism is not supported (DeepSpeed does not record which dimension a param is split on)",
-				tagdir, d->nmp, d->nmp - 1);
 	return GFS_OK;
 }
 
@@ -3366,11 +3962,14 @@ gfs_err gfs_import_deepspeed(const char *dir, const char *tag, gfs_layout **out)
 		err = not_dense(c.tagdir, &d);
 	if (err)
 		goto out;
-	pipe = d.nlayers > 0;
+	pipe = d.nlayers > 0 || d.nmp > 1;
+	c.tp = d.nlayers == 0;
 	if (pipe) {
 		err = pipe_open(&c, &d);
 	} else {
 		err = open_files(&c, &d.mp[0]);
+		if (!err)
+			err = mp_one(&c);
 		if (!err && d.expert)
 			err = moe_open(&c, &d);
 		if (!err)
@@ -3383,7 +3982,7 @@ gfs_err gfs_import_deepspeed(const char *dir, const char *tag, gfs_layout **out)
 	if (!err)
 		err = gfs_layout_set_root(c.l, root);
 	if (!err && pipe) {
-		err = pipe_build(&c, &note);
+		err = c.tp ? tp_build(&c, &note) : pipe_build(&c, &note);
 		goto finish;
 	}
 	for (size_t r = 0; !err && r < c.noptim; r++)

@@ -125,6 +125,10 @@ static gfs_err make_plan(const gfs_layout *l, uv_plan *p)
 				"a mixture-of-experts checkpoint: DeepSpeed 0.14.5 cannot load universal checkpoints of MoE models (deepspeedai/DeepSpeed#5716)");
 	if (o->zero_stage < 1 || l->noptim == 0)
 		return gfs_fail(GFS_ERR_NOTFOUND, "no DeepSpeed optimizer state");
+	if (o->tp_ranks > 1)
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"a tensor-parallel checkpoint (%u tensor ranks): the universal view is made for data-parallel checkpoints only",
+				o->tp_ranks);
 	if (o->pipe_stages > 1)
 		return gfs_fail(GFS_ERR_UNSUPPORTED,
 				"a pipeline checkpoint (%u stages): the universal view is made for data-parallel checkpoints only",
