@@ -10,7 +10,7 @@
 #    tied_modules.embed.weight); -o dtype=bf16 equal to the module's own
 #    values (truth_module.pt); optim/ holds every param's states once;
 #    gatherfs-inspect ls, cat and verify; the universal view refused with
-#    one line;
+#    one line, also from the layout JSON (which round-trips);
 #  - mixture of experts (expert files, expert parallel 2, ZeRO-2): the same,
 #    keys compared as a set (truth.pt's order is the harness's), each MoE
 #    layer's experts right after its gate in global id order;
@@ -138,6 +138,21 @@ grep -q "^blocks.1.fc2.weight  *float32  *\[32, 64\]" "$T/ls" || fail "inspect l
 grep -q "DeepSpeed tensor parallel, 2 tensor ranks, ZeRO-1, 2 data-parallel ranks" "$T/err" ||
 	fail "inspect ls tp: $(cat "$T/err")"
 timeout 120 "$INSPECT" verify "$ck" >"$T/v" 2>&1 || fail "inspect verify tp: $(cat "$T/v")"
+
+echo "== layout JSON round trip: still no universal view"
+for c in "pp2_dp2_bf16:a pipeline checkpoint (2 stages)" "moe_ep2_dp2_z2_fp32:a mixture-of-experts checkpoint" \
+	"tp2_dp2_z1_fp32_uci:a tensor-parallel checkpoint (2 tensor ranks)"; do
+	ck="$DATA/${c%%:*}/checkpoint"
+	timeout 60 "$INSPECT" layout "$ck" >"$T/layout.json" || fail "layout ${c%%:*}"
+	timeout 60 "$INSPECT" layout --layout "$T/layout.json" | cmp - "$T/layout.json" ||
+		fail "${c%%:*}: JSON round trip"
+	gfs_mount "$T/layout.json" "$T/mnt" 2>"$T/log" || fail "mount the layout JSON of ${c%%:*}"
+	grep -q "no DeepSpeed universal checkpoint view: ${c#*:}" "$T/log" ||
+		fail "${c%%:*}: layout JSON: $(cat "$T/log")"
+	timeout 300 "$PYTHON3" "$CHECK" "$T/mnt/pytorch_model.bin" "$ck/../truth.pt" >/dev/null 2>"$T/err" ||
+		[ "${c%%:*}" = moe_ep2_dp2_z2_fp32 ] || fail "${c%%:*}: layout JSON: $(cat "$T/err")"
+	gfs_umount "$T/mnt" || fail "unmount"
+done
 
 echo "== refusals"
 # refuse PATTERN DIR: the mount and gatherfs-inspect both refuse DIR with one line
