@@ -19,6 +19,13 @@
  * own name (or archive/, which names nothing: a note), the optimizer
  * states files agree on stage and partition_count (the world size), and
  * the model states read record that dp_world_size.
+ *
+ * Split models (docs/deepspeed-3d.md): a pipeline (layer files; one
+ * ds_ckpt per stage, each mapped as above, keys `N.NAME` by layer and a
+ * tied weight once as tied_modules.KEY.NAME), mixture of experts (expert
+ * files; dense and expert param groups) and tensor parallelism (one
+ * ds_ckpt per tensor rank, slices joined as universal_checkpoint_info's
+ * patterns say).
  */
 #include "config.h"
 
