@@ -3212,6 +3212,10 @@ static gfs_err moe_emit_one(ds_ckpt *c, const moe_param *p, const flat *fl, cons
 		return err ? err : gfs_layout_add_piece(c->l, ti, tv->src, tv->off,
 							gfs_dtype_size(tv->dtype));
 	}
+	if (p->off + p->numel > fl[p->flat].total)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: optimizer state %s of %s lies beyond the %llu elements its ranks hold",
+				c->tagdir, state, p->name, (unsigned long long)fl[p->flat].total);
 	if (state)
 		err = gfs_layout_add_state(c->l, state, p->name, fl[p->flat].dtype, p->ndim, p->shape,
 					   &ti);
