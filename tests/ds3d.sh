@@ -8,7 +8,10 @@
 #    torch.load) and model.safetensors equal to truth.pt bit for bit (keys,
 #    order, dtypes, shapes; the tied weight once, as
 #    tied_modules.embed.weight); -o dtype=bf16 equal to the module's own
-#    values (truth_module.pt); optim/ holds every param's states once;
+#    values (truth_module.pt); optim/ holds every param's states once,
+#    equal to what the ranks' partitions hold at the places
+#    param_slice_mappings records (check_ds3d_optim.py, the way
+#    ds_to_universal.py reads them);
 #    gatherfs-inspect ls, cat and verify; the universal view refused with
 #    one line, also from the layout JSON (which round-trips);
 #  - mixture of experts (expert files, expert parallel 2, ZeRO-2): the same,
@@ -28,6 +31,7 @@
 mount_setup
 DATA="$top_srcdir/tests/data/ds3d"
 CHECK="$top_srcdir/tests/tools/check_truth.py"
+OPTIM="$top_srcdir/tests/tools/check_ds3d_optim.py"
 
 # check_st FILE TRUTH: model.safetensors FILE holds TRUTH's tensors, bit for bit
 check_st() {
@@ -62,6 +66,7 @@ for c in pp2_dp2_z1_fp32_tied pp2_dp2_bf16; do
 		[ "$(ls "$T/mnt/optim/$s" | wc -l)" -eq 52 ] || fail "$c: optim/$s: $(ls "$T/mnt/optim/$s")"
 	done
 	[ -f "$T/mnt/optim/exp_avg/tied_modules.embed.weight" ] || fail "$c: no state of the tied weight"
+	timeout 300 "$PYTHON3" "$OPTIM" "$T/mnt" "$ck/global_step3" pipe || fail "$c: optim/"
 	gfs_umount "$T/mnt" || fail "unmount"
 	timeout 60 "$INSPECT" ls "$ck" >"$T/ls" 2>"$T/err" || fail "inspect ls $c: $(cat "$T/err")"
 	[ "$(grep -c . "$T/ls")" -eq 53 ] || fail "inspect ls $c: $(cat "$T/ls")"
@@ -112,6 +117,7 @@ check_st "$T/mnt/model.safetensors" "$truth"
 for s in exp_avg exp_avg_sq step; do
 	[ "$(ls "$T/mnt/optim/$s" | wc -l)" -eq 66 ] || fail "moe: optim/$s: $(ls "$T/mnt/optim/$s")"
 done
+timeout 300 "$PYTHON3" "$OPTIM" "$T/mnt" "$ck/global_step3" moe || fail "moe: optim/"
 gfs_umount "$T/mnt" || fail "unmount"
 timeout 60 "$INSPECT" ls "$ck" >/dev/null 2>"$T/err" || fail "inspect ls moe: $(cat "$T/err")"
 grep -q "DeepSpeed mixture of experts (8 experts in 2 MoE layers, expert-parallel size 2), ZeRO-2, 2 ranks" "$T/err" ||
@@ -129,6 +135,7 @@ check_st "$T/mnt/model.safetensors" "$truth"
 for s in exp_avg exp_avg_sq step; do
 	[ "$(ls "$T/mnt/optim/$s" | wc -l)" -eq 28 ] || fail "tp: optim/$s: $(ls "$T/mnt/optim/$s")"
 done
+timeout 300 "$PYTHON3" "$OPTIM" "$T/mnt" "$ck/global_step3" tp || fail "tp: optim/"
 # a row-parallel weight's moments are put together like its master
 [ "$(wc -c <"$T/mnt/optim/exp_avg/blocks.1.fc2.weight")" -eq $((32 * 64 * 4)) ] ||
 	fail "tp: optim/exp_avg/blocks.1.fc2.weight: $(wc -c <"$T/mnt/optim/exp_avg/blocks.1.fc2.weight") bytes"
