@@ -2957,7 +2957,14 @@ static gfs_err moe_open(ds_ckpt *c, const ds_dir *d)
 
 			snprintf(name, sizeof(name), "layer_%zu_expert_%llu_mp_rank_00_model_states.pt", L,
 				 (unsigned long long)x);
-			err = file_open(&c->experts[k++], c->tagdir, name);
+			err = file_open(&c->experts[k], c->tagdir, name);
+			/* only its pickle is used (names, shapes): no fd is held
+			 * per expert (thousands of them) */
+			gfs_tzip_close(c->experts[k].zip);
+			c->experts[k].zip = NULL;
+			if (c->experts[k].fd >= 0)
+				close(c->experts[k].fd);
+			c->experts[k++].fd = -1;
 			if (err == GFS_ERR_NOTFOUND)
 				return gfs_fail(err,
 						"%s/%s is missing: expert %llu of MoE layer %zu (num_experts in %s)",
