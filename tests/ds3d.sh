@@ -12,7 +12,8 @@
 #    equal to what the ranks' partitions hold at the places
 #    param_slice_mappings records (check_ds3d_optim.py, the way
 #    ds_to_universal.py reads them);
-#    gatherfs-inspect ls, cat and verify; the universal view refused with
+#    gatherfs-inspect ls, cat and verify; PipeDataParallelTopology's file
+#    names (layer_XX-model_states.pt); the universal view refused with
 #    one line, also from the layout JSON (which round-trips);
 #  - mixture of experts (expert files, expert parallel 2, ZeRO-2): the same,
 #    keys compared as a set (truth.pt's order is the harness's), each MoE
@@ -145,6 +146,30 @@ grep -q "^blocks.1.fc2.weight  *float32  *\[32, 64\]" "$T/ls" || fail "inspect l
 grep -q "DeepSpeed tensor parallel, 2 tensor ranks, ZeRO-1, 2 data-parallel ranks" "$T/err" ||
 	fail "inspect ls tp: $(cat "$T/err")"
 timeout 120 "$INSPECT" verify "$ck" >"$T/v" 2>&1 || fail "inspect verify tp: $(cat "$T/v")"
+
+echo "== PipeDataParallelTopology names: layer_XX-model_states.pt"
+rm -rf "$T/pd"
+cp -r "$DATA/pp2_dp2_bf16/checkpoint" "$T/pd"
+chmod -R u+w "$T/pd"
+# each layer file renamed, its zip folder too (as torch.save names it)
+timeout 120 "$PYTHON3" - "$T/pd/global_step3" <<'PY' || fail "rename layer files"
+import glob, os, sys, zipfile
+for f in glob.glob(os.path.join(sys.argv[1], "layer_*-model_00-model_states.pt")):
+    new = f.replace("-model_00-model_states.pt", "-model_states.pt")
+    old_pre = os.path.basename(f)[:-3] + "/"
+    new_pre = os.path.basename(new)[:-3] + "/"
+    with zipfile.ZipFile(f) as zin, zipfile.ZipFile(new, "w") as zout:
+        for zi in zin.infolist():
+            data = zin.read(zi.filename)
+            zi.filename = new_pre + zi.filename[len(old_pre):]
+            zout.writestr(zi, data)
+    os.remove(f)
+PY
+gfs_mount "$T/pd" "$T/mnt" 2>/dev/null || fail "mount pd"
+timeout 300 "$PYTHON3" "$CHECK" "$T/mnt/pytorch_model.bin" "$DATA/pp2_dp2_bf16/truth.pt" || fail "pd: pytorch_model.bin"
+gfs_umount "$T/mnt" || fail "unmount"
+rm "$T/pd/global_step3/layer_05-model_states.pt"
+expect_mount_fail "global_step3/layer_05-model_states.pt is missing: param 5.ln1.weight of pipeline stage 1" "$T/pd" "$T/mnt"
 
 echo "== layout JSON round trip: still no universal view"
 for c in "pp2_dp2_bf16:a pipeline checkpoint (2 stages)" "moe_ep2_dp2_z2_fp32:a mixture-of-experts checkpoint" \
