@@ -826,6 +826,7 @@ static void listing_free(ds_listing *ls)
 	free(ls->mpmodel);
 }
 
+/* dir_free(): free what list_tagdir() filled in d; d is left empty. */
 static void dir_free(ds_dir *d)
 {
 	for (size_t i = 0; i < d->nmp; i++)
@@ -889,6 +890,11 @@ static gfs_err keep_name(char **slot, const char *name)
 	return GFS_OK;
 }
 
+/*
+ * list_tagdir(): the DeepSpeed files of tag directory dir (classify()), by
+ * model-parallel rank, layer and kind, in d (dir_free() frees it).  Two
+ * files for one slot (rank, layer) are refused.
+ */
 static gfs_err list_tagdir(const char *dir, ds_dir *d)
 {
 	DIR *dh = opendir(dir);
@@ -3027,12 +3033,14 @@ static gfs_err moe_groups(ds_ckpt *c)
 /* The tensor of rank r, param group g, laid out like its fp32 partition. */
 typedef gfs_err (*moe_part_fn)(ds_ckpt *c, size_t r, size_t g, const char *state, tview *tv);
 
+/* moe_fp32_part(): rank r's fp32 partition of param group g (a moe_part_fn). */
 static gfs_err moe_fp32_part(ds_ckpt *c, size_t r, size_t g, const char *state, tview *tv)
 {
 	(void)state;
 	return fp32_part(c, r, g, tv);
 }
 
+/* moe_state_part(): rank r's optimizer state `state` of param group g (a moe_part_fn). */
 static gfs_err moe_state_part(ds_ckpt *c, size_t r, size_t g, const char *state, tview *tv)
 {
 	char what[128];
@@ -3382,6 +3390,7 @@ typedef struct rx {
 	unsigned long steps;
 } rx;
 
+/* rx_esc_class(): is e the letter of an escape class (d w s, or D W S negated)? */
 static bool rx_esc_class(char e)
 {
 	return strchr("dwsDWS", e) != NULL;
@@ -3497,6 +3506,7 @@ static bool rx_compile(const char *p, rx *r)
 	return true;
 }
 
+/* rx_one(): does atom t (its quantifier aside) match the character at s? */
 static bool rx_one(const rx_atom *t, const char *s)
 {
 	const unsigned char x = (unsigned char)*s;
@@ -3569,6 +3579,7 @@ typedef struct tp_info {
 	int64_t vocab;   /* original_vocab_size, or -1 */
 } tp_info;
 
+/* tp_info_free(): free what tp_info_read() allocated in ti. */
 static void tp_info_free(tp_info *ti)
 {
 	free(ti->pats);
