@@ -62,6 +62,11 @@ void gfs_layout_free(gfs_layout *l)
 	if (!l)
 		return;
 	gfs_arena_free(&l->arena);
+	for (size_t i = 0; i < l->ntexts; i++) {
+		free(l->texts[i].name);
+		free(l->texts[i].text);
+	}
+	free(l->texts);
 	for (size_t i = 0; i < l->nsources; i++) {
 		free(l->sources[i].path);
 		free(l->sources[i].abspath);
@@ -581,6 +586,31 @@ gfs_err gfs_layout_add_partition(gfs_layout *l, size_t ti, uint32_t f, uint64_t 
 	t->npieces = (size_t)np;
 	if (np > l->rflats[f]->maxp)
 		l->rflats[f]->maxp = (uint32_t)np;
+	return GFS_OK;
+}
+
+gfs_err gfs_layout_add_text(gfs_layout *l, const char *name, const char *text)
+{
+	gfs_text *n;
+
+	assert(l && name && text);
+	if (!name[0] || strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+		return gfs_fail(GFS_ERR_INVAL, "'%s': not a plain file name", name);
+	for (size_t i = 0; i < l->ntexts; i++)
+		if (strcmp(l->texts[i].name, name) == 0)
+			return gfs_fail(GFS_ERR_INVAL, "%s: generated twice", name);
+	n = gfs_reallocarray(l->texts, l->ntexts + 1, sizeof(*n));
+	if (!n)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	l->texts = n;
+	n[l->ntexts].name = gfs_strdup(name);
+	n[l->ntexts].text = gfs_strdup(text);
+	if (!n[l->ntexts].name || !n[l->ntexts].text) {
+		free(n[l->ntexts].name);
+		free(n[l->ntexts].text);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	l->ntexts++;
 	return GFS_OK;
 }
 

@@ -17,6 +17,9 @@ typedef struct gfs_import_opts {
 			     * of a Hugging Face cache repository: its revision */
 	const char *format; /* "dcp", "deepspeed", "plain", "layout", "zero3", "megatron"; NULL or "auto": detect */
 	const char *prefix; /* DCP, plain: keep only keys starting with it, without it; NULL: all */
+	const char *naming; /* Megatron: "hf", "megatron", or NULL / "auto" (hf when the
+			     * architecture is known, else megatron) */
+	const char *hf_config; /* Megatron: a directory holding the model's config.json, or NULL */
 } gfs_import_opts;
 
 /*
