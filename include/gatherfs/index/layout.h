@@ -335,6 +335,9 @@ typedef struct gfs_optim {
 	bool round_robin;     /* round_robin_gradients: flat order is not module order */
 	uint32_t world_size;  /* ranks the states are partitioned over */
 	uint32_t nflat;       /* flat groups: stage 1/2 param groups, stage 3 sub-groups */
+	uint32_t pipe_stages; /* a pipeline's stages (each its own flats); 0: no pipeline */
+	bool moe;             /* a mixture-of-experts checkpoint (expert files) */
+	uint32_t tp_ranks;    /* tensor-parallel ranks put together; 0: none */
 	char *version;        /* ds_version, or NULL */
 	gfs_pgroup *groups;   /* the optimizer's param_groups, or NULL */
 	size_t ngroups;
