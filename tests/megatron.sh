@@ -1,29 +1,39 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
-# Legacy Megatron-LM checkpoints (iter_NNNNNNN/mp_rank_TT[_PPP][_EEE]/
-# model_optim_rng.pt), Megatron view (docs/megatron.md):
-#  - tests/data/megatron/<case>/legacy_torch: real Megatron-Core core_v0.17.1
-#    runs (tests/data/megatron/README.md) at TP1, TP2, PP2, TP2 x PP2 and
-#    MoE EP2; the save dir and its iteration dir mounted without options,
-#    pytorch_model.bin compared by torch.load with truth_megatron_modules.pt
-#    (keys, order, dtypes, shapes, bytes); gatherfs-inspect ls, cat, verify.
-#    mp_rank_00_001 is a pipeline stage of tp1_pp2 and an expert rank of
-#    moe_ep2.
-#  - refusals: a missing pipeline stage, a missing tensor rank, a truncated
-#    and a foreign model_optim_rng.pt, a bad tag: one line naming the file.
+# Megatron-LM / Megatron-Core checkpoints (docs/megatron.md), both forms, both
+# views, on real Megatron-Core core_v0.17.1 runs (tests/data/megatron/README.md):
+#  - legacy iter_NNNNNNN/mp_rank_TT[_PPP][_EEE]/model_optim_rng.pt at TP1,
+#    TP2, PP2, TP2 x PP2, MoE EP2, MoE PP2 x EP2, MQA (tied), Qwen2 (QKV bias,
+#    tied, bf16, vocabulary 1003) at TP2 x PP2; torch_dist saves of
+#    Megatron-LM's save_checkpoint (args in common.pt) and of a bare
+#    dist_checkpointing.save (no args).
+#  - Hugging Face view (the default): pytorch_model.bin and model.safetensors
+#    equal the truth re-arranged into Llama / Qwen2 / Mixtral names, bit for
+#    bit, and config.json says the model (tests/tools/check_megatron_views.py;
+#    from_pretrained logits: tests/megatron-compat.sh).
+#  - Megatron view (-o naming=megatron): legacy equal to
+#    truth_megatron_modules.pt (keys, order, dtypes, bytes); torch_dist: the
+#    truth's keys unstacked per layer and expert.
+#  - -o hf_config=DIR: its config.json served as is, shapes checked against it.
+#  - mp_rank_00_001 is a pipeline stage of tp1_pp2 and an expert rank of
+#    moe_ep2; gatherfs-inspect ls, cat, verify.
+#  - refusals: missing and foreign rank files, a truncated file, args that
+#    stop the naming (notes, and refusals with naming=hf), no vocabulary size,
+#    a config.json that disagrees: one line naming the file.
 . "${top_srcdir:-.}/tests/lib.sh"
 . "$top_srcdir/tests/mount-lib.sh"
 mount_setup
 DATA="$top_srcdir/tests/data/megatron"
 CHECK="$top_srcdir/tests/tools/check_truth.py"
 
-# check_mount SRC TRUTH [ARG...]: mount SRC, compare pytorch_model.bin with TRUTH
+VIEWS="$top_srcdir/tests/tools/check_megatron_views.py"
+
+# check_mount SRC TRUTH [ARG...]: mount SRC in the Megatron view, compare
+# pytorch_model.bin and model.safetensors with TRUTH
 check_mount() {
 	src=$1 truth=$2
 	shift 2
-	gfs_mount "$src" "$T/mnt" "$@" 2>"$T/note" || fail "mount $src: $(cat "$T/note")"
-	grep -q "gatherfs: note: Megatron view (Hugging Face naming not built yet)" "$T/note" ||
-		fail "mount $src: no note: $(cat "$T/note")"
+	gfs_mount "$src" "$T/mnt" -o naming=megatron "$@" 2>"$T/note" || fail "mount $src: $(cat "$T/note")"
 	timeout 300 "$PYTHON3" "$CHECK" "$T/mnt/pytorch_model.bin" "$truth" ||
 		fail "$src: differs from $truth"
 	timeout 300 "$PYTHON3" - "$T/mnt/model.safetensors" "$truth" <<'PY' || fail "$src: model.safetensors"
@@ -37,44 +47,116 @@ assert sorted(head) == sorted(want), "keys"
 for k, v in want.items():
     h = head[k]
     b, e = h["data_offsets"]
-    assert h["dtype"] == "F32" and h["shape"] == list(v.shape), k
-    assert raw[8 + n + b:8 + n + e] == v.contiguous().numpy().tobytes(), k
+    assert h["shape"] == list(v.shape), k
+    assert raw[8 + n + b:8 + n + e] == v.contiguous().view(torch.uint8).numpy().tobytes(), k
 PY
 	gfs_umount "$T/mnt" || fail "unmount"
 }
 
-for c in tp1_pp1 tp2_pp1 tp1_pp2 tp2_pp2 moe_ep2; do
+# check_view MODE NOTE SRC CASE [ARG...]: mount SRC (MODE hf or dist), the
+# note line matches NOTE, the views equal CASE's truth re-arranged
+check_view() {
+	mode=$1 note=$2 src=$3 case=$4
+	shift 4
+	gfs_mount "$src" "$T/mnt" "$@" 2>"$T/note" || fail "mount $src: $(cat "$T/note")"
+	if [ -n "$note" ]; then
+		grep -q -- "gatherfs: note: $note" "$T/note" || fail "mount $src: note: $(cat "$T/note")"
+	else
+		grep -q "gatherfs: note:" "$T/note" && fail "mount $src: a note: $(cat "$T/note")"
+	fi
+	timeout 300 "$PYTHON3" "$VIEWS" "$mode" "$T/mnt" "$case" || fail "$src: $mode view"
+	gfs_umount "$T/mnt" || fail "unmount"
+}
+
+for c in tp1_pp1 tp2_pp1 tp1_pp2 tp2_pp2 moe_ep2 moe_pp2_ep2 mqa_tie qwen_tie_bf16; do
 	echo "== $c"
 	save="$DATA/$c/legacy_torch"
 	truth="$DATA/$c/truth_megatron_modules.pt"
+	family=llama
+	grep -q '"add_qkv_bias": true' "$DATA/$c/model_args.json" && family=qwen2
+	grep -q '"num_moe_experts": [1-9]' "$DATA/$c/model_args.json" && family=mixtral
+	check_view hf "Hugging Face view ($family naming" "$save" "$DATA/$c"
 	check_mount "$save" "$truth"
-	check_mount "$save/iter_0000003" "$truth"
-	check_mount "$save" "$truth" -o tag=iter_0000003,format=megatron
+	case $c in tp1_pp1 | moe_pp2_ep2)
+		check_mount "$save/iter_0000003" "$truth"
+		check_mount "$save" "$truth" -o tag=iter_0000003,format=megatron
+	esac
 	n=$(timeout 60 "$PYTHON3" -c "import sys, torch; print(len(torch.load(sys.argv[1])))" "$truth")
-	timeout 60 "$INSPECT" ls "$save" >"$T/ls" 2>"$T/err" || fail "inspect ls $c: $(cat "$T/err")"
+	timeout 60 "$INSPECT" ls --naming megatron "$save" >"$T/ls" 2>"$T/err" || fail "inspect ls $c: $(cat "$T/err")"
 	[ "$(grep -c . "$T/ls")" -eq $((n + 1)) ] || fail "inspect ls $c: $(cat "$T/ls")"
 	grep -q "legacy Megatron-LM checkpoint" "$T/err" || fail "inspect ls $c: $(cat "$T/err")"
-	for name in decoder.layers.3.self_attention.linear_proj.weight output_layer.weight; do
-		timeout 60 "$INSPECT" cat --tag iter_0000003 "$save" "$name" >"$T/cat" ||
+	for name in decoder.layers.3.self_attention.linear_proj.weight embedding.word_embeddings.weight; do
+		timeout 60 "$INSPECT" cat --naming megatron --tag iter_0000003 "$save" "$name" >"$T/cat.$name" ||
 			fail "inspect cat $c $name"
-		timeout 60 "$PYTHON3" -c "
-import sys, torch
-t = torch.load(sys.argv[2])[sys.argv[3]]
-assert open(sys.argv[1], 'rb').read() == t.contiguous().numpy().tobytes(), sys.argv[3]
-" "$T/cat" "$truth" "$name" || fail "inspect cat $c $name: wrong bytes"
 	done
+	timeout 60 "$PYTHON3" -c "
+import sys, torch
+sd = torch.load(sys.argv[1])
+for name in sys.argv[3:]:
+    got = open(sys.argv[2] + '.' + name, 'rb').read()
+    assert got == sd[name].contiguous().view(torch.uint8).numpy().tobytes(), name
+" "$truth" "$T/cat" decoder.layers.3.self_attention.linear_proj.weight embedding.word_embeddings.weight ||
+		fail "inspect cat $c: wrong bytes"
+	timeout 60 "$INSPECT" cat "$save" model.layers.1.self_attn.k_proj.weight >"$T/cat" ||
+		fail "inspect cat $c k_proj"
 	timeout 120 "$INSPECT" verify "$save" >"$T/v" 2>&1 || fail "inspect verify $c: $(cat "$T/v")"
 done
 
+echo "== torch_dist"
+for c in tp2_pp2 moe_ep2 qwen_tie_bf16; do
+	save="$DATA/$c/training_torch_dist"
+	check_view hf "Hugging Face view (" "$save" "$DATA/$c"
+	check_view hf "Hugging Face view (" "$save/iter_0000003" "$DATA/$c" -o naming=hf
+	check_view dist "" "$save" "$DATA/$c" -o naming=megatron
+	timeout 120 "$INSPECT" verify "$save" >"$T/v" 2>&1 || fail "inspect verify $c torch_dist: $(cat "$T/v")"
+done
+bare="$DATA/tp1_pp2/torch_dist"
+check_view dist "Megatron view: common.pt holds no args; -o hf_config=DIR" "$bare" "$DATA/tp1_pp2"
+check_view hf "Hugging Face view (llama naming" "$bare" "$DATA/tp1_pp2" -o hf_config="$DATA/tp1_pp2/hf_config"
+gfs_mount "$bare" "$T/mnt" -o hf_config="$DATA/tp1_pp2/hf_config" 2>/dev/null || fail "mount hf_config"
+cmp -s "$T/mnt/config.json" "$DATA/tp1_pp2/hf_config/config.json" || fail "hf_config: config.json not served as it is"
+cmp -s "$T/mnt/generation_config.json" "$DATA/tp1_pp2/hf_config/generation_config.json" ||
+	fail "hf_config: generation_config.json not served as it is"
+gfs_umount "$T/mnt" || fail "unmount"
+expect_mount_fail "common.pt holds no args (a bare dist_checkpointing.save): give the model's config with -o hf_config=DIR" \
+	"$bare" "$T/mnt" -o naming=hf
+expect_mount_fail "naming 'gpt': hf, megatron or auto" "$bare" "$T/mnt" -o naming=gpt
+expect_mount_fail "a naming applies to a Megatron checkpoint only" "$DATA/../dcp/fsdp2_ws2/checkpoint" "$T/mnt" -o naming=hf
+
+echo "== export: the Hugging Face view as files"
+save="$DATA/moe_ep2/training_torch_dist"
+timeout 120 "$INSPECT" export "$save" "$T/x.safetensors" 2>"$T/err" || fail "export: $(cat "$T/err")"
+gfs_mount "$save" "$T/mnt" 2>/dev/null || fail "mount for export"
+cmp -s "$T/x.safetensors" "$T/mnt/model.safetensors" || fail "export differs from the mount's model.safetensors"
+gfs_umount "$T/mnt" || fail "unmount"
+rm -f "$T/x.safetensors"
+
+echo "== ls --all: what no view shows"
+timeout 60 "$INSPECT" ls "$DATA/qwen_tie_bf16/legacy_torch" >/dev/null 2>"$T/err" || fail "ls qwen"
+grep -q "checkpoint entries no view shows (ls --all lists them)" "$T/err" || fail "ls: no count: $(cat "$T/err")"
+timeout 60 "$INSPECT" ls --all "$DATA/qwen_tie_bf16/legacy_torch" >"$T/ls" 2>/dev/null || fail "ls --all"
+for line in "mp_rank_01_001/model_optim_rng.pt:model.output_layer.weight .*the last stage's copy of the tied embedding" \
+	"mp_rank_00_000/model_optim_rng.pt:rng_state .*not model state" \
+	"mp_rank_00_000/model_optim_rng.pt:model.decoder.layers.0.self_attention.linear_qkv._extra_state .*TransformerEngine extra state"; do
+	grep -q "^$line" "$T/ls" || fail "ls --all lacks $line"
+done
+timeout 60 "$INSPECT" ls --all "$DATA/moe_ep2/training_torch_dist" >"$T/ls" 2>/dev/null || fail "ls --all torch_dist"
+grep -q "^decoder.layers.mlp.experts.experts.linear_fc1._extra_state/shard_0.0_4.4 *object" "$T/ls" ||
+	fail "ls --all torch_dist: no _extra_state object"
+
 echo "== mp_rank_00_001: pipeline stage 1 of tp1_pp2, expert rank 1 of moe_ep2"
-timeout 60 "$INSPECT" ls "$DATA/tp1_pp2/legacy_torch" 2>"$T/err" | grep -q "^decoder.layers.3.input_layernorm.weight " ||
+timeout 60 "$INSPECT" ls --naming megatron "$DATA/tp1_pp2/legacy_torch" 2>"$T/err" | grep -q "^decoder.layers.3.input_layernorm.weight " ||
 	fail "tp1_pp2: layer 3 (stage 1's local layer 1) not listed"
 grep -q "TP 1 x PP 2 x EP 1" "$T/err" || fail "tp1_pp2: $(cat "$T/err")"
-timeout 60 "$INSPECT" ls "$DATA/moe_ep2/legacy_torch" 2>"$T/err" >"$T/ls"
+timeout 60 "$INSPECT" ls --naming megatron "$DATA/moe_ep2/legacy_torch" 2>"$T/err" >"$T/ls"
 grep -q "^decoder.layers.0.mlp.experts.local_experts.3.linear_fc2.weight " "$T/ls" ||
 	fail "moe_ep2: expert 3 (rank 1's local expert 1) not listed"
 grep -q "^decoder.layers.4" "$T/ls" && fail "moe_ep2: an expert rank taken for a pipeline stage"
 grep -q "TP 1 x PP 1 x EP 2" "$T/err" || fail "moe_ep2: $(cat "$T/err")"
+timeout 60 "$INSPECT" ls "$DATA/moe_pp2_ep2/legacy_torch" 2>"$T/err" >"$T/ls"
+grep -q "TP 1 x PP 2 x EP 2" "$T/err" || fail "moe_pp2_ep2: $(cat "$T/err")"
+grep -q "^model.layers.3.block_sparse_moe.experts.3.w2.weight " "$T/ls" ||
+	fail "moe_pp2_ep2: layer 3's expert 3 (stage 1, expert rank 1) not listed"
 
 echo "== refusals"
 # refuse PATTERN DIR: the mount and gatherfs-inspect both refuse DIR with one line
@@ -158,4 +240,63 @@ refuse "decoder.layers.2.self_attention.linear_qkv.weight: not in the file of te
 fresh tp2_pp1; f="$I/mp_rank_01/model_optim_rng.pt"
 rewrite "$f" "$f" 'pass'
 check_mount "$T/bad" "$DATA/tp2_pp1/truth_megatron_modules.pt"
+echo "== the naming: notes and refusals"
+EDIT="$top_srcdir/tests/tools/megatron_edit_args.py"
+refuse_hf() {
+	expect_mount_fail "$1" "$2" "$T/mnt" -o naming=hf
+}
+# edit_args CASE NAME=VALUE...: a copy of CASE's legacy save whose rank 0 args say so
+edit_args() {
+	fresh "$1"
+	shift
+	f=$(ls "$I"/mp_rank_00*/model_optim_rng.pt | head -1)
+	timeout 60 "$PYTHON3" "$EDIT" "$f" "$T/edited" "$@" && mv "$T/edited" "$f" || fail "edit args $*"
+}
+for e in "rotary_interleaved=True:interleaved rotary embeddings" "qk_layernorm=True:QK layernorm" \
+	"add_bias_linear=True:biases other than QKV" "multi_latent_attention=True:MLA" \
+	"window_size=4:sliding-window attention" "swiglu=False:an activation other than SiLU with GLU" \
+	"rotary_percent=0:partial rotary" "hidden_size=None:a model whose args lack a size (no args.hidden_size)"; do
+	edit_args tp1_pp1 "${e%%:*}"
+	timeout 60 "$INSPECT" ls "$T/bad" >"$T/ls" 2>"$T/err" || fail "${e%%:*}: $(cat "$T/err")"
+	grep -q "note: Megatron view: the Hugging Face naming cannot express ${e#*:}" "$T/err" ||
+		fail "${e%%:*}: no note: $(cat "$T/err")"
+	grep -q "^decoder.layers.0.self_attention.linear_qkv.weight " "$T/ls" || fail "${e%%:*}: not the Megatron view"
+	expect_mount_fail "the Hugging Face naming cannot express ${e#*:}" "$T/bad" "$T/mnt" -o naming=hf
+done
+# the last edit left args without hidden_size: the hf_config gives it
+check_view hf "Hugging Face view (llama naming" "$T/bad" "$DATA/tp1_pp1" -o hf_config="$DATA/tp1_pp2/hf_config"
+edit_args tp1_pp1 hidden_size=None qk_layernorm=True
+refuse_hf "cannot express QK layernorm" "$T/bad"
+expect_mount_fail "cannot express QK layernorm" "$T/bad" "$T/mnt" -o hf_config="$DATA/tp1_pp2/hf_config"
+edit_args moe_ep2 moe_router_pre_softmax=True
+refuse_hf "cannot express a router softmax before top-k" "$T/bad"
+edit_args tp1_pp1 vocab_size=None
+refuse "the true vocabulary size is unknown (args.vocab_size is None, as with a Hugging Face tokenizer): give the model's config with -o hf_config=DIR" "$T/bad"
+check_mount "$T/bad" "$DATA/tp1_pp1/truth_megatron_modules.pt"
+check_view hf "Hugging Face view (llama naming" "$T/bad" "$DATA/tp1_pp1" -o hf_config="$DATA/tp1_pp2/hf_config"
+edit_args tp1_pp1 num_query_groups=3
+refuse "4 attention heads are not a multiple of 3 query groups" "$T/bad"
+# hf_config must agree with the tensors
+cfg() {
+	rm -rf "$T/cfg" && mkdir "$T/cfg"
+	timeout 60 "$PYTHON3" -c "
+import json, sys
+c = json.load(open(sys.argv[1]))
+exec(sys.argv[3])
+json.dump(c, open(sys.argv[2], 'w'))" "$DATA/tp1_pp2/hf_config/config.json" "$T/cfg/config.json" "$1" || fail "cfg $1"
+}
+cfg 'c["intermediate_size"] = 170'
+expect_mount_fail "decoder.layers.0.mlp.linear_fc1.weight: shape \[352, 64\], but the hf_config config.json gives \[340, 64\]" \
+	"$bare" "$T/mnt" -o hf_config="$T/cfg"
+cfg 'c["num_hidden_layers"] = 3'
+expect_mount_fail "decoder.layers.3.self_attention.linear_qkv.layer_norm_weight maps to nothing in the llama naming" \
+	"$bare" "$T/mnt" -o hf_config="$T/cfg"
+cfg 'c["num_hidden_layers"] = 5'
+expect_mount_fail "no tensor decoder.layers.4.input_layernorm.weight (for the llama tensor model.layers.4.input_layernorm.weight)" \
+	"$bare" "$T/mnt" -o hf_config="$T/cfg"
+cfg 'c["model_type"] = "gpt2"'
+expect_mount_fail "model_type 'gpt2' is not in the naming table" "$bare" "$T/mnt" -o hf_config="$T/cfg"
+cfg 'c["vocab_size"] = 1100'
+expect_mount_fail "embedding.word_embeddings.weight: shape \[1024, 64\], but the hf_config config.json gives \[1100, 64\]" \
+	"$bare" "$T/mnt" -o hf_config="$T/cfg"
 echo "megatron: OK"

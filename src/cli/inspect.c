@@ -39,7 +39,10 @@ enum {
 	OPT_FORMAT = 1 << 6,
 	OPT_SHARD_SIZE = 1 << 7,
 	OPT_OPTIM = 1 << 8,
-	OPT_IMPORT = OPT_TAG | OPT_INPUT_FORMAT | OPT_PREFIX | OPT_LAYOUT,
+	OPT_NAMING = 1 << 9,
+	OPT_HF_CONFIG = 1 << 10,
+	OPT_ALL = 1 << 11,
+	OPT_IMPORT = OPT_TAG | OPT_INPUT_FORMAT | OPT_PREFIX | OPT_LAYOUT | OPT_NAMING | OPT_HF_CONFIG,
 };
 
 /* Each command and the options it takes; any other option is refused. */
@@ -47,7 +50,7 @@ static const struct command {
 	const char *name;
 	unsigned opts;
 } commands[] = {
-	{ "ls", OPT_IMPORT | OPT_DTYPE | OPT_JSON | OPT_OPTIM },
+	{ "ls", OPT_IMPORT | OPT_DTYPE | OPT_JSON | OPT_OPTIM | OPT_ALL },
 	{ "cat", OPT_IMPORT | OPT_DTYPE | OPT_OPTIM },
 	{ "layout", OPT_IMPORT },
 	{ "verify", OPT_IMPORT },
@@ -62,7 +65,8 @@ static const struct option_name {
 	{ OPT_PREFIX, "--prefix" }, { OPT_LAYOUT, "--layout" },
 	{ OPT_DTYPE, "--dtype" },   { OPT_JSON, "--json" },
 	{ OPT_FORMAT, "--format" }, { OPT_SHARD_SIZE, "--shard-size" },
-	{ OPT_OPTIM, "--optim" },
+	{ OPT_OPTIM, "--optim" },   { OPT_NAMING, "--naming" },
+	{ OPT_HF_CONFIG, "--hf-config" }, { OPT_ALL, "--all" },
 };
 
 /*
@@ -95,9 +99,12 @@ typedef struct inspect_opts {
 	const char *tag;
 	const char *input_format;
 	const char *prefix;
+	const char *naming;
+	const char *hf_config;
 	const char *layout;
 	gfs_dtype dtype;
 	bool json;
+	bool all;               /* ls --all: the entries no view shows too */
 	gfs_format format;
 	uint64_t shard_size;
 	bool optim;             /* --optim: optimizer state instead of model tensors */
@@ -114,10 +121,13 @@ static void usage(FILE *out)
 	      "pytorch_model.bin, sharded, a ZeRO-3 save of gatherfs_save.py, or a layout\n"
 	      "JSON file) without mounting it.\n"
 	      "\n"
-	      "Commands (all take --tag, --input-format, --prefix and --layout; the other\n"
+	      "Commands (all take --tag, --input-format, --prefix, --naming, --hf-config\n"
+	      "and --layout; the other\n"
 	      "options a command takes are shown in brackets):\n"
 	      "  ls DIR             list tensors in output order: name, dtype, shape, bytes,\n"
-	      "                     alias target  [--json] [--dtype]\n"
+	      "                     alias target; --all: also the checkpoint entries no\n"
+	      "                     view shows (optimizer, RNG, extra state)\n"
+	      "                     [--json] [--dtype] [--all]\n"
 	      "  cat DIR NAME       write tensor NAME's raw little-endian contiguous bytes\n"
 	      "                     to standard output  [--dtype]\n"
 	      "  layout DIR         print the layout index as JSON\n"
@@ -156,6 +166,11 @@ static void usage(FILE *out)
 	      "                     or pytorch_model.bin (or their index) plain)\n"
 	      "  --prefix P         (dcp, plain) keep the keys starting with P, named\n"
 	      "                     without it\n"
+	      "  --naming N         (megatron) hf: Hugging Face names (Llama, Qwen2,\n"
+	      "                     Mixtral), megatron: Megatron's own, auto (default):\n"
+	      "                     hf when the architecture is known\n"
+	      "  --hf-config DIR    (megatron) the model's config.json in DIR gives the\n"
+	      "                     architecture and vocabulary and is served as is\n"
 	      "  --layout FILE      read the layout from FILE (as written by `layout`)\n"
 	      "                     instead of importing DIR\n"
 	      "  --dtype DTYPE      (ls, cat, export) present floating-point tensors as\n"
@@ -224,6 +239,7 @@ static gfs_err load(const inspect_opts *o, const char *dir, gfs_layout **l)
 {
 	const gfs_import_opts io = {
 		.tag = o->tag, .format = o->input_format, .prefix = o->prefix,
+		.naming = o->naming, .hf_config = o->hf_config,
 	};
 	bool untied;
 	gfs_err err = o->layout ? gfs_layout_load_file(o->layout, l) : gfs_import(dir, &io, l);
@@ -469,6 +485,15 @@ static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 	for (size_t i = 0; i < l->nobjects && !out_errno; i++)
 		out_ok(printf("%-48s %-9s %-20s %14" PRIu64 "  %s\n", l->objects[i].name, "object",
 			      "-", l->objects[i].len, "-"));
+	for (size_t i = 0; o->all && i < l->nomitted && !out_errno; i++) {
+		static char nb[LS_NAME_BUF];
+
+		out_ok(printf("%-48s %-9s %-20s %14s  - (left out: %s)\n",
+			      ls_name(l->omitted[i].name, nb), "omitted", "-", "-", l->omitted[i].text));
+	}
+	if (!o->all && l->nomitted)
+		fprintf(stderr, "gatherfs-inspect: %zu checkpoint entries no view shows (ls --all lists them)\n",
+			l->nomitted);
 	return 0;
 }
 
@@ -756,8 +781,11 @@ int main(int argc, char **argv)
 		{ "input-format", required_argument, NULL, 'i' },
 		{ "prefix", required_argument, NULL, 'p' },
 		{ "layout", required_argument, NULL, 'l' },
+		{ "naming", required_argument, NULL, 'N' },
+		{ "hf-config", required_argument, NULL, 'H' },
 		{ "dtype", required_argument, NULL, 'd' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "all", no_argument, NULL, 'a' },
 		{ "optim", optional_argument, NULL, 'o' },
 		{ "format", required_argument, NULL, 'f' },
 		{ "shard-size", required_argument, NULL, 's' },
@@ -793,6 +821,14 @@ int main(int argc, char **argv)
 			o.given |= OPT_LAYOUT;
 			o.layout = optarg;
 			break;
+		case 'N':
+			o.given |= OPT_NAMING;
+			o.naming = optarg;
+			break;
+		case 'H':
+			o.given |= OPT_HF_CONFIG;
+			o.hf_config = optarg;
+			break;
 		case 'd':
 			o.given |= OPT_DTYPE;
 			o.dtype = gfs_dtype_parse(optarg);
@@ -805,6 +841,10 @@ int main(int argc, char **argv)
 		case 'j':
 			o.given |= OPT_JSON;
 			o.json = true;
+			break;
+		case 'a':
+			o.given |= OPT_ALL;
+			o.all = true;
 			break;
 		case 'o':
 			o.given |= OPT_OPTIM;
@@ -866,11 +906,12 @@ int main(int argc, char **argv)
 	rc = check_options(command, o.given);
 	if (rc)
 		return rc;
-	if (o.layout && (o.tag || o.prefix ||
+	if (o.layout && (o.tag || o.prefix || o.naming || o.hf_config ||
 			 (o.input_format && strcmp(o.input_format, "layout") != 0 &&
 			  strcmp(o.input_format, "auto") != 0))) {
 		fprintf(stderr, "gatherfs-inspect: %s applies to a checkpoint directory, not to --layout FILE\n",
-			o.tag ? "--tag" : o.prefix ? "--prefix" : "--input-format");
+			o.tag ? "--tag" : o.prefix ? "--prefix" : o.naming ? "--naming"
+			: o.hf_config ? "--hf-config" : "--input-format");
 		return 2;
 	}
 	if (strcmp(cmd, "cat") == 0 || strcmp(cmd, "export") == 0) {

@@ -634,7 +634,7 @@ static gfs_err add_virt(gfs_fs *fs, const char *name, const gfs_vfile *vf, bool 
 	return GFS_OK;
 }
 
-/* add_text(): a root file holding text, with attributes attr. */
+/* add_text(): a root file holding text (a newline added unless it ends in one), with attributes attr. */
 static gfs_err add_text(gfs_fs *fs, const char *name, const char *text, fs_attr attr)
 {
 	gfs_vfile *vf = NULL;
@@ -642,7 +642,7 @@ static gfs_err add_text(gfs_fs *fs, const char *name, const char *text, fs_attr 
 
 	if (!err)
 		err = add_str(vf, text);
-	if (!err)
+	if (!err && (!text[0] || text[strlen(text) - 1] != '\n'))
 		err = gfs_vfile_add_mem(vf, "\n", 1);
 	if (!err)
 		err = add_virt(fs, name, vf, false, attr);
@@ -724,6 +724,15 @@ static gfs_err add_format(gfs_fs *fs, const gfs_shard_plan *plan, const char *st
 }
 
 /* build_views(): the root's virtual files, in listing order. */
+/* is_replaced(): a name the caller asks to show with other content (gfs_fs_opts.replace). */
+static bool is_replaced(const gfs_fs *fs, const char *name)
+{
+	for (size_t i = 0; i < fs->opts.nreplace; i++)
+		if (strcmp(name, fs->opts.replace[i].name) == 0)
+			return true;
+	return false;
+}
+
 /*
  * replaced_attr(): the attributes of a root file shown with other content
  * (gfs_fs_opts.replace): those of every source together, and no more
@@ -758,6 +767,9 @@ static gfs_err build_views(gfs_fs *fs)
 	for (size_t i = 0; !err && i < fs->opts.nreplace; i++)
 		err = add_text(fs, fs->opts.replace[i].name, fs->opts.replace[i].text,
 			       replaced_attr(fs, fs->opts.replace[i].name));
+	for (size_t i = 0; !err && i < l->ntexts; i++)
+		if (!is_replaced(fs, l->texts[i].name))
+			err = add_text(fs, l->texts[i].name, l->texts[i].text, meta_attr(fs, false));
 	if (!err && (fs->opts.views & GFS_VIEW_LAYOUT)) {
 		fs_attr attr = { 0 };
 
@@ -861,14 +873,14 @@ static bool is_view_name(const char *name)
 
 /*
  * is_hidden(): a name the caller asks to show with other content
- * (gfs_fs_opts.replace).
+ * (gfs_fs_opts.replace) or the layout generates (gfs_layout.texts).
  */
 static bool is_hidden(const gfs_fs *fs, const char *name)
 {
-	for (size_t i = 0; i < fs->opts.nreplace; i++)
-		if (strcmp(name, fs->opts.replace[i].name) == 0)
+	for (size_t i = 0; i < fs->ctx.layout->ntexts; i++)
+		if (strcmp(name, fs->ctx.layout->texts[i].name) == 0)
 			return true;
-	return false;
+	return is_replaced(fs, name);
 }
 
 /*

@@ -44,6 +44,8 @@ typedef struct gfs_cli {
 	char *tag;
 	char *format;
 	char *prefix;
+	char *naming;
+	char *hf_config;
 	char *views;
 	char *shard_size;
 	unsigned max_read;
@@ -88,6 +90,8 @@ static const struct fuse_opt cli_opts[] = {
 	{ "prefetch=%s", offsetof(gfs_cli, prefetch), 0 },
 	{ "format=%s", offsetof(gfs_cli, format), 0 },
 	{ "prefix=%s", offsetof(gfs_cli, prefix), 0 },
+	{ "naming=%s", offsetof(gfs_cli, naming), 0 },
+	{ "hf_config=%s", offsetof(gfs_cli, hf_config), 0 },
 	{ "views=%s", offsetof(gfs_cli, views), 0 },
 	{ "shard_size=%s", offsetof(gfs_cli, shard_size), 0 },
 	{ "lora=%s", offsetof(gfs_cli, lora), 0 },
@@ -208,6 +212,11 @@ static void usage(const char *prog)
 	       "    -o prefix=P              DCP, plain: keep the keys starting with P,\n"
 	       "                             without P\n"
 	       "                             (e.g. prefix=model. for accelerate checkpoints)\n"
+	       "    -o naming=N              Megatron: hf (Hugging Face names: Llama, Qwen2,\n"
+	       "                             Mixtral), megatron (Megatron's own) or auto\n"
+	       "                             (default: hf when the architecture is known)\n"
+	       "    -o hf_config=DIR         Megatron: the model's config.json in DIR gives\n"
+	       "                             the architecture and vocabulary; served as is\n"
 	       "    -o views=V1+V2...        views to show, from bin, safetensors, tensors,\n"
 	       "                             layout, optim (optimizer state), universal\n"
 	       "                             (DeepSpeed universal checkpoint) (default: all;\n"
@@ -770,6 +779,8 @@ int main(int argc, char *argv[])
 	iopts.tag = cli.tag;
 	iopts.format = cli.format;
 	iopts.prefix = cli.prefix;
+	iopts.naming = cli.naming;
+	iopts.hf_config = cli.hf_config;
 	raise_nofile();
 	lora_cli = (gfs_lora_cli){ .lora = cli.lora, .merge = cli.merge, .base = cli.base,
 				   .tied = cli.lora_tied };
@@ -901,6 +912,8 @@ out_args:
 	free(cli.tag);
 	free(cli.format);
 	free(cli.prefix);
+	free(cli.naming);
+	free(cli.hf_config);
 	free(cli.views);
 	free(cli.shard_size);
 	free(cli.crc_cache);

@@ -83,7 +83,7 @@ static bool is_dcp(const char *path)
 static const char *dir_format(const char *path, const char *tag)
 {
 	if (is_dcp(path))
-		return "dcp";
+		return gfs_megatron_detect(path) ? "megatron" : "dcp";
 	if (gfs_zero3_detect(path) || (!is_deepspeed(path) && gfs_zero3_detect_saves(path)))
 		return "zero3";
 	if (gfs_rankdict_detect(path))
@@ -135,6 +135,9 @@ static gfs_err import_path(const char *path, const gfs_import_opts *opts, gfs_la
 	    strcmp(format, "rankdict") != 0)
 		return gfs_fail(GFS_ERR_INVAL, "%s: a tag applies to a DeepSpeed, Megatron or per-rank checkpoint only",
 				path);
+	if (opts && (opts->naming || opts->hf_config) && strcmp(format, "megatron") != 0)
+		return gfs_fail(GFS_ERR_INVAL, "%s: %s applies to a Megatron checkpoint only", path,
+				opts->naming ? "a naming" : "an hf_config");
 	if (strcmp(format, "layout") == 0 && S_ISDIR(st.st_mode) && has_file(path, "layout.json")) {
 		char buf[4096];
 
@@ -164,7 +167,7 @@ static gfs_err import_path(const char *path, const gfs_import_opts *opts, gfs_la
 	if (strcmp(format, "zero3") == 0)
 		return gfs_import_zero3(path, tag, out);
 	if (strcmp(format, "megatron") == 0)
-		return gfs_import_megatron(path, tag, out);
+		return gfs_import_megatron(path, opts, out);
 	if (strcmp(format, "rankdict") == 0)
 		return gfs_import_rankdict(path, tag, out);
 	return gfs_import_deepspeed(path, tag, out);

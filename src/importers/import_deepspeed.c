@@ -19,10 +19,18 @@
  * own name (or archive/, which names nothing: a note), the optimizer
  * states files agree on stage and partition_count (the world size), and
  * the model states read record that dp_world_size.
+ *
+ * Split models (docs/deepspeed-3d.md): a pipeline (layer files; one
+ * ds_ckpt per stage, each mapped as above, keys `N.NAME` by layer and a
+ * tied weight once as tied_modules.KEY.NAME), mixture of experts (expert
+ * files; dense and expert param groups) and tensor parallelism (one
+ * ds_ckpt per tensor rank, slices joined as universal_checkpoint_info's
+ * patterns say).
  */
 #include "config.h"
 
 #include <assert.h>
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -98,6 +106,8 @@ typedef struct train_param {
 	const gfs_pv *shape;
 	size_t group;    /* stage 1/2: param group index */
 	uint64_t offset; /* stage 1/2: element offset in the group flat; stage 3: per-rank offset */
+	bool used;       /* pipeline: served (here, or by an earlier stage: dup) */
+	bool dup;        /* pipeline: a tied weight an earlier stage serves */
 } train_param;
 
 typedef struct ds_ckpt {
@@ -126,6 +136,24 @@ typedef struct ds_ckpt {
 	size_t nfkeys;
 	struct rf_set *rfsets;   /* stage 3: the per-rank flats seen by emit_slices() */
 	size_t nrfsets;
+	/* a pipeline (PipelineModule) checkpoint: one ds_ckpt per stage
+	 * (model-parallel rank) sharing l, and the layer files */
+	struct ds_ckpt *stages;
+	size_t nstages;
+	ds_file *layers;     /* [nlayers] by layer index; fd -1 and no name where absent */
+	size_t nlayers;
+	struct pipe_layer *play; /* [nlayers] */
+	bool tp;             /* stages are tensor ranks (no layer files), not pipeline stages */
+	/* a mixture-of-experts checkpoint */
+	ds_file *experts;    /* [nexperts] expert files, MoE layer by layer, global id order */
+	size_t nexperts;
+	uint64_t *moe_n;     /* [nmoe] experts of each MoE layer */
+	size_t nmoe;
+	uint64_t ep;         /* expert-parallel size */
+	size_t gdense, gexp; /* the optimizer's dense and expert param groups */
+	struct moe_param *mparams; /* [nmparams]: dense ones in `module` order, then experts */
+	size_t nmparams;
+	flat *mflats;        /* [1 + ep]: dense masters, then each expert-parallel rank's */
 } ds_ckpt;
 
 /*
@@ -721,29 +749,52 @@ static bool eat(const char **p, const char *lit)
 	return true;
 }
 
+/* What classify() recognises. */
+typedef enum ds_kind {
+	DS_OTHER,   /* not ours (expp_rank_* stubs of MoE runs included) */
+	DS_OPTIM,   /* [bf16_]zero_pp_rank_R_mp_rank_MM_optim_states.pt */
+	DS_ZMODEL,  /* zero_pp_rank_R_mp_rank_MM_model_states.pt */
+	DS_MPMODEL, /* mp_rank_MM_model_states.pt */
+	DS_LAYER,   /* layer_XX-model_states.pt, layer_XX-model_TT-model_states.pt */
+	DS_EXPERT,  /* layer_L_expert_X_mp_rank_MM_model_states.pt */
+} ds_kind;
+
 /*
- * classify(): recognise [bf16_]zero_pp_rank_R_mp_rank_MM_optim_states.pt,
- * zero_pp_rank_R_mp_rank_MM_model_states.pt and mp_rank_MM_model_states.pt.
- * @return 0 not ours, 1 optim, 2 zero model states, 3 mp model states.
+ * classify(): the kind of file name; *rank is R (a layer file: XX), *mp
+ * MM (a layer file: TT, 0 without it).
  */
-static int classify(const char *name, uint64_t *rank, uint64_t *mp)
+static ds_kind classify(const char *name, uint64_t *rank, uint64_t *mp)
 {
 	const char *p = name;
 
 	*rank = 0;
+	*mp = 0;
 	if (eat(&p, "mp_rank_"))
-		return parse_u64(&p, mp) && strcmp(p, "_model_states.pt") == 0 ? 3 : 0;
+		return parse_u64(&p, mp) && strcmp(p, "_model_states.pt") == 0 ? DS_MPMODEL
+										: DS_OTHER;
+	if (eat(&p, "layer_")) {
+		if (!parse_u64(&p, rank))
+			return DS_OTHER;
+		if (eat(&p, "_expert_"))
+			return parse_u64(&p, mp) && eat(&p, "_mp_rank_") && parse_u64(&p, mp) &&
+			       strcmp(p, "_model_states.pt") == 0 ? DS_EXPERT : DS_OTHER;
+		if (strcmp(p, "-model_states.pt") == 0)
+			return DS_LAYER;
+		return eat(&p, "-model_") && parse_u64(&p, mp) &&
+		       strcmp(p, "-model_states.pt") == 0 ? DS_LAYER : DS_OTHER;
+	}
 	(void)eat(&p, "bf16_");
 	if (!eat(&p, "zero_pp_rank_") || !parse_u64(&p, rank) || !eat(&p, "_mp_rank_") ||
 	    !parse_u64(&p, mp))
-		return 0;
+		return DS_OTHER;
 	if (strcmp(p, "_optim_states.pt") == 0)
-		return 1;
+		return DS_OPTIM;
 	if (strcmp(p, "_model_states.pt") == 0 && strncmp(name, "bf16_", 5) != 0)
-		return 2;
-	return 0;
+		return DS_ZMODEL;
+	return DS_OTHER;
 }
 
+/* The files of one model-parallel rank (pipeline stage). */
 typedef struct ds_listing {
 	char **optim;   /* [n_optim_slots] by rank, NULL where absent */
 	size_t noptim;  /* highest rank + 1 */
@@ -752,6 +803,17 @@ typedef struct ds_listing {
 	char *mpmodel;
 	size_t count_optim, count_zmodel;
 } ds_listing;
+
+/* The files of a tag directory. */
+typedef struct ds_dir {
+	ds_listing *mp;  /* [nmp] by model-parallel rank; mp[0] always exists */
+	size_t nmp;
+	char **layers;   /* pipeline layer files by layer index, NULL where absent */
+	size_t nlayers;
+	char *expert;    /* an expert file (MoE), or NULL */
+	size_t nexpert;  /* expert files */
+	char *tp_layer;  /* a layer file of tensor-parallel rank > 0, or NULL */
+} ds_dir;
 
 static void listing_free(ds_listing *ls)
 {
@@ -762,6 +824,20 @@ static void listing_free(ds_listing *ls)
 	free(ls->optim);
 	free(ls->zmodel);
 	free(ls->mpmodel);
+}
+
+/* dir_free(): free what list_tagdir() filled in d; d is left empty. */
+static void dir_free(ds_dir *d)
+{
+	for (size_t i = 0; i < d->nmp; i++)
+		listing_free(&d->mp[i]);
+	for (size_t i = 0; i < d->nlayers; i++)
+		free(d->layers[i]);
+	free(d->mp);
+	free(d->layers);
+	free(d->expert);
+	free(d->tp_layer);
+	memset(d, 0, sizeof(*d));
 }
 
 static gfs_err slot_put(char ***arr, size_t *n, uint64_t rank, const char *name,
@@ -786,41 +862,83 @@ static gfs_err slot_put(char ***arr, size_t *n, uint64_t rank, const char *name,
 	return (*arr)[rank] ? GFS_OK : gfs_fail(GFS_ERR_NOMEM, "out of memory");
 }
 
-static gfs_err list_tagdir(const char *dir, ds_listing *ls)
+/* mp_slot(): the listing of model-parallel rank mp of d, made on first use. */
+static gfs_err mp_slot(ds_dir *d, uint64_t mp, const char *name, const char *dir,
+		       ds_listing **out)
 {
-	DIR *d = opendir(dir);
-	const struct dirent *de;
-	gfs_err err = GFS_OK;
+	if (mp >= DS_MAX_RANKS)
+		return gfs_fail(GFS_ERR_LIMIT, "%s/%s: model-parallel rank %llu is too large", dir,
+				name, (unsigned long long)mp);
+	if (mp >= d->nmp) {
+		ds_listing *a = gfs_reallocarray(d->mp, (size_t)mp + 1, sizeof(*a));
 
-	memset(ls, 0, sizeof(*ls));
-	if (!d)
+		if (!a)
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		memset(a + d->nmp, 0, ((size_t)mp + 1 - d->nmp) * sizeof(*a));
+		d->mp = a;
+		d->nmp = (size_t)mp + 1;
+	}
+	*out = &d->mp[mp];
+	return GFS_OK;
+}
+
+/* keep_name(): *slot = a copy of name unless it holds one already. */
+static gfs_err keep_name(char **slot, const char *name)
+{
+	if (!*slot && !(*slot = gfs_strdup(name)))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	return GFS_OK;
+}
+
+/*
+ * list_tagdir(): the DeepSpeed files of tag directory dir (classify()), by
+ * model-parallel rank, layer and kind, in d (dir_free() frees it).  Two
+ * files for one slot (rank, layer) are refused.
+ */
+static gfs_err list_tagdir(const char *dir, ds_dir *d)
+{
+	DIR *dh = opendir(dir);
+	const struct dirent *de;
+	ds_listing *ls;
+	gfs_err err;
+
+	memset(d, 0, sizeof(*d));
+	if (!dh)
 		return gfs_fail(errno == ENOENT ? GFS_ERR_NOTFOUND : GFS_ERR_IO,
 				"%s: cannot open directory: %s", dir, strerror(errno));
-	while (!err && (de = readdir(d)) != NULL) {
+	err = mp_slot(d, 0, "", dir, &ls);
+	while (!err && (de = readdir(dh)) != NULL) {
 		uint64_t rank, mp;
-		const int kind = classify(de->d_name, &rank, &mp);
+		const ds_kind kind = classify(de->d_name, &rank, &mp);
 
-		if (kind == 0)
+		if (kind == DS_OTHER)
 			continue;
-		if (mp != 0) {
-			err = gfs_fail(GFS_ERR_UNSUPPORTED,
-				       "%s/%s: model-parallel rank %llu: only mp_rank_00 (no tensor parallelism) is supported",
-				       dir, de->d_name, (unsigned long long)mp);
-		} else if (kind == 1) {
+		if (kind == DS_EXPERT) {
+			d->nexpert++;
+			err = keep_name(&d->expert, de->d_name);
+			continue;
+		}
+		if (kind == DS_LAYER) {
+			err = mp > 0 ? keep_name(&d->tp_layer, de->d_name)
+				     : slot_put(&d->layers, &d->nlayers, rank, de->d_name, dir);
+			continue;
+		}
+		err = mp_slot(d, mp, de->d_name, dir, &ls);
+		if (err)
+			break;
+		if (kind == DS_OPTIM) {
 			err = slot_put(&ls->optim, &ls->noptim, rank, de->d_name, dir);
 			ls->count_optim++;
-		} else if (kind == 2) {
+		} else if (kind == DS_ZMODEL) {
 			err = slot_put(&ls->zmodel, &ls->nzmodel, rank, de->d_name, dir);
 			ls->count_zmodel++;
 		} else {
-			ls->mpmodel = gfs_strdup(de->d_name);
-			if (!ls->mpmodel)
-				err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+			err = keep_name(&ls->mpmodel, de->d_name);
 		}
 	}
-	closedir(d);
+	closedir(dh);
 	if (err)
-		listing_free(ls);
+		dir_free(d);
 	return err;
 }
 
@@ -1622,8 +1740,11 @@ static gfs_err emit_states(ds_ckpt *c)
 			uint64_t shape[GFS_MAX_DIMS], numel;
 			uint32_t ndim;
 			size_t ti;
-			gfs_err err = shape_from_pv(tp->shape, c->model[0].path, tp->name, &ndim, shape,
-						    &numel);
+			gfs_err err;
+
+			if (tp->dup)
+				continue;
+			err = shape_from_pv(tp->shape, c->model[0].path, tp->name, &ndim, shape, &numel);
 
 			if (!err && s->scalar && tp->group >= (c->stage == 3 ? c->nsub : c->ngroups))
 				err = gfs_fail(GFS_ERR_FORMAT,
@@ -2277,6 +2398,467 @@ static gfs_err anon_note(const ds_ckpt *c, char **note)
 	return GFS_OK;
 }
 
+/* -------------------------------------------------------------- pipelines */
+
+#define TIED "tied_modules."
+#define TIED_LEN (sizeof(TIED) - 1)
+
+/* MPWORD(): what a model-parallel rank of c is, for messages. */
+#define MPWORD(c) ((c)->tp ? "tensor rank" : "pipeline stage")
+
+/* How the entries of a pipeline layer file are named and served. */
+typedef struct pipe_layer {
+	size_t stage;     /* the stage holding the layer */
+	const char *tied; /* its TiedLayerSpec key (borrowed from param_shapes), or NULL */
+	size_t tied_len;
+} pipe_layer;
+
+/*
+ * stage_open(): the files of pipeline stage y (listing ls): its optimizer
+ * states files with its mp_rank file (open_files()), or, without ZeRO or
+ * BF16_Optimizer, its mp_rank file alone.
+ */
+static gfs_err stage_open(ds_ckpt *c, size_t y, const ds_listing *ls)
+{
+	ds_ckpt *s = &c->stages[y];
+	gfs_err err;
+
+	s->label = c->label;
+	s->tagdir = gfs_strdup(c->tagdir);
+	if (!s->tagdir)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	if (!ls->mpmodel)
+		return gfs_fail(GFS_ERR_NOTFOUND, "%s/mp_rank_%02zu_model_states.pt is missing (%s %zu)",
+				c->tagdir, y, MPWORD(c), y);
+	if (ls->count_optim) {
+		err = open_files(s, ls);
+		if (!err && s->stage == 3)
+			err = gfs_fail(GFS_ERR_UNSUPPORTED,
+				       "%s: ZeRO-3 with pipeline or tensor parallelism is not supported",
+				       c->tagdir);
+		return err;
+	}
+	s->model = calloc(1, sizeof(*s->model));
+	if (!s->model)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	s->model[0].fd = -1;
+	s->nmodel = 1;
+	err = file_open(&s->model[0], s->tagdir, ls->mpmodel);
+	if (!err && (!gfs_pv_dict_get(s->model[0].root, "optimizer") ||
+		     gfs_pv_dict_get(s->model[0].root, "optimizer")->kind == GFS_PV_NONE))
+		err = gfs_fail(GFS_ERR_NOTFOUND,
+			       "%s/zero_pp_rank_0_mp_rank_%02zu_optim_states.pt is missing: %s holds no optimizer state, so it is in *_optim_states.pt files, and there are none",
+			       c->tagdir, y, s->model[0].path);
+	return err;
+}
+
+/*
+ * stages_check(): the stages are of one save: the same optimizer files
+ * kinds, ZeRO stage and data-parallel size, and as many stages as each
+ * mp_rank file's mp_world_size.
+ */
+static gfs_err stages_check(const ds_ckpt *c)
+{
+	const ds_ckpt *s0 = &c->stages[0];
+
+	for (size_t y = 0; y < c->nstages; y++) {
+		const ds_ckpt *s = &c->stages[y];
+		const gfs_pv *v = gfs_pv_dict_get(s->model[0].root, "mp_world_size");
+		int64_t n;
+
+		if ((s->noptim == 0) != (s0->noptim == 0))
+			return gfs_fail(GFS_ERR_NOTFOUND,
+					"%s/zero_pp_rank_0_mp_rank_%02zu_optim_states.pt is missing: %s %zu has optimizer states files",
+					c->tagdir, s->noptim ? (size_t)0 : y, MPWORD(c),
+					s->noptim ? y : (size_t)0);
+		if (s->ws != s0->ws || s->stage != s0->stage || s->bf16_optimizer != s0->bf16_optimizer)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: %s %zu was written with %llu data-parallel ranks and ZeRO stage %d, %s 0 with %llu and %d: files of two saves",
+					s->model[0].path, MPWORD(c), y, (unsigned long long)s->ws, s->stage,
+					MPWORD(c), (unsigned long long)s0->ws, s0->stage);
+		if (!v || v->kind == GFS_PV_NONE)
+			continue;
+		if (!gfs_pv_int(v, &n) || n < 1)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: mp_world_size is not a positive integer",
+					s->model[0].path);
+		if ((uint64_t)n > c->nstages)
+			return gfs_fail(GFS_ERR_NOTFOUND,
+					"%s/mp_rank_%02zu_model_states.pt is missing: %s says %lld model-parallel ranks (mp_world_size)",
+					c->tagdir, c->nstages, s->model[0].name, (long long)n);
+		if ((uint64_t)n < c->nstages)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: mp_world_size is %lld, but files of %zu model-parallel ranks are here: files of two saves",
+					s->model[0].path, (long long)n, c->nstages);
+	}
+	return GFS_OK;
+}
+
+/* pipe_open(): the stages' files and the layer files named in d. */
+static gfs_err pipe_open(ds_ckpt *c, const ds_dir *d)
+{
+	gfs_err err = GFS_OK;
+
+	c->stages = gfs_calloc(d->nmp, sizeof(*c->stages));
+	c->layers = gfs_calloc(d->nlayers, sizeof(*c->layers));
+	if (!c->stages || !c->layers)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	c->nstages = d->nmp;
+	c->nlayers = d->nlayers;
+	for (size_t i = 0; i < c->nlayers; i++)
+		c->layers[i].fd = -1;
+	for (size_t y = 0; !err && y < c->nstages; y++)
+		err = stage_open(c, y, &d->mp[y]);
+	if (!err)
+		err = stages_check(c);
+	for (size_t i = 0; !err && i < c->nlayers; i++)
+		if (d->layers[i])
+			err = file_open(&c->layers[i], c->tagdir, d->layers[i]);
+	return err;
+}
+
+/* train_any(): the trainable param name of any stage, or NULL; its stage in *y. */
+static train_param *train_any(const ds_ckpt *c, const char *name, size_t *y)
+{
+	for (size_t k = 0; k < c->nstages; k++) {
+		const ds_ckpt *s = &c->stages[k];
+		const train_param *tp = s->tmap ? tmap_find(s, name) : NULL;
+
+		if (tp) {
+			*y = k;
+			return &s->train[tp - s->train];
+		}
+	}
+	return NULL;
+}
+
+/* same_shape(): does tensor v have the shape of param_shapes entry tp? */
+static bool same_shape(const ds_ckpt *s, const train_param *tp, const gfs_pv *v)
+{
+	uint64_t shape[GFS_MAX_DIMS], numel;
+	uint32_t ndim;
+	bool same;
+
+	if (!v || v->kind != GFS_PV_TENSOR ||
+	    shape_from_pv(tp->shape, s->model[0].path, tp->name, &ndim, shape, &numel))
+		return false;
+	same = v->u.tensor->ndim == ndim;
+	for (uint32_t d = 0; same && d < ndim; d++)
+		same = v->u.tensor->size[d] >= 0 && (uint64_t)v->u.tensor->size[d] == shape[d];
+	return same;
+}
+
+/* key_name(): buf = prefix + "." + local name, or GFS_ERR_LIMIT naming f. */
+static gfs_err key_name(char *buf, size_t n, const ds_file *f, const char *prefix, size_t plen,
+			const char *local)
+{
+	if ((size_t)snprintf(buf, n, "%.*s.%s", (int)plen, prefix, local) >= n)
+		return gfs_fail(GFS_ERR_LIMIT, "%s: key %.64s... is too long", f->path, local);
+	return GFS_OK;
+}
+
+/*
+ * tied_fits(): is every entry of layer file f a param tied_modules.K.NAME
+ * of some stage, of its shape (K: key[0..klen))?
+ */
+static bool tied_fits(const ds_ckpt *c, const ds_file *f, const char *key, size_t klen)
+{
+	char pre[512], name[4096];
+
+	if ((size_t)snprintf(pre, sizeof(pre), TIED "%.*s", (int)klen, key) >= sizeof(pre))
+		return false;
+	for (size_t k = 0; k < f->root->u.dict.len; k++) {
+		const char *local = gfs_pv_name(f->root->u.dict.items[k].key);
+		const train_param *tp;
+		size_t y;
+
+		if (!local || key_name(name, sizeof(name), f, pre, strlen(pre), local) ||
+		    !(tp = train_any(c, name, &y)) ||
+		    !same_shape(&c->stages[y], tp, f->root->u.dict.items[k].value))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * pipe_tied(): the TiedLayerSpec key of layer file f, whose first entry
+ * (local name p0) is no stage's param "N.p0": the one key K whose params
+ * tied_modules.K.* fit it (tied_fits()), else none.
+ */
+static gfs_err pipe_tied(const ds_ckpt *c, const ds_file *f, const char *p0, pipe_layer *pl)
+{
+	const size_t plen = strlen(p0);
+
+	for (size_t y = 0; y < c->nstages; y++) {
+		const ds_ckpt *s = &c->stages[y];
+
+		for (size_t t = 0; t < s->ntrain; t++) {
+			const char *n = s->train[t].name;
+			const size_t nl = strlen(n);
+			size_t klen;
+
+			if (strncmp(n, TIED, TIED_LEN) != 0 || nl < TIED_LEN + 2 + plen ||
+			    n[nl - plen - 1] != '.' || strcmp(n + nl - plen, p0) != 0)
+				continue;
+			klen = nl - plen - 1 - TIED_LEN;
+			if ((pl->tied && klen == pl->tied_len &&
+			     strncmp(pl->tied, n + TIED_LEN, klen) == 0) ||
+			    !tied_fits(c, f, n + TIED_LEN, klen))
+				continue;
+			if (pl->tied)
+				return gfs_fail(GFS_ERR_UNSUPPORTED,
+						"%s: its weights fit two tied modules, " TIED "%.*s and " TIED "%.*s: which one it holds is not recorded",
+						f->path, (int)pl->tied_len, pl->tied, (int)klen,
+						n + TIED_LEN);
+			pl->tied = n + TIED_LEN;
+			pl->tied_len = klen;
+		}
+	}
+	return GFS_OK;
+}
+
+/*
+ * pipe_untied_check(): without param_shapes (no ZeRO, no BF16_Optimizer)
+ * no param is named: a TiedLayerSpec weight (tied_modules.KEY.NAME in the
+ * model) cannot be told from a layer's own.  Refused when the stages'
+ * optimizers hold more params than the layer files hold tensors (a
+ * weight tied across stages); else the entries are "N.NAME".
+ */
+static gfs_err pipe_untied_check(const ds_ckpt *c)
+{
+	uint64_t nopt = 0, nlay = 0;
+
+	for (size_t y = 0; y < c->nstages; y++) {
+		const gfs_pv *pg = gfs_pv_dict_get(gfs_pv_dict_get(c->stages[y].model[0].root,
+								   "optimizer"), "param_groups");
+
+		for (size_t g = 0; g < gfs_pv_seq_len(pg); g++)
+			nopt += gfs_pv_seq_len(gfs_pv_dict_get(gfs_pv_seq_at(pg, g), "params"));
+	}
+	for (size_t i = 0; i < c->nlayers; i++)
+		if (c->layers[i].root)
+			nlay += c->layers[i].root->u.dict.len;
+	if (nopt > nlay)
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"%s: the stages' optimizers hold %llu params but the layer files %llu tensors: a TiedLayerSpec weight shared by stages, whose name (" TIED "KEY.NAME) a checkpoint without ZeRO or BF16_Optimizer does not record (no param_shapes)",
+				c->tagdir, (unsigned long long)nopt, (unsigned long long)nlay);
+	return GFS_OK;
+}
+
+/* pipe_plan(): each stage's trainable params and how each layer file is served. */
+static gfs_err pipe_plan(ds_ckpt *c)
+{
+	size_t stage = 0;
+	bool named = false;
+	gfs_err err = GFS_OK;
+
+	for (size_t y = 0; !err && y < c->nstages; y++) {
+		ds_ckpt *s = &c->stages[y];
+
+		s->l = c->l;
+		if (s->noptim == 0)
+			continue;
+		err = plan_stage12(s);
+		if (!err)
+			err = tmap_build(s);
+		named = true;
+	}
+	if (!err && !named)
+		err = pipe_untied_check(c);
+	c->play = gfs_calloc(c->nlayers ? c->nlayers : 1, sizeof(*c->play));
+	if (!err && !c->play)
+		err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t i = 0; !err && i < c->nlayers; i++) {
+		const ds_file *f = &c->layers[i];
+		const char *p0;
+		char pre[32], name[4096];
+		size_t y;
+
+		c->play[i].stage = stage;
+		if (!f->root || f->root->u.dict.len == 0)
+			continue;
+		p0 = gfs_pv_name(f->root->u.dict.items[0].key);
+		if (!p0)
+			return gfs_pv_name_fail(f->path, "layer key", 0, f->root->u.dict.items[0].key);
+		(void)snprintf(pre, sizeof(pre), "%zu", i);
+		err = key_name(name, sizeof(name), f, pre, strlen(pre), p0);
+		if (!err && train_any(c, name, &y))
+			c->play[i].stage = stage = y;
+		else if (!err && named)
+			err = pipe_tied(c, f, p0, &c->play[i]);
+	}
+	return err;
+}
+
+/* pipe_entry(): entry name of stage s, value v of layer file f. */
+static gfs_err pipe_entry(ds_ckpt *c, ds_ckpt *s, ds_file *f, const char *name, const gfs_pv *v)
+{
+	tview tv;
+	size_t y;
+	train_param *tp = train_any(c, name, &y);
+	gfs_err err;
+
+	if (tp && y == (size_t)(s - c->stages)) {
+		tp->used = true;
+		return emit_trainable(s, tp, v);
+	}
+	err = tensor_view(c, f, v, name, &tv);
+	return err ? err : emit_view(c, name, &tv, tv.numel, tv.ndim, tv.shape);
+}
+
+/*
+ * pipe_tied_value(): the module value of tied param name (tied_modules.K.P)
+ * in the first layer file of K, or NULL.
+ */
+static const gfs_pv *pipe_tied_value(const ds_ckpt *c, const char *name)
+{
+	for (size_t i = 0; i < c->nlayers; i++) {
+		const pipe_layer *pl = &c->play[i];
+		const char *rest = name + TIED_LEN;
+
+		if (pl->tied && strncmp(rest, pl->tied, pl->tied_len) == 0 &&
+		    rest[pl->tied_len] == '.')
+			return gfs_pv_dict_get(c->layers[i].root, rest + pl->tied_len + 1);
+	}
+	return NULL;
+}
+
+/*
+ * pipe_missing(): the error for param name of stage y, which no layer file
+ * holds: the file of layer N for a param "N.NAME"; for a tied weight, the
+ * first layer file absent (a TiedLayerSpec used only through a forward_fn
+ * has no file, but its module is built, and saved, at its first use).
+ */
+static gfs_err pipe_missing(const ds_ckpt *c, size_t y, const char *name)
+{
+	const char *p = name;
+	uint64_t n = 0;
+	bool suffix = false;
+
+	for (size_t i = 0; i < c->nlayers; i++)
+		if (c->layers[i].name)
+			suffix = strstr(c->layers[i].name, "-model_00-") != NULL;
+	if (!parse_u64(&p, &n) || *p != '.')
+		for (n = 0; n < c->nlayers && c->layers[n].name; n++)
+			;
+	return gfs_fail(GFS_ERR_NOTFOUND,
+			"%s/layer_%02llu%s-model_states.pt is missing: param %s of pipeline stage %zu (%s) is in no layer file",
+			c->tagdir, (unsigned long long)n, suffix ? "-model_00" : "", name, y,
+			c->stages[y].model[0].name);
+}
+
+/* served_before(): does a stage before y hold trainable param name? */
+static bool served_before(const ds_ckpt *c, size_t y, const char *name)
+{
+	for (size_t k = 0; k < y; k++)
+		if (c->stages[k].tmap && tmap_find(&c->stages[k], name))
+			return true;
+	return false;
+}
+
+/*
+ * pipe_entries(): the model's entries in its state_dict() order: stage by
+ * stage, its tied weights not served yet (each once, in param_shapes
+ * order), then its layers in layer order, each layer's entries in its
+ * file's order; trainable params as fp32 masters of the stage holding
+ * them, the rest (and everything without ZeRO) as the layer files hold it.
+ */
+static gfs_err pipe_entries(ds_ckpt *c)
+{
+	gfs_err err = GFS_OK;
+
+	for (size_t y = 0; !err && y < c->nstages; y++) {
+		ds_ckpt *s = &c->stages[y];
+
+		for (size_t t = 0; !err && t < s->ntrain; t++) {
+			train_param *tp = &s->train[t];
+			const gfs_pv *v;
+
+			if (strncmp(tp->name, TIED, TIED_LEN) != 0)
+				continue;
+			if (served_before(c, y, tp->name)) {
+				tp->used = tp->dup = true;
+				continue;
+			}
+			tp->used = true;
+			v = pipe_tied_value(c, tp->name);
+			err = v ? emit_trainable(s, tp, v) : pipe_missing(c, y, tp->name);
+		}
+		for (size_t i = 0; !err && i < c->nlayers; i++) {
+			ds_file *f = &c->layers[i];
+			char pre[32];
+
+			if (!f->root || c->play[i].stage != y || c->play[i].tied)
+				continue;
+			(void)snprintf(pre, sizeof(pre), "%zu", i);
+			for (size_t k = 0; !err && k < f->root->u.dict.len; k++) {
+				const gfs_pv_item *it = &f->root->u.dict.items[k];
+				const char *local = gfs_pv_name(it->key);
+				char name[4096];
+
+				if (!local)
+					return gfs_pv_name_fail(f->path, "layer key", k, it->key);
+				err = key_name(name, sizeof(name), f, pre, strlen(pre), local);
+				if (!err)
+					err = pipe_entry(c, s, f, name, it->value);
+			}
+		}
+	}
+	for (size_t y = 0; !err && y < c->nstages; y++)
+		for (size_t t = 0; !err && t < c->stages[y].ntrain; t++)
+			if (!c->stages[y].train[t].used)
+				err = pipe_missing(c, y, c->stages[y].train[t].name);
+	return err;
+}
+
+/* pipe_build(): the layout of a pipeline checkpoint opened by pipe_open(). */
+static gfs_err pipe_build(ds_ckpt *c, char **note)
+{
+	const ds_ckpt *s0 = &c->stages[0];
+	const char *slash = strrchr(c->tagdir, '/');
+	char info[256];
+	gfs_err err = GFS_OK;
+
+	for (size_t y = 0; !err && y < c->nstages; y++)
+		err = anon_note(&c->stages[y], note);
+	for (size_t y = 0; !err && y < c->nstages; y++) {
+		const ds_ckpt *s = &c->stages[y];
+
+		for (size_t r = 0; !err && r < s->noptim; r++)
+			err = gfs_layout_add_metafile(c->l, s->optim[r].path);
+		if (!err)
+			err = gfs_layout_add_metafile(c->l, s->model[0].path);
+	}
+	for (size_t i = 0; !err && i < c->nlayers; i++)
+		if (c->layers[i].path)
+			err = gfs_layout_add_metafile(c->l, c->layers[i].path);
+	if (!err)
+		err = gfs_layout_set_note(c->l, *note);
+	if (!err)
+		err = pipe_plan(c);
+	if (!err)
+		err = pipe_entries(c);
+	for (size_t y = 0; !err && s0->noptim && y < c->nstages; y++) {
+		err = plan_states(&c->stages[y]);
+		if (!err)
+			err = emit_states(&c->stages[y]);
+	}
+	if (!err && s0->noptim) {
+		err = build_optim(&c->stages[0]);
+		c->l->optim.pipe_stages = (uint32_t)c->nstages;
+	}
+	if (err)
+		return err;
+	if (s0->noptim)
+		snprintf(info, sizeof(info),
+			 "DeepSpeed pipeline, %zu stages, ZeRO-%d%s, %llu data-parallel ranks, tag %s",
+			 c->nstages, s0->stage, s0->bf16_optimizer ? " (BF16_Optimizer)" : "",
+			 (unsigned long long)s0->ws, slash ? slash + 1 : c->tagdir);
+	else
+		snprintf(info, sizeof(info), "DeepSpeed pipeline, %zu stages, no ZeRO, tag %s",
+			 c->nstages, slash ? slash + 1 : c->tagdir);
+	return gfs_layout_set_info(c->l, info);
+}
+
 static void ckpt_free(ds_ckpt *c)
 {
 	for (size_t r = 0; r < c->noptim; r++)
@@ -2298,37 +2880,1150 @@ static void ckpt_free(ds_ckpt *c)
 	for (size_t i = 0; i < c->nrfsets; i++)
 		free(c->rfsets[i].ids);
 	free(c->rfsets);
+	for (size_t y = 0; y < c->nstages; y++) {
+		c->stages[y].l = NULL;
+		ckpt_free(&c->stages[y]);
+	}
+	free(c->stages);
+	for (size_t i = 0; i < c->nlayers; i++)
+		file_close(&c->layers[i]);
+	free(c->layers);
+	free(c->play);
+	for (size_t i = 0; i < c->nexperts; i++)
+		file_close(&c->experts[i]);
+	free(c->experts);
+	free(c->moe_n);
+	free(c->mparams);
+	flats_free(c->mflats, c->mflats ? (size_t)c->ep + 1 : 0);
 	free(c->tagdir);
 	gfs_layout_free(c->l);
+}
+
+/* -------------------------------------------------------------------- MoE */
+
+#define EXPERTS_AT "experts.deepspeed_experts."
+
+/*
+ * A param of a mixture-of-experts checkpoint: its module tensor and where
+ * its master (and each optimizer state) lies.
+ */
+typedef struct moe_param {
+	const char *name;    /* borrowed from a pickle */
+	const ds_file *f;    /* the file holding its module tensor */
+	const gfs_pv *value; /* its module tensor */
+	size_t flat;         /* 0: the dense flat; 1 + e: expert-parallel rank e's */
+	uint64_t off;        /* element offset in that flat */
+	uint64_t numel;
+	uint32_t ndim;
+	uint64_t shape[GFS_MAX_DIMS];
+} moe_param;
+
+/*
+ * moe_open(): the expert files num_experts (in c's mp_rank file) names,
+ * layer_L_expert_X_mp_rank_00_model_states.pt, every one of them and no
+ * other (d->nexpert counts those found).
+ */
+static gfs_err moe_open(ds_ckpt *c, const ds_dir *d)
+{
+	const ds_file *m0 = &c->model[0];
+	const gfs_pv *ne = gfs_pv_dict_get(m0->root, "num_experts");
+	uint64_t total = 0;
+	size_t k = 0;
+
+	if (!ne || (ne->kind != GFS_PV_LIST && ne->kind != GFS_PV_TUPLE) || gfs_pv_seq_len(ne) == 0)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: expert files (%s), but no num_experts list",
+				m0->path, d->expert);
+	c->nmoe = gfs_pv_seq_len(ne);
+	c->moe_n = gfs_calloc(c->nmoe, sizeof(*c->moe_n));
+	if (!c->moe_n)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t L = 0; L < c->nmoe; L++) {
+		int64_t n;
+
+		if (!gfs_pv_int(gfs_pv_seq_at(ne, L), &n) || n < 1 || n > DS_MAX_RANKS)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: num_experts[%zu] is not an integer in 1..%d",
+					m0->path, L, DS_MAX_RANKS);
+		c->moe_n[L] = (uint64_t)n;
+		total += (uint64_t)n;
+	}
+	if (total < d->nexpert)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: %zu expert files, but num_experts in %s says %llu: expert files of two saves",
+				c->tagdir, d->nexpert, m0->name, (unsigned long long)total);
+	c->experts = gfs_calloc((size_t)total, sizeof(*c->experts));
+	if (!c->experts)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	c->nexperts = (size_t)total;
+	for (size_t i = 0; i < c->nexperts; i++)
+		c->experts[i].fd = -1;
+	for (size_t L = 0; L < c->nmoe; L++)
+		for (uint64_t x = 0; x < c->moe_n[L]; x++) {
+			char name[128];
+			gfs_err err;
+
+			snprintf(name, sizeof(name), "layer_%zu_expert_%llu_mp_rank_00_model_states.pt", L,
+				 (unsigned long long)x);
+			err = file_open(&c->experts[k], c->tagdir, name);
+			/* only its pickle is used (names, shapes): no fd is held
+			 * per expert (thousands of them) */
+			gfs_tzip_close(c->experts[k].zip);
+			c->experts[k].zip = NULL;
+			if (c->experts[k].fd >= 0)
+				close(c->experts[k].fd);
+			c->experts[k++].fd = -1;
+			if (err == GFS_ERR_NOTFOUND)
+				return gfs_fail(err,
+						"%s/%s is missing: expert %llu of MoE layer %zu (num_experts in %s)",
+						c->tagdir, name, (unsigned long long)x, L, m0->name);
+			if (err)
+				return err;
+		}
+	return GFS_OK;
+}
+
+/*
+ * moe_groups(): the optimizer's two param groups: the dense one and the
+ * expert one (moe: True, named ep_size_N: c->ep = N, which divides the
+ * world size and each layer's expert count).
+ */
+static gfs_err moe_groups(ds_ckpt *c)
+{
+	const gfs_pv *pg = gfs_pv_dict_get(base_state(c, 0), "param_groups");
+	const gfs_pv *parts = gfs_pv_dict_get(osd_of(&c->optim[0]), "single_partition_of_fp32_groups");
+	size_t ndense = 0, nexp = 0;
+
+	if (c->stage == 3)
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"%s: a ZeRO-3 mixture-of-experts checkpoint is not supported", c->tagdir);
+	if (!pg || gfs_pv_seq_len(pg) != gfs_pv_seq_len(parts))
+		return gfs_fail(GFS_ERR_FORMAT, "%s: %zu param groups but %zu fp32 partitions",
+				c->optim[0].path, gfs_pv_seq_len(pg), gfs_pv_seq_len(parts));
+	for (size_t g = 0; g < gfs_pv_seq_len(pg); g++) {
+		const gfs_pv *grp = gfs_pv_seq_at(pg, g);
+		const gfs_pv *moe = gfs_pv_dict_get(grp, "moe");
+		const char *nm = gfs_pv_name(gfs_pv_dict_get(grp, "name"));
+		const char *p = nm;
+
+		if (!moe || moe->kind != GFS_PV_BOOL || !moe->u.b) {
+			c->gdense = g;
+			ndense++;
+			continue;
+		}
+		if (!nm || !eat(&p, "ep_size_") || !parse_u64(&p, &c->ep) || *p || c->ep < 1 ||
+		    c->ep > c->ws || c->ws % c->ep != 0)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: expert param group %zu is not named ep_size_N with N dividing the %llu ranks",
+					c->optim[0].path, g, (unsigned long long)c->ws);
+		c->gexp = g;
+		nexp++;
+	}
+	if (ndense != 1 || nexp != 1)
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"%s: %zu dense and %zu expert param groups: only one of each is supported",
+				c->optim[0].path, ndense, nexp);
+	for (size_t L = 0; L < c->nmoe; L++)
+		if (c->moe_n[L] % c->ep != 0)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: num_experts[%zu] is %llu, not a multiple of the expert-parallel size %llu",
+					c->model[0].path, L, (unsigned long long)c->moe_n[L],
+					(unsigned long long)c->ep);
+	return GFS_OK;
+}
+
+/* The tensor of rank r, param group g, laid out like its fp32 partition. */
+typedef gfs_err (*moe_part_fn)(ds_ckpt *c, size_t r, size_t g, const char *state, tview *tv);
+
+/* moe_fp32_part(): rank r's fp32 partition of param group g (a moe_part_fn). */
+static gfs_err moe_fp32_part(ds_ckpt *c, size_t r, size_t g, const char *state, tview *tv)
+{
+	(void)state;
+	return fp32_part(c, r, g, tv);
+}
+
+/* moe_state_part(): rank r's optimizer state `state` of param group g (a moe_part_fn). */
+static gfs_err moe_state_part(ds_ckpt *c, size_t r, size_t g, const char *state, tview *tv)
+{
+	char what[128];
+
+	snprintf(what, sizeof(what), "optimizer state %s of param group %zu", state, g);
+	return tensor_view(c, &c->optim[r], gfs_pv_dict_get(group_state(c, r, g), state), what, tv);
+}
+
+/*
+ * moe_flats(): fl[0] the dense group's partitions of every rank; fl[1 + e]
+ * the expert group's partitions of expert-parallel rank e's expert
+ * data-parallel ranks (e, e + ep, e + 2 ep, ...), as DeepSpeed groups them.
+ */
+static gfs_err moe_flats(ds_ckpt *c, moe_part_fn part, const char *state, flat *fl)
+{
+	gfs_err err = GFS_OK;
+
+	for (uint64_t i = 0; i <= c->ep; i++)
+		fl[i].dtype = GFS_DT_INVALID;
+	for (uint64_t r = 0; !err && r < c->ws; r++) {
+		tview tv;
+
+		err = part(c, (size_t)r, c->gdense, state, &tv);
+		if (!err)
+			err = flat_append(&fl[0], &tv, tv.numel, c->optim[r].path);
+	}
+	for (uint64_t e = 0; !err && e < c->ep; e++)
+		for (uint64_t r = e; !err && r < c->ws; r += c->ep) {
+			tview tv;
+
+			err = part(c, (size_t)r, c->gexp, state, &tv);
+			if (!err)
+				err = flat_append(&fl[1 + e], &tv, tv.numel, c->optim[r].path);
+		}
+	return err;
+}
+
+/* moe_push(): entry k of dict of tensors sd in file f as a param of flat fl at *off. */
+static gfs_err moe_push(ds_ckpt *c, const ds_file *f, const gfs_pv *sd, size_t k, size_t fl,
+			uint64_t *off)
+{
+	const gfs_pv_item *it = &sd->u.dict.items[k];
+	moe_param *p = &c->mparams[c->nmparams];
+	const gfs_pv_tensor *t;
+
+	p->name = gfs_pv_name(it->key);
+	if (!p->name)
+		return gfs_pv_name_fail(f->path, "state dict key", k, it->key);
+	if (!it->value || it->value->kind != GFS_PV_TENSOR)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: %s is not a tensor", f->path, p->name);
+	t = it->value->u.tensor;
+	if (t->ndim > GFS_MAX_DIMS)
+		return gfs_fail(GFS_ERR_LIMIT, "%s: %s: too many dimensions", f->path, p->name);
+	p->f = f;
+	p->value = it->value;
+	p->flat = fl;
+	p->off = *off;
+	p->ndim = t->ndim;
+	p->numel = 1;
+	for (uint32_t d = 0; d < t->ndim; d++) {
+		if (t->size[d] < 0 || !gfs_mul_u64(p->numel, (uint64_t)t->size[d], &p->numel))
+			return gfs_fail(GFS_ERR_FORMAT, "%s: %s: bad size", f->path, p->name);
+		p->shape[d] = (uint64_t)t->size[d];
+	}
+	if (!gfs_add_u64(*off, p->numel, off))
+		return gfs_fail(GFS_ERR_FORMAT, "%s: sizes overflow", f->path);
+	c->nmparams++;
+	return GFS_OK;
+}
+
+/*
+ * moe_fits(): params taking used elements fit flat fl of group g written
+ * by the ranks from r0 on, step apart: it holds them and at most the
+ * padding those ranks record (group_paddings).
+ */
+static gfs_err moe_fits(const ds_ckpt *c, const flat *fl, size_t g, uint64_t r0, uint64_t step,
+			uint64_t used, const char *what)
+{
+	uint64_t pad = 0;
+
+	for (uint64_t r = r0; r < c->ws; r += step) {
+		int64_t p;
+
+		if (gfs_pv_int(gfs_pv_seq_at(gfs_pv_dict_get(osd_of(&c->optim[r]), "group_paddings"), g),
+			       &p) && p > 0)
+			pad += (uint64_t)p;
+	}
+	if (used > fl->total || (used != fl->total && used + pad != fl->total))
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: %s take %llu elements, but their fp32 partitions hold %llu (padding %llu): a rank file is missing or from another run, or the model has buffers or frozen params",
+				c->tagdir, what, (unsigned long long)used, (unsigned long long)fl->total,
+				(unsigned long long)pad);
+	return GFS_OK;
+}
+
+/* expert_id(): is key an entry of expert gid (...experts.deepspeed_experts.GID.NAME)? */
+static bool expert_id(const char *key, uint64_t gid)
+{
+	const char *p = strstr(key, EXPERTS_AT);
+	uint64_t n;
+
+	if (!p)
+		return false;
+	p += sizeof(EXPERTS_AT) - 1;
+	return parse_u64(&p, &n) && *p == '.' && n == gid;
+}
+
+/*
+ * moe_plan(): the params in c->mparams: `module`'s entries (the dense
+ * params, in order, the dense flat), then the experts, MoE layer by layer
+ * in global id order, each in its expert-parallel rank's flat (rank e
+ * holds experts e * n/ep .. (e + 1) * n/ep - 1 of each layer, layer by
+ * layer).
+ */
+static gfs_err moe_plan(ds_ckpt *c)
+{
+	const ds_file *m0 = &c->model[0];
+	const gfs_pv *module = gfs_pv_dict_get(m0->root, "module");
+	uint64_t *eoff;
+	size_t count;
+	uint64_t off = 0;
+	gfs_err err;
+
+	if (!module || module->kind != GFS_PV_DICT)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: no `module` state dict", m0->path);
+	count = module->u.dict.len;
+	for (size_t i = 0; i < c->nexperts; i++)
+		count += c->experts[i].root->u.dict.len;
+	c->mparams = gfs_calloc(count ? count : 1, sizeof(*c->mparams));
+	c->mflats = gfs_calloc((size_t)c->ep + 1, sizeof(*c->mflats));
+	eoff = gfs_calloc((size_t)c->ep, sizeof(*eoff));
+	if (!c->mparams || !c->mflats || !eoff) {
+		free(eoff);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	err = moe_flats(c, moe_fp32_part, NULL, c->mflats);
+	for (size_t k = 0; !err && k < module->u.dict.len; k++)
+		err = moe_push(c, m0, module, k, 0, &off);
+	if (!err)
+		err = moe_fits(c, &c->mflats[0], c->gdense, 0, 1, off, "the dense params (`module`)");
+	for (size_t L = 0, base = 0; !err && L < c->nmoe; base += c->moe_n[L++]) {
+		const uint64_t nlocal = c->moe_n[L] / c->ep;
+
+		for (uint64_t gid = 0; !err && gid < c->moe_n[L]; gid++) {
+			const ds_file *f = &c->experts[base + gid];
+			const uint64_t e = gid / nlocal;
+
+			for (size_t k = 0; !err && k < f->root->u.dict.len; k++) {
+				err = moe_push(c, f, f->root, k, 1 + (size_t)e, &eoff[e]);
+				if (!err && !expert_id(c->mparams[c->nmparams - 1].name, gid))
+					err = gfs_fail(GFS_ERR_FORMAT,
+						       "%s: %s is not a key of expert %llu",
+						       f->path, c->mparams[c->nmparams - 1].name,
+						       (unsigned long long)gid);
+			}
+		}
+	}
+	for (uint64_t e = 0; !err && e < c->ep; e++) {
+		char what[96];
+
+		snprintf(what, sizeof(what), "the experts of expert-parallel rank %llu",
+			 (unsigned long long)e);
+		err = moe_fits(c, &c->mflats[1 + e], c->gexp, e, c->ep, eoff[e], what);
+	}
+	free(eoff);
+	return err;
+}
+
+/*
+ * moe_emit_one(): param p as a model tensor (state NULL) or as optimizer
+ * state `state`: its elements of flats fl, or, a 0-d state, the value of
+ * its flat in scal.
+ */
+static gfs_err moe_emit_one(ds_ckpt *c, const moe_param *p, const flat *fl, const tview *scal,
+			    const char *state)
+{
+	size_t ti;
+	gfs_err err;
+
+	if (scal) {
+		const tview *tv = &scal[p->flat];
+
+		err = gfs_layout_add_state(c->l, state, p->name, tv->dtype, 0, NULL, &ti);
+		return err ? err : gfs_layout_add_piece(c->l, ti, tv->src, tv->off,
+							gfs_dtype_size(tv->dtype));
+	}
+	if (p->off + p->numel > fl[p->flat].total)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: optimizer state %s of %s lies beyond the %llu elements its ranks hold",
+				c->tagdir, state, p->name, (unsigned long long)fl[p->flat].total);
+	if (state)
+		err = gfs_layout_add_state(c->l, state, p->name, fl[p->flat].dtype, p->ndim, p->shape,
+					   &ti);
+	else
+		err = gfs_layout_add_tensor(c->l, p->name, fl[p->flat].dtype, p->ndim, p->shape, &ti);
+	return err ? err : flat_emit(c->l, ti, &fl[p->flat], p->off, p->numel);
+}
+
+/*
+ * moe_emit(): every param (moe_emit_one()) in the model's state_dict()
+ * order: `module`'s, each MoE layer's experts right after the last entry
+ * sharing their prefix (...deepspeed_moe.: the gate), or at the end when
+ * none does.
+ */
+static gfs_err moe_emit(ds_ckpt *c, const flat *fl, const tview *scal, const char *state)
+{
+	const size_t ndense = gfs_pv_dict_get(c->model[0].root, "module")->u.dict.len;
+	size_t *at = gfs_calloc(c->nmoe, sizeof(*at));
+	size_t *first = gfs_calloc(c->nmoe + 1, sizeof(*first));
+	gfs_err err = GFS_OK;
+
+	if (!at || !first) {
+		free(at);
+		free(first);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	first[0] = ndense;
+	for (size_t L = 0, base = 0; L < c->nmoe; base += c->moe_n[L++]) {
+		first[L + 1] = first[L];
+		for (size_t x = 0; x < c->moe_n[L]; x++)
+			first[L + 1] += c->experts[base + x].root->u.dict.len;
+		at[L] = ndense;
+		if (first[L + 1] > first[L]) {
+			const char *k0 = c->mparams[first[L]].name;
+			const size_t plen = (size_t)(strstr(k0, EXPERTS_AT) - k0);
+
+			for (size_t i = 0; plen > 0 && i < ndense; i++)
+				if (strncmp(c->mparams[i].name, k0, plen) == 0)
+					at[L] = i;
+		}
+	}
+	for (size_t i = 0; !err && i <= ndense; i++) {
+		if (i < ndense)
+			err = moe_emit_one(c, &c->mparams[i], fl, scal, state);
+		for (size_t L = 0; !err && L < c->nmoe; L++)
+			if (at[L] == (i < ndense ? i : ndense))
+				for (size_t j = first[L]; !err && j < first[L + 1]; j++)
+					err = moe_emit_one(c, &c->mparams[j], fl, scal, state);
+	}
+	free(at);
+	free(first);
+	return err;
+}
+
+/*
+ * moe_states(): the optimizer states rank 0 holds for its dense group,
+ * each laid out like the masters (moe_flats()); a 0-d one (the step)
+ * from expert-data-parallel rank 0 of each flat.
+ */
+static gfs_err moe_states(ds_ckpt *c)
+{
+	const gfs_pv *st0 = group_state(c, 0, c->gdense);
+	gfs_err err = GFS_OK;
+
+	for (size_t k = 0; !err && st0 && st0->kind == GFS_PV_DICT && k < st0->u.dict.len; k++) {
+		const char *name = gfs_pv_name(st0->u.dict.items[k].key);
+		const gfs_pv *v = st0->u.dict.items[k].value;
+		flat *fl;
+		tview *scal = NULL;
+
+		if (!name || strpbrk(name, STATE_BAD_BYTES) || !*name || strcmp(name, ".") == 0 ||
+		    strcmp(name, "..") == 0)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: optimizer state %zu has no usable name",
+					c->optim[0].path, k);
+		if (!v || v->kind != GFS_PV_TENSOR)
+			continue;
+		fl = gfs_calloc((size_t)c->ep + 1, sizeof(*fl));
+		if (!fl)
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		if (v->u.tensor->ndim == 0) {
+			scal = gfs_calloc((size_t)c->ep + 1, sizeof(*scal));
+			err = scal ? moe_state_part(c, 0, c->gdense, name, &scal[0])
+				   : gfs_fail(GFS_ERR_NOMEM, "out of memory");
+			for (uint64_t e = 0; !err && e < c->ep; e++)
+				err = moe_state_part(c, (size_t)e, c->gexp, name, &scal[1 + e]);
+		} else {
+			err = moe_flats(c, moe_state_part, name, fl);
+		}
+		if (!err)
+			err = moe_emit(c, fl, scal, name);
+		flats_free(fl, (size_t)c->ep + 1);
+		free(scal);
+	}
+	return err;
+}
+
+/* moe_build(): the layout of a mixture-of-experts checkpoint. */
+static gfs_err moe_build(ds_ckpt *c)
+{
+	const char *slash = strrchr(c->tagdir, '/');
+	uint64_t total = 0;
+	char info[256];
+	gfs_err err = GFS_OK;
+
+	for (size_t i = 0; !err && i < c->nexperts; i++)
+		err = gfs_layout_add_metafile(c->l, c->experts[i].path);
+	if (!err)
+		err = moe_groups(c);
+	if (!err)
+		err = moe_plan(c);
+	if (!err)
+		err = moe_emit(c, c->mflats, NULL, NULL);
+	if (!err)
+		err = moe_states(c);
+	if (!err)
+		err = build_optim(c);
+	if (err)
+		return err;
+	c->l->optim.moe = true;
+	for (size_t L = 0; L < c->nmoe; L++)
+		total += c->moe_n[L];
+	snprintf(info, sizeof(info),
+		 "DeepSpeed mixture of experts (%llu experts in %zu MoE layers, expert-parallel size %llu), ZeRO-%d%s, %llu ranks, tag %s",
+		 (unsigned long long)total, c->nmoe, (unsigned long long)c->ep, c->stage,
+		 c->bf16_optimizer ? " (BF16_Optimizer)" : "", (unsigned long long)c->ws,
+		 slash ? slash + 1 : c->tagdir);
+	return gfs_layout_set_info(c->l, info);
+}
+
+/* ------------------------------------------------------ tensor parallelism */
+
+/*
+ * A subset of Python's regular expressions, as ds_to_universal.py applies
+ * universal_checkpoint_info's patterns (re.match: anchored at the start
+ * only): literal characters, '.', the escapes \d \w \s \D \W \S and an
+ * escaped non-alphanumeric character, classes [...] (negated, ranges,
+ * those escapes), the quantifiers * + ? (greedy or lazy: the same for
+ * whether a match exists), '^' first and '$' last.  Anything else (groups,
+ * alternation, {m,n}, other escapes) is refused.
+ */
+#define RX_MAX_ATOMS 256
+#define RX_MAX_STEPS 1000000
+
+typedef struct rx_atom {
+	char kind;       /* 'c' a character, '.' any, '\\' an escape class, '[' a class */
+	char c;          /* 'c': the character; '\\': d w s D W S */
+	const char *cls; /* '[': the text between [ (or [^) and ] */
+	size_t clen;
+	bool neg;        /* '[': [^...] */
+	char q;          /* 0 once, '*', '+', '?' */
+} rx_atom;
+
+typedef struct rx {
+	rx_atom a[RX_MAX_ATOMS];
+	size_t n;
+	bool end;        /* '$' last */
+	unsigned long steps;
+} rx;
+
+/* rx_esc_class(): is e the letter of an escape class (d w s, or D W S negated)? */
+static bool rx_esc_class(char e)
+{
+	return strchr("dwsDWS", e) != NULL;
+}
+
+/* rx_esc(): does character x fall in escape class e (d w s D W S)? */
+static bool rx_esc(char e, unsigned char x)
+{
+	bool in;
+
+	switch (e | 0x20) {
+	case 'd':
+		in = x >= '0' && x <= '9';
+		break;
+	case 'w':
+		in = (x >= '0' && x <= '9') || ((x | 0x20) >= 'a' && (x | 0x20) <= 'z') || x == '_' ||
+		     x >= 0x80;
+		break;
+	default:
+		in = x == ' ' || (x >= '\t' && x <= '\r');
+		break;
+	}
+	return (e >= 'a') == in;
+}
+
+/* rx_class(): does x match class atom t? */
+static bool rx_class(const rx_atom *t, unsigned char x)
+{
+	bool in = false;
+
+	for (size_t i = 0; i < t->clen && !in;) {
+		unsigned char lo = (unsigned char)t->cls[i], hi;
+
+		if (lo == '\\' && rx_esc_class(t->cls[i + 1])) {
+			in = rx_esc(t->cls[i + 1], x);
+			i += 2;
+			continue;
+		}
+		if (lo == '\\')
+			lo = (unsigned char)t->cls[++i];
+		i++;
+		hi = lo;
+		if (i + 1 < t->clen && t->cls[i] == '-') {
+			hi = (unsigned char)t->cls[i + 1];
+			if (hi == '\\')
+				hi = (unsigned char)t->cls[i + 2], i++;
+			i += 2;
+		}
+		in = x >= lo && x <= hi;
+	}
+	return in != t->neg;
+}
+
+/* rx_compile(): pattern p into r; false if it uses a feature outside the subset. */
+static bool rx_compile(const char *p, rx *r)
+{
+	memset(r, 0, sizeof(*r));
+	if (*p == '^')
+		p++;
+	while (*p) {
+		rx_atom *t;
+
+		if (*p == '$' && p[1] == '\0') {
+			r->end = true;
+			break;
+		}
+		if (strchr("*+?", *p)) {
+			if (r->n == 0)
+				return false;
+			t = &r->a[r->n - 1];
+			if (t->q == 0)
+				t->q = *p;
+			else if (*p != '?' || p[-1] == '?')
+				return false; /* a*+ (possessive), a??? */
+			p++;
+			continue;
+		}
+		if (r->n == RX_MAX_ATOMS || strchr("()|{}^$", *p))
+			return false;
+		t = &r->a[r->n++];
+		if (*p == '\\') {
+			if (!p[1] || (isalnum((unsigned char)p[1]) && !rx_esc_class(p[1])))
+				return false;
+			t->kind = rx_esc_class(p[1]) ? '\\' : 'c';
+			t->c = p[1];
+			p += 2;
+		} else if (*p == '[') {
+			const char *q = ++p;
+
+			t->kind = '[';
+			if (*q == '^')
+				t->neg = true, q++, p++;
+			if (*q == ']')
+				q++;
+			for (; *q && *q != ']'; q++)
+				if (*q == '\\' && (!q[1] || (isalnum((unsigned char)q[1]) &&
+							     !rx_esc_class(q[1]))))
+					return false;
+				else if (*q == '\\')
+					q++;
+				else if (*q == '[')
+					return false;
+			if (!*q)
+				return false;
+			t->cls = p;
+			t->clen = (size_t)(q - p);
+			p = q + 1;
+		} else {
+			t->kind = *p == '.' ? '.' : 'c';
+			t->c = *p++;
+		}
+	}
+	return true;
+}
+
+/* rx_one(): does atom t (its quantifier aside) match the character at s? */
+static bool rx_one(const rx_atom *t, const char *s)
+{
+	const unsigned char x = (unsigned char)*s;
+
+	if (!x)
+		return false;
+	switch (t->kind) {
+	case '.':
+		return x != '\n';
+	case '\\':
+		return rx_esc(t->c, x);
+	case '[':
+		return rx_class(t, x);
+	default:
+		return x == (unsigned char)t->c;
+	}
+}
+
+/* rx_at(): do atoms i.. match at s?  -1: too many steps. */
+static int rx_at(rx *r, size_t i, const char *s)
+{
+	const rx_atom *t;
+	size_t n = 0, lo, hi;
+
+	if (++r->steps > RX_MAX_STEPS)
+		return -1;
+	if (i == r->n)
+		return !r->end || *s == '\0';
+	t = &r->a[i];
+	lo = t->q == '+' ? 1 : t->q == 0 ? 1 : 0;
+	hi = t->q == '*' || t->q == '+' ? (size_t)-1 : 1;
+	while (n < hi && rx_one(t, s + n))
+		n++;
+	if (n < lo)
+		return 0;
+	for (;; n--) {
+		const int m = rx_at(r, i + 1, s + n);
+
+		if (m)
+			return m;
+		if (n == lo)
+			return 0;
+	}
+}
+
+/*
+ * rx_match(): re.match(pattern, name) of a pattern rx_compile() took:
+ * 1 a match, 0 none, -1 too costly to tell.
+ */
+static int rx_match(rx *r, const char *name)
+{
+	r->steps = 0;
+	return rx_at(r, 0, name);
+}
+
+/* What universal_checkpoint_info says of a param. */
+enum { TP_REP, TP_AVG, TP_SUB2, TP_SUB, TP_ROW, TP_VOCAB, TP_NKINDS };
+
+static const char *const tp_keys[TP_NKINDS] = {
+	"tp_replicated_parameter_patterns", "parameter_to_average_patterns",
+	"parameter_with_2_sub_params_cat_dim_0", "parameter_with_sub_params",
+	"parameter_with_row_parallelism_patterns", "vocabulary_parameter_patterns",
+};
+
+/* The compiled patterns of universal_checkpoint_info. */
+typedef struct tp_info {
+	rx *pats;        /* [npats] */
+	int *kind;       /* [npats]: TP_* */
+	size_t npats;
+	int64_t vocab;   /* original_vocab_size, or -1 */
+} tp_info;
+
+/* tp_info_free(): free what tp_info_read() allocated in ti. */
+static void tp_info_free(tp_info *ti)
+{
+	free(ti->pats);
+	free(ti->kind);
+}
+
+/*
+ * tp_info_read(): the patterns of universal_checkpoint_info in file f (a
+ * dict of lists of strings), each compiled; a pattern outside rx's subset
+ * is refused.  No universal_checkpoint_info: refused (the split dimension
+ * is never guessed).
+ */
+static gfs_err tp_info_read(const ds_ckpt *c, const ds_file *f, tp_info *ti)
+{
+	const gfs_pv *uci = gfs_pv_dict_get(f->root, "universal_checkpoint_info");
+	size_t n = 0;
+
+	memset(ti, 0, sizeof(*ti));
+	ti->vocab = -1;
+	if (!uci || uci->kind != GFS_PV_DICT)
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"%s: %zu tensor-parallel ranks and no universal_checkpoint_info patterns in %s: which dimension each param is split on is not recorded (refused, not guessed)",
+				c->tagdir, c->nstages, f->name);
+	for (int k = 0; k < TP_NKINDS; k++)
+		n += gfs_pv_seq_len(gfs_pv_dict_get(uci, tp_keys[k]));
+	ti->pats = gfs_calloc(n ? n : 1, sizeof(*ti->pats));
+	ti->kind = gfs_calloc(n ? n : 1, sizeof(*ti->kind));
+	if (!ti->pats || !ti->kind)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (int k = 0; k < TP_NKINDS; k++) {
+		const gfs_pv *list = gfs_pv_dict_get(uci, tp_keys[k]);
+
+		if (list && list->kind != GFS_PV_LIST && list->kind != GFS_PV_TUPLE)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: universal_checkpoint_info %s is not a list",
+					f->path, tp_keys[k]);
+		for (size_t i = 0; i < gfs_pv_seq_len(list); i++) {
+			const char *p = gfs_pv_name(gfs_pv_seq_at(list, i));
+			char shown[160];
+
+			if (!p)
+				return gfs_fail(GFS_ERR_FORMAT,
+						"%s: universal_checkpoint_info %s[%zu] is not a string",
+						f->path, tp_keys[k], i);
+			if (!rx_compile(p, &ti->pats[ti->npats]))
+				return gfs_fail(GFS_ERR_UNSUPPORTED,
+						"%s: universal_checkpoint_info %s pattern %s uses a regular-expression feature gatherfs does not evaluate (groups, alternation, {m,n}, or an escape other than \\d \\w \\s)",
+						f->path, tp_keys[k], printable(p, shown, sizeof(shown)));
+			ti->kind[ti->npats++] = k;
+		}
+	}
+	if (gfs_pv_dict_get(uci, "original_vocab_size") &&
+	    (!gfs_pv_int(gfs_pv_dict_get(uci, "original_vocab_size"), &ti->vocab) || ti->vocab < 1))
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: universal_checkpoint_info original_vocab_size is not a positive integer",
+				f->path);
+	return GFS_OK;
+}
+
+/* tp_matches(): does param name match a pattern of kind k?  -1: too costly to tell. */
+static int tp_matches(tp_info *ti, int k, const char *name)
+{
+	for (size_t i = 0; i < ti->npats; i++) {
+		int m;
+
+		if (ti->kind[i] != k)
+			continue;
+		m = rx_match(&ti->pats[i], name);
+		if (m)
+			return m;
+	}
+	return 0;
+}
+
+/* How a param's tensor-parallel slices make it. */
+typedef struct tp_how {
+	int dim;        /* concatenated on it; -1 replicated (rank 0's) */
+	bool sub2;      /* two sub-params: the first halves (dim 0) of every slice, then the second */
+	uint64_t rows;  /* dim 0 of the result: all of it, or original_vocab_size */
+} tp_how;
+
+/*
+ * tp_classify(): how param name (slice shape ndim, shape) is made, as
+ * ds_to_universal.py does: replicated, else averaged or split in
+ * sub-params (refused: not a view of the slices, but two sub-params on
+ * dim 0), else concatenated on dim 1 (row parallelism) or 0; a vocabulary
+ * param cut to original_vocab_size rows.  The full shape in out_shape.
+ */
+static gfs_err tp_classify(const ds_ckpt *c, tp_info *ti, const char *name, uint32_t ndim,
+			   const uint64_t *shape, tp_how *how, uint64_t *out_shape)
+{
+	int m[TP_NKINDS];
+
+	for (int k = 0; k < TP_NKINDS; k++)
+		if ((m[k] = tp_matches(ti, k, name)) < 0)
+			return gfs_fail(GFS_ERR_UNSUPPORTED,
+					"%s: param %s: matching the universal_checkpoint_info %s takes too long",
+					c->tagdir, name, tp_keys[k]);
+	memset(how, 0, sizeof(*how));
+	memcpy(out_shape, shape, ndim * sizeof(*shape));
+	if (m[TP_REP]) {
+		how->dim = -1;
+	} else if (m[TP_AVG] || m[TP_SUB]) {
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"%s: param %s matches universal_checkpoint_info %s: made by arithmetic on the slices, not served",
+				c->tagdir, name, tp_keys[m[TP_AVG] ? TP_AVG : TP_SUB]);
+	} else {
+		how->sub2 = m[TP_SUB2] != 0;
+		how->dim = !how->sub2 && m[TP_ROW] ? 1 : 0;
+		if ((uint32_t)how->dim >= ndim || (how->sub2 && shape[0] % 2 != 0))
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: param %s has %u dimensions (size %llu), it cannot be split as universal_checkpoint_info says",
+					c->tagdir, name, ndim, ndim ? (unsigned long long)shape[0] : 0ull);
+		out_shape[how->dim] *= c->nstages;
+	}
+	how->rows = ndim ? out_shape[0] : 0;
+	if (m[TP_VOCAB] && how->sub2)
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"%s: param %s is both a vocabulary param and two sub-params: not supported",
+				c->tagdir, name);
+	if (m[TP_VOCAB] && ti->vocab >= 0) {
+		if (ndim == 0 || (uint64_t)ti->vocab > out_shape[0])
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: vocabulary param %s has fewer rows than original_vocab_size %lld",
+					c->tagdir, name, (long long)ti->vocab);
+		how->rows = out_shape[0] = (uint64_t)ti->vocab;
+	} else if (m[TP_VOCAB]) {
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: param %s matches vocabulary_parameter_patterns, but universal_checkpoint_info has no original_vocab_size",
+				c->tagdir, name);
+	}
+	return GFS_OK;
+}
+
+/*
+ * tp_emit(): the pieces of entry ti: the slices (fl[y] from element
+ * off[y], each of shape ndim/shape) put together as how says.
+ */
+static gfs_err tp_emit(const ds_ckpt *c, size_t ti, const flat *const *fl, const uint64_t *off,
+		       uint32_t ndim, const uint64_t *shape, const tp_how *how)
+{
+	uint64_t numel = 1, outer = 1, run, keep;
+	gfs_err err = GFS_OK;
+
+	for (uint32_t d = 0; d < ndim; d++)
+		numel *= shape[d];
+	keep = ndim && shape[0] ? numel / shape[0] * how->rows : numel; /* elements of one slice's rows kept */
+	if (how->dim < 0)
+		return flat_emit(c->l, ti, fl[0], off[0], keep);
+	if (how->sub2) {
+		for (uint64_t h = 0; !err && h < 2; h++)
+			for (size_t y = 0; !err && y < c->nstages; y++)
+				err = flat_emit(c->l, ti, fl[y], off[y] + h * (numel / 2), numel / 2);
+		return err;
+	}
+	for (uint32_t d = 0; d < (uint32_t)how->dim; d++)
+		outer *= shape[d];
+	run = outer ? numel / outer : 0;
+	if (how->dim == 0) {
+		uint64_t left = numel / (shape[0] ? shape[0] : 1) * how->rows;
+
+		for (size_t y = 0; !err && y < c->nstages && left; y++) {
+			const uint64_t n = numel < left ? numel : left;
+
+			err = flat_emit(c->l, ti, fl[y], off[y], n);
+			left -= n;
+		}
+		return err;
+	}
+	/* dim > 0: rows of dim 0 beyond how->rows are cut */
+	outer = outer / (shape[0] ? shape[0] : 1) * how->rows;
+	for (uint64_t o = 0; !err && o < outer; o++)
+		for (size_t y = 0; !err && y < c->nstages; y++)
+			err = flat_emit(c->l, ti, fl[y], off[y] + o * run, run);
+	return err;
+}
+
+/*
+ * tp_slices(): the slices of param name (rank 0's `module` entry v0) on
+ * every tensor rank: fl[y] from element off[y], of shape ndim/shape, the
+ * same on every rank.  A trainable param (in rank 0's param_shapes): each
+ * rank's fp32 masters, or with state >= 0 its optimizer state number
+ * state (rank 0's numbering, found by name on the others); else each
+ * rank's `module` tensor, as a one-piece flat own[y].
+ */
+static gfs_err tp_slices(ds_ckpt *c, const char *name, int state, const flat **fl, uint64_t *off,
+			 flat *own, uint32_t *ndim, uint64_t *shape)
+{
+	const ds_ckpt *s0 = &c->stages[0];
+	const bool train = s0->tmap && tmap_find(s0, name);
+
+	for (size_t y = 0; y < c->nstages; y++) {
+		ds_ckpt *s = &c->stages[y];
+		const train_param *tp = train && s->tmap ? tmap_find(s, name) : NULL;
+		uint64_t sh[GFS_MAX_DIMS], numel;
+		uint32_t nd;
+		gfs_err err;
+
+		if (train && !tp)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: param %s is in the param_shapes of %s but not of %s: files of two saves",
+					s->model[0].path, name, s0->model[0].name, s->model[0].name);
+		if (tp) {
+			const flat *base = s->group_flats;
+
+			err = shape_from_pv(tp->shape, s->model[0].path, name, &nd, sh, &numel);
+			if (!err && state >= 0) {
+				size_t k = 0;
+
+				while (k < s->nstates &&
+				       strcmp(s->states[k].name, s0->states[state].name) != 0)
+					k++;
+				if (k == s->nstates || s->states[k].scalar)
+					return gfs_fail(GFS_ERR_FORMAT,
+							"%s: no optimizer state %s like %s's",
+							s->optim[0].path, s0->states[state].name,
+							s0->optim[0].name);
+				base = s->states[k].flats;
+			}
+			fl[y] = &base[tp->group];
+			off[y] = tp->offset;
+		} else {
+			tview tv;
+
+			err = tensor_view(c, &s->model[0],
+					  gfs_pv_dict_get(gfs_pv_dict_get(s->model[0].root, "module"), name),
+					  name, &tv);
+			if (!err)
+				err = flat_append(&own[y], &tv, tv.numel, s->model[0].path);
+			nd = tv.ndim;
+			memcpy(sh, tv.shape, sizeof(sh));
+			fl[y] = &own[y];
+			off[y] = 0;
+		}
+		if (err)
+			return err;
+		if (y == 0) {
+			*ndim = nd;
+			memcpy(shape, sh, nd * sizeof(*sh));
+		} else if (nd != *ndim || memcmp(sh, shape, nd * sizeof(*sh)) != 0) {
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: %s has another shape than in %s: slices of unequal size are not supported",
+					s->model[0].path, name, s0->model[0].name);
+		}
+	}
+	return GFS_OK;
+}
+
+/*
+ * tp_entry(): model tensor name (state < 0), or its optimizer state number
+ * state of rank 0, put together from the tensor ranks' slices.
+ */
+static gfs_err tp_entry(ds_ckpt *c, tp_info *ti, const char *name, int state)
+{
+	const ds_ckpt *s0 = &c->stages[0];
+	const flat **fl = gfs_calloc(c->nstages, sizeof(*fl));
+	uint64_t *off = gfs_calloc(c->nstages, sizeof(*off));
+	flat *own = gfs_calloc(c->nstages, sizeof(*own));
+	uint64_t shape[GFS_MAX_DIMS], full[GFS_MAX_DIMS];
+	uint32_t ndim = 0;
+	tp_how how;
+	size_t idx;
+	gfs_err err = fl && off && own ? GFS_OK : gfs_fail(GFS_ERR_NOMEM, "out of memory");
+
+	for (size_t y = 0; own && y < c->nstages; y++)
+		own[y].dtype = GFS_DT_INVALID;
+	if (!err)
+		err = tp_slices(c, name, state, fl, off, own, &ndim, shape);
+	if (!err)
+		err = tp_classify(c, ti, name, ndim, shape, &how, full);
+	if (!err && state >= 0)
+		err = gfs_layout_add_state(c->l, s0->states[state].name, name,
+					   fl[0]->dtype == GFS_DT_INVALID ? GFS_DT_F32 : fl[0]->dtype,
+					   ndim, full, &idx);
+	else if (!err)
+		err = gfs_layout_add_tensor(c->l, name,
+					    fl[0]->dtype == GFS_DT_INVALID ? GFS_DT_F32 : fl[0]->dtype,
+					    ndim, full, &idx);
+	if (!err)
+		err = tp_emit(c, idx, fl, off, ndim, shape, &how);
+	free(fl);
+	free(off);
+	flats_free(own, own ? c->nstages : 0);
+	return err;
+}
+
+/*
+ * tp_build(): the layout of a tensor-parallel checkpoint: rank 0's
+ * `module` entries in order, each put together from every tensor rank's
+ * slice as universal_checkpoint_info says (fp32 masters for trainable
+ * params), then the optimizer states of rank 0's param_shapes params.
+ */
+static gfs_err tp_build(ds_ckpt *c, char **note)
+{
+	ds_ckpt *s0 = &c->stages[0];
+	const gfs_pv *module = gfs_pv_dict_get(s0->model[0].root, "module");
+	const char *slash = strrchr(c->tagdir, '/');
+	char info[256];
+	tp_info ti;
+	gfs_err err = tp_info_read(c, &s0->model[0], &ti);
+
+	for (size_t y = 0; !err && y < c->nstages; y++)
+		err = anon_note(&c->stages[y], note);
+	for (size_t y = 0; !err && y < c->nstages; y++) {
+		ds_ckpt *s = &c->stages[y];
+
+		s->l = c->l;
+		for (size_t r = 0; !err && r < s->noptim; r++)
+			err = gfs_layout_add_metafile(c->l, s->optim[r].path);
+		if (!err)
+			err = gfs_layout_add_metafile(c->l, s->model[0].path);
+		if (!err && s->noptim)
+			err = plan_stage12(s);
+		if (!err && s->noptim)
+			err = tmap_build(s);
+		if (!err && s->noptim)
+			err = plan_states(s);
+	}
+	if (!err)
+		err = gfs_layout_set_note(c->l, *note);
+	if (!err && (!module || module->kind != GFS_PV_DICT))
+		err = gfs_fail(GFS_ERR_FORMAT, "%s: no `module` state dict", s0->model[0].path);
+	for (size_t i = 0; !err && i < module->u.dict.len; i++) {
+		const char *name = gfs_pv_name(module->u.dict.items[i].key);
+
+		err = name ? tp_entry(c, &ti, name, -1)
+			   : gfs_pv_name_fail(s0->model[0].path, "module key", i,
+					      module->u.dict.items[i].key);
+	}
+	for (size_t k = 0; !err && k < s0->nstates; k++)
+		for (size_t i = 0; !err && i < s0->ntrain; i++) {
+			const train_param *tp = &s0->train[i];
+			const tview *tv = &s0->states[k].values[tp->group];
+			size_t idx;
+
+			if (!s0->states[k].scalar) {
+				err = tp_entry(c, &ti, tp->name, (int)k);
+				continue;
+			}
+			err = gfs_layout_add_state(c->l, s0->states[k].name, tp->name, tv->dtype, 0, NULL,
+						   &idx);
+			if (!err)
+				err = gfs_layout_add_piece(c->l, idx, tv->src, tv->off,
+							   gfs_dtype_size(tv->dtype));
+		}
+	tp_info_free(&ti);
+	if (!err && s0->noptim) {
+		err = build_optim(s0);
+		c->l->optim.tp_ranks = (uint32_t)c->nstages;
+	}
+	if (err)
+		return err;
+	if (s0->noptim)
+		snprintf(info, sizeof(info),
+			 "DeepSpeed tensor parallel, %zu tensor ranks, ZeRO-%d%s, %llu data-parallel ranks, tag %s",
+			 c->nstages, s0->stage, s0->bf16_optimizer ? " (BF16_Optimizer)" : "",
+			 (unsigned long long)s0->ws, slash ? slash + 1 : c->tagdir);
+	else
+		snprintf(info, sizeof(info), "DeepSpeed tensor parallel, %zu tensor ranks, no ZeRO, tag %s",
+			 c->nstages, slash ? slash + 1 : c->tagdir);
+	return gfs_layout_set_info(c->l, info);
+}
+
+/*
+ * mp_one(): a checkpoint with files of model-parallel rank 0 only records
+ * mp_world_size 1 (or none): the files of the other ranks are not missing.
+ */
+static gfs_err mp_one(const ds_ckpt *c)
+{
+	const ds_file *m0 = &c->model[0];
+	int64_t n;
+
+	if (gfs_pv_int(gfs_pv_dict_get(m0->root, "mp_world_size"), &n) && n > 1)
+		return gfs_fail(GFS_ERR_NOTFOUND,
+				"%s/mp_rank_01_model_states.pt is missing: %s says %lld model-parallel ranks (mp_world_size)",
+				c->tagdir, m0->name, (long long)n);
+	return GFS_OK;
+}
+
+/*
+ * not_dense(): refuse what this importer cannot serve: layer files of
+ * tensor ranks > 0 (pipeline and tensor parallelism), expert files with
+ * more than one model-parallel rank.
+ */
+static gfs_err not_dense(const char *tagdir, const ds_dir *d)
+{
+	if (d->expert && (d->nlayers || d->nmp > 1))
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"%s/%s: a mixture-of-experts checkpoint with pipeline or tensor parallelism: not supported",
+				tagdir, d->expert);
+	if (d->tp_layer)
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"%s/%s: a layer file of tensor-parallel rank > 0: tensor parallelism is not supported (DeepSpeed does not record which dimension a param is split on)",
+				tagdir, d->tp_layer);
+	return GFS_OK;
 }
 
 gfs_err gfs_import_deepspeed(const char *dir, const char *tag, gfs_layout **out)
 {
 	ds_ckpt c = { .label = dir };
-	ds_listing ls = { 0 };
+	ds_dir d = { 0 };
 	char *root = NULL, *note = NULL;
 	char info[256];
+	bool pipe = false;
 	gfs_err err = resolve_tagdir(dir, tag, &c.tagdir, &root, &note);
 
 	if (!err)
-		err = list_tagdir(c.tagdir, &ls);
+		err = list_tagdir(c.tagdir, &d);
+	if (!err)
+		err = not_dense(c.tagdir, &d);
 	if (err)
 		goto out;
-	err = open_files(&c, &ls);
-	if (!err)
-		err = anon_note(&c, &note);
-	listing_free(&ls);
+	pipe = d.nlayers > 0 || d.nmp > 1;
+	c.tp = d.nlayers == 0;
+	if (pipe) {
+		err = pipe_open(&c, &d);
+	} else {
+		err = open_files(&c, &d.mp[0]);
+		if (!err)
+			err = mp_one(&c);
+		if (!err && d.expert)
+			err = moe_open(&c, &d);
+		if (!err)
+			err = anon_note(&c, &note);
+	}
+	dir_free(&d);
 	gfs_pickle_pool_drain(); /* the ranks' pickles are read: not kept while emitting */
 	if (!err)
 		err = gfs_layout_new("deepspeed", c.tagdir, &c.l);
 	if (!err)
 		err = gfs_layout_set_root(c.l, root);
+	if (!err && pipe) {
+		err = c.tp ? tp_build(&c, &note) : pipe_build(&c, &note);
+		goto finish;
+	}
 	for (size_t r = 0; !err && r < c.noptim; r++)
 		err = gfs_layout_add_metafile(c.l, c.optim[r].path);
 	for (size_t r = 0; !err && r < c.nmodel; r++)
 		err = gfs_layout_add_metafile(c.l, c.model[r].path);
 	if (!err)
 		err = gfs_layout_set_note(c.l, note);
+	if (!err && c.nexperts) {
+		err = moe_build(&c);
+		goto finish;
+	}
 	if (!err)
 		err = c.stage == 3 ? plan_stage3(&c) : plan_stage12(&c);
 	if (!err)
@@ -2349,6 +4044,7 @@ gfs_err gfs_import_deepspeed(const char *dir, const char *tag, gfs_layout **out)
 			 slash ? slash + 1 : c.tagdir);
 		err = gfs_layout_set_info(c.l, info);
 	}
+finish:
 	if (!err)
 		err = gfs_layout_finish(c.l, c.tagdir);
 	if (!err) {
@@ -2356,6 +4052,7 @@ gfs_err gfs_import_deepspeed(const char *dir, const char *tag, gfs_layout **out)
 		c.l = NULL;
 	}
 out:
+	dir_free(&d);
 	ckpt_free(&c);
 	free(root);
 	free(note);

@@ -24,6 +24,8 @@
 #include <unistd.h>
 
 #include "gatherfs/importers/import_megatron.h"
+#include "gatherfs/importers/naming.h"
+#include "gatherfs/util/json.h"
 #include "gatherfs/readers/pickle.h"
 #include "gatherfs/readers/torchzip.h"
 
@@ -68,6 +70,7 @@ typedef struct mg_import {
 	size_t ntmpls;
 	int64_t tp, pp, ep, nexperts;
 	bool gated;
+	bool tied;        /* the last stage's output_layer.weight is a copy of the embedding */
 } mg_import;
 
 /* mg_args: the parallel layout a file's args give. */
@@ -213,8 +216,11 @@ static void close_file(int fd, gfs_tzip *zip, gfs_pickle *pk)
 		close(fd);
 }
 
-/* probe_args(): the args of the file at path. */
-static gfs_err probe_args(const char *path, mg_args *a)
+/*
+ * probe_args(): the args of the file at path: its parallel sizes, and in
+ * *arch (its source src) the architecture they describe.
+ */
+static gfs_err probe_args(const char *path, const char *src, mg_args *a, gfs_arch *arch)
 {
 	gfs_tzip *zip = NULL;
 	gfs_pickle *pk = NULL;
@@ -224,6 +230,9 @@ static gfs_err probe_args(const char *path, mg_args *a)
 
 	if (!err)
 		err = read_args(gfs_pickle_root(pk), path, a);
+	if (!err)
+		err = gfs_arch_from_args(gfs_pv_dict_get(gfs_pickle_root(pk), "args")->u.obj.state,
+					 src, arch);
 	close_file(fd, zip, pk);
 	return err;
 }
@@ -373,6 +382,39 @@ static gfs_err tensor_ent(mg_import *mg, const gfs_tzip *zip, const char *path, 
 	return err;
 }
 
+/* omit(): record rel's entry prefix + key as left out of every view, and why. */
+static gfs_err omit(mg_import *mg, const char *rel, const char *prefix, const char *key,
+		    const char *why)
+{
+	char name[4096];
+
+	snprintf(name, sizeof(name), "%s:%s%s", rel, prefix, key);
+	return gfs_layout_add_omitted(mg->l, name, why);
+}
+
+/*
+ * omit_rest(): record the top-level entries of rel's dict root other than
+ * args and model (optimizer, RNG state, iteration...), and a
+ * distrib_optim.pt beside it.
+ */
+static gfs_err omit_rest(mg_import *mg, const char *rel, const gfs_pv *root)
+{
+	char path[PATH_MAX], drel[64];
+	gfs_err err = GFS_OK;
+
+	for (size_t i = 0; i < root->u.dict.len && !err; i++) {
+		const char *k = gfs_pv_name(root->u.dict.items[i].key);
+
+		if (k && strcmp(k, "args") != 0 && strcmp(k, "model") != 0)
+			err = omit(mg, rel, "", k, "not model state");
+	}
+	snprintf(drel, sizeof(drel), "%.*s/distrib_optim.pt", (int)(strchr(rel, '/') - rel), rel);
+	if (!err && (size_t)snprintf(path, sizeof(path), "%s/%s", mg->dir, drel) < sizeof(path) &&
+	    access(path, F_OK) == 0)
+		err = gfs_layout_add_omitted(mg->l, drel, "distributed optimizer state");
+	return err;
+}
+
 /*
  * read_file(): the model tensors of rank (tp, pp, ep)'s file, whose args
  * must agree with a.  Of an expert rank > 0 only the expert tensors are
@@ -425,6 +467,8 @@ static gfs_err read_file(mg_import *mg, const mg_args *a, int64_t tp, int64_t pp
 		goto out;
 	}
 	err = gfs_layout_add_source(mg->l, rel, size, &src);
+	if (!err)
+		err = omit_rest(mg, rel, gfs_pickle_root(pk));
 	for (size_t i = 0; i < model->u.dict.len && !err; i++) {
 		const gfs_pv_item *it = &model->u.dict.items[i];
 		const char *key = gfs_pv_name(it->key);
@@ -436,8 +480,14 @@ static gfs_err read_file(mg_import *mg, const mg_args *a, int64_t tp, int64_t pp
 			err = gfs_fail(GFS_ERR_FORMAT, "%s: model key %zu is not a plain string", path, i);
 			break;
 		}
-		if (ends_with(key, "._extra_state") || strcmp(key, "_extra_state") == 0)
+		if (ends_with(key, "._extra_state") || strcmp(key, "_extra_state") == 0 ||
+		    (mg->tied && strcmp(key, "output_layer.weight") == 0)) {
+			err = omit(mg, rel, "model.", key,
+				   strcmp(key, "output_layer.weight") == 0
+					   ? "the last stage's copy of the tied embedding"
+					   : "TransformerEngine extra state");
 			continue;
+		}
 		if (!it->value || it->value->kind != GFS_PV_TENSOR) {
 			const char *k = it->value ? gfs_pv_kind_name(it->value->kind) : "nothing";
 
@@ -716,7 +766,9 @@ static bool has_entry(const char *dir, const char *rel)
 
 bool gfs_megatron_detect(const char *dir)
 {
-	return has_entry(dir, MG_LATEST) || has_entry(dir, "mp_rank_00/" MG_FILE) ||
+	return has_entry(dir, MG_LATEST) ||
+	       (has_entry(dir, ".metadata") && has_entry(dir, "metadata.json") &&
+		has_entry(dir, "common.pt")) || has_entry(dir, "mp_rank_00/" MG_FILE) ||
 	       has_entry(dir, "mp_rank_00_000/" MG_FILE) ||
 	       has_entry(dir, "mp_rank_00_000_000/" MG_FILE);
 }
@@ -756,8 +808,12 @@ static gfs_err check_dirs(const char *dir, const mg_args *a)
 	return err;
 }
 
-/* first_args(): the args of rank (0, 0, 0), whichever name its directory has. */
-static gfs_err first_args(const char *dir, mg_args *a)
+/*
+ * first_args(): the args of rank (0, 0, 0), whichever name its directory
+ * has, and the architecture they describe (src: a buffer of PATH_MAX + 16
+ * bytes that names their file).
+ */
+static gfs_err first_args(const char *dir, mg_args *a, gfs_arch *arch, char *src)
 {
 	static const char *const names[3] = { "mp_rank_00", "mp_rank_00_000", "mp_rank_00_000_000" };
 	char path[PATH_MAX], want[64];
@@ -769,7 +825,8 @@ static gfs_err first_args(const char *dir, mg_args *a)
 		if ((size_t)snprintf(path, sizeof(path), "%s/%s/" MG_FILE, dir, names[i]) >=
 		    sizeof(path))
 			return gfs_fail(GFS_ERR_INVAL, "%s: path too long", dir);
-		err = probe_args(path, a);
+		snprintf(src, PATH_MAX + 16, "the args of %s", path);
+		err = probe_args(path, src, a, arch);
 		if (err)
 			return err;
 		rank_dir(a, 0, 0, 0, want, sizeof(want));
@@ -782,7 +839,7 @@ static gfs_err first_args(const char *dir, mg_args *a)
 	}
 	return gfs_fail(GFS_ERR_NOTFOUND,
 			"%s: no mp_rank_00[_000[_000]] directory: not a legacy Megatron-LM iteration directory%s",
-			dir, has_entry(dir, ".metadata") ? " (a torch_dist one: not supported yet)" : "");
+			dir, "");
 }
 
 /* iter_dir(): the iteration directory of dir and tag into buf. */
@@ -829,17 +886,15 @@ static gfs_err iter_dir(const char *dir, const char *tag, char *buf, size_t n)
 	return GFS_OK;
 }
 
-gfs_err gfs_import_megatron(const char *dir, const char *tag, gfs_layout **out)
+/* import_legacy(): the Megatron view of the legacy iteration directory idir, and its arch. */
+static gfs_err import_legacy(const char *idir, gfs_arch *arch, char *src, gfs_layout **out)
 {
 	mg_import mg = { 0 };
 	mg_args a;
-	char idir[PATH_MAX], note[128];
+	char note[128];
 	gfs_err err;
 
-	*out = NULL;
-	err = iter_dir(dir, tag, idir, sizeof(idir));
-	if (!err)
-		err = first_args(idir, &a);
+	err = first_args(idir, &a, arch, src);
 	if (!err)
 		err = check_dirs(idir, &a);
 	if (err)
@@ -850,6 +905,7 @@ gfs_err gfs_import_megatron(const char *dir, const char *tag, gfs_layout **out)
 	mg.ep = a.ep;
 	mg.nexperts = a.nexperts;
 	mg.gated = a.gated;
+	mg.tied = arch->tied;
 	err = gfs_layout_new("megatron", idir, &mg.l);
 	for (int64_t p = 0; p < a.pp && !err; p++)
 		for (int64_t e = 0; e < a.ep && !err; e++)
@@ -859,8 +915,6 @@ gfs_err gfs_import_megatron(const char *dir, const char *tag, gfs_layout **out)
 		err = fix_layers(&mg, &a);
 	if (!err)
 		err = build(&mg);
-	if (!err)
-		err = gfs_layout_set_note(mg.l, "Megatron view (Hugging Face naming not built yet)");
 	if (!err) {
 		snprintf(note, sizeof(note), "legacy Megatron-LM checkpoint, TP %lld x PP %lld x EP %lld",
 			 (long long)a.tp, (long long)a.pp, (long long)a.ep);
@@ -881,4 +935,274 @@ gfs_err gfs_import_megatron(const char *dir, const char *tag, gfs_layout **out)
 	}
 	*out = mg.l;
 	return GFS_OK;
+}
+
+/* ---------------------------------------------------------------- torch_dist */
+
+#define MG_STACKED "decoder.layers."
+#define MG_EXPERTS "mlp.experts.experts."
+
+/*
+ * dist_backend(): check idir/metadata.json names the torch_dist sharded
+ * backend (Megatron-Core's dist_checkpointing).
+ */
+static gfs_err dist_backend(const char *idir)
+{
+	char path[PATH_MAX], *text = NULL;
+	size_t len;
+	cJSON *c = NULL;
+	const cJSON *b;
+	gfs_err err;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/metadata.json", idir) >= sizeof(path))
+		return gfs_fail(GFS_ERR_INVAL, "%s: path too long", idir);
+	err = gfs_read_text(path, 1 << 20, &text, &len);
+	if (!err)
+		err = gfs_json_parse(text, len, path, &c);
+	free(text);
+	if (err)
+		return err;
+	b = gfs_json_get(c, "sharded_backend");
+	if (!cJSON_IsString(b))
+		err = gfs_fail(GFS_ERR_FORMAT, "%s: no sharded_backend: not a Megatron-Core checkpoint", path);
+	else if (strcmp(b->valuestring, "torch_dist") != 0)
+		err = gfs_fail(GFS_ERR_UNSUPPORTED,
+			       "%s: sharded backend '%.40s': only torch_dist is read", path, b->valuestring);
+	cJSON_Delete(c);
+	return err;
+}
+
+/*
+ * dist_args(): the args in idir/common.pt (Megatron-LM's save_checkpoint
+ * writes them; a bare dist_checkpointing.save writes none: *have false).
+ */
+static gfs_err dist_args(const char *idir, gfs_arch *arch, char *src, bool *have)
+{
+	char path[PATH_MAX];
+	gfs_tzip *zip = NULL;
+	gfs_pickle *pk = NULL;
+	const gfs_pv *args;
+	uint64_t size;
+	int fd = -1;
+	gfs_err err;
+
+	*have = false;
+	if ((size_t)snprintf(path, sizeof(path), "%s/common.pt", idir) >= sizeof(path))
+		return gfs_fail(GFS_ERR_INVAL, "%s: path too long", idir);
+	err = open_file(path, &fd, &size, &zip, &pk);
+	if (err == GFS_ERR_NOTFOUND)
+		err = gfs_fail(GFS_ERR_FORMAT, "%s: missing: every torch_dist checkpoint has one", path);
+	if (!err) {
+		args = gfs_pv_dict_get(gfs_pickle_root(pk), "args");
+		if (args && args->kind == GFS_PV_OBJECT && args->u.obj.state &&
+		    args->u.obj.state->kind == GFS_PV_DICT) {
+			snprintf(src, PATH_MAX + 16, "the args of %s", path);
+			err = gfs_arch_from_args(args->u.obj.state, src, arch);
+			*have = !err;
+		} else if (args && args->kind != GFS_PV_NONE) {
+			err = gfs_fail(GFS_ERR_FORMAT, "%s: args is not an argparse.Namespace", path);
+		}
+	}
+	close_file(fd, zip, pk);
+	return err;
+}
+
+/* dist_name(): the Megatron-view name of stacked key (layer l, expert e or -1) into buf. */
+static gfs_err dist_name(const char *key, int64_t l, int64_t e, char *buf, size_t n)
+{
+	const char *rest = key + strlen(MG_STACKED);
+	int w;
+
+	if (e < 0)
+		w = snprintf(buf, n, MG_STACKED "%lld.%s", (long long)l, rest);
+	else
+		w = snprintf(buf, n, MG_STACKED "%lld.mlp.experts.local_experts.%lld.%s", (long long)l,
+			     (long long)e, rest + strlen(MG_EXPERTS));
+	return w < 0 || (size_t)w >= n ? gfs_fail(GFS_ERR_LIMIT, "%s: name too long", key) : GFS_OK;
+}
+
+/*
+ * unstack(): the Megatron view of the DCP layout d of a torch_dist
+ * checkpoint: each key under decoder.layers. (stacked on a leading layer
+ * axis, and an expert axis after it for the experts) split into one
+ * tensor per layer (and expert); other keys as they are; optimizer state
+ * left out.  nlayers: args.num_layers, or 0.
+ */
+static gfs_err unstack(const gfs_layout *d, int64_t nlayers, const char *idir, const char *info,
+		       gfs_layout **out)
+{
+	gfs_layout *l = NULL;
+	int64_t layers = nlayers, experts = 0;
+	char name[4096];
+	gfs_err err = gfs_layout_derive(d, "megatron", &l);
+
+	for (size_t i = 0; i < d->ntensors && !err; i++) {
+		const gfs_tensor *t = &d->tensors[i];
+		const bool stacked = strncmp(t->name, MG_STACKED, strlen(MG_STACKED)) == 0 &&
+				     !(t->name[strlen(MG_STACKED)] >= '0' && t->name[strlen(MG_STACKED)] <= '9');
+		const bool expert = stacked && strncmp(t->name + strlen(MG_STACKED), MG_EXPERTS,
+							 strlen(MG_EXPERTS)) == 0;
+		const uint32_t lead = expert ? 2 : stacked ? 1 : 0;
+		uint64_t slice;
+		size_t ti;
+
+		if (strncmp(t->name, "optimizer.", 10) == 0) {
+			err = gfs_layout_add_omitted(l, t->name, "optimizer state");
+			continue;
+		}
+		if (!stacked) {
+			err = gfs_layout_add_tensor(l, t->name, t->dtype, t->ndim, t->shape, &ti);
+			if (!err && t->nbytes)
+				err = gfs_layout_add_extent(l, ti, 0, d, i, 0, t->nbytes);
+			continue;
+		}
+		if (t->ndim < lead || t->shape[0] == 0 || (expert && t->shape[1] == 0)) {
+			err = gfs_fail(GFS_ERR_FORMAT, "%s/.metadata: %s: no layer%s axis to split", idir,
+				       t->name, expert ? " and expert" : "");
+			break;
+		}
+		if (layers == 0)
+			layers = (int64_t)t->shape[0];
+		if (expert && experts == 0)
+			experts = (int64_t)t->shape[1];
+		if ((int64_t)t->shape[0] != layers || (expert && (int64_t)t->shape[1] != experts)) {
+			err = gfs_fail(GFS_ERR_FORMAT,
+				       "%s/.metadata: %s: %llu layers%s, where the others have %lld%s", idir,
+				       t->name, (unsigned long long)t->shape[0],
+				       expert ? " (and its experts)" : "", (long long)layers,
+				       nlayers ? " (args.num_layers)" : "");
+			break;
+		}
+		slice = t->nbytes / t->shape[0] / (expert ? t->shape[1] : 1);
+		for (int64_t k = 0; k < layers && !err; k++)
+			for (int64_t e = 0; e < (expert ? experts : 1) && !err; e++) {
+				err = dist_name(t->name, k, expert ? e : -1, name, sizeof(name));
+				if (!err)
+					err = gfs_layout_add_tensor(l, name, t->dtype, t->ndim - lead,
+								    t->shape + lead, &ti);
+				if (!err && slice)
+					err = gfs_layout_add_extent(l, ti, 0, d, i,
+								    (uint64_t)(k * (expert ? experts : 1) + e) * slice,
+								    slice);
+			}
+	}
+	if (!err)
+		err = gfs_layout_set_info(l, info);
+	if (!err)
+		err = gfs_layout_finish(l, idir);
+	if (err) {
+		gfs_layout_free(l);
+		return err;
+	}
+	*out = l;
+	return GFS_OK;
+}
+
+/* import_dist(): the Megatron view of the torch_dist iteration directory idir, and its arch. */
+static gfs_err import_dist(const char *idir, gfs_arch *arch, char *src, bool *have_arch,
+			   gfs_layout **out)
+{
+	gfs_layout *d = NULL;
+	char info[256];
+	gfs_err err = dist_backend(idir);
+
+	if (!err)
+		err = dist_args(idir, arch, src, have_arch);
+	if (!err)
+		err = gfs_import_dcp(idir, NULL, &d);
+	if (!err) {
+		snprintf(info, sizeof(info), "Megatron-Core torch_dist checkpoint (%s)",
+			 *have_arch ? "args in common.pt" : "no args in common.pt");
+		err = unstack(d, *have_arch ? arch->layers : 0, idir, info, out);
+	}
+	gfs_layout_free(d);
+	return err;
+}
+
+/* ---------------------------------------------------------------- the views */
+
+/*
+ * choose_view(): the layout to serve: mg itself (the Megatron view) or its
+ * Hugging Face view, as opts and the architecture say.  Takes mg.
+ */
+static gfs_err choose_view(gfs_layout *mg, const gfs_import_opts *opts, gfs_arch *args_arch,
+			   bool have_args, const char *idir, gfs_layout **out)
+{
+	const char *naming = opts && opts->naming && strcmp(opts->naming, "auto") != 0
+				     ? opts->naming : NULL;
+	gfs_arch cfg = { 0 };
+	gfs_arch *a = args_arch;
+	char note[400];
+	gfs_err err = GFS_OK;
+
+	if (naming && strcmp(naming, "hf") != 0 && strcmp(naming, "megatron") != 0)
+		err = gfs_fail(GFS_ERR_INVAL, "naming '%s': hf, megatron or auto", naming);
+	if (!err && naming && strcmp(naming, "megatron") == 0) {
+		*out = mg;
+		return gfs_layout_set_note(mg, opts->hf_config ? "Megatron view (-o naming=megatron; hf_config not used)"
+							       : NULL);
+	}
+	if (!err && opts && opts->hf_config) {
+		err = gfs_arch_from_hf_config(opts->hf_config, &cfg);
+		if (!err && have_args && !args_arch->family && !args_arch->incomplete)
+			err = gfs_fail(GFS_ERR_UNSUPPORTED,
+				       "%s: the Hugging Face naming cannot express %s (%s): mount with -o naming=megatron",
+				       idir, args_arch->why, args_arch->source);
+		a = &cfg;
+	} else if (!err && !have_args) {
+		if (naming)
+			err = gfs_fail(GFS_ERR_INVAL,
+				       "%s: common.pt holds no args (a bare dist_checkpointing.save): give the model's config with -o hf_config=DIR",
+				       idir);
+		else
+			snprintf(note, sizeof(note),
+				 "Megatron view: common.pt holds no args; -o hf_config=DIR (the model's config.json) gives the Hugging Face view");
+	} else if (!err && !a->family) {
+		if (naming)
+			err = gfs_fail(GFS_ERR_UNSUPPORTED,
+				       "%s: the Hugging Face naming cannot express %s (%s)", idir, a->why,
+				       a->source);
+		else
+			snprintf(note, sizeof(note),
+				 "Megatron view: the Hugging Face naming cannot express %s", a->why);
+	}
+	if (!err && a == args_arch && (!have_args || !a->family)) {
+		*out = mg;
+		return gfs_layout_set_note(mg, note);
+	}
+	if (!err && a->vocab == 0)
+		err = gfs_fail(GFS_ERR_FORMAT,
+			       "%s: the true vocabulary size is unknown (args.vocab_size is None, as with a Hugging Face tokenizer): give the model's config with -o hf_config=DIR, or mount the Megatron view with -o naming=megatron",
+			       idir);
+	if (!err)
+		err = gfs_naming_to_hf(mg, a, idir, out);
+	if (!err) {
+		snprintf(note, sizeof(note), "Hugging Face view (%s naming; -o naming=megatron for Megatron's names)",
+			 a->family);
+		err = gfs_layout_set_note(*out, note);
+	}
+	gfs_arch_clear(&cfg);
+	gfs_layout_free(mg);
+	return err;
+}
+
+gfs_err gfs_import_megatron(const char *dir, const gfs_import_opts *opts, gfs_layout **out)
+{
+	gfs_layout *mg = NULL;
+	gfs_arch arch = { 0 };
+	char idir[PATH_MAX], src[PATH_MAX + 16];
+	bool have_args = true;
+	gfs_err err;
+
+	*out = NULL;
+	err = iter_dir(dir, opts ? opts->tag : NULL, idir, sizeof(idir));
+	if (err)
+		return err;
+	if (has_entry(idir, ".metadata"))
+		err = import_dist(idir, &arch, src, &have_args, &mg);
+	else
+		err = import_legacy(idir, &arch, src, &mg);
+	if (err)
+		return err;
+	return choose_view(mg, opts, &arch, have_args, idir, out);
 }

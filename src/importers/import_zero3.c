@@ -237,35 +237,6 @@ static gfs_err scan(const z3_save *s, uint64_t *max_rank)
 	return GFS_OK;
 }
 
-/* read_text(): the whole of a small regular file. */
-static gfs_err read_text(const char *path, char **text, size_t *len)
-{
-	struct stat st;
-	gfs_err err;
-	const int fd = open(path, O_RDONLY | O_CLOEXEC);
-
-	if (fd < 0)
-		return gfs_fail(errno == ENOENT ? GFS_ERR_NOTFOUND : GFS_ERR_IO,
-				"%s: cannot open: %s", path, strerror(errno));
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > Z3_MAX_MANIFEST) {
-		close(fd);
-		return gfs_fail(GFS_ERR_FORMAT, "%s: not a regular file of at most 256 MiB", path);
-	}
-	*text = malloc((size_t)st.st_size + 1);
-	if (!*text) {
-		close(fd);
-		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	}
-	err = gfs_pread_full(fd, *text, (size_t)st.st_size, 0, path);
-	close(fd);
-	*len = (size_t)st.st_size;
-	if (err) {
-		free(*text);
-		*text = NULL;
-	}
-	return err;
-}
-
 /* load_manifest(): parse rank r's manifest and check its header. */
 static gfs_err load_manifest(z3_save *s, uint64_t r)
 {
@@ -280,7 +251,7 @@ static gfs_err load_manifest(z3_save *s, uint64_t r)
 	if (!s->mpaths[r])
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	lbl = s->mpaths[r];
-	err = read_text(lbl, &text, &len);
+	err = gfs_read_text(lbl, Z3_MAX_MANIFEST, &text, &len);
 	if (err == GFS_ERR_NOTFOUND)
 		return gfs_fail(err, "%s: missing: rank %" PRIu64 " did not finish this save "
 				"(it failed, or is still writing)", lbl, r);

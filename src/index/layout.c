@@ -62,6 +62,16 @@ void gfs_layout_free(gfs_layout *l)
 	if (!l)
 		return;
 	gfs_arena_free(&l->arena);
+	for (size_t i = 0; i < l->ntexts; i++) {
+		free(l->texts[i].name);
+		free(l->texts[i].text);
+	}
+	free(l->texts);
+	for (size_t i = 0; i < l->nomitted; i++) {
+		free(l->omitted[i].name);
+		free(l->omitted[i].text);
+	}
+	free(l->omitted);
 	for (size_t i = 0; i < l->nsources; i++) {
 		free(l->sources[i].path);
 		free(l->sources[i].abspath);
@@ -582,6 +592,42 @@ gfs_err gfs_layout_add_partition(gfs_layout *l, size_t ti, uint32_t f, uint64_t 
 	if (np > l->rflats[f]->maxp)
 		l->rflats[f]->maxp = (uint32_t)np;
 	return GFS_OK;
+}
+
+/* push_text(): append the pair (name, text) to *arr of *n. */
+static gfs_err push_text(gfs_text **arr, size_t *n, const char *name, const char *text)
+{
+	gfs_text *a = gfs_reallocarray(*arr, *n + 1, sizeof(*a));
+
+	if (!a)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	*arr = a;
+	a[*n].name = gfs_strdup(name);
+	a[*n].text = gfs_strdup(text);
+	if (!a[*n].name || !a[*n].text) {
+		free(a[*n].name);
+		free(a[*n].text);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	(*n)++;
+	return GFS_OK;
+}
+
+gfs_err gfs_layout_add_text(gfs_layout *l, const char *name, const char *text)
+{
+	assert(l && name && text);
+	if (!name[0] || strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+		return gfs_fail(GFS_ERR_INVAL, "'%s': not a plain file name", name);
+	for (size_t i = 0; i < l->ntexts; i++)
+		if (strcmp(l->texts[i].name, name) == 0)
+			return gfs_fail(GFS_ERR_INVAL, "%s: generated twice", name);
+	return push_text(&l->texts, &l->ntexts, name, text);
+}
+
+gfs_err gfs_layout_add_omitted(gfs_layout *l, const char *name, const char *why)
+{
+	assert(l && name && why);
+	return push_text(&l->omitted, &l->nomitted, name, why);
 }
 
 gfs_err gfs_layout_add_object(gfs_layout *l, const char *name, uint32_t src,

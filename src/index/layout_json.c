@@ -219,6 +219,9 @@ static cJSON *optim_json(const gfs_layout *l)
 	    !gfs_json_add_u64(j, "world_size", o->world_size) ||
 	    !gfs_json_add_u64(j, "flat_groups", o->nflat) ||
 	    (o->version && !cJSON_AddStringToObject(j, "version", o->version)) ||
+	    (o->pipe_stages && !gfs_json_add_u64(j, "pipeline_stages", o->pipe_stages)) ||
+	    (o->tp_ranks && !gfs_json_add_u64(j, "tensor_ranks", o->tp_ranks)) ||
+	    (o->moe && !cJSON_AddBoolToObject(j, "moe", true)) ||
 	    !(ms = cJSON_AddArrayToObject(j, "model_states")))
 		goto fail;
 	for (size_t i = 0; i < o->nmodel_srcs; i++) {
@@ -328,6 +331,20 @@ static gfs_err parse_optim(gfs_layout *l, const cJSON *j)
 	o->nflat = (uint32_t)nflat;
 	o->bf16_optimizer = cJSON_IsTrue(gfs_json_get(j, "bf16_optimizer"));
 	o->round_robin = cJSON_IsTrue(gfs_json_get(j, "round_robin"));
+	o->moe = cJSON_IsTrue(gfs_json_get(j, "moe"));
+	for (int k = 0; k < 2; k++) {
+		const char *key = k ? "tensor_ranks" : "pipeline_stages";
+		uint64_t n = 0;
+
+		if (gfs_json_get(j, key)) {
+			err = gfs_json_u64(gfs_json_get(j, key), NULL, key, &n);
+			if (!err && n > UINT32_MAX)
+				err = gfs_fail(GFS_ERR_FORMAT, "optimizer: %s out of range", key);
+			if (err)
+				return err;
+		}
+		*(k ? &o->tp_ranks : &o->pipe_stages) = (uint32_t)n;
+	}
 	if (gfs_json_get(j, "version")) {
 		err = gfs_json_str(gfs_json_get(j, "version"), NULL, "optimizer version", &ver);
 		if (err)

@@ -934,6 +934,17 @@ static gfs_err reduce(vm *m, int k, dv st, dv *out)
 	}
 }
 
+/*
+ * is_bsm(): is v a BytesStorageMetadata?  One pickled without state (a
+ * dataclass with no fields gets no BUILD) stays the object NEWOBJ made.
+ */
+static bool is_bsm(const vm *m, dv v)
+{
+	const node *n = N(m, v);
+
+	return TAG(v) == T_BSM || (n && n->kind == K_OBJ && gkind(m, n->cls) == G_BSM);
+}
+
 static gfs_err op_build(vm *m)
 {
 	dv st = 0, inst, r = 0;
@@ -1221,7 +1232,7 @@ static gfs_err finish(vm *m, dv root)
 		P->entries[i] = (gfs_dcp_entry){
 			.fqn = (uint32_t)PAY(k),
 			.kind = TAG(v) == T_TSM ? GFS_DCP_TENSOR
-				: TAG(v) == T_BSM ? GFS_DCP_BYTES : GFS_DCP_OTHER,
+				: is_bsm(m, v) ? GFS_DCP_BYTES : GFS_DCP_OTHER,
 			.tensor = TAG(v) == T_TSM ? (uint32_t)PAY(v) : GFS_DCP_NONE,
 		};
 	}

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gatherfs/util/common.h"
@@ -225,5 +227,38 @@ gfs_err gfs_pread_full(int fd, void *buf, size_t len, uint64_t off,
 		len -= (size_t)n;
 		off += (uint64_t)n;
 	}
+	return GFS_OK;
+}
+
+gfs_err gfs_read_text(const char *path, uint64_t max, char **text, size_t *len)
+{
+	struct stat st;
+	gfs_err err;
+	const int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	*text = NULL;
+	*len = 0;
+	if (fd < 0)
+		return gfs_fail(errno == ENOENT ? GFS_ERR_NOTFOUND : GFS_ERR_IO,
+				"%s: cannot open: %s", path, strerror(errno));
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > max) {
+		close(fd);
+		return gfs_fail(GFS_ERR_FORMAT, "%s: not a regular file of at most %llu bytes", path,
+				(unsigned long long)max);
+	}
+	*text = malloc((size_t)st.st_size + 1);
+	if (!*text) {
+		close(fd);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	err = gfs_pread_full(fd, *text, (size_t)st.st_size, 0, path);
+	close(fd);
+	if (err) {
+		free(*text);
+		*text = NULL;
+		return err;
+	}
+	(*text)[st.st_size] = '\0';
+	*len = (size_t)st.st_size;
 	return GFS_OK;
 }

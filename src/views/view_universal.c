@@ -120,8 +120,19 @@ static gfs_err make_plan(const gfs_layout *l, uv_plan *p)
 	const char *slash = strrchr(l->base_dir, '/');
 	const char *tag = slash ? slash + 1 : l->base_dir;
 
+	if (o->moe)
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"a mixture-of-experts checkpoint: DeepSpeed 0.14.5 cannot load universal checkpoints of MoE models (deepspeedai/DeepSpeed#5716)");
 	if (o->zero_stage < 1 || l->noptim == 0)
 		return gfs_fail(GFS_ERR_NOTFOUND, "no DeepSpeed optimizer state");
+	if (o->tp_ranks > 1)
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"a tensor-parallel checkpoint (%u tensor ranks): the universal view is made for data-parallel checkpoints only",
+				o->tp_ranks);
+	if (o->pipe_stages > 1)
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"a pipeline checkpoint (%u stages): the universal view is made for data-parallel checkpoints only",
+				o->pipe_stages);
 	if (o->round_robin)
 		return gfs_fail(GFS_ERR_UNSUPPORTED,
 				"saved with round_robin_gradients: DeepSpeed 0.14.5's universal loader maps such a checkpoint's params to the wrong bytes");

@@ -22,7 +22,7 @@ problems = []
 # option -> a value for it (None: a flag)
 OPTIONS = {"--tag": "global_step3", "--input-format": "deepspeed", "--prefix": "model.",
            "--layout": None, "--dtype": "bf16", "--json": None, "--format": "bin",
-           "--shard-size": "1M", "--optim": None,
+           "--shard-size": "1M", "--optim": None, "--naming": "hf", "--hf-config": "/", "--all": None,
            # every command takes the merge options; here they fail (exit 1:
            # no adapter, no PEFT checkpoint), but are not refused (exit 2)
            "--lora": "/", "--merge": "lora", "--base": "/", "--lora-tied": "peft"}

@@ -17,6 +17,9 @@ typedef struct gfs_import_opts {
 			     * of a Hugging Face cache repository: its revision */
 	const char *format; /* "dcp", "deepspeed", "plain", "layout", "zero3", "megatron", "rankdict"; NULL or "auto": detect */
 	const char *prefix; /* DCP, plain: keep only keys starting with it, without it; NULL: all */
+	const char *naming; /* Megatron: "hf", "megatron", or NULL / "auto" (hf when the
+			     * architecture is known, else megatron) */
+	const char *hf_config; /* Megatron: a directory holding the model's config.json, or NULL */
 } gfs_import_opts;
 
 /*
@@ -53,7 +56,9 @@ gfs_err gfs_import(const char *path, const gfs_import_opts *opts, gfs_layout **o
  * gfs_import_deepspeed(): import a DeepSpeed ZeRO 1/2/3 (or BF16_Optimizer)
  * checkpoint; dir and tag as for gfs_import().  The output follows DESIGN.md
  * §2: model key order, fp32 masters for trainable params, frozen params and
- * buffers in their stored dtype, tied aliases, no padding.
+ * buffers in their stored dtype, tied aliases, no padding.  Pipeline,
+ * mixture-of-experts and tensor-parallel checkpoints are put together as
+ * docs/deepspeed-3d.md says, or refused with one line.
  */
 gfs_err gfs_import_deepspeed(const char *dir, const char *tag, gfs_layout **out);
 

@@ -9,7 +9,7 @@
 #ifndef GATHERFS_IMPORT_MEGATRON_H
 #define GATHERFS_IMPORT_MEGATRON_H
 
-#include "gatherfs/index/layout.h"
+#include "gatherfs/importers/import.h"
 
 /*
  * gfs_megatron_detect(): does directory dir look like a legacy Megatron-LM
@@ -31,6 +31,6 @@ bool gfs_megatron_detect(const char *dir);
  * refused naming the file.  Reads metadata only.
  * @return GFS_OK and a finished layout in *out.
  */
-gfs_err gfs_import_megatron(const char *dir, const char *tag, gfs_layout **out);
+gfs_err gfs_import_megatron(const char *dir, const gfs_import_opts *opts, gfs_layout **out);
 
 #endif

@@ -335,12 +335,24 @@ typedef struct gfs_optim {
 	bool round_robin;     /* round_robin_gradients: flat order is not module order */
 	uint32_t world_size;  /* ranks the states are partitioned over */
 	uint32_t nflat;       /* flat groups: stage 1/2 param groups, stage 3 sub-groups */
+	uint32_t pipe_stages; /* a pipeline's stages (each its own flats); 0: no pipeline */
+	bool moe;             /* a mixture-of-experts checkpoint (expert files) */
+	uint32_t tp_ranks;    /* tensor-parallel ranks put together; 0: none */
 	char *version;        /* ds_version, or NULL */
 	gfs_pgroup *groups;   /* the optimizer's param_groups, or NULL */
 	size_t ngroups;
 	uint32_t *model_srcs; /* sources that are model-states files, in rank order */
 	size_t nmodel_srcs;
 } gfs_optim;
+
+/*
+ * A small file an importer generates (a config.json), served at the
+ * mount's root beside the views; not in the layout JSON.
+ */
+typedef struct gfs_text {
+	char *name; /* a plain file name */
+	char *text;
+} gfs_text;
 
 typedef struct gfs_layout {
 	char *format;   /* source format: "deepspeed", "json", ... */
@@ -352,6 +364,10 @@ typedef struct gfs_layout {
 	char **metafiles;/* absolute paths of the files the names, shapes and offsets were read from */
 	size_t nmetafiles;
 	size_t cap_metafiles;
+	gfs_text *texts;  /* generated root files (gfs_layout_add_text()) */
+	size_t ntexts;
+	gfs_text *omitted; /* checkpoint entries no view shows, text: why (gfs_layout_add_omitted()) */
+	size_t nomitted;
 	gfs_object *objects; /* non-tensor entries, listed but not served as tensors */
 	size_t nobjects;
 	size_t cap_objects;
@@ -427,6 +443,37 @@ gfs_err gfs_layout_set_root(gfs_layout *l, const char *root_dir);
  * on a finished layout by its creator, before the layout is shared.
  */
 gfs_err gfs_layout_add_metafile(gfs_layout *l, const char *path);
+
+/*
+ * gfs_layout_add_text(): a generated file name (a plain name, no '/')
+ * holding text, served at the root of a mount of l.  Names are unique.
+ */
+gfs_err gfs_layout_add_text(gfs_layout *l, const char *name, const char *text);
+
+/*
+ * gfs_layout_add_omitted(): record that the checkpoint entry name is left
+ * out of every view, and why (one line each, listed by `gatherfs-inspect
+ * ls --all`).  Allowed on a finished layout by its creator.
+ */
+gfs_err gfs_layout_add_omitted(gfs_layout *l, const char *name, const char *why);
+
+/*
+ * gfs_layout_derive(): a new, unfinished layout of format format over the
+ * sources, checksummed records, objects, texts, metafiles, info and note
+ * omitted entries of the finished layout src (same source indices), with no tensors; its
+ * tensors are filled with gfs_layout_add_extent().  src must have no
+ * optimizer state or computed tensors.  @return GFS_OK and *out.
+ */
+gfs_err gfs_layout_derive(const gfs_layout *src, const char *format, gfs_layout **out);
+
+/*
+ * gfs_layout_add_extent(): add to tensor ti of dst (derived from src),
+ * at byte toff, the bytes [off, off + len) of src's model tensor si (an
+ * alias: its target), as clipped copies of the pieces holding them (a
+ * strided piece stays strided).  O(log pieces + pieces met).
+ */
+gfs_err gfs_layout_add_extent(gfs_layout *dst, size_t ti, uint64_t toff, const gfs_layout *src,
+			      size_t si, uint64_t off, uint64_t len);
 
 /*
  * gfs_layout_add_source(): register a source file (deduplicated by path)

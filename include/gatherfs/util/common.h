@@ -119,6 +119,12 @@ gfs_err gfs_pread_full(int fd, void *buf, size_t len, uint64_t off,
 		       const char *label);
 
 /*
+ * gfs_read_text(): the whole of the regular file at path, of at most max
+ * bytes, NUL-terminated (free *text).  @return GFS_OK, *text and *len.
+ */
+gfs_err gfs_read_text(const char *path, uint64_t max, char **text, size_t *len);
+
+/*
  * gfs_buf: a growing byte buffer whose writers only record failure, so a
  * composer can append many pieces and check `oom` once at the end.  Zero
  * initialise; free p with free().

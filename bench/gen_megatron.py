@@ -1,0 +1,148 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""Write a Megatron-Core torch_dist checkpoint of any size, payloads as holes.
+
+Usage:
+  gen_megatron.py OUT [--tp T] [--pp P] [--layers L] [--hidden H] [--ffn F]
+                      [--heads N] [--groups G] [--vocab V] [--dtype bf16|fp32]
+
+OUT receives what Megatron-LM's save_checkpoint (--ckpt-format torch_dist)
+writes for a Llama-shaped GPTModel at TP T x PP P (data parallel 1): OUT/
+latest_checkpointed_iteration.txt ("1") and OUT/iter_0000001/ with
+metadata.json (sharded_backend torch_dist), common.pt (args as an
+argparse.Namespace, checkpoint_version, iteration) and a DCP checkpoint
+(bench/gen_dcp.py's stand-in classes) whose keys are Megatron-Core's
+sharded keys: per-layer tensors stacked on a leading layer axis,
+TransformerEngine-style norm keys, the gated linear_fc1 global [gate; up].
+Rank r = p * T + t writes __r_0.distcp holding, for its stage's layers, its
+tensor-parallel chunks: linear_qkv and linear_fc1 (each half) split on dim 1
+of the stacked tensor, linear_proj and linear_fc2 on dim 2, the norms from
+tensor rank 0, the embedding (stage 0) and output layer (last stage) split
+on the vocabulary, padded to a multiple of 128 x T.  Every chunk is a
+complete torch.save archive whose payload is a hole (bench/sparse_zip.py).
+Default: a Llama-70B shape (80 layers, hidden 8192, ffn 28672, 64 heads in 8
+groups, vocabulary 128256) at TP 8 x PP 4, bf16.  Writes OUT/.gen-done last.
+"""
+import argparse
+import json
+import os
+import pickle
+import random
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gen_dcp  # noqa: E402  (the DCP stand-in classes)
+import sparse_zip  # noqa: E402
+
+
+def keys(a):
+    """(key, global shape, chunks) of every tensor; chunks: (rank, offsets, sizes)."""
+    T, P, L, H, F = a.tp, a.pp, a.layers, a.hidden, a.ffn
+    D = H // a.heads
+    qkv = (a.heads + 2 * a.groups) * D
+    per = L // P
+    m = 128 * T
+    vpad = -(-a.vocab // m) * m
+    rank = lambda p, t: p * T + t  # noqa: E731
+    out = []
+    out.append(("embedding.word_embeddings.weight", (vpad, H),
+                [(rank(0, t), (t * vpad // T, 0), (vpad // T, H)) for t in range(T)]))
+
+    def stacked(name, shape, split):
+        ch = []
+        for l in range(L):
+            p = l // per
+            for t in range(T if split is not None else 1):
+                if split is None:
+                    ch.append((rank(p, 0), (l,) + (0,) * len(shape), (1,) + shape))
+                elif split == "gated":
+                    half = shape[0] // 2
+                    for h in range(2):
+                        ch.append((rank(p, t), (l, h * half + t * half // T, 0), (1, half // T, shape[1])))
+                else:
+                    off = [l] + [0] * len(shape)
+                    size = [1] + list(shape)
+                    off[1 + split] = t * shape[split] // T
+                    size[1 + split] = shape[split] // T
+                    ch.append((rank(p, t), tuple(off), tuple(size)))
+        out.append(("decoder.layers." + name, (L,) + shape, ch))
+
+    stacked("self_attention.linear_qkv.layer_norm_weight", (H,), None)
+    stacked("self_attention.linear_qkv.weight", (qkv, H), 0)
+    stacked("self_attention.linear_proj.weight", (H, a.heads * D), 1)
+    stacked("mlp.linear_fc1.layer_norm_weight", (H,), None)
+    stacked("mlp.linear_fc1.weight", (2 * F, H), "gated")
+    stacked("mlp.linear_fc2.weight", (H, F), 1)
+    out.append(("decoder.final_layernorm.weight", (H,), [(rank(P - 1, 0), (0,), (H,))]))
+    out.append(("output_layer.weight", (vpad, H),
+                [(rank(P - 1, t), (t * vpad // T, 0), (vpad // T, H)) for t in range(T)]))
+    return out, vpad
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("--tp", type=int, default=8)
+    ap.add_argument("--pp", type=int, default=4)
+    ap.add_argument("--layers", type=int, default=80)
+    ap.add_argument("--hidden", type=int, default=8192)
+    ap.add_argument("--ffn", type=int, default=28672)
+    ap.add_argument("--heads", type=int, default=64)
+    ap.add_argument("--groups", type=int, default=8)
+    ap.add_argument("--vocab", type=int, default=128256)
+    ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"))
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    assert a.layers % a.pp == 0 and a.groups % a.tp == 0 and a.ffn % a.tp == 0
+    rnd = random.Random(a.seed)
+    dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float32
+    it = os.path.join(a.out, "iter_0000001")
+    os.makedirs(it, exist_ok=True)
+    params, vpad = keys(a)
+    files = {}
+    sdm, planner, storage = {}, {}, {}
+    for name, shape, chunks in params:
+        metas = []
+        for i, (r, off, size) in enumerate(chunks):
+            rel = "__%d_0.distcp" % r
+            f = files.get(rel) or files.setdefault(rel, open(os.path.join(it, rel), "wb"))
+            t = sparse_zip.empty_hole(torch.Size(size).numel(), dtype).view(size)
+            sid = str(rnd.getrandbits(128)).zfill(40).encode()
+            start = f.tell()
+            length = sparse_zip.sparse_save_torch2(t, f, sid)
+            sparse_zip.forget_holes()
+            storage[gen_dcp.MetadataIndex(name, i, torch.Size(off))] = gen_dcp.StorageInfo(rel, start, length)
+            metas.append(gen_dcp.ChunkStorageMetadata(torch.Size(off), torch.Size(size)))
+        sdm[name] = gen_dcp.TensorStorageMetadata(gen_dcp.TensorProperties(dtype), torch.Size(shape), metas)
+        planner[name] = (name,)
+    for f in files.values():
+        f.truncate(f.tell())
+        f.close()
+    meta = gen_dcp.Metadata(sdm, planner, storage,
+                            gen_dcp.StorageMeta(gen_dcp._Path(os.path.abspath(it)), "%032x" % rnd.getrandbits(128),
+                                                None, []),
+                            "1.0.0")
+    with open(os.path.join(it, ".metadata"), "wb") as f:
+        pickle.dump(meta, f, protocol=5)
+    with open(os.path.join(it, "metadata.json"), "w") as f:
+        json.dump({"sharded_backend": "torch_dist", "sharded_backend_version": 1,
+                   "common_backend": "torch", "common_backend_version": 1}, f)
+    args = argparse.Namespace(
+        num_layers=a.layers, hidden_size=a.hidden, ffn_hidden_size=a.ffn,
+        num_attention_heads=a.heads, group_query_attention=True, num_query_groups=a.groups,
+        kv_channels=a.hidden // a.heads, vocab_size=a.vocab, padded_vocab_size=vpad,
+        max_position_embeddings=8192, norm_epsilon=1e-5, rotary_base=500000,
+        position_embedding_type="rope", normalization="RMSNorm", swiglu=True,
+        untie_embeddings_and_output_weights=True, add_bias_linear=False, add_qkv_bias=False,
+        tensor_model_parallel_size=a.tp, pipeline_model_parallel_size=a.pp,
+        expert_model_parallel_size=1, bf16=a.dtype == "bf16")
+    torch.save({"args": args, "checkpoint_version": 3.0, "iteration": 1}, os.path.join(it, "common.pt"))
+    with open(os.path.join(a.out, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write("1")
+    open(os.path.join(a.out, ".gen-done"), "w").close()
+
+
+if __name__ == "__main__":
+    main()

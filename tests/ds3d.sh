@@ -1,0 +1,252 @@
+#!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+# DeepSpeed checkpoints of models split across ranks (issue 30,
+# docs/deepspeed-3d.md), on real DeepSpeed 0.14.5 runs (tests/data/ds3d,
+# README.md there):
+#  - pipelines (PipelineModule layer files, mp_rank_YY per stage): ZeRO-1
+#    fp32 with a tied embedding and BF16_Optimizer; pytorch_model.bin (real
+#    torch.load) and model.safetensors equal to truth.pt bit for bit (keys,
+#    order, dtypes, shapes; the tied weight once, as
+#    tied_modules.embed.weight); -o dtype=bf16 equal to the module's own
+#    values (truth_module.pt); optim/ holds every param's states once,
+#    equal to what the ranks' partitions hold at the places
+#    param_slice_mappings records (check_ds3d_optim.py, the way
+#    ds_to_universal.py reads them);
+#    gatherfs-inspect ls, cat and verify; PipeDataParallelTopology's file
+#    names (layer_XX-model_states.pt); the universal view refused with
+#    one line, also from the layout JSON (which round-trips);
+#  - mixture of experts (expert files, expert parallel 2, ZeRO-2): the same,
+#    keys compared as a set (truth.pt's order is the harness's), each MoE
+#    layer's experts right after its gate in global id order;
+#  - tensor parallelism (TP 2, ZeRO-1) with universal_checkpoint_info
+#    patterns: the same, each param's slices put together as the patterns
+#    say (replicated: rank 0's; row parallel: on dim 1; else dim 0);
+#  - refusals, one line naming the file: a missing stage, a missing layer
+#    file, a missing rank's optimizer states file, a pipeline without ZeRO
+#    whose tied weight's name is not recorded, a missing or extra expert
+#    file, tensor parallelism without universal_checkpoint_info patterns, a
+#    pattern gatherfs does not evaluate, a param made by averaging, a
+#    missing tensor rank.
+. "${top_srcdir:-.}/tests/lib.sh"
+. "$top_srcdir/tests/mount-lib.sh"
+mount_setup
+DATA="$top_srcdir/tests/data/ds3d"
+CHECK="$top_srcdir/tests/tools/check_truth.py"
+OPTIM="$top_srcdir/tests/tools/check_ds3d_optim.py"
+
+# check_st FILE TRUTH: model.safetensors FILE holds TRUTH's tensors, bit for bit
+check_st() {
+	timeout 300 "$PYTHON3" - "$1" "$2" <<'PY' || fail "$1: differs from $2"
+import json, struct, sys, torch
+DT = {torch.float32: "F32", torch.bfloat16: "BF16"}
+want = torch.load(sys.argv[2])
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+head.pop("__metadata__", None)
+assert sorted(head) == sorted(want), "keys"
+for k, v in want.items():
+    h = head[k]
+    b, e = h["data_offsets"]
+    assert h["dtype"] == DT[v.dtype] and h["shape"] == list(v.shape), k
+    assert raw[8 + n + b:8 + n + e] == v.contiguous().view(torch.uint8).numpy().tobytes(), k
+PY
+}
+
+for c in pp2_dp2_z1_fp32_tied pp2_dp2_bf16; do
+	echo "== $c"
+	ck="$DATA/$c/checkpoint"
+	truth="$DATA/$c/truth.pt"
+	gfs_mount "$ck" "$T/mnt" 2>"$T/log" || fail "mount $c: $(cat "$T/log")"
+	grep -q "no DeepSpeed universal checkpoint view: a pipeline checkpoint (2 stages)" "$T/log" ||
+		fail "$c: no line on the universal view: $(cat "$T/log")"
+	[ -d "$T/mnt/global_step3_universal" ] && fail "$c: a universal view of a pipeline"
+	timeout 300 "$PYTHON3" "$CHECK" "$T/mnt/pytorch_model.bin" "$truth" || fail "$c: pytorch_model.bin"
+	check_st "$T/mnt/model.safetensors" "$truth"
+	for s in exp_avg exp_avg_sq step; do
+		[ "$(ls "$T/mnt/optim/$s" | wc -l)" -eq 52 ] || fail "$c: optim/$s: $(ls "$T/mnt/optim/$s")"
+	done
+	[ -f "$T/mnt/optim/exp_avg/tied_modules.embed.weight" ] || fail "$c: no state of the tied weight"
+	timeout 300 "$PYTHON3" "$OPTIM" "$T/mnt" "$ck/global_step3" pipe || fail "$c: optim/"
+	gfs_umount "$T/mnt" || fail "unmount"
+	timeout 60 "$INSPECT" ls "$ck" >"$T/ls" 2>"$T/err" || fail "inspect ls $c: $(cat "$T/err")"
+	[ "$(grep -c . "$T/ls")" -eq 53 ] || fail "inspect ls $c: $(cat "$T/ls")"
+	grep -q "DeepSpeed pipeline, 2 stages, ZeRO-1.*2 data-parallel ranks, tag global_step3" "$T/err" ||
+		fail "inspect ls $c: $(cat "$T/err")"
+	for name in tied_modules.embed.weight 5.fc2.weight 6.bias; do
+		timeout 60 "$INSPECT" cat "$ck" "$name" >"$T/cat" || fail "inspect cat $c $name"
+		timeout 60 "$PYTHON3" -c "
+import sys, torch
+t = torch.load(sys.argv[2])[sys.argv[3]]
+assert open(sys.argv[1], 'rb').read() == t.contiguous().numpy().tobytes(), sys.argv[3]
+" "$T/cat" "$truth" "$name" || fail "inspect cat $c $name: wrong bytes"
+	done
+	timeout 120 "$INSPECT" verify "$ck" >"$T/v" 2>&1 || fail "inspect verify $c: $(cat "$T/v")"
+done
+
+echo "== pp2_dp2_bf16 -o dtype=bf16: the module's own values"
+gfs_mount "$DATA/pp2_dp2_bf16/checkpoint" "$T/mnt" -o dtype=bf16 2>/dev/null || fail "mount bf16"
+timeout 300 "$PYTHON3" "$CHECK" "$T/mnt/pytorch_model.bin" "$DATA/pp2_dp2_bf16/truth_module.pt" ||
+	fail "dtype=bf16: pytorch_model.bin"
+check_st "$T/mnt/model.safetensors" "$DATA/pp2_dp2_bf16/truth_module.pt"
+gfs_umount "$T/mnt" || fail "unmount"
+
+echo "== moe_ep2_dp2_z2_fp32: MoE, expert parallel 2, ZeRO-2"
+ck="$DATA/moe_ep2_dp2_z2_fp32/checkpoint"
+truth="$DATA/moe_ep2_dp2_z2_fp32/truth.pt"
+gfs_mount "$ck" "$T/mnt" 2>"$T/log" || fail "mount moe: $(cat "$T/log")"
+grep -q "no DeepSpeed universal checkpoint view: a mixture-of-experts checkpoint: DeepSpeed 0.14.5 cannot load" "$T/log" ||
+	fail "moe: no line on the universal view: $(cat "$T/log")"
+# truth.pt's order is not the model's (the harness's): keys as a set, and
+# the experts of each MoE layer right after its gate, in global id order
+timeout 300 "$PYTHON3" - "$T/mnt/pytorch_model.bin" "$truth" <<'PY' || fail "moe: pytorch_model.bin"
+import sys, torch
+got, want = torch.load(sys.argv[1]), torch.load(sys.argv[2])
+assert set(got) == set(want), set(got) ^ set(want)
+for k, v in want.items():
+    assert got[k].dtype == v.dtype and got[k].shape == v.shape, k
+    assert torch.equal(got[k].view(torch.int32), v.view(torch.int32)), k
+keys = list(got)
+for b in (1, 2):
+    gate = keys.index(f"blocks.{b}.moe.deepspeed_moe.gate.wg.weight")
+    exp = [f"blocks.{b}.moe.deepspeed_moe.experts.deepspeed_experts.{e}.{n}"
+           for e in range(4) for n in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")]
+    assert keys[gate + 1:gate + 17] == exp, keys[gate:gate + 17]
+print("ok: moe:", len(want), "keys")
+PY
+check_st "$T/mnt/model.safetensors" "$truth"
+for s in exp_avg exp_avg_sq step; do
+	[ "$(ls "$T/mnt/optim/$s" | wc -l)" -eq 66 ] || fail "moe: optim/$s: $(ls "$T/mnt/optim/$s")"
+done
+timeout 300 "$PYTHON3" "$OPTIM" "$T/mnt" "$ck/global_step3" moe || fail "moe: optim/"
+gfs_umount "$T/mnt" || fail "unmount"
+timeout 60 "$INSPECT" ls "$ck" >/dev/null 2>"$T/err" || fail "inspect ls moe: $(cat "$T/err")"
+grep -q "DeepSpeed mixture of experts (8 experts in 2 MoE layers, expert-parallel size 2), ZeRO-2, 2 ranks" "$T/err" ||
+	fail "inspect ls moe: $(cat "$T/err")"
+timeout 120 "$INSPECT" verify "$ck" >"$T/v" 2>&1 || fail "inspect verify moe: $(cat "$T/v")"
+
+echo "== tp2_dp2_z1_fp32_uci: tensor parallel 2, ZeRO-1, universal_checkpoint_info patterns"
+ck="$DATA/tp2_dp2_z1_fp32_uci/checkpoint"
+truth="$DATA/tp2_dp2_z1_fp32_uci/truth.pt"
+gfs_mount "$ck" "$T/mnt" 2>"$T/log" || fail "mount tp: $(cat "$T/log")"
+grep -q "no DeepSpeed universal checkpoint view: a tensor-parallel checkpoint (2 tensor ranks)" "$T/log" ||
+	fail "tp: no line on the universal view: $(cat "$T/log")"
+timeout 300 "$PYTHON3" "$CHECK" "$T/mnt/pytorch_model.bin" "$truth" || fail "tp: pytorch_model.bin"
+check_st "$T/mnt/model.safetensors" "$truth"
+for s in exp_avg exp_avg_sq step; do
+	[ "$(ls "$T/mnt/optim/$s" | wc -l)" -eq 28 ] || fail "tp: optim/$s: $(ls "$T/mnt/optim/$s")"
+done
+timeout 300 "$PYTHON3" "$OPTIM" "$T/mnt" "$ck/global_step3" tp || fail "tp: optim/"
+# a row-parallel weight's moments are put together like its master
+[ "$(wc -c <"$T/mnt/optim/exp_avg/blocks.1.fc2.weight")" -eq $((32 * 64 * 4)) ] ||
+	fail "tp: optim/exp_avg/blocks.1.fc2.weight: $(wc -c <"$T/mnt/optim/exp_avg/blocks.1.fc2.weight") bytes"
+gfs_umount "$T/mnt" || fail "unmount"
+timeout 60 "$INSPECT" ls "$ck" >"$T/ls" 2>"$T/err" || fail "inspect ls tp: $(cat "$T/err")"
+grep -q "^blocks.1.fc2.weight  *float32  *\[32, 64\]" "$T/ls" || fail "inspect ls tp: $(cat "$T/ls")"
+grep -q "DeepSpeed tensor parallel, 2 tensor ranks, ZeRO-1, 2 data-parallel ranks" "$T/err" ||
+	fail "inspect ls tp: $(cat "$T/err")"
+timeout 120 "$INSPECT" verify "$ck" >"$T/v" 2>&1 || fail "inspect verify tp: $(cat "$T/v")"
+
+echo "== PipeDataParallelTopology names: layer_XX-model_states.pt"
+rm -rf "$T/pd"
+cp -r "$DATA/pp2_dp2_bf16/checkpoint" "$T/pd"
+chmod -R u+w "$T/pd"
+# each layer file renamed, its zip folder too (as torch.save names it)
+timeout 120 "$PYTHON3" - "$T/pd/global_step3" <<'PY' || fail "rename layer files"
+import glob, os, sys, zipfile
+for f in glob.glob(os.path.join(sys.argv[1], "layer_*-model_00-model_states.pt")):
+    new = f.replace("-model_00-model_states.pt", "-model_states.pt")
+    old_pre = os.path.basename(f)[:-3] + "/"
+    new_pre = os.path.basename(new)[:-3] + "/"
+    with zipfile.ZipFile(f) as zin, zipfile.ZipFile(new, "w") as zout:
+        for zi in zin.infolist():
+            data = zin.read(zi.filename)
+            zi.filename = new_pre + zi.filename[len(old_pre):]
+            zout.writestr(zi, data)
+    os.remove(f)
+PY
+gfs_mount "$T/pd" "$T/mnt" 2>/dev/null || fail "mount pd"
+timeout 300 "$PYTHON3" "$CHECK" "$T/mnt/pytorch_model.bin" "$DATA/pp2_dp2_bf16/truth.pt" || fail "pd: pytorch_model.bin"
+gfs_umount "$T/mnt" || fail "unmount"
+rm "$T/pd/global_step3/layer_05-model_states.pt"
+expect_mount_fail "global_step3/layer_05-model_states.pt is missing: param 5.ln1.weight of pipeline stage 1" "$T/pd" "$T/mnt"
+
+echo "== layout JSON round trip: still no universal view"
+for c in "pp2_dp2_bf16:a pipeline checkpoint (2 stages)" "moe_ep2_dp2_z2_fp32:a mixture-of-experts checkpoint" \
+	"tp2_dp2_z1_fp32_uci:a tensor-parallel checkpoint (2 tensor ranks)"; do
+	ck="$DATA/${c%%:*}/checkpoint"
+	timeout 60 "$INSPECT" layout "$ck" >"$T/layout.json" || fail "layout ${c%%:*}"
+	timeout 60 "$INSPECT" layout --layout "$T/layout.json" | cmp - "$T/layout.json" ||
+		fail "${c%%:*}: JSON round trip"
+	gfs_mount "$T/layout.json" "$T/mnt" 2>"$T/log" || fail "mount the layout JSON of ${c%%:*}"
+	grep -q "no DeepSpeed universal checkpoint view: ${c#*:}" "$T/log" ||
+		fail "${c%%:*}: layout JSON: $(cat "$T/log")"
+	timeout 300 "$PYTHON3" "$CHECK" "$T/mnt/pytorch_model.bin" "$ck/../truth.pt" >/dev/null 2>"$T/err" ||
+		[ "${c%%:*}" = moe_ep2_dp2_z2_fp32 ] || fail "${c%%:*}: layout JSON: $(cat "$T/err")"
+	gfs_umount "$T/mnt" || fail "unmount"
+done
+
+echo "== refusals"
+# refuse PATTERN DIR: the mount and gatherfs-inspect both refuse DIR with one line
+refuse() {
+	expect_mount_fail "$1" "$2" "$T/mnt"
+	if timeout 60 "$INSPECT" ls "$2" >/dev/null 2>"$T/ierr"; then
+		fail "inspect ls $2 succeeded"
+	fi
+	[ "$(wc -l <"$T/ierr")" -eq 1 ] && grep -q -- "$1" "$T/ierr" || fail "inspect: $(cat "$T/ierr")"
+}
+fresh() {
+	rm -rf "$T/bad"
+	cp -r "$DATA/$1/checkpoint" "$T/bad"
+	chmod -R u+w "$T/bad"
+}
+G="$T/bad/global_step3"
+
+fresh pp2_dp2_z1_fp32_tied; rm "$G"/*mp_rank_01*
+refuse "global_step3/mp_rank_01_model_states.pt is missing: mp_rank_00_model_states.pt says 2 model-parallel ranks" "$T/bad"
+fresh pp2_dp2_z1_fp32_tied; rm "$G/mp_rank_01_model_states.pt"
+refuse "global_step3/mp_rank_01_model_states.pt is missing (pipeline stage 1)" "$T/bad"
+fresh pp2_dp2_bf16; rm "$G/layer_04-model_00-model_states.pt"
+refuse "global_step3/layer_04-model_00-model_states.pt is missing: param 4.ln1.weight of pipeline stage 1" "$T/bad"
+fresh pp2_dp2_z1_fp32_tied; rm "$G/layer_00-model_00-model_states.pt"
+refuse "global_step3/layer_00-model_00-model_states.pt is missing" "$T/bad"
+fresh pp2_dp2_bf16; rm "$G/bf16_zero_pp_rank_1_mp_rank_01_optim_states.pt"
+refuse "optimizer states file of rank 1 (of 2) is missing" "$T/bad"
+fresh pp2_dp2_z1_fp32_tied; rm "$G"/zero_pp_rank_*_mp_rank_01_optim_states.pt
+refuse "global_step3/zero_pp_rank_0_mp_rank_01_optim_states.pt is missing" "$T/bad"
+fresh pp2_dp2_z1_fp32_tied; cp "$DATA/pp2_dp2_bf16/checkpoint/global_step3/layer_03-model_00-model_states.pt" "$G/layer_03-model_states.pt"
+refuse "global_step3: two files for rank 3: layer_03-" "$T/bad"
+refuse "the stages' optimizers hold 53 params but the layer files 52 tensors: a TiedLayerSpec weight shared by stages" \
+	"$DATA/pp2_dp1_z0_fp32_tied/checkpoint"
+fresh moe_ep2_dp2_z2_fp32; rm "$G/layer_1_expert_2_mp_rank_00_model_states.pt"
+refuse "global_step3/layer_1_expert_2_mp_rank_00_model_states.pt is missing: expert 2 of MoE layer 1 (num_experts in mp_rank_00_model_states.pt)" "$T/bad"
+fresh moe_ep2_dp2_z2_fp32; cp "$G/layer_1_expert_2_mp_rank_00_model_states.pt" "$G/layer_1_expert_4_mp_rank_00_model_states.pt"
+refuse "global_step3: 9 expert files, but num_experts in mp_rank_00_model_states.pt says 8: expert files of two saves" "$T/bad"
+fresh moe_ep2_dp2_z2_fp32; rm "$G/zero_pp_rank_1_mp_rank_00_optim_states.pt"
+refuse "optimizer states file of rank 1 (of 2) is missing" "$T/bad"
+# uci FILE PYTHON: re-save mp_rank file FILE with real torch.save after
+# PYTHON on its universal_checkpoint_info `u` (del: none)
+uci() {
+	timeout 120 "$PYTHON3" - "$1" "$2" <<'PY' || fail "rewrite $1"
+import sys, torch
+ck = torch.load(sys.argv[1])
+u = ck["universal_checkpoint_info"]
+exec(sys.argv[2])
+if u is None:
+    del ck["universal_checkpoint_info"]
+else:
+    ck["universal_checkpoint_info"] = u
+torch.save(ck, sys.argv[1])
+PY
+}
+fresh tp2_dp2_z1_fp32_uci; uci "$G/mp_rank_00_model_states.pt" "u = None"
+refuse "global_step3: 2 tensor-parallel ranks and no universal_checkpoint_info patterns in mp_rank_00_model_states.pt: which dimension each param is split on is not recorded" "$T/bad"
+fresh tp2_dp2_z1_fp32_uci; uci "$G/mp_rank_00_model_states.pt" "u['parameter_with_row_parallelism_patterns'].append(r'(fc|proj)3')"
+refuse "universal_checkpoint_info parameter_with_row_parallelism_patterns pattern (fc|proj)3 uses a regular-expression feature gatherfs does not evaluate" "$T/bad"
+fresh tp2_dp2_z1_fp32_uci; uci "$G/mp_rank_00_model_states.pt" "u['parameter_to_average_patterns'] = [r'.*qkv\.b\w+']"
+refuse "param blocks.0.qkv.bias matches universal_checkpoint_info parameter_to_average_patterns: made by arithmetic on the slices, not served" "$T/bad"
+fresh tp2_dp2_z1_fp32_uci; rm "$G/mp_rank_01_model_states.pt"
+refuse "global_step3/mp_rank_01_model_states.pt is missing (tensor rank 1)" "$T/bad"
+fresh tp2_dp2_z1_fp32_uci; rm "$G"/*mp_rank_01*
+refuse "global_step3/mp_rank_01_model_states.pt is missing: mp_rank_00_model_states.pt says 2 model-parallel ranks" "$T/bad"
+echo "ok"
