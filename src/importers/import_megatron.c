@@ -27,7 +27,7 @@
 #include "gatherfs/importers/naming.h"
 #include "gatherfs/util/json.h"
 #include "gatherfs/readers/pickle.h"
-#include "gatherfs/readers/torchzip.h"
+#include "gatherfs/readers/torchfile.h"
 
 #define MG_MAX_PICKLE ((uint64_t)1 << 30)
 #define MG_MAX_RANKS 4096   /* bound on each parallel size */
@@ -169,53 +169,6 @@ static void rank_dir(const mg_args *a, int64_t tp, int64_t pp, int64_t ep, char 
 		snprintf(buf + k, n - (size_t)k, "_%03lld", (long long)ep);
 }
 
-/* open_file(): open dir/rel, load its data.pkl into *pk; *zip, *fd, *size stay open. */
-static gfs_err open_file(const char *path, int *fd, uint64_t *size, gfs_tzip **zip,
-			 gfs_pickle **pk)
-{
-	struct stat st;
-	const gfs_tzip_record *rec;
-	char label[PATH_MAX + 64];
-	uint8_t *buf = NULL;
-	size_t len = 0;
-	gfs_err err;
-
-	*fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (*fd < 0)
-		return gfs_fail(errno == ENOENT ? GFS_ERR_NOTFOUND : GFS_ERR_IO, "%s: %s", path,
-				strerror(errno));
-	if (fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode))
-		return gfs_fail(GFS_ERR_FORMAT, "%s: not a regular file", path);
-	*size = (uint64_t)st.st_size;
-	if (*size == 0)
-		return gfs_fail(GFS_ERR_FORMAT, "%s: empty file (0 bytes), not a torch checkpoint", path);
-	err = gfs_tzip_open(*fd, 0, *size, path, NULL, zip);
-	if (err)
-		return err;
-	rec = gfs_tzip_find(*zip, "data.pkl");
-	if (!rec)
-		return gfs_fail(GFS_ERR_FORMAT, "%s: no data.pkl in the archive", path);
-	err = gfs_tzip_read_record(*zip, rec, MG_MAX_PICKLE, &buf, &len);
-	if (err)
-		return err;
-	snprintf(label, sizeof(label), "%s:%s", path, rec->name);
-	err = gfs_pickle_load(buf, len, label, NULL, pk);
-	free(buf);
-	if (!err && (!gfs_pickle_root(*pk) || gfs_pickle_root(*pk)->kind != GFS_PV_DICT))
-		err = gfs_fail(GFS_ERR_FORMAT, "%s: its pickle holds no dict: not a Megatron-LM checkpoint file",
-			       path);
-	return err;
-}
-
-/* close_file(): undo open_file(). */
-static void close_file(int fd, gfs_tzip *zip, gfs_pickle *pk)
-{
-	gfs_pickle_free(pk);
-	gfs_tzip_close(zip);
-	if (fd >= 0)
-		close(fd);
-}
-
 /*
  * probe_args(): the args of the file at path: its parallel sizes, and in
  * *arch (its source src) the architecture they describe.
@@ -226,14 +179,15 @@ static gfs_err probe_args(const char *path, const char *src, mg_args *a, gfs_arc
 	gfs_pickle *pk = NULL;
 	uint64_t size;
 	int fd = -1;
-	gfs_err err = open_file(path, &fd, &size, &zip, &pk);
+	gfs_err err = gfs_torch_open(path, MG_MAX_PICKLE, "a Megatron-LM checkpoint file", &fd,
+				&size, &zip, &pk);
 
 	if (!err)
 		err = read_args(gfs_pickle_root(pk), path, a);
 	if (!err)
 		err = gfs_arch_from_args(gfs_pv_dict_get(gfs_pickle_root(pk), "args")->u.obj.state,
 					 src, arch);
-	close_file(fd, zip, pk);
+	gfs_torch_close(fd, zip, pk);
 	return err;
 }
 
@@ -445,7 +399,8 @@ static gfs_err read_file(mg_import *mg, const mg_args *a, int64_t tp, int64_t pp
 	if (!nf[mg->nfiles])
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	mg->nfiles++;
-	err = open_file(path, &fd, &size, &zip, &pk);
+	err = gfs_torch_open(path, MG_MAX_PICKLE, "a Megatron-LM checkpoint file", &fd,
+				&size, &zip, &pk);
 	if (err == GFS_ERR_NOTFOUND)
 		err = gfs_fail(GFS_ERR_NOTFOUND,
 			       "%s: missing: the file of tensor rank %lld, pipeline stage %lld, expert rank %lld of a TP %lld x PP %lld x EP %lld save",
@@ -529,7 +484,7 @@ static gfs_err read_file(mg_import *mg, const mg_args *a, int64_t tp, int64_t pp
 			err = push(mg, &e);
 	}
 out:
-	close_file(fd, zip, pk);
+	gfs_torch_close(fd, zip, pk);
 	return err;
 }
 
@@ -989,7 +944,8 @@ static gfs_err dist_args(const char *idir, gfs_arch *arch, char *src, bool *have
 	*have = false;
 	if ((size_t)snprintf(path, sizeof(path), "%s/common.pt", idir) >= sizeof(path))
 		return gfs_fail(GFS_ERR_INVAL, "%s: path too long", idir);
-	err = open_file(path, &fd, &size, &zip, &pk);
+	err = gfs_torch_open(path, MG_MAX_PICKLE, "a Megatron-LM checkpoint file", &fd,
+				&size, &zip, &pk);
 	if (err == GFS_ERR_NOTFOUND)
 		err = gfs_fail(GFS_ERR_FORMAT, "%s: missing: every torch_dist checkpoint has one", path);
 	if (!err) {
@@ -1003,7 +959,7 @@ static gfs_err dist_args(const char *idir, gfs_arch *arch, char *src, bool *have
 			err = gfs_fail(GFS_ERR_FORMAT, "%s: args is not an argparse.Namespace", path);
 		}
 	}
-	close_file(fd, zip, pk);
+	gfs_torch_close(fd, zip, pk);
 	return err;
 }
 

@@ -17,7 +17,7 @@
 
 #include "gatherfs/importers/import_rankdict.h"
 #include "gatherfs/readers/pickle.h"
-#include "gatherfs/readers/torchzip.h"
+#include "gatherfs/readers/torchfile.h"
 #include "gatherfs/util/json.h"
 
 #define RD_MAX_PICKLE ((uint64_t)1 << 30)
@@ -337,51 +337,6 @@ static gfs_err check_config(const char *dir, uint32_t world)
 			       path, (unsigned long long)ws, world);
 	cJSON_Delete(j);
 	return err;
-}
-
-/* open_file(): open path, load its data.pkl into *pk; *zip, *fd, *size stay open. */
-static gfs_err open_file(const char *path, int *fd, uint64_t *size, gfs_tzip **zip,
-			 gfs_pickle **pk)
-{
-	struct stat st;
-	const gfs_tzip_record *rec;
-	char label[PATH_MAX + 64];
-	uint8_t *buf = NULL;
-	size_t len = 0;
-	gfs_err err;
-
-	*fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (*fd < 0)
-		return gfs_fail(errno == ENOENT ? GFS_ERR_NOTFOUND : GFS_ERR_IO, "%s: %s", path,
-				strerror(errno));
-	if (fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode))
-		return gfs_fail(GFS_ERR_FORMAT, "%s: not a regular file", path);
-	*size = (uint64_t)st.st_size;
-	if (*size == 0)
-		return gfs_fail(GFS_ERR_FORMAT, "%s: empty file (0 bytes), not a torch checkpoint", path);
-	err = gfs_tzip_open(*fd, 0, *size, path, NULL, zip);
-	if (err)
-		return err;
-	rec = gfs_tzip_find(*zip, "data.pkl");
-	if (!rec)
-		return gfs_fail(GFS_ERR_FORMAT, "%s: no data.pkl in the archive", path);
-	err = gfs_tzip_read_record(*zip, rec, RD_MAX_PICKLE, &buf, &len);
-	if (err)
-		return err;
-	snprintf(label, sizeof(label), "%s:%s", path, rec->name);
-	err = gfs_pickle_load(buf, len, label, NULL, pk);
-	free(buf);
-	if (!err && (!gfs_pickle_root(*pk) || gfs_pickle_root(*pk)->kind != GFS_PV_DICT))
-		err = gfs_fail(GFS_ERR_FORMAT, "%s: its pickle holds no dict: not a state dict", path);
-	return err;
-}
-
-static void close_file(int fd, gfs_tzip *zip, gfs_pickle *pk)
-{
-	gfs_pickle_free(pk);
-	gfs_tzip_close(zip);
-	if (fd >= 0)
-		close(fd);
 }
 
 /*
@@ -716,7 +671,8 @@ static gfs_err read_rank(rd_import *ri, uint32_t r, const char *name)
 
 	if ((size_t)snprintf(path, sizeof(path), "%s/%s", ri->dir, name) >= sizeof(path))
 		return gfs_fail(GFS_ERR_INVAL, "%s: path too long", ri->dir);
-	err = open_file(path, &fd, &size, &zip, &pk);
+	err = gfs_torch_open(path, RD_MAX_PICKLE, "a state dict", &fd,
+				&size, &zip, &pk);
 	if (!err)
 		err = gfs_layout_add_source(ri->l, name, size, &src);
 	if (!err)
@@ -777,7 +733,7 @@ static gfs_err read_rank(rd_import *ri, uint32_t r, const char *name)
 		}
 	}
 out:
-	close_file(fd, zip, pk);
+	gfs_torch_close(fd, zip, pk);
 	return err;
 }
 
@@ -1037,7 +993,8 @@ static gfs_err read_optim_rank(rd_import *ri, uint32_t r, const char *name)
 
 	if ((size_t)snprintf(path, sizeof(path), "%s/%s", ri->dir, name) >= sizeof(path))
 		return gfs_fail(GFS_ERR_INVAL, "%s: path too long", ri->dir);
-	err = open_file(path, &fd, &size, &zip, &pk);
+	err = gfs_torch_open(path, RD_MAX_PICKLE, "a state dict", &fd,
+				&size, &zip, &pk);
 	if (err == GFS_ERR_NOTFOUND)
 		err = gfs_fail(GFS_ERR_FORMAT, "%s: missing (rank %u of %u)", path, r, ri->world);
 	if (!err)
@@ -1100,7 +1057,7 @@ static gfs_err read_optim_rank(rd_import *ri, uint32_t r, const char *name)
 			       ri->nokeys);
 out:
 	free(names);
-	close_file(fd, zip, pk);
+	gfs_torch_close(fd, zip, pk);
 	return err;
 }
 
