@@ -62,6 +62,33 @@ for c in fsdp2_ws1 fsdp2_ws2 fsdp2_ws3_untied fsdp2_ws4_hsdp2x2 fsdp1_ws2; do
 done
 grep -q "FSDP1 ShardedTensor), world size 2" "$T/err" || fail "fsdp1_ws2: $(cat "$T/err")"
 
+echo "== HSDP replicas: served from one, compared by verify"
+timeout 120 "$INSPECT" verify "$DATA/fsdp2_ws4_hsdp2x2" >"$T/v" 2>&1 || fail "verify hsdp: $(cat "$T/v")"
+grep -q "^OK: 40 replicas equal the copy served" "$T/v" || fail "hsdp: replicas not compared: $(cat "$T/v")"
+rm -rf "$T/hsdp" && cp -r "$DATA/fsdp2_ws4_hsdp2x2" "$T/hsdp" && chmod -R u+w "$T/hsdp"
+# flip a payload byte of rank 3's (a replica's) first storage record
+timeout 60 "$PYTHON3" - "$T/hsdp/global_step_2/actor/model_world_size_4_rank_3.pt" <<'PY' || fail "flip a replica byte"
+import struct, sys, zipfile
+path = sys.argv[1]
+z = zipfile.ZipFile(path)
+info = next(i for i in z.infolist() if "/data/" in i.filename and i.file_size >= 16)
+with open(path, "r+b") as f:
+    f.seek(info.header_offset)
+    h = f.read(30)
+    off = info.header_offset + 30 + struct.unpack("<H", h[26:28])[0] + struct.unpack("<H", h[28:30])[0]
+    f.seek(off + 8)
+    b = f.read(1)
+    f.seek(off + 8)
+    f.write(bytes([b[0] ^ 0x40]))
+PY
+if timeout 120 "$INSPECT" verify "$T/hsdp" >"$T/v" 2>"$T/err"; then
+	fail "verify passed a differing replica"
+fi
+grep -q "^REPLICA DIFFERS: .* bytes \[.*model_world_size_4_rank_3.pt at offset .* holds other values" "$T/v" ||
+	fail "verify: no REPLICA DIFFERS line: $(cat "$T/v" "$T/err")"
+grep -q "1 of 40 replicas differ from the copy served" "$T/err" || fail "verify: $(cat "$T/err")"
+check_mount "$T/hsdp" "$DATA/fsdp2_ws4_hsdp2x2/truth.pt" "$TIE"
+
 echo "== optim/ (FSDP2: states by parameter index, tied pair counted once)"
 for c in fsdp2_ws2 fsdp2_ws3_untied; do
 	gfs_mount "$DATA/$c" "$T/mnt" 2>"$T/note" || fail "mount $c: $(cat "$T/note")"

@@ -705,13 +705,58 @@ static bool report_unsummed(const gfs_layout *l)
 	return bytes != 0;
 }
 
+/*
+ * check_replicas(): compare every replica (gfs_layout.replicas) with the
+ * tensor bytes served at its place, using buf and rb (IO_CHUNK bytes each);
+ * print one line per replica that differs.  *ndiff: how many differ,
+ * *bytes: bytes compared.
+ */
+static gfs_err check_replicas(const gfs_layout *l, gfs_srcset *s, uint8_t *buf, uint8_t *rb,
+			      size_t *ndiff, uint64_t *bytes)
+{
+	gfs_err err = GFS_OK;
+
+	*ndiff = 0;
+	*bytes = 0;
+	for (size_t i = 0; !err && i < l->nreplicas; i++) {
+		const gfs_replica *r = &l->replicas[i];
+		const gfs_source *src = &l->sources[r->p.src];
+		bool same = true;
+
+		for (uint64_t k = 0; !err && same && k < r->p.count; k++) {
+			const uint64_t toff = r->p.toff + k * r->p.dst_stride;
+			const uint64_t soff = r->p.src_off + k * r->p.src_stride;
+
+			err = gfs_srcset_check(l, s, r->p.src);
+			for (uint64_t o = 0; !err && same && o < r->p.len; o += IO_CHUNK) {
+				const size_t n = r->p.len - o < IO_CHUNK ? (size_t)(r->p.len - o) : IO_CHUNK;
+
+				err = gfs_tensor_read(l, s, r->ti, GFS_DT_INVALID, toff + o, buf, n);
+				if (!err)
+					err = gfs_pread_full(gfs_srcset_fd(s, r->p.src), rb, n, soff + o,
+							     src->path);
+				if (!err && memcmp(buf, rb, n) != 0) {
+					same = false;
+					out_ok(printf("REPLICA DIFFERS: %s bytes [%" PRIu64 ", %" PRIu64
+						      "): %s at offset %" PRIu64 " holds other values\n",
+						      l->tensors[r->ti].name, toff + o, toff + o + n, src->path,
+						      soff + o));
+				}
+				*bytes += n;
+			}
+		}
+		*ndiff += !same;
+	}
+	return err;
+}
+
 static int cmd_verify(const gfs_layout *l)
 {
 	gfs_srcset *s = NULL;
 	uint8_t *buf = malloc(IO_CHUNK);
-	uint64_t bytes = 0, pieces = 0, aliases = 0, nonfinite = 0;
+	uint64_t bytes = 0, pieces = 0, aliases = 0, nonfinite = 0, rbytes = 0;
 	gfs_integrity_stats st = { 0 };
-	size_t nbad = 0;
+	size_t nbad = 0, ndiff = 0;
 	bool unsummed;
 	const double t0 = now_s();
 	gfs_err err;
@@ -755,10 +800,22 @@ static int cmd_verify(const gfs_layout *l)
 		}
 		bytes += off;
 	}
+	if (!err && l->nreplicas) {
+		uint8_t *rb = malloc(IO_CHUNK);
+
+		err = rb ? check_replicas(l, s, buf, rb, &ndiff, &rbytes)
+			 : gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		free(rb);
+	}
 	free(buf);
 	gfs_srcset_close(s);
 	if (err)
 		return fail();
+	if (ndiff) {
+		fprintf(stderr, "gatherfs-inspect: %zu of %zu replicas differ from the copy served\n",
+			ndiff, l->nreplicas);
+		return 1;
+	}
 	dt = now_s() - t0;
 	out_ok(printf("OK: %zu entries (%" PRIu64 " aliases)", l->ntensors, aliases));
 	if (l->noptim)
@@ -768,6 +825,9 @@ static int cmd_verify(const gfs_layout *l)
 	out_ok(printf("OK: %zu zip records match their stored CRC-32 (%" PRIu64
 		      " source bytes read, %zu zstd frames decompressed, %zu of them with a content checksum) in %.3f s\n",
 		      st.checked, st.bytes, st.frames, st.frames_sum, dt_crc));
+	if (l->nreplicas)
+		out_ok(printf("OK: %zu replicas equal the copy served (%" PRIu64 " bytes compared)\n",
+			      l->nreplicas, rbytes));
 	unsummed = report_unsummed(l);
 	if (nonfinite)
 		out_ok(printf("note: %" PRIu64 " NaN or infinite floating-point values\n", nonfinite));

@@ -42,6 +42,7 @@ typedef struct rd_view {
 typedef struct rd_part {
 	uint32_t src;
 	uint32_t rank;
+	bool replica;   /* a Replicate coordinate other than 0: compared by verify, not served */
 	uint64_t off;
 	int64_t lo[GFS_PV_MAX_DIMS];
 	int64_t n[GFS_PV_MAX_DIMS];
@@ -395,7 +396,7 @@ static gfs_err local_bytes(rd_import *ri, const gfs_tzip *zip, uint32_t src, con
 
 /* add_part(): append a box of key k. */
 static gfs_err add_part(rd_key *k, uint32_t r, uint32_t src, uint64_t off, const int64_t *lo,
-		       const int64_t *n)
+		       const int64_t *n, bool replica)
 {
 	rd_part *p;
 
@@ -405,6 +406,7 @@ static gfs_err add_part(rd_key *k, uint32_t r, uint32_t src, uint64_t off, const
 	memset(p, 0, sizeof(*p));
 	p->src = src;
 	p->rank = r;
+	p->replica = replica;
 	p->off = off;
 	memcpy(p->lo, lo, k->ndim * sizeof(*lo));
 	memcpy(p->n, n, k->ndim * sizeof(*n));
@@ -582,7 +584,7 @@ static gfs_err read_value(rd_import *ri, uint32_t r, const gfs_tzip *zip, uint32
 			return err;
 		set_view(k, t);
 		err = local_bytes(ri, zip, src, path, k->name, t, k->dtype, n, t->ndim, &off);
-		return err ? err : add_part(k, r, src, off, lo, n);
+		return err ? err : add_part(k, r, src, off, lo, n, false);
 	}
 	wc = gfs_pv_wrapper_class(v, NULL);
 	if (wc && strcmp(wc, "DTensor") == 0) {
@@ -617,7 +619,7 @@ static gfs_err read_value(rd_import *ri, uint32_t r, const gfs_tzip *zip, uint32
 			return err;
 		set_view(k, dt.local);
 		err = local_bytes(ri, zip, src, path, k->name, dt.local, k->dtype, n, k->ndim, &off);
-		return err || !keep ? err : add_part(k, r, src, off, lo, n);
+		return err ? err : add_part(k, r, src, off, lo, n, !keep);
 	}
 	if (wc && strcmp(wc, "ShardedTensor") == 0) {
 		gfs_pv_stensor *st = gfs_calloc(1, sizeof(*st));
@@ -639,7 +641,7 @@ static gfs_err read_value(rd_import *ri, uint32_t r, const gfs_tzip *zip, uint32
 				err = local_bytes(ri, zip, src, path, k->name, ls->t, k->dtype, ls->size,
 						  k->ndim, &off);
 			if (!err)
-				err = add_part(k, r, src, off, ls->off, ls->size);
+				err = add_part(k, r, src, off, ls->off, ls->size, false);
 		}
 		free(st);
 		return err;
@@ -764,7 +766,8 @@ static gfs_err add_box(rd_import *ri, const rd_key *k, size_t ti, const rd_part 
 		gfs_piece pc = { .kind = GFS_PIECE_FILE, .src = p->src, .src_off = p->off, .count = 1,
 				 .toff = 0, .len = inner };
 
-		return gfs_layout_add_general(ri->l, ti, &pc);
+		return p->replica ? gfs_layout_add_replica(ri->l, ti, &pc)
+				  : gfs_layout_add_general(ri->l, ti, &pc);
 	}
 	run = (uint64_t)p->n[last] * gstride[last];
 	if (last >= 1)
@@ -794,7 +797,8 @@ static gfs_err add_box(rd_import *ri, const rd_key *k, size_t ti, const rd_part 
 		} else {
 			pc.count = 1;
 		}
-		err = gfs_layout_add_general(ri->l, ti, &pc);
+		err = p->replica ? gfs_layout_add_replica(ri->l, ti, &pc)
+				 : gfs_layout_add_general(ri->l, ti, &pc);
 		if (err)
 			return err;
 		src += run * outer;
@@ -831,7 +835,8 @@ static gfs_err check_tiles(const rd_import *ri, const rd_key *k)
 		for (size_t b = a + 1; b < k->nparts; b++) {
 			const uint32_t ra = k->parts[a].rank, rb = k->parts[b].rank;
 
-			if (!boxes_meet(k, &k->parts[a], &k->parts[b]))
+			if (k->parts[a].replica || k->parts[b].replica ||
+			    !boxes_meet(k, &k->parts[a], &k->parts[b]))
 				continue;
 			if (k->state) {
 				snprintf(fa, sizeof(fa), "optim_world_size_%u_rank_%u.pt", ri->world, ra);
@@ -844,7 +849,7 @@ static gfs_err check_tiles(const rd_import *ri, const rd_key *k)
 					ri->dir, fb, what, fa);
 		}
 	for (size_t j = 0; j < k->nparts; j++) {
-		uint64_t c = 1;
+		uint64_t c = !k->parts[j].replica;
 
 		for (uint32_t d = 0; d < k->ndim; d++)
 			c *= (uint64_t)k->parts[j].n[d];

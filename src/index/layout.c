@@ -72,6 +72,7 @@ void gfs_layout_free(gfs_layout *l)
 		free(l->omitted[i].text);
 	}
 	free(l->omitted);
+	free(l->replicas);
 	for (size_t i = 0; i < l->nsources; i++) {
 		free(l->sources[i].path);
 		free(l->sources[i].abspath);
@@ -628,6 +629,35 @@ gfs_err gfs_layout_add_omitted(gfs_layout *l, const char *name, const char *why)
 {
 	assert(l && name && why);
 	return push_text(&l->omitted, &l->nomitted, name, why);
+}
+
+gfs_err gfs_layout_add_replica(gfs_layout *l, size_t ti, const gfs_piece *p)
+{
+	const gfs_tensor *t;
+	uint64_t end, src_end;
+
+	assert(l && !l->finished && p && ti < gfs_layout_nentries(l));
+	t = &l->tensors[ti];
+	if (t->alias_of >= 0 || p->kind != GFS_PIECE_FILE || p->src >= l->nsources ||
+	    p->len == 0 || p->count == 0 ||
+	    (p->count > 1 && (p->dst_stride <= p->len || p->src_stride < p->len)))
+		return gfs_fail(GFS_ERR_FORMAT, "tensor %s: a malformed replica piece", t->name);
+	end = p->count > 1 ? p->toff + (p->count - 1) * p->dst_stride + p->len : p->toff + p->len;
+	src_end = p->count > 1 ? p->src_off + (p->count - 1) * p->src_stride + p->len
+			       : p->src_off + p->len;
+	if (end > t->nbytes || end < p->toff || src_end > l->sources[p->src].size ||
+	    src_end < p->src_off)
+		return gfs_fail(GFS_ERR_FORMAT, "tensor %s: a replica piece outside the tensor or %s",
+				t->name, l->sources[p->src].path);
+	if (!gfs_grow((void **)&l->replicas, &l->nreplicas_cap, l->nreplicas, sizeof(*l->replicas),
+		      8))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	l->replicas[l->nreplicas].ti = ti;
+	l->replicas[l->nreplicas].p = *p;
+	if (p->count == 1)
+		l->replicas[l->nreplicas].p.dst_stride = l->replicas[l->nreplicas].p.src_stride = 0;
+	l->nreplicas++;
+	return GFS_OK;
 }
 
 gfs_err gfs_layout_add_object(gfs_layout *l, const char *name, uint32_t src,

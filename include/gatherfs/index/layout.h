@@ -354,6 +354,18 @@ typedef struct gfs_text {
 	char *text;
 } gfs_text;
 
+/*
+ * A replica: bytes of a source that hold the same values as some bytes of
+ * an entry that the layout serves from elsewhere (an HSDP replica
+ * rank's shard, a tensor-parallel rank's copy of a replicated parameter).
+ * Never served; `gatherfs-inspect verify` compares them.  p is a FILE
+ * piece in the tensor's byte space (p.toff, runs, strides) reading src.
+ */
+typedef struct gfs_replica {
+	size_t ti;
+	gfs_piece p;
+} gfs_replica;
+
 typedef struct gfs_layout {
 	char *format;   /* source format: "deepspeed", "json", ... */
 	char *info;     /* one line describing the checkpoint, may be NULL */
@@ -367,6 +379,9 @@ typedef struct gfs_layout {
 	gfs_text *texts;  /* generated root files (gfs_layout_add_text()) */
 	size_t ntexts;
 	gfs_text *omitted; /* checkpoint entries no view shows, text: why (gfs_layout_add_omitted()) */
+	gfs_replica *replicas; /* gfs_layout_add_replica(); not in the JSON, not derived */
+	size_t nreplicas;
+	size_t nreplicas_cap;
 	size_t nomitted;
 	gfs_object *objects; /* non-tensor entries, listed but not served as tensors */
 	size_t nobjects;
@@ -456,6 +471,15 @@ gfs_err gfs_layout_add_text(gfs_layout *l, const char *name, const char *text);
  * ls --all`).  Allowed on a finished layout by its creator.
  */
 gfs_err gfs_layout_add_omitted(gfs_layout *l, const char *name, const char *why);
+
+/*
+ * gfs_layout_add_replica(): record that the FILE piece p (in tensor ti's
+ * byte space, as for gfs_layout_add_general(): runs inside the tensor, a
+ * source of the layout, inside its size) holds the same bytes as tensor ti
+ * does there.  Entry ti (a model tensor or an optimizer state) must not be
+ * an alias.
+ */
+gfs_err gfs_layout_add_replica(gfs_layout *l, size_t ti, const gfs_piece *p);
 
 /*
  * gfs_layout_derive(): a new, unfinished layout of format format over the
