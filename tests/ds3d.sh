@@ -146,6 +146,8 @@ grep -q "^blocks.1.fc2.weight  *float32  *\[32, 64\]" "$T/ls" || fail "inspect l
 grep -q "DeepSpeed tensor parallel, 2 tensor ranks, ZeRO-1, 2 data-parallel ranks" "$T/err" ||
 	fail "inspect ls tp: $(cat "$T/err")"
 timeout 120 "$INSPECT" verify "$ck" >"$T/v" 2>&1 || fail "inspect verify tp: $(cat "$T/v")"
+# replicated params (and their moments) are served from tensor rank 0; verify compares rank 1's copies
+grep -q "^OK: 48 replicas equal the copy served" "$T/v" || fail "inspect verify tp: replicas: $(cat "$T/v")"
 
 echo "== PipeDataParallelTopology names: layer_XX-model_states.pt"
 rm -rf "$T/pd"

@@ -613,11 +613,15 @@ static gfs_err flat_append(flat *fl, const tview *tv, uint64_t nelem, const char
 	return GFS_OK;
 }
 
-/* flat_emit(): add pieces for elements [start, start + n) of fl to tensor ti. */
-static gfs_err flat_emit(gfs_layout *l, size_t ti, const flat *fl, uint64_t start,
-			 uint64_t n)
+/*
+ * flat_walk(): elements [start, start + n) of fl as pieces appended to
+ * tensor ti or, with replica, as replicas of its bytes from 0 on.
+ */
+static gfs_err flat_walk(gfs_layout *l, size_t ti, const flat *fl, uint64_t start, uint64_t n,
+			 bool replica)
 {
 	const uint64_t es = gfs_dtype_size(fl->dtype);
+	uint64_t toff = 0;
 	size_t lo = 0, hi = fl->n;
 
 	assert(start + n <= fl->total);
@@ -635,16 +639,27 @@ static gfs_err flat_emit(gfs_layout *l, size_t ti, const flat *fl, uint64_t star
 		const flat_seg *sg = &fl->segs[s];
 		const uint64_t in = start - sg->start;
 		const uint64_t take = sg->nelem - in < n ? sg->nelem - in : n;
-		const gfs_err err = gfs_layout_add_piece(l, ti, sg->src, sg->off + in * es,
-							 take * es);
+		const gfs_piece rp = { .kind = GFS_PIECE_FILE, .src = sg->src, .toff = toff,
+				       .src_off = sg->off + in * es, .len = take * es, .count = 1 };
+		const gfs_err err = replica ? gfs_layout_add_replica(l, ti, &rp)
+					    : gfs_layout_add_piece(l, ti, sg->src, sg->off + in * es,
+								   take * es);
 
 		assert(s < fl->n && start >= sg->start && in < sg->nelem);
 		if (err)
 			return err;
 		start += take;
+		toff += take * es;
 		n -= take;
 	}
 	return GFS_OK;
+}
+
+/* flat_emit(): add pieces for elements [start, start + n) of fl to tensor ti. */
+static gfs_err flat_emit(gfs_layout *l, size_t ti, const flat *fl, uint64_t start,
+			 uint64_t n)
+{
+	return flat_walk(l, ti, fl, start, n, false);
 }
 
 static void flats_free(flat *fl, size_t n)
@@ -3726,8 +3741,13 @@ static gfs_err tp_emit(const ds_ckpt *c, size_t ti, const flat *const *fl, const
 	for (uint32_t d = 0; d < ndim; d++)
 		numel *= shape[d];
 	keep = ndim && shape[0] ? numel / shape[0] * how->rows : numel; /* elements of one slice's rows kept */
-	if (how->dim < 0)
-		return flat_emit(c->l, ti, fl[0], off[0], keep);
+	if (how->dim < 0) {
+		/* served from tensor rank 0; the other ranks' copies are replicas verify compares */
+		err = flat_emit(c->l, ti, fl[0], off[0], keep);
+		for (size_t y = 1; !err && y < c->nstages; y++)
+			err = flat_walk(c->l, ti, fl[y], off[y], keep, true);
+		return err;
+	}
 	if (how->sub2) {
 		for (uint64_t h = 0; !err && h < 2; h++)
 			for (size_t y = 0; !err && y < c->nstages; y++)
