@@ -112,9 +112,10 @@ typedef struct inspect_opts {
 	gfs_lora_cli lora;
 } inspect_opts;
 
-static void usage(FILE *out)
+/* usage(): the help text on out.  @return fputs()'s result. */
+static int usage(FILE *out)
 {
-	fputs("Usage: gatherfs-inspect COMMAND [OPTIONS] (DIR | --layout FILE) [NAME | OUT]\n"
+	return fputs("Usage: gatherfs-inspect COMMAND [OPTIONS] (DIR | --layout FILE) [NAME | OUT]\n"
 	      "\n"
 	      "Look at a sharded checkpoint (a DeepSpeed ZeRO 1/2/3 save or tag directory,\n"
 	      "a PyTorch DCP directory, plain model files: model.safetensors,\n"
@@ -940,7 +941,8 @@ int main(int argc, char **argv)
 			o.lora.tied = optarg;
 			break;
 		case 'h':
-			usage(stdout);
+			errno = 0;
+			out_ok(usage(stdout));
 			return finish_stdout(0);
 		case 'V':
 			out_ok(puts(PACKAGE_STRING));
