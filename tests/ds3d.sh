@@ -189,14 +189,6 @@ for c in "pp2_dp2_bf16:a pipeline checkpoint (2 stages)" "moe_ep2_dp2_z2_fp32:a 
 done
 
 echo "== refusals"
-# refuse PATTERN DIR: the mount and gatherfs-inspect both refuse DIR with one line
-refuse() {
-	expect_mount_fail "$1" "$2" "$T/mnt"
-	if timeout 60 "$INSPECT" ls "$2" >/dev/null 2>"$T/ierr"; then
-		fail "inspect ls $2 succeeded"
-	fi
-	[ "$(wc -l <"$T/ierr")" -eq 1 ] && grep -q -- "$1" "$T/ierr" || fail "inspect: $(cat "$T/ierr")"
-}
 fresh() {
 	rm -rf "$T/bad"
 	cp -r "$DATA/$1/checkpoint" "$T/bad"
@@ -205,27 +197,27 @@ fresh() {
 G="$T/bad/global_step3"
 
 fresh pp2_dp2_z1_fp32_tied; rm "$G"/*mp_rank_01*
-refuse "global_step3/mp_rank_01_model_states.pt is missing: mp_rank_00_model_states.pt says 2 model-parallel ranks" "$T/bad"
+expect_refused "global_step3/mp_rank_01_model_states.pt is missing: mp_rank_00_model_states.pt says 2 model-parallel ranks" "$T/bad"
 fresh pp2_dp2_z1_fp32_tied; rm "$G/mp_rank_01_model_states.pt"
-refuse "global_step3/mp_rank_01_model_states.pt is missing (pipeline stage 1)" "$T/bad"
+expect_refused "global_step3/mp_rank_01_model_states.pt is missing (pipeline stage 1)" "$T/bad"
 fresh pp2_dp2_bf16; rm "$G/layer_04-model_00-model_states.pt"
-refuse "global_step3/layer_04-model_00-model_states.pt is missing: param 4.ln1.weight of pipeline stage 1" "$T/bad"
+expect_refused "global_step3/layer_04-model_00-model_states.pt is missing: param 4.ln1.weight of pipeline stage 1" "$T/bad"
 fresh pp2_dp2_z1_fp32_tied; rm "$G/layer_00-model_00-model_states.pt"
-refuse "global_step3/layer_00-model_00-model_states.pt is missing" "$T/bad"
+expect_refused "global_step3/layer_00-model_00-model_states.pt is missing" "$T/bad"
 fresh pp2_dp2_bf16; rm "$G/bf16_zero_pp_rank_1_mp_rank_01_optim_states.pt"
-refuse "optimizer states file of rank 1 (of 2) is missing" "$T/bad"
+expect_refused "optimizer states file of rank 1 (of 2) is missing" "$T/bad"
 fresh pp2_dp2_z1_fp32_tied; rm "$G"/zero_pp_rank_*_mp_rank_01_optim_states.pt
-refuse "global_step3/zero_pp_rank_0_mp_rank_01_optim_states.pt is missing" "$T/bad"
+expect_refused "global_step3/zero_pp_rank_0_mp_rank_01_optim_states.pt is missing" "$T/bad"
 fresh pp2_dp2_z1_fp32_tied; cp "$DATA/pp2_dp2_bf16/checkpoint/global_step3/layer_03-model_00-model_states.pt" "$G/layer_03-model_states.pt"
-refuse "global_step3: two files for rank 3: layer_03-" "$T/bad"
-refuse "the stages' optimizers hold 53 params but the layer files 52 tensors: a TiedLayerSpec weight shared by stages" \
+expect_refused "global_step3: two files for rank 3: layer_03-" "$T/bad"
+expect_refused "the stages' optimizers hold 53 params but the layer files 52 tensors: a TiedLayerSpec weight shared by stages" \
 	"$DATA/pp2_dp1_z0_fp32_tied/checkpoint"
 fresh moe_ep2_dp2_z2_fp32; rm "$G/layer_1_expert_2_mp_rank_00_model_states.pt"
-refuse "global_step3/layer_1_expert_2_mp_rank_00_model_states.pt is missing: expert 2 of MoE layer 1 (num_experts in mp_rank_00_model_states.pt)" "$T/bad"
+expect_refused "global_step3/layer_1_expert_2_mp_rank_00_model_states.pt is missing: expert 2 of MoE layer 1 (num_experts in mp_rank_00_model_states.pt)" "$T/bad"
 fresh moe_ep2_dp2_z2_fp32; cp "$G/layer_1_expert_2_mp_rank_00_model_states.pt" "$G/layer_1_expert_4_mp_rank_00_model_states.pt"
-refuse "global_step3: 9 expert files, but num_experts in mp_rank_00_model_states.pt says 8: expert files of two saves" "$T/bad"
+expect_refused "global_step3: 9 expert files, but num_experts in mp_rank_00_model_states.pt says 8: expert files of two saves" "$T/bad"
 fresh moe_ep2_dp2_z2_fp32; rm "$G/zero_pp_rank_1_mp_rank_00_optim_states.pt"
-refuse "optimizer states file of rank 1 (of 2) is missing" "$T/bad"
+expect_refused "optimizer states file of rank 1 (of 2) is missing" "$T/bad"
 # uci FILE PYTHON: re-save mp_rank file FILE with real torch.save after
 # PYTHON on its universal_checkpoint_info `u` (del: none)
 uci() {
@@ -242,13 +234,13 @@ torch.save(ck, sys.argv[1])
 PY
 }
 fresh tp2_dp2_z1_fp32_uci; uci "$G/mp_rank_00_model_states.pt" "u = None"
-refuse "global_step3: 2 tensor-parallel ranks and no universal_checkpoint_info patterns in mp_rank_00_model_states.pt: which dimension each param is split on is not recorded" "$T/bad"
+expect_refused "global_step3: 2 tensor-parallel ranks and no universal_checkpoint_info patterns in mp_rank_00_model_states.pt: which dimension each param is split on is not recorded" "$T/bad"
 fresh tp2_dp2_z1_fp32_uci; uci "$G/mp_rank_00_model_states.pt" "u['parameter_with_row_parallelism_patterns'].append(r'(fc|proj)3')"
-refuse "universal_checkpoint_info parameter_with_row_parallelism_patterns pattern (fc|proj)3 uses a regular-expression feature gatherfs does not evaluate" "$T/bad"
+expect_refused "universal_checkpoint_info parameter_with_row_parallelism_patterns pattern (fc|proj)3 uses a regular-expression feature gatherfs does not evaluate" "$T/bad"
 fresh tp2_dp2_z1_fp32_uci; uci "$G/mp_rank_00_model_states.pt" "u['parameter_to_average_patterns'] = [r'.*qkv\.b\w+']"
-refuse "param blocks.0.qkv.bias matches universal_checkpoint_info parameter_to_average_patterns: made by arithmetic on the slices, not served" "$T/bad"
+expect_refused "param blocks.0.qkv.bias matches universal_checkpoint_info parameter_to_average_patterns: made by arithmetic on the slices, not served" "$T/bad"
 fresh tp2_dp2_z1_fp32_uci; rm "$G/mp_rank_01_model_states.pt"
-refuse "global_step3/mp_rank_01_model_states.pt is missing (tensor rank 1)" "$T/bad"
+expect_refused "global_step3/mp_rank_01_model_states.pt is missing (tensor rank 1)" "$T/bad"
 fresh tp2_dp2_z1_fp32_uci; rm "$G"/*mp_rank_01*
-refuse "global_step3/mp_rank_01_model_states.pt is missing: mp_rank_00_model_states.pt says 2 model-parallel ranks" "$T/bad"
+expect_refused "global_step3/mp_rank_01_model_states.pt is missing: mp_rank_00_model_states.pt says 2 model-parallel ranks" "$T/bad"
 echo "ok"

@@ -159,14 +159,6 @@ grep -q "^model.layers.3.block_sparse_moe.experts.3.w2.weight " "$T/ls" ||
 	fail "moe_pp2_ep2: layer 3's expert 3 (stage 1, expert rank 1) not listed"
 
 echo "== refusals"
-# refuse PATTERN DIR: the mount and gatherfs-inspect both refuse DIR with one line
-refuse() {
-	expect_mount_fail "$1" "$2" "$T/mnt"
-	if timeout 60 "$INSPECT" ls "$2" >/dev/null 2>"$T/ierr"; then
-		fail "inspect ls $2 succeeded"
-	fi
-	[ "$(wc -l <"$T/ierr")" -eq 1 ] && grep -q -- "$1" "$T/ierr" || fail "inspect: $(cat "$T/ierr")"
-}
 fresh() {
 	rm -rf "$T/bad"
 	cp -r "$DATA/$1/legacy_torch" "$T/bad"
@@ -175,27 +167,27 @@ fresh() {
 I="$T/bad/iter_0000003"
 
 fresh tp2_pp2; rm -r "$I/mp_rank_01_001"
-refuse "mp_rank_01_001/model_optim_rng.pt: missing: the file of tensor rank 1, pipeline stage 1" "$T/bad"
+expect_refused "mp_rank_01_001/model_optim_rng.pt: missing: the file of tensor rank 1, pipeline stage 1" "$T/bad"
 fresh tp1_pp2; rm -r "$I/mp_rank_00_001"
-refuse "mp_rank_00_001/model_optim_rng.pt: missing: the file of tensor rank 0, pipeline stage 1" "$T/bad"
+expect_refused "mp_rank_00_001/model_optim_rng.pt: missing: the file of tensor rank 0, pipeline stage 1" "$T/bad"
 fresh tp2_pp1; rm -r "$I/mp_rank_01"
-refuse "mp_rank_01/model_optim_rng.pt: missing: the file of tensor rank 1" "$T/bad"
+expect_refused "mp_rank_01/model_optim_rng.pt: missing: the file of tensor rank 1" "$T/bad"
 fresh moe_ep2; rm -r "$I/mp_rank_00_001"
-refuse "mp_rank_00_001/model_optim_rng.pt: missing: the file of tensor rank 0, pipeline stage 0, expert rank 1" "$T/bad"
+expect_refused "mp_rank_00_001/model_optim_rng.pt: missing: the file of tensor rank 0, pipeline stage 0, expert rank 1" "$T/bad"
 fresh tp2_pp1; f="$I/mp_rank_01/model_optim_rng.pt"
 head -c $(($(wc -c <"$f") / 2)) "$f" >"$T/half" && mv "$T/half" "$f"
-refuse "mp_rank_01/model_optim_rng.pt: " "$T/bad"
+expect_refused "mp_rank_01/model_optim_rng.pt: " "$T/bad"
 fresh tp2_pp1; cp "$DATA/tp2_pp1/truth_megatron_modules.pt" "$I/mp_rank_01/model_optim_rng.pt"
-refuse "mp_rank_01/model_optim_rng.pt: no args namespace: not a Megatron-LM checkpoint file" "$T/bad"
+expect_refused "mp_rank_01/model_optim_rng.pt: no args namespace: not a Megatron-LM checkpoint file" "$T/bad"
 fresh tp2_pp1; mkdir "$I/mp_rank_02"
-refuse "mp_rank_02: not a rank of this TP 2 x PP 1 x EP 1 save" "$T/bad"
+expect_refused "mp_rank_02: not a rank of this TP 2 x PP 1 x EP 1 save" "$T/bad"
 fresh tp1_pp1; echo 7 >"$T/bad/latest_checkpointed_iteration.txt"
-refuse "no iteration directory iter_0000007" "$T/bad"
+expect_refused "no iteration directory iter_0000007" "$T/bad"
 expect_mount_fail "tag 'global_step3': not iter_NNNNNNN or release" "$DATA/tp1_pp1/legacy_torch" "$T/mnt" -o tag=global_step3
 expect_mount_fail "iter_0000003: a tag picks an iteration of a save directory" \
 	"$DATA/tp1_pp1/legacy_torch/iter_0000003" "$T/mnt" -o tag=iter_0000003
 fresh tp1_pp1; rm -r "$I"
-refuse "bad: no iteration directory iter_0000003 (the one latest_checkpointed_iteration.txt names)" "$T/bad"
+expect_refused "bad: no iteration directory iter_0000003 (the one latest_checkpointed_iteration.txt names)" "$T/bad"
 
 # rewrite SRC DST EDIT: re-save SRC's model dict and parallel args with real
 # torch.save after EDIT (python on `model`); Megatron's own classes and numpy
@@ -229,13 +221,13 @@ PY
 }
 fresh tp2_pp1; f="$I/mp_rank_01/model_optim_rng.pt"
 rewrite "$f" "$f" 'model["decoder.layers.1.mlp.linear_fc2.weight"] = model["decoder.layers.1.mlp.linear_fc2.weight"][:, :80].clone()'
-refuse "mp_rank_01/model_optim_rng.pt: decoder.layers.1.mlp.linear_fc2.weight: its shard's dtype or shape differs from tensor rank 0's" "$T/bad"
+expect_refused "mp_rank_01/model_optim_rng.pt: decoder.layers.1.mlp.linear_fc2.weight: its shard's dtype or shape differs from tensor rank 0's" "$T/bad"
 fresh tp2_pp1; f="$I/mp_rank_01/model_optim_rng.pt"
 rewrite "$f" "$f" 'model["decoder.layers.1.mlp.linear_fc2.weight"] = 3'
-refuse "mp_rank_01/model_optim_rng.pt: model entry decoder.layers.1.mlp.linear_fc2.weight is an int, not a tensor" "$T/bad"
+expect_refused "mp_rank_01/model_optim_rng.pt: model entry decoder.layers.1.mlp.linear_fc2.weight is an int, not a tensor" "$T/bad"
 fresh tp2_pp1; f="$I/mp_rank_01/model_optim_rng.pt"
 rewrite "$f" "$f" 'del model["decoder.layers.2.self_attention.linear_qkv.weight"]'
-refuse "decoder.layers.2.self_attention.linear_qkv.weight: not in the file of tensor rank 1" "$T/bad"
+expect_refused "decoder.layers.2.self_attention.linear_qkv.weight: not in the file of tensor rank 1" "$T/bad"
 # an unchanged re-save mounts: the rewrite itself is sound
 fresh tp2_pp1; f="$I/mp_rank_01/model_optim_rng.pt"
 rewrite "$f" "$f" 'pass'
@@ -271,11 +263,11 @@ expect_mount_fail "cannot express QK layernorm" "$T/bad" "$T/mnt" -o hf_config="
 edit_args moe_ep2 moe_router_pre_softmax=True
 refuse_hf "cannot express a router softmax before top-k" "$T/bad"
 edit_args tp1_pp1 vocab_size=None
-refuse "the true vocabulary size is unknown (args.vocab_size is None, as with a Hugging Face tokenizer): give the model's config with -o hf_config=DIR" "$T/bad"
+expect_refused "the true vocabulary size is unknown (args.vocab_size is None, as with a Hugging Face tokenizer): give the model's config with -o hf_config=DIR" "$T/bad"
 check_mount "$T/bad" "$DATA/tp1_pp1/truth_megatron_modules.pt"
 check_view hf "Hugging Face view (llama naming" "$T/bad" "$DATA/tp1_pp1" -o hf_config="$DATA/tp1_pp2/hf_config"
 edit_args tp1_pp1 num_query_groups=3
-refuse "4 attention heads are not a multiple of 3 query groups" "$T/bad"
+expect_refused "4 attention heads are not a multiple of 3 query groups" "$T/bad"
 # hf_config must agree with the tensors
 cfg() {
 	rm -rf "$T/cfg" && mkdir "$T/cfg"

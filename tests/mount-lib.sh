@@ -216,3 +216,13 @@ expect_mount_fail() {
 	[ "$(our_mounts)" -eq "$before" ] || fail "gatherfs $*: mount table changed"
 	echo "ok: $(cat "$T/err")"
 }
+
+# expect_refused PATTERN DIR: the mount (expect_mount_fail) and gatherfs-inspect ls
+# both refuse DIR with one line matching PATTERN
+expect_refused() {
+	expect_mount_fail "$1" "$2" "$T/mnt"
+	if timeout 60 "$INSPECT" ls "$2" >/dev/null 2>"$T/ierr"; then
+		fail "inspect ls $2 succeeded"
+	fi
+	[ "$(wc -l <"$T/ierr")" -eq 1 ] && grep -q -- "$1" "$T/ierr" || fail "inspect: $(cat "$T/ierr")"
+}

@@ -180,14 +180,6 @@ else
 fi
 
 echo "== refusals"
-# refuse PATTERN DIR: the mount and gatherfs-inspect both refuse DIR with one line
-refuse() {
-	expect_mount_fail "$1" "$2" "$T/mnt"
-	if timeout 60 "$INSPECT" ls "$2" >/dev/null 2>"$T/ierr"; then
-		fail "inspect ls $2 succeeded"
-	fi
-	[ "$(wc -l <"$T/ierr")" -eq 1 ] && grep -q -- "$1" "$T/ierr" || fail "inspect: $(cat "$T/ierr")"
-}
 fresh() {
 	rm -rf "$T/bad"
 	cp -r "$DATA/$1" "$T/bad"
@@ -196,44 +188,44 @@ fresh() {
 A="$T/bad/global_step_2/actor"
 
 fresh fsdp2_ws3_untied; rm "$A/model_world_size_3_rank_1.pt"
-refuse "actor/model_world_size_3_rank_1.pt: missing (rank 1 of 3)" "$T/bad"
+expect_refused "actor/model_world_size_3_rank_1.pt: missing (rank 1 of 3)" "$T/bad"
 fresh fsdp2_ws3_untied; cp "$A/model_world_size_3_rank_0.pt" "$A/model_world_size_3_rank_01.pt"
-refuse "actor/model_world_size_3_rank_01.pt: rank 1 twice\|actor/model_world_size_3_rank_1.pt: rank 1 twice" "$T/bad"
+expect_refused "actor/model_world_size_3_rank_01.pt: rank 1 twice\|actor/model_world_size_3_rank_1.pt: rank 1 twice" "$T/bad"
 fresh fsdp2_ws2; cp "$A/model_world_size_2_rank_0.pt" "$A/model_world_size_2_rank_1.pt"
-refuse "model_world_size_2_rank_1.pt: model.embed_tokens.weight: saved by rank 0, not by rank 1" "$T/bad"
+expect_refused "model_world_size_2_rank_1.pt: model.embed_tokens.weight: saved by rank 0, not by rank 1" "$T/bad"
 fresh fsdp1_ws2; cp "$A/model_world_size_2_rank_0.pt" "$A/model_world_size_2_rank_1.pt"
-refuse "model_world_size_2_rank_1.pt: model.embed_tokens.weight: a local shard placed on rank 0, not on rank 1" "$T/bad"
+expect_refused "model_world_size_2_rank_1.pt: model.embed_tokens.weight: a local shard placed on rank 0, not on rank 1" "$T/bad"
 fresh fsdp2_ws2; cp "$A/model_world_size_2_rank_1.pt" "$A/model_world_size_3_rank_2.pt"
-refuse "ranks of two saves" "$T/bad"
+expect_refused "ranks of two saves" "$T/bad"
 fresh fsdp2_ws2; printf '{"FSDP_version": 2, "world_size": 3}' >"$A/fsdp_config.json"
-refuse "fsdp_config.json: world_size 3, but the rank files are of a world of 2" "$T/bad"
+expect_refused "fsdp_config.json: world_size 3, but the rank files are of a world of 2" "$T/bad"
 fresh fsdp2_ws2; rm "$A/fsdp_config.json"; mv "$A/model_world_size_2_rank_1.pt" "$A/model_world_size_3_rank_1.pt"
 mv "$A/model_world_size_2_rank_0.pt" "$A/model_world_size_3_rank_0.pt"
-refuse "model_world_size_3_rank_2.pt: missing (rank 2 of 3)" "$T/bad"
+expect_refused "model_world_size_3_rank_2.pt: missing (rank 2 of 3)" "$T/bad"
 fresh fsdp2_ws2; f="$A/model_world_size_2_rank_1.pt"
 head -c $(($(wc -c <"$f") / 2)) "$f" >"$T/half" && mv "$T/half" "$f"
-refuse "model_world_size_2_rank_1.pt: " "$T/bad"
+expect_refused "model_world_size_2_rank_1.pt: " "$T/bad"
 fresh fsdp2_ws2; cp "$DATA/fsdp2_ws2/truth.pt" "$A/model_world_size_2_rank_1.pt"
-refuse "model_world_size_2_rank_1.pt: model.embed_tokens.weight: its kind, dtype or global shape disagrees with rank 0's" "$T/bad"
+expect_refused "model_world_size_2_rank_1.pt: model.embed_tokens.weight: its kind, dtype or global shape disagrees with rank 0's" "$T/bad"
 # edit FILE OLD NEW: replace bytes in FILE's pickle (tests/tools/edit_rank_pickle.py)
 edit() {
 	timeout 60 "$PYTHON3" "$top_srcdir/tests/tools/edit_rank_pickle.py" "$@" || fail "edit $1"
 }
 fresh fsdp2_ws2; edit "$A/model_world_size_2_rank_1.pt" "b'placement_types\nShard\n'" "b'placement_types\nReplicate\n'"
-refuse "model_world_size_2_rank_1.pt: model.embed_tokens.weight: its placements or mesh disagree with rank 0's" "$T/bad"
+expect_refused "model_world_size_2_rank_1.pt: model.embed_tokens.weight: its placements or mesh disagree with rank 0's" "$T/bad"
 fresh fsdp2_ws2
 for r in 0 1; do
 	edit "$A/model_world_size_2_rank_$r.pt" "b'placement_types\nShard\n'" "b'placement_types\nPartial\n'"
 done
-refuse "model_world_size_2_rank_0.pt: model.embed_tokens.weight: a Partial placement (unreduced values): cannot be gathered" "$T/bad"
+expect_refused "model_world_size_2_rank_0.pt: model.embed_tokens.weight: a Partial placement (unreduced values): cannot be gathered" "$T/bad"
 fresh fsdp1_ws2; edit "$A/model_world_size_2_rank_1.pt" "b'M\x00\x01K\x00e'" "b'K\x00K\x00e'"
-refuse "model_world_size_2_rank_1.pt: model.embed_tokens.weight: its shard overlaps that of model_world_size_2_rank_0.pt: the shards do not tile the tensor" "$T/bad"
+expect_refused "model_world_size_2_rank_1.pt: model.embed_tokens.weight: its shard overlaps that of model_world_size_2_rank_0.pt: the shards do not tile the tensor" "$T/bad"
 fresh fsdp2_ws2; edit "$A/model_world_size_2_rank_1.pt" "b'_coordinate_on_dim'" "b'_coordinate_of_dim'"
-refuse "model_world_size_2_rank_1.pt: model.embed_tokens.weight: a DeviceMesh without its rank's coordinate" "$T/bad"
+expect_refused "model_world_size_2_rank_1.pt: model.embed_tokens.weight: a DeviceMesh without its rank's coordinate" "$T/bad"
 fresh fsdp2_ws2; edit "$A/model_world_size_2_rank_1.pt" "b'torch.distributed.tensor\nDTensor\n'" "b'torch.distributed.tensor\nEvilTensor\n'"
-refuse "model_world_size_2_rank_1.pt: model.embed_tokens.weight: EvilTensor, not a tensor, DTensor or ShardedTensor" "$T/bad"
+expect_refused "model_world_size_2_rank_1.pt: model.embed_tokens.weight: EvilTensor, not a tensor, DTensor or ShardedTensor" "$T/bad"
 fresh fsdp2_ws2; echo 7 >"$T/bad/latest_checkpointed_iteration.txt"
-refuse "bad: no directory global_step_7 (the step latest_checkpointed_iteration.txt names)" "$T/bad"
+expect_refused "bad: no directory global_step_7 (the step latest_checkpointed_iteration.txt names)" "$T/bad"
 expect_mount_fail "holds the rank files itself: a tag picks a role directory" \
 	"$DATA/fsdp2_ws2/global_step_2/actor" "$T/mnt" -o tag=critic
 expect_mount_fail "critic: no model_world_size_W_rank_R.pt file in it" \
