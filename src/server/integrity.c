@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <zlib.h>
 #include <zstd.h>
 
 #include "gatherfs/server/integrity.h"
+#include "gatherfs/util/crc32.h"
 
 enum {
 	READ_BUF = 1 << 20,     /* bytes per pread of a FILE record */
@@ -91,7 +91,7 @@ static gfs_err check_file(const chk_job *job, const chk_item *it, uint8_t *buf)
 	const uint64_t end = last->off + last->len;
 	uint64_t pos = job->segs[it->seg0].off;
 	size_t sg = it->seg0;
-	uLong crc = crc32(0, Z_NULL, 0);
+	uint32_t crc = 0;
 
 	while (pos < end) {
 		const size_t n = end - pos < READ_BUF ? (size_t)(end - pos) : READ_BUF;
@@ -105,12 +105,12 @@ static gfs_err check_file(const chk_job *job, const chk_item *it, uint8_t *buf)
 			const uint64_t gend = g->off + g->len;
 			const size_t take = gend - pos < n - at ? (size_t)(gend - pos) : n - at;
 
-			crc = crc32(crc, buf + at, (uInt)take);
+			crc = gfs_crc32(crc, buf + at, take);
 			at += take;
 			pos += take;
 			if (pos == gend) {
-				g->crc = (uint32_t)crc;
-				crc = crc32(0, Z_NULL, 0);
+				g->crc = crc;
+				crc = 0;
 				sg++;
 			}
 		}
@@ -131,7 +131,7 @@ static gfs_err check_zstd(const chk_job *job, chk_item *it, ZSTD_DCtx *d, uint8_
 	const char *path = job->l->sources[r->src].abspath;
 	const int fd = gfs_srcset_fd(job->s, r->src);
 	const uint64_t rend = r->off + r->len;
-	uLong crc = crc32(0, Z_NULL, 0);
+	uint32_t crc = 0;
 	uint64_t consumed = 0, produced = 0;
 	bool ended = false;
 
@@ -158,7 +158,7 @@ static gfs_err check_zstd(const chk_job *job, chk_item *it, ZSTD_DCtx *d, uint8_
 			a = produced > r->off ? produced : r->off;
 			b = produced + ob.pos < rend ? produced + ob.pos : rend;
 			if (a < b)
-				crc = crc32(crc, out + (a - produced), (uInt)(b - a));
+				crc = gfs_crc32(crc, out + (a - produced), (size_t)(b - a));
 			produced += ob.pos;
 			ended = ret == 0;
 			if (ib.pos == ib.size && ob.pos < ob.size)
@@ -168,7 +168,7 @@ static gfs_err check_zstd(const chk_job *job, chk_item *it, ZSTD_DCtx *d, uint8_
 	}
 	if (!ended || consumed != r->frame_len || produced != r->frame_size)
 		it->corrupt = true;
-	it->crc = (uint32_t)crc;
+	it->crc = crc;
 	return gfs_srcset_check(job->l, job->s, r->src);
 }
 
@@ -380,11 +380,11 @@ out:
 /* combine(): the CRC-32 of segments [a, b). */
 static uint32_t combine(const chk_seg *segs, size_t a, size_t b)
 {
-	uLong crc = crc32(0, Z_NULL, 0);
+	uint32_t crc = 0;
 
 	for (size_t i = a; i < b; i++)
-		crc = crc32_combine(crc, segs[i].crc, (z_off_t)segs[i].len);
-	return (uint32_t)crc;
+		crc = gfs_crc32_combine(crc, segs[i].crc, segs[i].len);
+	return crc;
 }
 
 /* seg_at(): the segment of [a, b) starting at off (there is one). */

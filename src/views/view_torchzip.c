@@ -18,10 +18,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include "gatherfs/server/crccache.h"
 #include "gatherfs/server/integrity.h"
+#include "gatherfs/util/crc32.h"
 #include "gatherfs/views/view_torchzip.h"
 
 enum {
@@ -458,7 +458,7 @@ static gfs_err src_guard(void *ctx, uint64_t arg, uint64_t off, uint8_t *buf, si
 static gfs_err crc_range(const gfs_vctx *ctx, size_t entry, uint64_t off,
 			 uint64_t len, uint8_t *buf, uint32_t *out)
 {
-	uLong crc = crc32(0, Z_NULL, 0);
+	uint32_t crc = 0;
 
 	while (len > 0) {
 		const size_t n = (size_t)min_u64(len, CRC_READ_BUF);
@@ -467,11 +467,11 @@ static gfs_err crc_range(const gfs_vctx *ctx, size_t entry, uint64_t off,
 
 		if (err)
 			return err;
-		crc = crc32(crc, buf, (uInt)n);
+		crc = gfs_crc32(crc, buf, n);
 		off += n;
 		len -= n;
 	}
-	*out = (uint32_t)crc;
+	*out = crc;
 	return GFS_OK;
 }
 
@@ -487,7 +487,7 @@ static bool crc_from_sources(const gfs_tzview *z, size_t r, uint32_t *out)
 	const gfs_layout *l = z->ctx->layout;
 	const gfs_tensor *t = gfs_layout_target(l, z->recs[r].entry);
 	const size_t ti = (size_t)(t - l->tensors);
-	uLong crc = crc32(0, Z_NULL, 0);
+	uint32_t crc = 0;
 
 	if (t->strided || t->comp || gfs_dtype_out(t->dtype, z->ctx->want) != t->dtype)
 		return false;
@@ -496,9 +496,9 @@ static bool crc_from_sources(const gfs_tzview *z, size_t r, uint32_t *out)
 
 		if (!gfs_srcset_piece_crc(z->ctx->src, ti, p, &c))
 			return false;
-		crc = crc32_combine(crc, c, (z_off_t)gfs_tensor_piece(t, p).len);
+		crc = gfs_crc32_combine(crc, c, gfs_tensor_piece(t, p).len);
 	}
-	*out = (uint32_t)crc;
+	*out = crc;
 	return true;
 }
 
@@ -733,11 +733,11 @@ gfs_err gfs_tzview_compute_crcs(gfs_tzview *z, unsigned nthreads)
 	err = (gfs_err)atomic_load(&job.err);
 	for (size_t i = 0; i < job.nitems;) {
 		const size_t r = job.items[i].rec;
-		uLong crc = job.items[i].crc;
+		uint32_t crc = job.items[i].crc;
 
 		for (i++; i < job.nitems && job.items[i].rec == r; i++)
-			crc = crc32_combine(crc, job.items[i].crc, (z_off_t)job.items[i].len);
-		publish(z, r, err, (uint32_t)crc);
+			crc = gfs_crc32_combine(crc, job.items[i].crc, job.items[i].len);
+		publish(z, r, err, crc);
 	}
 	free(job.items);
 	if (err)
@@ -772,7 +772,7 @@ gfs_err gfs_tzview_compute_crcs(gfs_tzview *z, unsigned nthreads)
  */
 typedef struct keyhash {
 	uint64_t fnv;
-	uLong crc;
+	uint32_t crc;
 	uint64_t len;
 } keyhash;
 
@@ -782,7 +782,7 @@ static void kh_put(keyhash *h, const void *data, size_t n)
 
 	for (size_t i = 0; i < n; i++)
 		h->fnv = (h->fnv ^ p[i]) * UINT64_C(0x100000001b3);
-	h->crc = crc32(h->crc, p, (uInt)n);
+	h->crc = gfs_crc32(h->crc, p, n);
 	h->len += n;
 }
 
@@ -840,7 +840,7 @@ static void kh_compute(keyhash *h, const gfs_layout *l, const gfs_compute *c)
 static bool cache_key(gfs_tzview *z)
 {
 	const gfs_layout *l = z->ctx->layout;
-	keyhash h = { .fnv = UINT64_C(0xcbf29ce484222325), .crc = crc32(0, Z_NULL, 0) };
+	keyhash h = { .fnv = UINT64_C(0xcbf29ce484222325), .crc = 0 };
 
 	kh_str(&h, "gatherfs torch zip CRCs 2"); /* 2: computed from checked sources */
 	kh_u64(&h, (uint64_t)z->ctx->want);
@@ -876,7 +876,7 @@ static bool cache_key(gfs_tzview *z)
 			kh_compute(&h, l, t->comp);
 	}
 	z->key_fnv = h.fnv;
-	z->key_crc = (uint32_t)h.crc;
+	z->key_crc = h.crc;
 	z->key_len = h.len;
 	return true;
 }
@@ -917,7 +917,7 @@ static uint8_t *cache_image(const gfs_tzview *z, size_t *len)
 		p = put64(p, z->recs[r].size);
 		p = put32(p, z->recs[r].crc);
 	}
-	p = put32(p, crc32(crc32(0, Z_NULL, 0), img, (uInt)(p - img)));
+	p = put32(p, gfs_crc32(0, img, (size_t)(p - img)));
 	assert((size_t)(p - img) == n);
 	*len = n;
 	return img;
@@ -947,7 +947,7 @@ static void cache_load(gfs_tzview *z)
 	if (len != n || memcmp(img, CACHE_MAGIC, sizeof(CACHE_MAGIC)) != 0 ||
 	    get64(img + 8) != z->key_fnv || get32(img + 16) != z->key_crc ||
 	    get64(img + 20) != z->key_len || get64(img + 28) != z->nrecs ||
-	    get32(img + n - 4) != (uint32_t)crc32(crc32(0, Z_NULL, 0), img, (uInt)(n - 4)))
+	    get32(img + n - 4) != gfs_crc32(0, img, n - 4))
 		goto out;
 	for (size_t r = 0; r < z->nrecs; r++)
 		if (get64(img + CACHE_HDR + r * CACHE_REC) != z->recs[r].size)
@@ -1357,7 +1357,7 @@ static gfs_err init_records(gfs_tzview *z, const size_t *keys, size_t nkeys)
 							  z->ctx->want);
 		}
 		if (mem || rec->size == 0) {
-			rec->crc = (uint32_t)crc32_z(0, mem, (z_size_t)rec->size);
+			rec->crc = gfs_crc32(0, mem, (size_t)rec->size);
 			atomic_init(&rec->state, CRC_DONE);
 			atomic_fetch_add(&z->ndone, 1);
 		} else {
