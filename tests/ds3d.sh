@@ -13,8 +13,11 @@
 #    param_slice_mappings records (check_ds3d_optim.py, the way
 #    ds_to_universal.py reads them);
 #    gatherfs-inspect ls, cat and verify; PipeDataParallelTopology's file
-#    names (layer_XX-model_states.pt); the universal view refused with
-#    one line, also from the layout JSON (which round-trips);
+#    names (layer_XX-model_states.pt); the universal view (what DeepSpeed's
+#    universal loader reads: every stage's mp_rank_YY file, zero/NAME/ for
+#    every param name of param_shapes, fp32 equal to truth.pt, moments and
+#    step as optim/ holds them: check_ds3d_universal.py), also from the
+#    layout JSON (which round-trips);
 #  - mixture of experts (expert files, expert parallel 2, ZeRO-2): the same,
 #    keys compared as a set (truth.pt's order is the harness's), each MoE
 #    layer's experts right after its gate in global id order;
@@ -33,6 +36,7 @@ mount_setup
 DATA="$top_srcdir/tests/data/ds3d"
 CHECK="$top_srcdir/tests/tools/check_truth.py"
 OPTIM="$top_srcdir/tests/tools/check_ds3d_optim.py"
+UNI="$top_srcdir/tests/tools/check_ds3d_universal.py"
 
 # check_st FILE TRUTH: model.safetensors FILE holds TRUTH's tensors, bit for bit
 check_st() {
@@ -58,9 +62,8 @@ for c in pp2_dp2_z1_fp32_tied pp2_dp2_bf16; do
 	ck="$DATA/$c/checkpoint"
 	truth="$DATA/$c/truth.pt"
 	gfs_mount "$ck" "$T/mnt" 2>"$T/log" || fail "mount $c: $(cat "$T/log")"
-	grep -q "no DeepSpeed universal checkpoint view: a pipeline checkpoint (2 stages)" "$T/log" ||
-		fail "$c: no line on the universal view: $(cat "$T/log")"
-	[ -d "$T/mnt/global_step3_universal" ] && fail "$c: a universal view of a pipeline"
+	grep -q "universal" "$T/log" && fail "$c: $(cat "$T/log")"
+	timeout 300 "$PYTHON3" "$UNI" "$T/mnt" "$ck/global_step3" "$truth" || fail "$c: universal view"
 	timeout 300 "$PYTHON3" "$CHECK" "$T/mnt/pytorch_model.bin" "$truth" || fail "$c: pytorch_model.bin"
 	check_st "$T/mnt/model.safetensors" "$truth"
 	for s in exp_avg exp_avg_sq step; do
@@ -173,8 +176,14 @@ gfs_umount "$T/mnt" || fail "unmount"
 rm "$T/pd/global_step3/layer_05-model_states.pt"
 expect_mount_fail "global_step3/layer_05-model_states.pt is missing: param 5.ln1.weight of pipeline stage 1" "$T/pd" "$T/mnt"
 
-echo "== layout JSON round trip: still no universal view"
-for c in "pp2_dp2_bf16:a pipeline checkpoint (2 stages)" "moe_ep2_dp2_z2_fp32:a mixture-of-experts checkpoint" \
+echo "== layout JSON round trip: the universal view of a pipeline, none of MoE or tensor parallel"
+ck="$DATA/pp2_dp2_bf16/checkpoint"
+timeout 60 "$INSPECT" layout "$ck" >"$T/layout.json" || fail "layout pp2_dp2_bf16"
+timeout 60 "$INSPECT" layout --layout "$T/layout.json" | cmp - "$T/layout.json" || fail "pp2_dp2_bf16: JSON round trip"
+gfs_mount "$T/layout.json" "$T/mnt" 2>/dev/null || fail "mount the layout JSON of pp2_dp2_bf16"
+timeout 300 "$PYTHON3" "$UNI" "$T/mnt" "$ck/global_step3" "$ck/../truth.pt" || fail "pp2_dp2_bf16: layout JSON: universal view"
+gfs_umount "$T/mnt" || fail "unmount"
+for c in "moe_ep2_dp2_z2_fp32:a mixture-of-experts checkpoint" \
 	"tp2_dp2_z1_fp32_uci:a tensor-parallel checkpoint (2 tensor ranks)"; do
 	ck="$DATA/${c%%:*}/checkpoint"
 	timeout 60 "$INSPECT" layout "$ck" >"$T/layout.json" || fail "layout ${c%%:*}"

@@ -2825,6 +2825,32 @@ static gfs_err pipe_entries(ds_ckpt *c)
 	return err;
 }
 
+/*
+ * pipe_model_srcs(): after build_optim() of stage 0, every stage's
+ * mp_rank_YY_model_states.pt as a model-states source, in stage order (the
+ * universal view copies them, as ds_to_universal.py does).
+ */
+static gfs_err pipe_model_srcs(ds_ckpt *c)
+{
+	gfs_optim *o = &c->l->optim;
+	uint32_t *srcs = gfs_calloc(c->nstages, sizeof(*srcs));
+
+	if (!srcs)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t y = 0; y < c->nstages; y++) {
+		const gfs_err err = file_source(&c->stages[y], &c->stages[y].model[0], &srcs[y]);
+
+		if (err) {
+			free(srcs);
+			return err;
+		}
+	}
+	free(o->model_srcs);
+	o->model_srcs = srcs;
+	o->nmodel_srcs = c->nstages;
+	return GFS_OK;
+}
+
 /* pipe_build(): the layout of a pipeline checkpoint opened by pipe_open(). */
 static gfs_err pipe_build(ds_ckpt *c, char **note)
 {
@@ -2859,6 +2885,8 @@ static gfs_err pipe_build(ds_ckpt *c, char **note)
 	}
 	if (!err && s0->noptim) {
 		err = build_optim(&c->stages[0]);
+		if (!err)
+			err = pipe_model_srcs(c);
 		c->l->optim.pipe_stages = (uint32_t)c->nstages;
 	}
 	if (err)
