@@ -127,7 +127,7 @@ static gfs_err make_plan(const gfs_layout *l, uv_plan *p)
 		return gfs_fail(GFS_ERR_NOTFOUND, "no DeepSpeed optimizer state");
 	if (o->tp_ranks > 1)
 		return gfs_fail(GFS_ERR_UNSUPPORTED,
-				"a tensor-parallel checkpoint (%u tensor ranks): the universal view is made for data-parallel and pipeline checkpoints only (not with each param's cat_dim)",
+				"a tensor-parallel checkpoint (%u tensor ranks): the universal view is made for data-parallel and pipeline checkpoints only (its files would need each param's split dimension as cat_dim)",
 				o->tp_ranks);
 	if (o->round_robin)
 		return gfs_fail(GFS_ERR_UNSUPPORTED,
