@@ -13,14 +13,22 @@
 #    param_slice_mappings records (check_ds3d_optim.py, the way
 #    ds_to_universal.py reads them);
 #    gatherfs-inspect ls, cat and verify; PipeDataParallelTopology's file
-#    names (layer_XX-model_states.pt); the universal view refused with
-#    one line, also from the layout JSON (which round-trips);
+#    names (layer_XX-model_states.pt); the universal view (what DeepSpeed's
+#    universal loader reads: every stage's mp_rank_YY file, zero/NAME/ for
+#    every param name of param_shapes, fp32 equal to truth.pt, moments and
+#    step as optim/ holds them: check_ds3d_universal.py), also from the
+#    layout JSON (which round-trips);
 #  - mixture of experts (expert files, expert parallel 2, ZeRO-2): the same,
 #    keys compared as a set (truth.pt's order is the harness's), each MoE
 #    layer's experts right after its gate in global id order;
 #  - tensor parallelism (TP 2, ZeRO-1) with universal_checkpoint_info
 #    patterns: the same, each param's slices put together as the patterns
 #    say (replicated: rank 0's; row parallel: on dim 1; else dim 0);
+#  - -o tp_split=FILE (gatherfs-inspect --tp-split): the same case without
+#    universal_checkpoint_info, its patterns given in a JSON file, equal to
+#    the truth; given, it overrides universal_checkpoint_info; a bad file
+#    (not JSON, a bad value, an unevaluated pattern, a param matching no
+#    pattern, missing) or a checkpoint not tensor-parallel refused, one line;
 #  - refusals, one line naming the file: a missing stage, a missing layer
 #    file, a missing rank's optimizer states file, a pipeline without ZeRO
 #    whose tied weight's name is not recorded, a missing or extra expert
@@ -33,6 +41,7 @@ mount_setup
 DATA="$top_srcdir/tests/data/ds3d"
 CHECK="$top_srcdir/tests/tools/check_truth.py"
 OPTIM="$top_srcdir/tests/tools/check_ds3d_optim.py"
+UNI="$top_srcdir/tests/tools/check_ds3d_universal.py"
 
 # check_st FILE TRUTH: model.safetensors FILE holds TRUTH's tensors, bit for bit
 check_st() {
@@ -58,9 +67,8 @@ for c in pp2_dp2_z1_fp32_tied pp2_dp2_bf16; do
 	ck="$DATA/$c/checkpoint"
 	truth="$DATA/$c/truth.pt"
 	gfs_mount "$ck" "$T/mnt" 2>"$T/log" || fail "mount $c: $(cat "$T/log")"
-	grep -q "no DeepSpeed universal checkpoint view: a pipeline checkpoint (2 stages)" "$T/log" ||
-		fail "$c: no line on the universal view: $(cat "$T/log")"
-	[ -d "$T/mnt/global_step3_universal" ] && fail "$c: a universal view of a pipeline"
+	grep -q "universal" "$T/log" && fail "$c: $(cat "$T/log")"
+	timeout 300 "$PYTHON3" "$UNI" "$T/mnt" "$ck/global_step3" "$truth" || fail "$c: universal view"
 	timeout 300 "$PYTHON3" "$CHECK" "$T/mnt/pytorch_model.bin" "$truth" || fail "$c: pytorch_model.bin"
 	check_st "$T/mnt/model.safetensors" "$truth"
 	for s in exp_avg exp_avg_sq step; do
@@ -173,8 +181,14 @@ gfs_umount "$T/mnt" || fail "unmount"
 rm "$T/pd/global_step3/layer_05-model_states.pt"
 expect_mount_fail "global_step3/layer_05-model_states.pt is missing: param 5.ln1.weight of pipeline stage 1" "$T/pd" "$T/mnt"
 
-echo "== layout JSON round trip: still no universal view"
-for c in "pp2_dp2_bf16:a pipeline checkpoint (2 stages)" "moe_ep2_dp2_z2_fp32:a mixture-of-experts checkpoint" \
+echo "== layout JSON round trip: the universal view of a pipeline, none of MoE or tensor parallel"
+ck="$DATA/pp2_dp2_bf16/checkpoint"
+timeout 60 "$INSPECT" layout "$ck" >"$T/layout.json" || fail "layout pp2_dp2_bf16"
+timeout 60 "$INSPECT" layout --layout "$T/layout.json" | cmp - "$T/layout.json" || fail "pp2_dp2_bf16: JSON round trip"
+gfs_mount "$T/layout.json" "$T/mnt" 2>/dev/null || fail "mount the layout JSON of pp2_dp2_bf16"
+timeout 300 "$PYTHON3" "$UNI" "$T/mnt" "$ck/global_step3" "$ck/../truth.pt" || fail "pp2_dp2_bf16: layout JSON: universal view"
+gfs_umount "$T/mnt" || fail "unmount"
+for c in "moe_ep2_dp2_z2_fp32:a mixture-of-experts checkpoint" \
 	"tp2_dp2_z1_fp32_uci:a tensor-parallel checkpoint (2 tensor ranks)"; do
 	ck="$DATA/${c%%:*}/checkpoint"
 	timeout 60 "$INSPECT" layout "$ck" >"$T/layout.json" || fail "layout ${c%%:*}"
@@ -243,4 +257,47 @@ fresh tp2_dp2_z1_fp32_uci; rm "$G/mp_rank_01_model_states.pt"
 expect_refused "global_step3/mp_rank_01_model_states.pt is missing (tensor rank 1)" "$T/bad"
 fresh tp2_dp2_z1_fp32_uci; rm "$G"/*mp_rank_01*
 expect_refused "global_step3/mp_rank_01_model_states.pt is missing: mp_rank_00_model_states.pt says 2 model-parallel ranks" "$T/bad"
+
+echo "== -o tp_split=FILE: tensor parallelism without universal_checkpoint_info"
+fresh tp2_dp2_z1_fp32_uci; uci "$G/mp_rank_00_model_states.pt" "u = None"
+uci "$G/mp_rank_01_model_states.pt" "u = None"
+truth="$DATA/tp2_dp2_z1_fp32_uci/truth.pt"
+# the first pattern a param matches decides (re.match: anchored at the start)
+cat >"$T/split.json" <<'EOF'
+{
+  ".*qkv\\.": 0,
+  ".*fc1\\.": 0,
+  ".*proj\\.weight": 1,
+  ".*fc2\\.weight": 1,
+  ".*": "replicated"
+}
+EOF
+gfs_mount "$T/bad" "$T/mnt" -o tp_split="$T/split.json" 2>"$T/log" || fail "mount tp_split: $(cat "$T/log")"
+timeout 300 "$PYTHON3" "$CHECK" "$T/mnt/pytorch_model.bin" "$truth" || fail "tp_split: pytorch_model.bin"
+check_st "$T/mnt/model.safetensors" "$truth"
+# (the optimizer files are the fixture's; the checker reads its patterns)
+timeout 300 "$PYTHON3" "$OPTIM" "$T/mnt" "$DATA/tp2_dp2_z1_fp32_uci/checkpoint/global_step3" tp || fail "tp_split: optim/"
+gfs_umount "$T/mnt" || fail "unmount"
+timeout 120 "$INSPECT" verify --tp-split "$T/split.json" "$T/bad" >"$T/v" 2>&1 || fail "inspect verify tp_split: $(cat "$T/v")"
+grep -q "^OK: 48 replicas equal the copy served" "$T/v" || fail "inspect verify tp_split: replicas: $(cat "$T/v")"
+# given, it is used instead of universal_checkpoint_info: all replicated is what it says
+echo '{".*": "replicated"}' >"$T/rep.json"
+timeout 60 "$INSPECT" ls --tp-split "$T/rep.json" "$DATA/tp2_dp2_z1_fp32_uci/checkpoint" >"$T/ls" 2>/dev/null ||
+	fail "inspect ls --tp-split rep.json"
+grep -q "^blocks.1.fc2.weight  *float32  *\[32, 32\]" "$T/ls" || fail "tp_split over universal_checkpoint_info: $(cat "$T/ls")"
+# refusals, one line
+head -c 40 "$T/split.json" >"$T/trunc.json"
+expect_mount_fail "trunc.json" "$T/bad" "$T/mnt" -o tp_split="$T/trunc.json"
+echo '{".*qkv": 2}' >"$T/two.json"
+expect_mount_fail 'two.json: tp_split pattern .*qkv: the value is not 0, 1 or "replicated"' "$T/bad" "$T/mnt" -o tp_split="$T/two.json"
+echo '{"(qkv|fc1)": 0}' >"$T/alt.json"
+expect_mount_fail "alt.json: tp_split pattern (qkv|fc1) uses a regular-expression feature gatherfs does not evaluate" "$T/bad" "$T/mnt" -o tp_split="$T/alt.json"
+echo '[]' >"$T/list.json"
+expect_mount_fail "list.json: a tp_split file is a JSON object of 1 to 4096 patterns" "$T/bad" "$T/mnt" -o tp_split="$T/list.json"
+echo '{".*qkv": 0}' >"$T/few.json"
+expect_mount_fail "param embed.weight matches no pattern of the tp_split file .*few.json" "$T/bad" "$T/mnt" -o tp_split="$T/few.json"
+expect_mount_fail "tp_split: .*nonexistent.json" "$T/bad" "$T/mnt" -o tp_split="$T/nonexistent.json"
+expect_mount_fail "a tp_split applies to a tensor-parallel checkpoint only, not to this pipeline one" \
+	"$DATA/pp2_dp2_bf16/checkpoint" "$T/mnt" -o tp_split="$T/split.json"
+expect_mount_fail "a tp_split applies to a DeepSpeed checkpoint only" "$T/layout.json" "$T/mnt" -o tp_split="$T/split.json"
 echo "ok"

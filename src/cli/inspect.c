@@ -42,7 +42,9 @@ enum {
 	OPT_NAMING = 1 << 9,
 	OPT_HF_CONFIG = 1 << 10,
 	OPT_ALL = 1 << 11,
-	OPT_IMPORT = OPT_TAG | OPT_INPUT_FORMAT | OPT_PREFIX | OPT_LAYOUT | OPT_NAMING | OPT_HF_CONFIG,
+	OPT_TP_SPLIT = 1 << 12,
+	OPT_IMPORT = OPT_TAG | OPT_INPUT_FORMAT | OPT_PREFIX | OPT_LAYOUT | OPT_NAMING | OPT_HF_CONFIG |
+		     OPT_TP_SPLIT,
 };
 
 /* Each command and the options it takes; any other option is refused. */
@@ -67,6 +69,7 @@ static const struct option_name {
 	{ OPT_FORMAT, "--format" }, { OPT_SHARD_SIZE, "--shard-size" },
 	{ OPT_OPTIM, "--optim" },   { OPT_NAMING, "--naming" },
 	{ OPT_HF_CONFIG, "--hf-config" }, { OPT_ALL, "--all" },
+	{ OPT_TP_SPLIT, "--tp-split" },
 };
 
 /*
@@ -101,6 +104,7 @@ typedef struct inspect_opts {
 	const char *prefix;
 	const char *naming;
 	const char *hf_config;
+	const char *tp_split;
 	const char *layout;
 	gfs_dtype dtype;
 	bool json;
@@ -122,8 +126,8 @@ static int usage(FILE *out)
 	      "pytorch_model.bin, sharded, a ZeRO-3 save of gatherfs_save.py, or a layout\n"
 	      "JSON file) without mounting it.\n"
 	      "\n"
-	      "Commands (all take --tag, --input-format, --prefix, --naming, --hf-config\n"
-	      "and --layout; the other\n"
+	      "Commands (all take --tag, --input-format, --prefix, --naming, --hf-config,\n"
+	      "--tp-split and --layout; the other\n"
 	      "options a command takes are shown in brackets):\n"
 	      "  ls DIR             list tensors in output order: name, dtype, shape, bytes,\n"
 	      "                     alias target; --all: also the checkpoint entries no\n"
@@ -172,6 +176,10 @@ static int usage(FILE *out)
 	      "                     hf when the architecture is known\n"
 	      "  --hf-config DIR    (megatron) the model's config.json in DIR gives the\n"
 	      "                     architecture and vocabulary and is served as is\n"
+	      "  --tp-split FILE    (deepspeed, tensor parallel) the JSON FILE maps\n"
+	      "                     param-name patterns to the dimension (0, 1) the ranks'\n"
+	      "                     slices join on, or \"replicated\" (instead of\n"
+	      "                     universal_checkpoint_info)\n"
 	      "  --layout FILE      read the layout from FILE (as written by `layout`)\n"
 	      "                     instead of importing DIR\n"
 	      "  --dtype DTYPE      (ls, cat, export) present floating-point tensors as\n"
@@ -240,7 +248,7 @@ static gfs_err load(const inspect_opts *o, const char *dir, gfs_layout **l)
 {
 	const gfs_import_opts io = {
 		.tag = o->tag, .format = o->input_format, .prefix = o->prefix,
-		.naming = o->naming, .hf_config = o->hf_config,
+		.naming = o->naming, .hf_config = o->hf_config, .tp_split = o->tp_split,
 	};
 	bool untied;
 	gfs_err err = o->layout ? gfs_layout_load_file(o->layout, l) : gfs_import(dir, &io, l);
@@ -844,6 +852,7 @@ int main(int argc, char **argv)
 		{ "layout", required_argument, NULL, 'l' },
 		{ "naming", required_argument, NULL, 'N' },
 		{ "hf-config", required_argument, NULL, 'H' },
+		{ "tp-split", required_argument, NULL, 'S' },
 		{ "dtype", required_argument, NULL, 'd' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "all", no_argument, NULL, 'a' },
@@ -889,6 +898,10 @@ int main(int argc, char **argv)
 		case 'H':
 			o.given |= OPT_HF_CONFIG;
 			o.hf_config = optarg;
+			break;
+		case 'S':
+			o.given |= OPT_TP_SPLIT;
+			o.tp_split = optarg;
 			break;
 		case 'd':
 			o.given |= OPT_DTYPE;
@@ -968,12 +981,12 @@ int main(int argc, char **argv)
 	rc = check_options(command, o.given);
 	if (rc)
 		return rc;
-	if (o.layout && (o.tag || o.prefix || o.naming || o.hf_config ||
+	if (o.layout && (o.tag || o.prefix || o.naming || o.hf_config || o.tp_split ||
 			 (o.input_format && strcmp(o.input_format, "layout") != 0 &&
 			  strcmp(o.input_format, "auto") != 0))) {
 		fprintf(stderr, "gatherfs-inspect: %s applies to a checkpoint directory, not to --layout FILE\n",
 			o.tag ? "--tag" : o.prefix ? "--prefix" : o.naming ? "--naming"
-			: o.hf_config ? "--hf-config" : "--input-format");
+			: o.hf_config ? "--hf-config" : o.tp_split ? "--tp-split" : "--input-format");
 		return 2;
 	}
 	if (strcmp(cmd, "cat") == 0 || strcmp(cmd, "export") == 0) {

@@ -46,6 +46,7 @@ typedef struct gfs_cli {
 	char *prefix;
 	char *naming;
 	char *hf_config;
+	char *tp_split;
 	char *views;
 	char *shard_size;
 	unsigned max_read;
@@ -92,6 +93,7 @@ static const struct fuse_opt cli_opts[] = {
 	{ "prefix=%s", offsetof(gfs_cli, prefix), 0 },
 	{ "naming=%s", offsetof(gfs_cli, naming), 0 },
 	{ "hf_config=%s", offsetof(gfs_cli, hf_config), 0 },
+	{ "tp_split=%s", offsetof(gfs_cli, tp_split), 0 },
 	{ "views=%s", offsetof(gfs_cli, views), 0 },
 	{ "shard_size=%s", offsetof(gfs_cli, shard_size), 0 },
 	{ "lora=%s", offsetof(gfs_cli, lora), 0 },
@@ -217,6 +219,10 @@ static void usage(const char *prog)
 	       "                             (default: hf when the architecture is known)\n"
 	       "    -o hf_config=DIR         Megatron: the model's config.json in DIR gives\n"
 	       "                             the architecture and vocabulary; served as is\n"
+	       "    -o tp_split=FILE         DeepSpeed tensor parallelism: the JSON FILE maps\n"
+	       "                             param-name patterns to the dimension (0, 1) the\n"
+	       "                             ranks' slices join on, or \"replicated\" (instead\n"
+	       "                             of universal_checkpoint_info)\n"
 	       "    -o views=V1+V2...        views to show, from bin, safetensors, tensors,\n"
 	       "                             layout, optim (optimizer state), universal\n"
 	       "                             (DeepSpeed universal checkpoint) (default: all;\n"
@@ -781,6 +787,7 @@ int main(int argc, char *argv[])
 	iopts.prefix = cli.prefix;
 	iopts.naming = cli.naming;
 	iopts.hf_config = cli.hf_config;
+	iopts.tp_split = cli.tp_split;
 	raise_nofile();
 	lora_cli = (gfs_lora_cli){ .lora = cli.lora, .merge = cli.merge, .base = cli.base,
 				   .tied = cli.lora_tied };
@@ -914,6 +921,7 @@ out_args:
 	free(cli.prefix);
 	free(cli.naming);
 	free(cli.hf_config);
+	free(cli.tp_split);
 	free(cli.views);
 	free(cli.shard_size);
 	free(cli.crc_cache);

@@ -138,6 +138,8 @@ static gfs_err import_path(const char *path, const gfs_import_opts *opts, gfs_la
 	if (opts && (opts->naming || opts->hf_config) && strcmp(format, "megatron") != 0)
 		return gfs_fail(GFS_ERR_INVAL, "%s: %s applies to a Megatron checkpoint only", path,
 				opts->naming ? "a naming" : "an hf_config");
+	if (opts && opts->tp_split && strcmp(format, "deepspeed") != 0)
+		return gfs_fail(GFS_ERR_INVAL, "%s: a tp_split applies to a DeepSpeed checkpoint only", path);
 	if (strcmp(format, "layout") == 0 && S_ISDIR(st.st_mode) && has_file(path, "layout.json")) {
 		char buf[4096];
 
@@ -170,7 +172,7 @@ static gfs_err import_path(const char *path, const gfs_import_opts *opts, gfs_la
 		return gfs_import_megatron(path, opts, out);
 	if (strcmp(format, "rankdict") == 0)
 		return gfs_import_rankdict(path, tag, out);
-	return gfs_import_deepspeed(path, tag, out);
+	return gfs_import_deepspeed(path, tag, opts ? opts->tp_split : NULL, out);
 }
 
 /*

@@ -44,6 +44,7 @@
 #include "gatherfs/importers/import.h"
 #include "gatherfs/readers/pickle.h"
 #include "gatherfs/readers/torchzip.h"
+#include "gatherfs/util/json.h"
 #include "gatherfs/util/pfor.h"
 
 #define DS_MAX_PICKLE ((uint64_t)1 << 30)
@@ -144,6 +145,7 @@ typedef struct ds_ckpt {
 	size_t nlayers;
 	struct pipe_layer *play; /* [nlayers] */
 	bool tp;             /* stages are tensor ranks (no layer files), not pipeline stages */
+	const char *tp_split; /* -o tp_split=FILE: the split patterns, or NULL */
 	/* a mixture-of-experts checkpoint */
 	ds_file *experts;    /* [nexperts] expert files, MoE layer by layer, global id order */
 	size_t nexperts;
@@ -2825,6 +2827,32 @@ static gfs_err pipe_entries(ds_ckpt *c)
 	return err;
 }
 
+/*
+ * pipe_model_srcs(): after build_optim() of stage 0, every stage's
+ * mp_rank_YY_model_states.pt as a model-states source, in stage order (the
+ * universal view copies them, as ds_to_universal.py does).
+ */
+static gfs_err pipe_model_srcs(ds_ckpt *c)
+{
+	gfs_optim *o = &c->l->optim;
+	uint32_t *srcs = gfs_calloc(c->nstages, sizeof(*srcs));
+
+	if (!srcs)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t y = 0; y < c->nstages; y++) {
+		const gfs_err err = file_source(&c->stages[y], &c->stages[y].model[0], &srcs[y]);
+
+		if (err) {
+			free(srcs);
+			return err;
+		}
+	}
+	free(o->model_srcs);
+	o->model_srcs = srcs;
+	o->nmodel_srcs = c->nstages;
+	return GFS_OK;
+}
+
 /* pipe_build(): the layout of a pipeline checkpoint opened by pipe_open(). */
 static gfs_err pipe_build(ds_ckpt *c, char **note)
 {
@@ -2859,6 +2887,8 @@ static gfs_err pipe_build(ds_ckpt *c, char **note)
 	}
 	if (!err && s0->noptim) {
 		err = build_optim(&c->stages[0]);
+		if (!err)
+			err = pipe_model_srcs(c);
 		c->l->optim.pipe_stages = (uint32_t)c->nstages;
 	}
 	if (err)
@@ -3577,8 +3607,12 @@ static int rx_match(rx *r, const char *name)
 	return rx_at(r, 0, name);
 }
 
-/* What universal_checkpoint_info says of a param. */
-enum { TP_REP, TP_AVG, TP_SUB2, TP_SUB, TP_ROW, TP_VOCAB, TP_NKINDS };
+/* What universal_checkpoint_info (TP_COL: a tp_split file only) says of a param. */
+enum { TP_REP, TP_AVG, TP_SUB2, TP_SUB, TP_ROW, TP_VOCAB, TP_NKINDS, TP_COL = TP_NKINDS };
+
+/* Bounds of a tp_split file. */
+#define TP_SPLIT_MAX_BYTES (1u << 20)
+#define TP_SPLIT_MAX_PATS 4096
 
 static const char *const tp_keys[TP_NKINDS] = {
 	"tp_replicated_parameter_patterns", "parameter_to_average_patterns",
@@ -3586,12 +3620,13 @@ static const char *const tp_keys[TP_NKINDS] = {
 	"parameter_with_row_parallelism_patterns", "vocabulary_parameter_patterns",
 };
 
-/* The compiled patterns of universal_checkpoint_info. */
+/* The compiled patterns of universal_checkpoint_info, or of a tp_split file. */
 typedef struct tp_info {
 	rx *pats;        /* [npats] */
 	int *kind;       /* [npats]: TP_* */
 	size_t npats;
 	int64_t vocab;   /* original_vocab_size, or -1 */
+	const char *file; /* the tp_split file (the first pattern matching decides), or NULL */
 } tp_info;
 
 /* tp_info_free(): free what tp_info_read() allocated in ti. */
@@ -3616,7 +3651,7 @@ static gfs_err tp_info_read(const ds_ckpt *c, const ds_file *f, tp_info *ti)
 	ti->vocab = -1;
 	if (!uci || uci->kind != GFS_PV_DICT)
 		return gfs_fail(GFS_ERR_UNSUPPORTED,
-				"%s: %zu tensor-parallel ranks and no universal_checkpoint_info patterns in %s: which dimension each param is split on is not recorded (refused, not guessed)",
+				"%s: %zu tensor-parallel ranks and no universal_checkpoint_info patterns in %s: which dimension each param is split on is not recorded (refused, not guessed; -o tp_split=FILE gives it)",
 				c->tagdir, c->nstages, f->name);
 	for (int k = 0; k < TP_NKINDS; k++)
 		n += gfs_pv_seq_len(gfs_pv_dict_get(uci, tp_keys[k]));
@@ -3653,6 +3688,87 @@ static gfs_err tp_info_read(const ds_ckpt *c, const ds_file *f, tp_info *ti)
 	return GFS_OK;
 }
 
+/*
+ * tp_split_read(): the patterns of the tp_split file at path: a JSON object
+ * whose members map a pattern (re.match, rx's subset) to 0 or 1 (the
+ * dimension the slices are joined on) or "replicated", in file order.
+ * Anything else is refused with one line naming the file.
+ */
+static gfs_err tp_split_read(const char *path, tp_info *ti)
+{
+	char *text = NULL;
+	size_t len = 0, n;
+	cJSON *j = NULL;
+	const cJSON *it;
+	gfs_err err;
+
+	memset(ti, 0, sizeof(*ti));
+	ti->vocab = -1;
+	ti->file = path;
+	err = gfs_read_text(path, TP_SPLIT_MAX_BYTES, &text, &len);
+	if (err)
+		return gfs_fail_prefix(err, "tp_split");
+	err = gfs_json_parse(text, len, path, &j);
+	free(text);
+	if (err)
+		return err;
+	n = cJSON_IsObject(j) ? (size_t)cJSON_GetArraySize(j) : 0;
+	if (n == 0 || n > TP_SPLIT_MAX_PATS) {
+		cJSON_Delete(j);
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: a tp_split file is a JSON object of 1 to %d patterns, each mapped to 0, 1 or \"replicated\"",
+				path, TP_SPLIT_MAX_PATS);
+	}
+	ti->pats = gfs_calloc(n, sizeof(*ti->pats));
+	ti->kind = gfs_calloc(n, sizeof(*ti->kind));
+	if (!ti->pats || !ti->kind)
+		err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	cJSON_ArrayForEach(it, j) {
+		char shown[160];
+
+		if (err)
+			break;
+		if (!rx_compile(it->string, &ti->pats[ti->npats])) {
+			err = gfs_fail(GFS_ERR_UNSUPPORTED,
+				       "%s: tp_split pattern %s uses a regular-expression feature gatherfs does not evaluate (groups, alternation, {m,n}, or an escape other than \\d \\w \\s)",
+				       path, printable(it->string, shown, sizeof(shown)));
+		} else if (cJSON_IsString(it) && strcmp(it->valuestring, "replicated") == 0) {
+			ti->kind[ti->npats++] = TP_REP;
+		} else if (cJSON_IsNumber(it) && (it->valuedouble == 0 || it->valuedouble == 1)) {
+			ti->kind[ti->npats++] = it->valuedouble == 1 ? TP_ROW : TP_COL;
+		} else {
+			err = gfs_fail(GFS_ERR_FORMAT,
+				       "%s: tp_split pattern %s: the value is not 0, 1 or \"replicated\"",
+				       path, printable(it->string, shown, sizeof(shown)));
+		}
+	}
+	cJSON_Delete(j);
+	return err;
+}
+
+/*
+ * tp_split_classify(): kind of the first pattern of the tp_split file
+ * that param name matches; none is refused.
+ */
+static gfs_err tp_split_classify(const ds_ckpt *c, tp_info *ti, const char *name, int *kind)
+{
+	for (size_t i = 0; i < ti->npats; i++) {
+		const int m = rx_match(&ti->pats[i], name);
+
+		if (m < 0)
+			return gfs_fail(GFS_ERR_UNSUPPORTED,
+					"%s: param %s: matching the tp_split patterns of %s takes too long",
+					c->tagdir, name, ti->file);
+		if (m) {
+			*kind = ti->kind[i];
+			return GFS_OK;
+		}
+	}
+	return gfs_fail(GFS_ERR_NOTFOUND,
+			"%s: param %s matches no pattern of the tp_split file %s: how its tensor-parallel slices join is not known",
+			c->tagdir, name, ti->file);
+}
+
 /* tp_matches(): does param name match a pattern of kind k?  -1: too costly to tell. */
 static int tp_matches(tp_info *ti, int k, const char *name)
 {
@@ -3687,6 +3803,24 @@ static gfs_err tp_classify(const ds_ckpt *c, tp_info *ti, const char *name, uint
 {
 	int m[TP_NKINDS];
 
+	if (ti->file) {
+		int kind = TP_COL;
+		const gfs_err err = tp_split_classify(c, ti, name, &kind);
+
+		if (err)
+			return err;
+		memset(how, 0, sizeof(*how));
+		memcpy(out_shape, shape, ndim * sizeof(*shape));
+		how->dim = kind == TP_REP ? -1 : kind == TP_ROW ? 1 : 0;
+		if (how->dim >= 0 && (uint32_t)how->dim >= ndim)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: param %s has %u dimensions: its slices cannot be joined on dimension %d (tp_split file %s)",
+					c->tagdir, name, ndim, how->dim, ti->file);
+		if (how->dim >= 0)
+			out_shape[how->dim] *= c->nstages;
+		how->rows = ndim ? out_shape[0] : 0;
+		return GFS_OK;
+	}
 	for (int k = 0; k < TP_NKINDS; k++)
 		if ((m[k] = tp_matches(ti, k, name)) < 0)
 			return gfs_fail(GFS_ERR_UNSUPPORTED,
@@ -3898,7 +4032,7 @@ static gfs_err tp_build(ds_ckpt *c, char **note)
 	const char *slash = strrchr(c->tagdir, '/');
 	char info[256];
 	tp_info ti;
-	gfs_err err = tp_info_read(c, &s0->model[0], &ti);
+	gfs_err err = c->tp_split ? tp_split_read(c->tp_split, &ti) : tp_info_read(c, &s0->model[0], &ti);
 
 	for (size_t y = 0; !err && y < c->nstages; y++)
 		err = anon_note(&c->stages[y], note);
@@ -3996,9 +4130,10 @@ static gfs_err not_dense(const char *tagdir, const ds_dir *d)
 	return GFS_OK;
 }
 
-gfs_err gfs_import_deepspeed(const char *dir, const char *tag, gfs_layout **out)
+gfs_err gfs_import_deepspeed(const char *dir, const char *tag, const char *tp_split,
+			     gfs_layout **out)
 {
-	ds_ckpt c = { .label = dir };
+	ds_ckpt c = { .label = dir, .tp_split = tp_split };
 	ds_dir d = { 0 };
 	char *root = NULL, *note = NULL;
 	char info[256];
@@ -4013,6 +4148,12 @@ gfs_err gfs_import_deepspeed(const char *dir, const char *tag, gfs_layout **out)
 		goto out;
 	pipe = d.nlayers > 0 || d.nmp > 1;
 	c.tp = d.nlayers == 0;
+	if (tp_split && !(pipe && c.tp)) {
+		err = gfs_fail(GFS_ERR_INVAL,
+			       "%s: a tp_split applies to a tensor-parallel checkpoint only, not to this %s one",
+			       c.tagdir, d.nlayers ? "pipeline" : d.expert ? "mixture-of-experts" : "data-parallel");
+		goto out;
+	}
 	if (pipe) {
 		err = pipe_open(&c, &d);
 	} else {

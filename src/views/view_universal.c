@@ -127,12 +127,8 @@ static gfs_err make_plan(const gfs_layout *l, uv_plan *p)
 		return gfs_fail(GFS_ERR_NOTFOUND, "no DeepSpeed optimizer state");
 	if (o->tp_ranks > 1)
 		return gfs_fail(GFS_ERR_UNSUPPORTED,
-				"a tensor-parallel checkpoint (%u tensor ranks): the universal view is made for data-parallel checkpoints only",
+				"a tensor-parallel checkpoint (%u tensor ranks): the universal view is made for data-parallel and pipeline checkpoints only (its files would need each param's split dimension as cat_dim)",
 				o->tp_ranks);
-	if (o->pipe_stages > 1)
-		return gfs_fail(GFS_ERR_UNSUPPORTED,
-				"a pipeline checkpoint (%u stages): the universal view is made for data-parallel checkpoints only",
-				o->pipe_stages);
 	if (o->round_robin)
 		return gfs_fail(GFS_ERR_UNSUPPORTED,
 				"saved with round_robin_gradients: DeepSpeed 0.14.5's universal loader maps such a checkpoint's params to the wrong bytes");

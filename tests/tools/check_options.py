@@ -23,6 +23,7 @@ problems = []
 OPTIONS = {"--tag": "global_step3", "--input-format": "deepspeed", "--prefix": "model.",
            "--layout": None, "--dtype": "bf16", "--json": None, "--format": "bin",
            "--shard-size": "1M", "--optim": None, "--naming": "hf", "--hf-config": "/", "--all": None,
+           "--tp-split": "/",
            # every command takes the merge options; here they fail (exit 1:
            # no adapter, no PEFT checkpoint), but are not refused (exit 2)
            "--lora": "/", "--merge": "lora", "--base": "/", "--lora-tied": "peft"}
@@ -80,7 +81,8 @@ for cmd, allowed in sorted(synopsis.items()):
                   f"{cmd} {opt}: refused (exit {rc}): {err.strip()!r}")
 
 # Options of a checkpoint directory, with --layout FILE.
-for extra in (["--tag", "global_step3"], ["--prefix", "model."], ["--input-format", "dcp"]):
+for extra in (["--tag", "global_step3"], ["--prefix", "model."], ["--input-format", "dcp"],
+              ["--tp-split", "/"]):
     rc, err = run(["ls", "--layout", layout, *extra])
     check(rc == 2 and err.count("\n") == 1 and "not to --layout FILE" in err,
           f"ls --layout FILE {extra[0]}: refused (exit {rc}): {err.strip()!r}")

@@ -20,6 +20,8 @@ typedef struct gfs_import_opts {
 	const char *naming; /* Megatron: "hf", "megatron", or NULL / "auto" (hf when the
 			     * architecture is known, else megatron) */
 	const char *hf_config; /* Megatron: a directory holding the model's config.json, or NULL */
+	const char *tp_split;  /* DeepSpeed tensor parallelism: a JSON file of patterns -> split
+				* dimension (docs/deepspeed-3d.md), or NULL */
 } gfs_import_opts;
 
 /*
@@ -58,9 +60,13 @@ gfs_err gfs_import(const char *path, const gfs_import_opts *opts, gfs_layout **o
  * §2: model key order, fp32 masters for trainable params, frozen params and
  * buffers in their stored dtype, tied aliases, no padding.  Pipeline,
  * mixture-of-experts and tensor-parallel checkpoints are put together as
- * docs/deepspeed-3d.md says, or refused with one line.
+ * docs/deepspeed-3d.md says, or refused with one line.  tp_split (may be
+ * NULL): a JSON file of patterns saying how a tensor-parallel checkpoint's
+ * params are split, used instead of its universal_checkpoint_info; refused
+ * for a checkpoint that is not tensor-parallel.
  */
-gfs_err gfs_import_deepspeed(const char *dir, const char *tag, gfs_layout **out);
+gfs_err gfs_import_deepspeed(const char *dir, const char *tag, const char *tp_split,
+			     gfs_layout **out);
 
 /*
  * gfs_import_dcp(): import the PyTorch Distributed Checkpoint in dir (its
