@@ -15,6 +15,9 @@
 #       (-o readdirplus=no: one LOOKUP a file, same find output)
 #   (d) as root, with allow_other, attributes cached by root's listing
 #       do not open a private checkpoint to another user (nobody)
+#   (e) layout.json's size, counted without writing its pieces on the
+#       first stat, is the length of its text: pieces from sources, zero,
+#       strided (count), general (at), zstd, optimizer states
 . "${top_srcdir:-.}/tests/lib.sh"
 . "$top_srcdir/tests/mount-lib.sh"
 mount_setup
@@ -87,6 +90,33 @@ cmp -s "$T/plus.txt" "$T/lookup.txt" ||
 echo "  (c) -o readdirplus=no: $(ops "$T/lookup.log" LOOKUP) LOOKUP requests, the same attributes"
 gfs_umount "$M" || fail "umount"
 wait "$GFS_PID" || fail "daemon exited with status $?"
+
+# (e) layout.json: its size before any read, against its bytes
+"$PYTHON3" - "$T/src" <<'EOF' || fail "cannot write the layout fixture"
+import json, os, sys
+d = sys.argv[1]
+size = os.path.getsize(d + "/model.safetensors")
+json.dump({"gatherfs_layout": 1, "format": "json", "base_dir": d,
+           "sources": [{"path": "model.safetensors", "size": size}],
+           "tensors": [{"name": "a", "dtype": "float32", "shape": [1524],
+                        "pieces": [{"source": 0, "offset": 8, "length": 2000},
+                                   {"zero": 4096}]},
+                       {"name": "b", "dtype": "uint8", "shape": [100000],
+                        "pieces": [{"source": 0, "offset": 1000, "length": 100000}]}]},
+          open(d + "/zero.json", "w"))
+EOF
+for src in "$T/src/zero.json" "$CKPTS/z3_ws3_fp32_subgroups/checkpoint" \
+	"$top_srcdir/tests/data/dcp/fsdp2_ws2_zstd/checkpoint" \
+	"$top_srcdir/tests/data/megatron/tp2_pp2/training_torch_dist/iter_0000003"; do
+	gfs_mount "$src" "$M" 2>"$T/err" || fail "(e) mount $src: $(cat "$T/err")"
+	size=$(stat -c %s "$M/layout.json")
+	got=$(timeout 60 cat "$M/layout.json" | wc -c)
+	[ "$size" -eq "$got" ] || fail "(e) $src: layout.json of $size bytes holds $got"
+	grep -q '"zero"' "$M/layout.json" || [ "$src" != "$T/src/zero.json" ] ||
+		fail "(e) $src: no zero piece in layout.json"
+	gfs_umount "$M" || fail "umount"
+done
+echo "  (e) layout.json sized without writing it: 4 layouts, sizes exact"
 
 # (d) a private checkpoint, listed by root first
 if [ "$(id -u)" -ne 0 ] || ! command -v setpriv >/dev/null 2>&1; then
