@@ -3,9 +3,10 @@
  * gatherfs — FUSE low-level operations over a gfs_fs.
  *
  * The only file where gfs_err becomes an errno.  The namespace is static,
- * so entries and attributes are cached by the kernel forever, files are
- * opened with keep_cache (torch zip views with direct_io, see
- * gfs_ll_open()) and directories with cache_readdir.
+ * so entries and attributes are cached by the kernel forever, every
+ * listing is a readdirplus (see gfs_ll_init()), files are opened with
+ * keep_cache (torch zip views with direct_io, see gfs_ll_open()) and
+ * directories with cache_readdir.
  */
 #include "config.h"
 
@@ -21,7 +22,13 @@
 
 #include "fuse_ll.h"
 
-/* Entry and attribute timeout: the namespace never changes. */
+/*
+ * Entry and attribute timeout: the namespace never changes, nor does a
+ * size (layout.json's, computed on first use, is the same whenever it is
+ * computed), nor an owner or mode (derived once at mount, the same for
+ * every user: the kernel checks them, default_permissions, for whoever
+ * asks, from cached attributes as from fresh ones).
+ */
 static const double TIMEOUT = DBL_MAX;
 
 static const gfs_fs *fs_of(fuse_req_t req)
@@ -176,6 +183,16 @@ static void gfs_ll_init(void *userdata, struct fuse_conn_info *conn)
 	conn->congestion_threshold = 48;
 	if (conn->capable & FUSE_CAP_CACHE_SYMLINKS)
 		conn->want |= FUSE_CAP_CACHE_SYMLINKS;
+	/*
+	 * Every listing is a readdirplus: each entry comes with its inode and
+	 * attributes, cached forever, so stat() of a listed name never reaches
+	 * us.  The adaptive mode (libfuse's default) asks for attributes only
+	 * in the first request of a listing or after a lookup in between:
+	 * find and ls read a whole directory before they stat(), so all but
+	 * the first batch cost a LOOKUP each (bench/RESULTS.md, Stop 28).
+	 * -o readdirplus=auto|no still chooses otherwise.
+	 */
+	conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
 	fuse_apply_conn_info_opts(m->conn_opts, conn);
 }
 
@@ -519,6 +536,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	const gfs_node *dir = node_of(req, ino);
 	size_t used = 0;
 	size_t count;
+	rstate *r;
 	char *buf;
 
 	if (!dir)
@@ -527,7 +545,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
-	buf = malloc(size ? size : 1);
+	r = thread_state();
+	buf = r ? thread_buf(r, size ? size : 1) : NULL; /* the thread's, no malloc */
 	if (!buf) {
 		fuse_reply_err(req, ENOMEM);
 		return;
@@ -559,7 +578,6 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		used += len;
 	}
 	fuse_reply_buf(req, buf, used);
-	free(buf);
 }
 
 static void gfs_ll_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,

@@ -639,6 +639,87 @@ static void pieces_text(jbuf *b, const gfs_tensor *t)
 	}
 }
 
+/* digits(): the length of v in decimal. */
+static size_t digits(uint64_t v)
+{
+	size_t n = 1;
+
+	for (; v >= 10; v /= 10)
+		n++;
+	return n;
+}
+
+/* member_len(): the length of what jb_member() appends. */
+static size_t member_len(int depth, bool first, const char *key, uint64_t v)
+{
+	return (first ? 1 : 2) + (size_t)depth + 1 + strlen(key) + 3 + digits(v);
+}
+
+/* pieces_len(): the length of what pieces_text() appends, by arithmetic. */
+static uint64_t pieces_len(const gfs_tensor *t)
+{
+	const bool general = tensor_is_general(t);
+	uint64_t n = 0;
+
+	for (size_t k = 0; k < t->npieces; k++) {
+		const gfs_piece pc = gfs_tensor_piece(t, k), *p = &pc;
+		bool first = true;
+
+		n += k ? 3 : 1;
+		if (general) {
+			n += member_len(5, first, "at", p->toff);
+			first = false;
+		}
+		if (p->kind == GFS_PIECE_ZERO) {
+			n += member_len(5, first, "zero", p->len);
+		} else {
+			n += member_len(5, first, "source", p->src) +
+			     member_len(5, false, "offset", p->src_off) +
+			     member_len(5, false, "length", p->len);
+		}
+		if (p->count > 1)
+			n += member_len(5, false, "count", p->count) +
+			     member_len(5, false, "dst_stride", p->dst_stride) +
+			     member_len(5, false, "src_stride", p->src_stride);
+		if (p->kind == GFS_PIECE_ZSTD)
+			n += sizeof(",\n\t\t\t\t\t\"zstd\":\t{") - 1 +
+			     member_len(6, true, "offset", p->frame_off) +
+			     member_len(6, false, "length", p->frame_len) +
+			     member_len(6, false, "size", p->frame_size) +
+			     sizeof("\n\t\t\t\t\t}") - 1;
+		n += sizeof("\n\t\t\t\t}") - 1;
+	}
+	return n;
+}
+
+static const char pieces_marker[] = "\"pieces\":\t[";
+
+/*
+ * entry_frame(): entry i's object as cJSON prints it, with an empty
+ * "pieces" array, in *s (malloc()ed); *cut: the '[' of that array, NULL
+ * if the entry has no pieces.
+ */
+static gfs_err entry_frame(const gfs_layout *l, size_t i, char **s, const char **cut)
+{
+	const bool state = i >= l->ntensors;
+	cJSON *t = tensor_json(l, &l->tensors[i], false);
+
+	if (t && state && !cJSON_AddStringToObject(t, "state", l->tensors[i].state)) {
+		cJSON_Delete(t);
+		t = NULL;
+	}
+	*s = t ? cJSON_Print(t) : NULL;
+	cJSON_Delete(t);
+	if (!*s)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory while writing the layout JSON");
+	/* a raw tab never occurs inside a JSON string: the marker is structural */
+	*cut = l->tensors[i].npieces ? strstr(*s, pieces_marker) : NULL;
+	assert(*cut || !l->tensors[i].npieces);
+	if (*cut)
+		*cut += sizeof(pieces_marker) - 2;
+	return GFS_OK;
+}
+
 /*
  * entry_unit(): entry i's object as it stands inside the document's array
  * (two more tabs after each newline: cJSON indents by depth, and the array
@@ -648,33 +729,21 @@ static void pieces_text(jbuf *b, const gfs_tensor *t)
  */
 static gfs_err entry_unit(const gfs_layout *l, size_t i, char **text, size_t *len)
 {
-	static const char marker[] = "\"pieces\":\t[";
-	const bool state = i >= l->ntensors;
 	const bool first = i == 0 || i == l->ntensors;
-	cJSON *t = tensor_json(l, &l->tensors[i], false);
 	jbuf b = { 0 };
-	const char *cut = NULL;
+	const char *cut;
 	char *s;
+	gfs_err err = entry_frame(l, i, &s, &cut);
 
-	if (t && state && !cJSON_AddStringToObject(t, "state", l->tensors[i].state)) {
-		cJSON_Delete(t);
-		t = NULL;
-	}
-	s = t ? cJSON_Print(t) : NULL;
-	cJSON_Delete(t);
-	if (!s)
-		return gfs_fail(GFS_ERR_NOMEM, "out of memory while writing the layout JSON");
-	/* a raw tab never occurs inside a JSON string: the marker is structural */
-	if (l->tensors[i].npieces)
-		cut = strstr(s, marker);
-	assert(cut || !l->tensors[i].npieces);
+	if (err)
+		return err;
 	if (!first)
 		jb_put(&b, ", ", 2);
 	for (const char *c = s; *c; c++) {
 		jb_put(&b, c, 1);
 		if (*c == '\n')
 			jb_put(&b, "\t\t", 2);
-		if (cut && c == cut + sizeof(marker) - 2)
+		if (c == cut)
 			pieces_text(&b, &l->tensors[i]);
 	}
 	free(s);
@@ -701,6 +770,42 @@ gfs_err gfs_layout_json_unit(const gfs_layout *l, size_t u, char **text, size_t 
 	if (u == l->ntensors + 1)
 		return skeleton_unit(l, 1, text, len);
 	return entry_unit(l, u - 2, text, len);
+}
+
+/* entry_size(): the length of entry_unit(l, i), its pieces not written. */
+static gfs_err entry_size(const gfs_layout *l, size_t i, uint64_t *size)
+{
+	const bool first = i == 0 || i == l->ntensors;
+	const char *cut;
+	char *s;
+	uint64_t n = first ? 0 : 2;
+	gfs_err err = entry_frame(l, i, &s, &cut);
+
+	if (err)
+		return err;
+	for (const char *c = s; *c; c++)
+		n += *c == '\n' ? 3 : 1;
+	if (cut)
+		n += pieces_len(&l->tensors[i]);
+	free(s);
+	*size = n;
+	return GFS_OK;
+}
+
+gfs_err gfs_layout_json_unit_size(const gfs_layout *l, size_t u, uint64_t *size)
+{
+	const size_t n = gfs_layout_json_nunits(l);
+	char *text = NULL;
+	size_t len = 0;
+	gfs_err err;
+
+	assert(u < n);
+	if (u >= 1 && u < n - 1 && u != l->ntensors + 1)
+		return entry_size(l, u <= l->ntensors ? u - 1 : u - 2, size);
+	err = gfs_layout_json_unit(l, u, &text, &len);
+	free(text);
+	*size = len;
+	return err;
 }
 
 gfs_err gfs_layout_to_json(const gfs_layout *l, char **text)

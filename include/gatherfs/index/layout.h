@@ -750,6 +750,13 @@ size_t gfs_layout_json_nunits(const gfs_layout *l);
 gfs_err gfs_layout_json_unit(const gfs_layout *l, size_t u, char **text, size_t *len);
 
 /*
+ * gfs_layout_json_unit_size(): the length of gfs_layout_json_unit()'s
+ * unit u in *size, without writing its pieces (O(pieces) arithmetic, the
+ * rest of the unit written and dropped).
+ */
+gfs_err gfs_layout_json_unit_size(const gfs_layout *l, size_t u, uint64_t *size);
+
+/*
  * gfs_layout_from_json(): parse and validate a layout JSON held in
  * text[0..len).  Relative source paths resolve against the "base_dir" field
  * or, if absent, json_dir.  label names the file in messages.
