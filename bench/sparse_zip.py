@@ -14,12 +14,15 @@ passes.  A storage not registered is written as is (small buffers, steps).
 For archives under 4 GiB with zero-filled payloads, the output is byte for
 byte what torch.save writes (checked by bench/sparse_fidelity.py).
 
-Hole storages are allocated with torch.empty and never touched, so their
-pages are never committed: memory stays small whatever the sizes.
+Hole storages are never touched, so their pages are never committed:
+memory stays small whatever the sizes.  Those up to 1 GiB are allocated
+with torch.empty; larger ones map a sparse temporary file (shared), which
+the kernel's overcommit check does not count against memory.
 """
 import ctypes
 import os
 import struct
+import tempfile
 import zlib
 
 import torch
@@ -40,7 +43,13 @@ def hole(t):
 
 def empty_hole(numel, dtype=torch.float32):
     """An untouched tensor of numel elements whose bytes are a hole in the file."""
-    return hole(torch.empty(max(int(numel), 0), dtype=dtype))
+    numel = max(int(numel), 0)
+    size = numel * torch.empty(0, dtype=dtype).element_size()
+    if size <= 1 << 30:
+        return hole(torch.empty(numel, dtype=dtype))
+    with tempfile.NamedTemporaryFile(dir=os.environ.get("TMPDIR", "/var/tmp")) as f:
+        f.truncate(size)
+        return hole(torch.from_file(f.name, shared=True, size=numel, dtype=dtype))
 
 
 def forget_holes():
