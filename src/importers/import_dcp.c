@@ -564,7 +564,7 @@ gfs_err gfs_dcp_confirm(const gfs_record *r, int fd, const char *path, uint32_t 
 	assert(r->lazy && r->item);
 	snprintf(label, sizeof(label), "%s: chunk archive at offset %llu", path,
 		 (unsigned long long)base);
-	err = inner_tensor(label, fd, base, r->item_len, dt, 0, NULL, &data, &tbytes, &whole,
+	err = inner_tensor(label, fd, base, r->frame_len, dt, 0, NULL, &data, &tbytes, &whole,
 			   rname, sizeof(rname));
 	if (err) {
 		char msg[GFS_ERRMSG_MAX];
@@ -780,7 +780,6 @@ static void chunk_place(dcp_ckpt *c, chunk_job *j, uint32_t src, gfs_dtype dt)
 	j->rec.len = j->nbytes;
 	j->rec.lazy = true;
 	j->rec.dtype = (uint8_t)dt;
-	j->rec.item_len = j->len;
 	snprintf(j->rname, sizeof(j->rname), "%s", sh->rname);
 	j->lazy = true;
 	c->nlazy++;
@@ -812,7 +811,7 @@ static gfs_err chunk_record(dcp_ckpt *c, chunk_job *j)
 	j->rec.src = j->loc.src;
 	j->rec.kind = j->loc.kind;
 	j->rec.frame_off = j->loc.frame_off;
-	j->rec.frame_len = j->loc.frame_len;
+	j->rec.frame_len = j->lazy ? j->len : j->loc.frame_len; /* lazy: the item's length */
 	j->rec.frame_size = j->loc.frame_size;
 	c->zstd |= j->zstd;
 	j->rec.item = j->off + 1;

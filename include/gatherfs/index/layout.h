@@ -145,17 +145,16 @@ typedef struct gfs_record {
 	uint64_t off;
 	uint64_t len;
 	uint64_t frame_off;  /* ZSTD */
-	uint64_t frame_len;
+	uint64_t frame_len;  /* ZSTD; lazy (a FILE record): the item's length */
 	uint64_t frame_size;
 	uint32_t crc32;      /* stored CRC-32 of the len bytes (lazy: unknown, 0) */
 	bool lazy;           /* a DCP chunk whose archive was not opened: off and len
 			      * are where .metadata places the record (its item's
-			      * item_len bytes at item - 1 hold a torch.save zip of a
-			      * dtype tensor of len bytes); the first check opens the
-			      * archive, confirms them and learns crc32
+			      * frame_len bytes at item - 1 hold a torch.save zip of
+			      * a dtype tensor of len bytes); the first check opens
+			      * the archive, confirms them and learns crc32
 			      * (gfs_dcp_confirm()) */
 	uint8_t dtype;       /* lazy: the chunk's gfs_dtype */
-	uint64_t item_len;   /* lazy: bytes of the item */
 } gfs_record;
 
 /*
