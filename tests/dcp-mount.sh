@@ -5,7 +5,9 @@
 # model.safetensors and every tensors/ file against the expected tables;
 # concurrent random reads (across zstd frames and strided runs) against a
 # sequential read, also with the shared zstd frame cache off; -o format= and -o prefix=; broken copies fail at mount
-# time with one line and leave no mount.
+# time with one line and leave no mount; a chunk archive broken where only
+# opening it can tell fails the first read of its tensor (EIO, one log
+# line), and -o verify=mount.
 . "${top_srcdir:-.}/tests/lib.sh"
 . "$top_srcdir/tests/mount-lib.sh"
 mount_setup
@@ -69,4 +71,32 @@ for spec in missing:fsdp2_ws2:cannot.open truncated:shard1_ws3:lies.past.its.end
 	expect_mount_fail "$pat" "$T/bad-$m" "$T/mnt"
 done
 expect_mount_fail "not a DeepSpeed ZeRO checkpoint" -o format=deepspeed "$DCP/fsdp2_ws2/checkpoint" "$T/mnt"
+
+# Lazy chunks: an archive the mount does not open (the last of __1_0.distcp,
+# lm_head.weight's) broken after the mount-time checks would pass: the
+# mount succeeds, the first read of its tensor fails with EIO and one log
+# line naming the file and the problem, other tensors read; with -o
+# verify=off too; -o verify=mount opens every archive and refuses it.
+for spec in "lazy-eocd:not a zip archive" "lazy-size:chunk bytes lie outside its storage record"; do
+	m=${spec%%:*} pat=${spec#*:}
+	"$PYTHON3" "$top_srcdir/tests/tools/make_bad_dcp.py" "$DCP/fsdp2_ws2/checkpoint" "$T/bad-$m" "$m" ||
+		fail "make_bad_dcp.py $m"
+	line="__1_0.distcp: chunk archive at offset [0-9]*: $pat"
+	for vopt in read off; do
+		mnt="$T/mnt-$m-$vopt"
+		gfs_mount_fg "$T/bad-$m" "$mnt" -o verify=$vopt 2>"$T/$m.log" ||
+			fail "mount $m (verify=$vopt): $(cat "$T/$m.log")"
+		want=$(grep "^model.norm.weight$TAB" "$DCP/fsdp2_ws2/.expected-default.tsv" | cut -f4)
+		got=$(timeout 60 cat "$mnt/tensors/model.norm.weight" | sha256sum | cut -d' ' -f1)
+		[ "$got" = "$want" ] || fail "$m: model.norm.weight sha256 $got, want $want"
+		cat_fails_eio "$mnt/tensors/lm_head.weight"
+		gfs_umount "$mnt" || fail "unmount $mnt"
+		# one line a failed read request, each naming the file and the problem
+		[ "$(grep -c "$line" "$T/$m.log")" -ge 1 ] &&
+			! grep -v -e "$line" -e "-o verify=off: source bytes are served" "$T/$m.log" ||
+			fail "$m (verify=$vopt): log is not lines of '$line': $(cat "$T/$m.log")"
+		echo "ok: $m (verify=$vopt): first read EIO: $(grep -m1 "$line" "$T/$m.log")"
+	done
+	expect_mount_fail "$line" "$T/bad-$m" "$T/mnt" -o verify=mount
+done
 echo "PASS: $ncases DCP fixtures, default and bf16"

@@ -39,6 +39,31 @@ expect_fail gap fsdp2_ws2 "model.embed_tokens.weight: chunks cover 32768 of its 
 expect_fail overlap fsdp2_ws2 "model.embed_tokens.weight: chunks 0 and 1 overlap"
 expect_fail badsize fsdp2_ws2 "chunk size 256 in dimension 0, the metadata says 257"
 expect_fail garbage fsdp2_ws2 "\.metadata: "
+# A chunk archive broken where only opening it can tell (lazy-eocd: a bad
+# zip, lazy-size: a record of the wrong size): ls needs only .metadata and
+# succeeds, cat of its tensor and verify (which opens every archive) exit 1
+# naming the file and the problem; GATHERFS_DCP_EAGER=1 refuses it at import.
+for spec in "lazy-eocd:not a zip archive" "lazy-size:chunk bytes lie outside its storage record"; do
+	m=${spec%%:*} pat="__1_0.distcp: chunk archive at offset [0-9]*: ${spec#*:}"
+	"$PYTHON3" "$top_srcdir/tests/tools/make_bad_dcp.py" "$DCP/fsdp2_ws2/checkpoint" "$TESTTMP/$m" "$m" ||
+		fail "make_bad_dcp.py $m"
+	"$INSPECT" ls "$TESTTMP/$m" >/dev/null 2>&1 || fail "$m: ls failed"
+	"$INSPECT" cat "$TESTTMP/$m" model.norm.weight >/dev/null || fail "$m: cat model.norm.weight failed"
+	for cmd in cat verify; do
+		name=
+		[ $cmd = cat ] && name=lm_head.weight
+		# shellcheck disable=SC2086
+		if "$INSPECT" $cmd "$TESTTMP/$m" $name >/dev/null 2>"$TESTTMP/err"; then
+			fail "$m: $cmd succeeded"
+		fi
+		grep -q -- "$pat" "$TESTTMP/err" || fail "$m: $cmd: '$(cat "$TESTTMP/err")' lacks '$pat'"
+		echo "ok - $m: $cmd: $(grep -- "$pat" "$TESTTMP/err")"
+	done
+	if GATHERFS_DCP_EAGER=1 "$INSPECT" ls "$TESTTMP/$m" >/dev/null 2>"$TESTTMP/err"; then
+		fail "$m: GATHERFS_DCP_EAGER=1 ls succeeded"
+	fi
+	grep -q "__1_0.distcp" "$TESTTMP/err" || fail "$m: eager: $(cat "$TESTTMP/err")"
+done
 # A forced format that does not match, an unknown format.
 "$INSPECT" ls --input-format layout "$DCP/fsdp2_ws2/checkpoint" >/dev/null 2>&1 &&
 	fail "--input-format layout on a directory succeeded"

@@ -15,6 +15,11 @@
  * Chunks must tile each tensor exactly; items must lie inside their files.
  * Tensor payloads are never read; a zstd item is decompressed once (into
  * an anonymous memory file, then dropped) to read its zip directory.
+ *
+ * Lazy chunks: an uncompressed item whose shape (dcp_shape) was seen is
+ * not opened; its record is placed where the sampled archive of that shape
+ * held its own, as a lazy record the first check confirms
+ * (gfs_dcp_confirm()).
  */
 #define _GNU_SOURCE
 #include "config.h"
@@ -41,6 +46,24 @@
 #define DCP_MAX_FRAME ((uint64_t)1 << 34)
 #define DCP_MAX_PIECES ((uint64_t)1 << 24)
 #define DCP_ZSTD_DESCRIPTOR "stream.zstd/1"
+#define DCP_MAX_SHAPES 256         /* item shapes learned; past them, chunks are opened */
+#define DCP_SHAPE_MOD 4096         /* tensor bytes of one shape agree modulo this */
+#define DCP_RNAME_MAX 512
+
+/*
+ * A shape of chunk archive: items of extra bytes besides their tensor's,
+ * whose tensor bytes are mod modulo DCP_SHAPE_MOD, past 4 GiB or not.
+ * torch.save lays such archives out alike (records aligned in the item,
+ * the same names); the sampled one held its storage record, exactly the
+ * tensor's bytes, at roff in the item.
+ */
+typedef struct dcp_shape {
+	uint64_t extra;
+	uint64_t roff;
+	uint32_t mod;
+	bool big;
+	char rname[DCP_RNAME_MAX];
+} dcp_shape;
 
 /* One .distcp file named by the storage data. */
 typedef struct dcp_file {
@@ -65,6 +88,10 @@ typedef struct dcp_ckpt {
 	gfs_layout *l;
 	uint64_t npieces;
 	bool zstd;
+	bool eager;        /* GATHERFS_DCP_EAGER: open every chunk archive */
+	dcp_shape *shapes; /* [DCP_MAX_SHAPES] */
+	size_t nshapes;
+	size_t nlazy;      /* chunks not opened */
 } dcp_ckpt;
 
 /* Where the bytes of one chunk are. */
@@ -424,13 +451,15 @@ out:
 /*
  * inner_tensor(): open the torch.save zip occupying [base, base + len) of
  * zfd and find the bytes of its single tensor, which must have dtype dt,
- * shape sizes[0..ndim) and be contiguous.  *data_off: offset in zfd.
- * *whole receives the offset, size and stored CRC-32 of the storage
- * record holding it, and rname (rname_n bytes) its name.
+ * shape sizes[0..ndim) (sizes NULL: any) and be contiguous.  *data_off:
+ * offset in zfd; *tbytes: the tensor's bytes.  *whole receives the
+ * offset, size and stored CRC-32 of the storage record holding it, and
+ * rname (rname_n bytes) its name.
  */
 static gfs_err inner_tensor(const char *label, int zfd, uint64_t base, uint64_t len,
 			    gfs_dtype dt, uint32_t ndim, const uint64_t *sizes,
-			    uint64_t *data_off, gfs_record *whole, char *rname, size_t rname_n)
+			    uint64_t *data_off, uint64_t *tbytes, gfs_record *whole, char *rname,
+			    size_t rname_n)
 {
 	gfs_tzip *z = NULL;
 	gfs_pickle *pk = NULL;
@@ -469,26 +498,32 @@ static gfs_err inner_tensor(const char *label, int zfd, uint64_t base, uint64_t 
 			       t->dtype ? t->dtype : t->storage.cls, gfs_dtype_name(dt));
 		goto out;
 	}
-	if (t->ndim != ndim) {
+	if (sizes && t->ndim != ndim) {
 		err = gfs_fail(GFS_ERR_FORMAT, "%s: chunk has %u dimensions, the metadata says %u",
 			       label, t->ndim, ndim);
 		goto out;
 	}
-	for (uint32_t d = ndim; d-- > 0;) {
-		if (t->size[d] < 0 || (uint64_t)t->size[d] != sizes[d]) {
+	for (uint32_t d = t->ndim; d-- > 0;) {
+		const uint64_t sd = (uint64_t)t->size[d];
+
+		if (t->size[d] < 0 || (sizes && sd != sizes[d])) {
 			err = gfs_fail(GFS_ERR_FORMAT,
 				       "%s: chunk size %lld in dimension %u, the metadata says %llu",
-				       label, (long long)t->size[d], d, (unsigned long long)sizes[d]);
+				       label, (long long)t->size[d], d,
+				       (unsigned long long)(sizes ? sizes[d] : 0));
 			goto out;
 		}
-		if (sizes[d] > 1 && t->stride[d] != (int64_t)expect) {
+		if (sd > 1 && t->stride[d] != (int64_t)expect) {
 			err = gfs_fail(GFS_ERR_UNSUPPORTED,
 				       "%s: chunk is not contiguous (stride %lld in dimension %u)",
 				       label, (long long)t->stride[d], d);
 			goto out;
 		}
-		expect *= sizes[d] ? sizes[d] : 1;
-		nbytes *= sizes[d];
+		if (!gfs_mul_u64(expect, sd ? sd : 1, &expect) || expect > INT64_MAX ||
+		    !gfs_mul_u64(nbytes, sd, &nbytes)) {
+			err = gfs_fail(GFS_ERR_FORMAT, "%s: chunk sizes overflow", label);
+			goto out;
+		}
 	}
 	err = gfs_tzip_storage_record(z, t->storage.key, &srec);
 	if (err) {
@@ -509,11 +544,42 @@ static gfs_err inner_tensor(const char *label, int zfd, uint64_t base, uint64_t 
 		goto out;
 	}
 	*data_off = rec_off + first;
+	*tbytes = nbytes;
 out:
 	free(buf);
 	gfs_pickle_free(pk);
 	gfs_tzip_close(z);
 	return err;
+}
+
+gfs_err gfs_dcp_confirm(const gfs_record *r, int fd, const char *path, uint32_t *crc)
+{
+	const gfs_dtype dt = (gfs_dtype)r->dtype;
+	const uint64_t base = r->item - 1;
+	gfs_record whole = { 0 };
+	uint64_t data = 0, tbytes = 0;
+	char label[4200], rname[DCP_RNAME_MAX];
+	gfs_err err;
+
+	assert(r->lazy && r->item);
+	snprintf(label, sizeof(label), "%s: chunk archive at offset %llu", path,
+		 (unsigned long long)base);
+	err = inner_tensor(label, fd, base, r->frame_len, dt, 0, NULL, &data, &tbytes, &whole,
+			   rname, sizeof(rname));
+	if (err) {
+		char msg[GFS_ERRMSG_MAX];
+
+		snprintf(msg, sizeof(msg), "%s", gfs_errmsg());
+		return gfs_fail(GFS_ERR_IO, "%s", msg);
+	}
+	if (whole.off != r->off || whole.len != r->len || data != r->off || tbytes != r->len)
+		return gfs_fail(GFS_ERR_IO,
+				"%s: its tensor (%llu bytes) is at offset %llu of record %s (offset %llu, %llu bytes); .metadata places %llu bytes at offset %llu",
+				label, (unsigned long long)tbytes, (unsigned long long)data, rname,
+				(unsigned long long)whole.off, (unsigned long long)whole.len,
+				(unsigned long long)r->len, (unsigned long long)r->off);
+	*crc = whole.crc32;
+	return GFS_OK;
 }
 
 /* ------------------------------------------------------------ chunks */
@@ -620,11 +686,13 @@ typedef struct chunk_job {
 	const gfs_dcp_item *it;
 	uint64_t off, len;   /* the item's bytes in f */
 	const uint64_t *sizes;
+	uint64_t nbytes;     /* the chunk's */
 	bool zstd;
+	bool lazy;           /* placed from its shape, not opened */
 	bool failed;
 	chunk_loc loc;
 	gfs_record rec;
-	char rname[512];     /* the storage record's name */
+	char rname[DCP_RNAME_MAX]; /* the storage record's name */
 } chunk_job;
 
 typedef struct locate_ctx {
@@ -644,11 +712,13 @@ static gfs_err chunk_locate(void *ctx, size_t i)
 	chunk_job *j = &lc->jobs[i];
 	const dcp_file *f = &lc->c->files[j->file];
 	const char *fqn = gfs_dcpmeta_str(lc->c->md, j->it->fqn);
-	uint64_t data = 0, size = 0;
+	uint64_t data = 0, size = 0, tbytes = 0;
 	char label[8192];
 	int mfd;
 	gfs_err err;
 
+	if (j->lazy)
+		return GFS_OK;
 	snprintf(label, sizeof(label), "%s@%llu (%s)", f->path, (unsigned long long)j->off,
 		 fqn);
 	memset(&j->loc, 0, sizeof(j->loc));
@@ -656,14 +726,14 @@ static gfs_err chunk_locate(void *ctx, size_t i)
 	j->loc.src = f->src;
 	if (!j->zstd) {
 		err = inner_tensor(label, f->fd, j->off, j->len, lc->dt, lc->ndim, j->sizes,
-				   &data, &j->rec, j->rname, sizeof(j->rname));
+				   &data, &tbytes, &j->rec, j->rname, sizeof(j->rname));
 		j->loc.kind = GFS_PIECE_FILE;
 		j->loc.off = data;
 	} else {
 		err = unzstd(f, fqn, j->off, j->len, &mfd, &size);
 		if (!err) {
 			err = inner_tensor(label, mfd, 0, size, lc->dt, lc->ndim, j->sizes, &data,
-					   &j->rec, j->rname, sizeof(j->rname));
+					   &tbytes, &j->rec, j->rname, sizeof(j->rname));
 			close(mfd);
 		}
 		j->loc.kind = GFS_PIECE_ZSTD;
@@ -676,13 +746,72 @@ static gfs_err chunk_locate(void *ctx, size_t i)
 	return err;
 }
 
+/* shape_of(): the learned shape of an item of len bytes holding nbytes of tensor, or NULL. */
+static dcp_shape *shape_of(const dcp_ckpt *c, uint64_t len, uint64_t nbytes)
+{
+	const uint64_t extra = len - nbytes;
+	const uint32_t mod = (uint32_t)(nbytes % DCP_SHAPE_MOD);
+	const bool big = len > UINT32_MAX;
+
+	for (size_t i = 0; i < c->nshapes; i++)
+		if (c->shapes[i].extra == extra && c->shapes[i].mod == mod && c->shapes[i].big == big)
+			return &c->shapes[i];
+	return NULL;
+}
+
+/*
+ * chunk_place(): if j's item has a learned shape, place its record from it
+ * (a lazy record) instead of opening its archive.
+ */
+static void chunk_place(dcp_ckpt *c, chunk_job *j, uint32_t src, gfs_dtype dt)
+{
+	const dcp_shape *sh;
+
+	j->lazy = false;
+	if (c->eager || j->zstd || j->nbytes == 0 || j->len < j->nbytes ||
+	    !(sh = shape_of(c, j->len, j->nbytes)))
+		return;
+	memset(&j->loc, 0, sizeof(j->loc));
+	memset(&j->rec, 0, sizeof(j->rec));
+	j->loc.kind = GFS_PIECE_FILE;
+	j->loc.src = src;
+	j->loc.off = j->off + sh->roff;
+	j->rec.off = j->loc.off;
+	j->rec.len = j->nbytes;
+	j->rec.lazy = true;
+	j->rec.dtype = (uint8_t)dt;
+	snprintf(j->rname, sizeof(j->rname), "%s", sh->rname);
+	j->lazy = true;
+	c->nlazy++;
+}
+
+/*
+ * chunk_learn(): after an opened uncompressed chunk whose storage record
+ * is exactly its bytes, remember the shape of its item.
+ */
+static void chunk_learn(dcp_ckpt *c, const chunk_job *j)
+{
+	dcp_shape *sh;
+
+	if (c->eager || j->lazy || j->zstd || j->nbytes == 0 || j->rec.len != j->nbytes ||
+	    j->loc.off != j->rec.off || j->rec.off < j->off || c->nshapes == DCP_MAX_SHAPES ||
+	    shape_of(c, j->len, j->nbytes))
+		return;
+	sh = &c->shapes[c->nshapes++];
+	sh->extra = j->len - j->nbytes;
+	sh->mod = (uint32_t)(j->nbytes % DCP_SHAPE_MOD);
+	sh->big = j->len > UINT32_MAX;
+	sh->roff = j->rec.off - j->off;
+	snprintf(sh->rname, sizeof(sh->rname), "%s", j->rname);
+}
+
 /* chunk_record(): add the storage record of a located chunk to the layout. */
 static gfs_err chunk_record(dcp_ckpt *c, chunk_job *j)
 {
 	j->rec.src = j->loc.src;
 	j->rec.kind = j->loc.kind;
 	j->rec.frame_off = j->loc.frame_off;
-	j->rec.frame_len = j->loc.frame_len;
+	j->rec.frame_len = j->lazy ? j->len : j->loc.frame_len; /* lazy: the item's length */
 	j->rec.frame_size = j->loc.frame_size;
 	c->zstd |= j->zstd;
 	j->rec.item = j->off + 1;
@@ -844,7 +973,9 @@ static gfs_err import_tensor(dcp_ckpt *c, const char *fqn, const char *name,
 				break;
 			j->file = (size_t)(f - c->files);
 			j->sizes = box[k][1];
+			j->nbytes = vol[k] * gfs_dtype_size(dt);
 			j->failed = false;
+			chunk_place(c, j, f->src, dt);
 			kj[nj++] = k;
 		}
 		if (perr)
@@ -857,6 +988,7 @@ static gfs_err import_tensor(dcp_ckpt *c, const char *fqn, const char *name,
 				err = gfs_fail(lerr, "%s", lmsg);
 				break;
 			}
+			chunk_learn(c, &jobs[i]);
 			err = chunk_record(c, &jobs[i]);
 			if (!err)
 				err = emit_chunk(c, ti, ndim, shape, box[kj[i]][0], box[kj[i]][1], dt,
@@ -898,6 +1030,7 @@ static void ckpt_free(dcp_ckpt *c)
 		free(c->files[i].path);
 	}
 	free(c->files);
+	free(c->shapes);
 	free(c->fkey);
 	free(c->fval);
 	free(c->itab);
@@ -915,8 +1048,13 @@ gfs_err gfs_import_dcp(const char *dir, const char *prefix, gfs_layout **out)
 	gfs_err err;
 
 	c.meta_path = malloc(strlen(dir) + sizeof("/.metadata"));
-	if (!c.meta_path)
+	c.shapes = gfs_calloc(DCP_MAX_SHAPES, sizeof(*c.shapes));
+	c.eager = getenv("GATHERFS_DCP_EAGER") && strcmp(getenv("GATHERFS_DCP_EAGER"), "1") == 0;
+	if (!c.meta_path || !c.shapes) {
+		free(c.meta_path);
+		free(c.shapes);
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
 	sprintf(c.meta_path, "%s/.metadata", dir);
 	err = gfs_layout_new("dcp", dir, &c.l);
 	if (!err)

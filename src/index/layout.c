@@ -908,6 +908,7 @@ gfs_err gfs_layout_add_record(gfs_layout *l, const gfs_record *r, const char *na
 	dst->name = l->last_rec_name;
 	if (!dst->name)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	l->lazy_records |= r->lazy;
 	l->nrecords++;
 	return GFS_OK;
 }

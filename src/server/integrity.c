@@ -14,8 +14,10 @@
 #include <unistd.h>
 #include <zstd.h>
 
+#include "gatherfs/importers/import.h"
 #include "gatherfs/server/integrity.h"
 #include "gatherfs/util/crc32.h"
+#include "gatherfs/util/pfor.h"
 
 enum {
 	READ_BUF = 1 << 20,     /* bytes per pread of a FILE record */
@@ -402,6 +404,47 @@ static size_t seg_at(const chk_seg *segs, size_t a, size_t b, uint64_t off)
 	return a;
 }
 
+/* Lazy DCP records being confirmed (confirm()). */
+typedef struct confirm_ctx {
+	const gfs_layout *l;
+	const gfs_srcset *s;
+	const uint32_t *claimed;
+	uint32_t *want;
+} confirm_ctx;
+
+/* confirm_one(): the stored CRC-32 of claimed record k, a lazy one's from its archive. */
+static gfs_err confirm_one(void *ctx, size_t k)
+{
+	const confirm_ctx *cc = ctx;
+	const gfs_record *r = &cc->l->records[cc->claimed[k]];
+
+	if (!r->lazy) {
+		cc->want[k] = r->crc32;
+		return GFS_OK;
+	}
+	return gfs_dcp_confirm(r, gfs_srcset_fd(cc->s, r->src), cc->l->sources[r->src].abspath,
+			       &cc->want[k]);
+}
+
+/*
+ * confirm(): want[k] = the stored CRC-32 of record claimed[k], k < n:
+ * lazy records (DCP chunks whose archive the import did not open) are
+ * opened and confirmed first, in parallel; one that is not where the
+ * layout places it is an error (GFS_ERR_IO naming its file).
+ */
+static gfs_err confirm(const gfs_layout *l, const gfs_srcset *s, const uint32_t *claimed,
+		       size_t n, uint32_t *want)
+{
+	confirm_ctx cc = { .l = l, .s = s, .claimed = claimed, .want = want };
+	size_t nlazy = 0;
+
+	for (size_t k = 0; k < n; k++) {
+		want[k] = l->records[claimed[k]].crc32;
+		nlazy += l->records[claimed[k]].lazy;
+	}
+	return nlazy ? gfs_pfor(n, confirm_one, &cc) : GFS_OK;
+}
+
 /*
  * check_claimed(): check records claimed[0..n), which the caller holds
  * BUSY, and settle every one of them (UNCHECKED on error).
@@ -411,8 +454,13 @@ static gfs_err check_claimed(const gfs_layout *l, const gfs_srcset *s, const uin
 {
 	chk_job job = { .l = l, .s = s };
 	chk_plan pl = { 0 };
-	gfs_err err = n ? plan(l, claimed, n, &pl, &job) : GFS_OK;
+	uint32_t *want = gfs_calloc(n ? n : 1, sizeof(*want));
+	gfs_err err = want ? confirm(l, s, claimed, n, want)
+			   : gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	size_t it = 0;
+
+	if (!err && n)
+		err = plan(l, claimed, n, &pl, &job);
 
 	atomic_init(&job.next, 0);
 	atomic_init(&job.err, GFS_OK);
@@ -446,7 +494,7 @@ static gfs_err check_claimed(const gfs_layout *l, const gfs_srcset *s, const uin
 			while (it < job.nitems && job.items[it].rec == rec)
 				it++;
 			st->bytes += r->len;
-			good = combine(job.segs, a, b) == r->crc32;
+			good = combine(job.segs, a, b) == want[k];
 			for (size_t i = pl.piece0[k]; good && i < pl.piece0[k + 1]; i++) {
 				const chk_piece *cp = &pl.pieces[i];
 				const size_t g0 = seg_at(job.segs, a, b, cp->off);
@@ -461,6 +509,7 @@ static gfs_err check_claimed(const gfs_layout *l, const gfs_srcset *s, const uin
 		gfs_srcset_rec_settle(s, rec, good ? GFS_REC_OK : GFS_REC_BAD);
 	}
 	plan_free(&pl, &job);
+	free(want);
 	return err ? gfs_fail(err, "%s", job.msg) : GFS_OK;
 }
 

@@ -289,7 +289,8 @@ bool gfs_srcset_rec_servable(const gfs_srcset *s, uint32_t r)
 	const int state = atomic_load(&s->rt->state[r]);
 
 	assert(r < s->layout->nrecords);
-	return state == GFS_REC_OK || (!s->verify && state != GFS_REC_BAD);
+	return state == GFS_REC_OK ||
+	       (!s->verify && state != GFS_REC_BAD && !s->layout->records[r].lazy);
 }
 
 size_t gfs_srcset_nbad(const gfs_srcset *s)
@@ -874,7 +875,9 @@ static gfs_err check_batch(const gfs_layout *l, const gfs_srcset *s, const gfs_t
  * require_records(): the checksummed records holding bytes of [off, end)
  * of t (its candidate pieces sp) are checked and good: each is checked on
  * its first use (in batches, in parallel); a corrupt one is GFS_ERR_IO
- * naming its file, record and tensors.
+ * naming its file, record and tensors.  Without verification (-o
+ * verify=off), only lazy records (DCP chunks whose archive the import did
+ * not open) are: where their bytes are is known only then.
  */
 static gfs_err require_records(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
 			       gfs_piece_span sp, uint64_t off, uint64_t end)
@@ -890,7 +893,8 @@ static gfs_err require_records(const gfs_layout *l, const gfs_srcset *s, const g
 		uint64_t k, kend;
 
 		if (pc.rec == GFS_NO_RECORD ||
-		    atomic_load(&s->rt->state[pc.rec]) == GFS_REC_OK)
+		    atomic_load(&s->rt->state[pc.rec]) == GFS_REC_OK ||
+		    (!s->verify && !l->records[pc.rec].lazy))
 			continue;
 		piece_rows(&pc, off, end, &k, &kend);
 		if (k >= kend || (n && recs[n - 1] == pc.rec))
@@ -925,7 +929,7 @@ static gfs_err read_native(const gfs_layout *l, const gfs_srcset *s,
 	assert(end <= t->nbytes);
 	if (len == 0)
 		return GFS_OK;
-	if (s->verify) {
+	if (s->verify || l->lazy_records) {
 		const gfs_err err = require_records(l, s, t, sp, off, end);
 
 		if (err)

@@ -12,6 +12,11 @@ MODE is one of
   overlap       the second chunk of the first tensor one row earlier (overlap)
   badsize       the first chunk one row longer than the tensor it holds
   garbage       .metadata is not a pickle
+  lazy-eocd     the last chunk archive of the last .distcp file without its
+                end of central directory record (a bad zip, found on first read)
+  lazy-size     the last chunk archive's central directory gives its data/0
+                record 4 bytes fewer (a record of the wrong size, found on
+                first read)
 Integers are patched in place in the pickle: pickletools finds the BININT2
 after the n-th occurrence of a key.  Standard library only.
 """
@@ -74,6 +79,25 @@ elif mode == "overlap":
     patch("offsets", 2, -1)
 elif mode == "badsize":
     patch("sizes", 1, +1)
+elif mode in ("lazy-eocd", "lazy-size"):
+    p = os.path.join(out, distcp[-1])
+    data = bytearray(open(p, "rb").read())
+    if mode == "lazy-eocd":
+        at = data.rfind(b"PK\x05\x06")
+        data[at:at + 4] = b"\0\0\0\0"
+    else:
+        at = data.rfind(b"PK\x01\x02")
+        while at >= 0:
+            nlen = struct.unpack_from("<H", data, at + 28)[0]
+            if data[at + 46:at + 46 + nlen].endswith(b"/data/0"):
+                break
+            at = data.rfind(b"PK\x01\x02", 0, at)
+        if at < 0:
+            sys.exit("no data/0 record in the last archive")
+        for field in (20, 24):
+            size = struct.unpack_from("<I", data, at + field)[0]
+            struct.pack_into("<I", data, at + field, size - 4)
+    open(p, "wb").write(data)
 elif mode == "garbage":
     open(meta, "wb").write(b"not a pickle\n")
 else:

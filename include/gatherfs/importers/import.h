@@ -81,6 +81,28 @@ gfs_err gfs_import_deepspeed(const char *dir, const char *tag, const char *tp_sp
 gfs_err gfs_import_dcp(const char *dir, const char *prefix, gfs_layout **out);
 
 /*
+ * Chunk archives are opened lazily: the import opens one archive of each
+ * shape of item (the item's length less its tensor's bytes, those bytes
+ * modulo 4096, an item past 4 GiB) to learn where such an archive holds
+ * its storage record, and places the records of the other chunks of that
+ * shape from .metadata alone as lazy records (gfs_record.lazy), which the
+ * first check of each opens (gfs_dcp_confirm()).  zstd items, and items
+ * whose sampled archive holds more than its chunk's bytes, are opened at
+ * import.  GATHERFS_DCP_EAGER=1 in the environment opens every archive
+ * at import.
+ */
+
+/*
+ * gfs_dcp_confirm(): open the chunk archive of lazy record r (its item in
+ * fd, the source at path) and check that it is a torch.save zip of one
+ * contiguous tensor of r's dtype and r->len bytes whose storage record
+ * lies at r->off, r->len bytes.  @return GFS_OK and its stored CRC-32 in
+ * *crc, or GFS_ERR_IO naming the file, the item and the problem.
+ * Thread-safe (reads fd with pread).
+ */
+gfs_err gfs_dcp_confirm(const gfs_record *r, int fd, const char *path, uint32_t *crc);
+
+/*
  * gfs_dcp_parse_metadata(): parse a DCP `.metadata` pickle held in
  * buf[0..len) with the DCP metadata reader (gatherfs/readers/dcpmeta.h)
  * and check its shape: a Metadata object whose state_dict_metadata has

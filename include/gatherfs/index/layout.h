@@ -145,9 +145,16 @@ typedef struct gfs_record {
 	uint64_t off;
 	uint64_t len;
 	uint64_t frame_off;  /* ZSTD */
-	uint64_t frame_len;
+	uint64_t frame_len;  /* ZSTD; lazy (a FILE record): the item's length */
 	uint64_t frame_size;
-	uint32_t crc32;      /* stored CRC-32 of the len bytes */
+	uint32_t crc32;      /* stored CRC-32 of the len bytes (lazy: unknown, 0) */
+	bool lazy;           /* a DCP chunk whose archive was not opened: off and len
+			      * are where .metadata places the record (its item's
+			      * frame_len bytes at item - 1 hold a torch.save zip of
+			      * a dtype tensor of len bytes); the first check opens
+			      * the archive, confirms them and learns crc32
+			      * (gfs_dcp_confirm()) */
+	uint8_t dtype;       /* lazy: the chunk's gfs_dtype */
 } gfs_record;
 
 /*
@@ -427,6 +434,7 @@ typedef struct gfs_layout {
 	struct gfs_layout *inputs;
 	/* names, shapes and state names of the entries: chunks freed with the layout */
 	gfs_arena arena;  /* names, shapes, states, record names */
+	bool lazy_records; /* some record is lazy (gfs_record.lazy) */
 	char *last_state; /* the arena copy of the newest entry's state */
 	const char *last_rec_name; /* the arena copy of the newest record's name */
 	/* name lookup, built by gfs_layout_finish() */

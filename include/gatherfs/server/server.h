@@ -99,7 +99,9 @@ typedef void (*gfs_notice_fn)(const char *line);
  * checksummed record before the whole record has been checked against its
  * stored CRC-32 in this srcset (integrity.h; each record once, on its first
  * use); a corrupt record fails every read of its bytes with GFS_ERR_IO.
- * Off: bytes are served unchecked (unsafe; records found BAD still fail).
+ * Off: bytes are served unchecked (unsafe; records found BAD still fail;
+ * lazy records, DCP chunks whose archive the import did not open, are
+ * still opened and checked on first use).
  * notice (may be NULL) is called once, from a reading thread, when a read
  * must check much more than it returns (a small tensor of a ZeRO-3
  * checkpoint needs every rank's partition).  Call before any read.
@@ -108,8 +110,8 @@ void gfs_srcset_set_verify(gfs_srcset *s, bool on, gfs_notice_fn notice);
 
 /*
  * gfs_srcset_rec_servable(): may bytes of record r be served without a
- * check now: it is OK, or the srcset does not verify reads and it is not
- * BAD.  A reader that bypasses gfs_tensor_read() (splicing) must ask.
+ * check now: it is OK, or the srcset does not verify reads and it is
+ * neither BAD nor lazy (gfs_record.lazy).  A reader that bypasses gfs_tensor_read() (splicing) must ask.
  */
 bool gfs_srcset_rec_servable(const gfs_srcset *s, uint32_t r);
 
