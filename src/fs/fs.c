@@ -189,6 +189,8 @@ struct gfs_fs {
 	gfs_arena strs;    /* tensors/ names, the paths of the optim/ and universal nodes */
 	fs_xfile *xfiles;  /* files of the optim/ and universal views (during the build) */
 	size_t nxfiles, cap_xfiles;
+	size_t *xtops;     /* the first xfile of each distinct first path component */
+	size_t nxtops, cap_xtops;
 	fs_xnode *xnodes;  /* their nodes, from node index xfirst on */
 	size_t nxnodes, cap_xnodes;
 	size_t xfirst;
@@ -1300,7 +1302,29 @@ static gfs_err add_note(gfs_fs *fs, const char *fmt, ...)
 	return GFS_OK;
 }
 
-/* add_xfile(): a file of the extra views at path (copied). */
+/* top_len(): the length of path's first component. */
+static size_t top_len(const char *path)
+{
+	return strcspn(path, "/");
+}
+
+/* is_xtop(): the first component of an extra view's file is name[0..n). */
+static bool is_xtop(const gfs_fs *fs, const char *name, size_t n)
+{
+	for (size_t i = 0; i < fs->nxtops; i++) {
+		const char *p = fs->xfiles[fs->xtops[i]].path;
+
+		if (top_len(p) == n && strncmp(p, name, n) == 0)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * add_xfile(): a file of the extra views at path (copied); a new first
+ * component goes in fs->xtops (a handful: optim, the universal view's), so
+ * that is_extra_top() does not walk every file.
+ */
 static gfs_err add_xfile(gfs_fs *fs, const char *path, const gfs_vfile *vf, int64_t entry)
 {
 	const char *p = gfs_arena_strdup(&fs->strs, path);
@@ -1308,6 +1332,11 @@ static gfs_err add_xfile(gfs_fs *fs, const char *path, const gfs_vfile *vf, int6
 	if (!p || !gfs_grow((void **)&fs->xfiles, &fs->cap_xfiles, fs->nxfiles,
 			    sizeof(*fs->xfiles), 64))
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	if (!is_xtop(fs, p, top_len(p))) {
+		if (!gfs_grow((void **)&fs->xtops, &fs->cap_xtops, fs->nxtops, sizeof(*fs->xtops), 4))
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		fs->xtops[fs->nxtops++] = fs->nxfiles;
+	}
 	fs->xfiles[fs->nxfiles++] = (fs_xfile){ .path = p, .vf = vf, .entry = entry };
 	return GFS_OK;
 }
@@ -1409,15 +1438,7 @@ static gfs_err build_universal(gfs_fs *fs)
 /* is_extra_top(): name is the first component of an extra view's file. */
 static bool is_extra_top(const gfs_fs *fs, const char *name)
 {
-	const size_t n = strlen(name);
-
-	for (size_t i = 0; i < fs->nxfiles; i++) {
-		const char *p = fs->xfiles[i].path;
-
-		if (strncmp(p, name, n) == 0 && (p[n] == '/' || p[n] == '\0'))
-			return true;
-	}
-	return false;
+	return is_xtop(fs, name, strlen(name));
 }
 
 /*
@@ -1684,6 +1705,7 @@ void gfs_fs_free(gfs_fs *fs)
 		free(fs->notes[i]);
 	free(fs->notes);
 	free(fs->xfiles);
+	free(fs->xtops);
 	free(fs->xnodes);
 	free(fs->xdirs);
 	gfs_uview_free(fs->uview);
@@ -1798,6 +1820,9 @@ static gfs_err build(gfs_fs *fs)
 	free(fs->xfiles); /* the nodes have what the server needs */
 	fs->xfiles = NULL;
 	fs->nxfiles = fs->cap_xfiles = 0;
+	free(fs->xtops);
+	fs->xtops = NULL;
+	fs->nxtops = fs->cap_xtops = 0;
 	free(root_fixed);
 	access_end(fs);
 	return err;
