@@ -9,7 +9,7 @@
 #   mount time   gatherfs TAG MNT until MNT/pytorch_model.bin can be stat'ed
 #                (median of 3 fresh mounts; the sources warm)
 #   daemon RSS   VmRSS after mount
-#   ls -l        of MNT/tensors/ (89,904 entries)
+#   ls -l        of MNT/tensors/ (89,498 entries)
 # Payloads are holes (a little disk); the checkpoints are written once under
 # $GFS_BENCH_DIR (default /var/tmp/gatherfs-bench: ds-moe-ep8, ds-moe-z3).
 # Needs a user allowed to mount FUSE and /usr/bin/python3 with torch.
@@ -56,7 +56,7 @@ for c in ep8 z3; do
 	RSS[$c]=$(awk '/VmRSS/ { printf "%.0f", $2 / 1024 }' /proc/"$pid"/status)
 	s=$(now)
 	n=$(timeout 600 ls -l "$W/m/tensors" | wc -l)
-	LS[$c]="$(echo "$(now) - $s" | bc) s ($((n - 1)) entries)"
+	LS[$c]="$(printf '%.3f' "$(echo "$(now) - $s" | bc)") s ($((n - 1)) entries)"
 	timeout 10 fusermount3 -u "$W/m"
 	wait "$pid" || true
 done
@@ -65,5 +65,5 @@ printf '%-44s %16s %16s\n' "source files" "${FILES[ep8]}" "${FILES[z3]}"
 printf '%-44s %14.3f s %14.3f s %7.2fx\n' "mount time (median of 3)" "${MT[ep8]}" "${MT[z3]}" \
 	"$(echo "${MT[ep8]} / ${MT[z3]}" | bc -l)"
 printf '%-44s %12s MiB %12s MiB\n' "daemon RSS after mount" "${RSS[ep8]}" "${RSS[z3]}"
-printf '%-44s %16s %16s\n' "ls -l tensors/" "${LS[ep8]}" "${LS[z3]}"
+printf '%-44s %s, %s\n' "ls -l tensors/" "${LS[ep8]}" "${LS[z3]}"
 echo "command: bench/ds-moe.sh ${1:-.}"
