@@ -11,7 +11,9 @@
 #    values (truth_module.pt); optim/ holds every param's states once,
 #    equal to what the ranks' partitions hold at the places
 #    param_slice_mappings records (check_ds3d_optim.py, the way
-#    ds_to_universal.py reads them);
+#    ds_to_universal.py reads them), and its exp_avg and exp_avg_sq equal
+#    to the run's optimizer truth bit for bit (truth_optim.pt: DeepSpeed's
+#    safe_get_full_optimizer_state on the live ranks);
 #    gatherfs-inspect ls, cat and verify; PipeDataParallelTopology's file
 #    names (layer_XX-model_states.pt); the universal view (what DeepSpeed's
 #    universal loader reads: every stage's mp_rank_YY file, zero/NAME/ for
@@ -23,7 +25,8 @@
 #    layer's experts right after its gate in global id order;
 #  - tensor parallelism (TP 2, ZeRO-1) with universal_checkpoint_info
 #    patterns: the same, each param's slices put together as the patterns
-#    say (replicated: rank 0's; row parallel: on dim 1; else dim 0);
+#    say (replicated: rank 0's; row parallel: on dim 1; else dim 0), the
+#    moments equal to truth_optim.pt (the harness's TP concatenation);
 #  - -o tp_split=FILE (gatherfs-inspect --tp-split): the same case without
 #    universal_checkpoint_info, its patterns given in a JSON file, equal to
 #    the truth; given, it overrides universal_checkpoint_info; a bad file
@@ -75,7 +78,7 @@ for c in pp2_dp2_z1_fp32_tied pp2_dp2_bf16; do
 		[ "$(ls "$T/mnt/optim/$s" | wc -l)" -eq 52 ] || fail "$c: optim/$s: $(ls "$T/mnt/optim/$s")"
 	done
 	[ -f "$T/mnt/optim/exp_avg/tied_modules.embed.weight" ] || fail "$c: no state of the tied weight"
-	timeout 300 "$PYTHON3" "$OPTIM" "$T/mnt" "$ck/global_step3" pipe || fail "$c: optim/"
+	timeout 300 "$PYTHON3" "$OPTIM" "$T/mnt" "$ck/global_step3" pipe "$DATA/$c/truth_optim.pt" || fail "$c: optim/"
 	gfs_umount "$T/mnt" || fail "unmount"
 	timeout 60 "$INSPECT" ls "$ck" >"$T/ls" 2>"$T/err" || fail "inspect ls $c: $(cat "$T/err")"
 	[ "$(grep -c . "$T/ls")" -eq 53 ] || fail "inspect ls $c: $(cat "$T/ls")"
@@ -126,7 +129,7 @@ check_st "$T/mnt/model.safetensors" "$truth"
 for s in exp_avg exp_avg_sq step; do
 	[ "$(ls "$T/mnt/optim/$s" | wc -l)" -eq 66 ] || fail "moe: optim/$s: $(ls "$T/mnt/optim/$s")"
 done
-timeout 300 "$PYTHON3" "$OPTIM" "$T/mnt" "$ck/global_step3" moe || fail "moe: optim/"
+timeout 300 "$PYTHON3" "$OPTIM" "$T/mnt" "$ck/global_step3" moe "$ck/../truth_optim.pt" || fail "moe: optim/"
 gfs_umount "$T/mnt" || fail "unmount"
 timeout 60 "$INSPECT" ls "$ck" >/dev/null 2>"$T/err" || fail "inspect ls moe: $(cat "$T/err")"
 grep -q "DeepSpeed mixture of experts (8 experts in 2 MoE layers, expert-parallel size 2), ZeRO-2, 2 ranks" "$T/err" ||
@@ -144,7 +147,7 @@ check_st "$T/mnt/model.safetensors" "$truth"
 for s in exp_avg exp_avg_sq step; do
 	[ "$(ls "$T/mnt/optim/$s" | wc -l)" -eq 28 ] || fail "tp: optim/$s: $(ls "$T/mnt/optim/$s")"
 done
-timeout 300 "$PYTHON3" "$OPTIM" "$T/mnt" "$ck/global_step3" tp || fail "tp: optim/"
+timeout 300 "$PYTHON3" "$OPTIM" "$T/mnt" "$ck/global_step3" tp "$ck/../truth_optim.pt" || fail "tp: optim/"
 # a row-parallel weight's moments are put together like its master
 [ "$(wc -c <"$T/mnt/optim/exp_avg/blocks.1.fc2.weight")" -eq $((32 * 64 * 4)) ] ||
 	fail "tp: optim/exp_avg/blocks.1.fc2.weight: $(wc -c <"$T/mnt/optim/exp_avg/blocks.1.fc2.weight") bytes"
@@ -276,7 +279,8 @@ gfs_mount "$T/bad" "$T/mnt" -o tp_split="$T/split.json" 2>"$T/log" || fail "moun
 timeout 300 "$PYTHON3" "$CHECK" "$T/mnt/pytorch_model.bin" "$truth" || fail "tp_split: pytorch_model.bin"
 check_st "$T/mnt/model.safetensors" "$truth"
 # (the optimizer files are the fixture's; the checker reads its patterns)
-timeout 300 "$PYTHON3" "$OPTIM" "$T/mnt" "$DATA/tp2_dp2_z1_fp32_uci/checkpoint/global_step3" tp || fail "tp_split: optim/"
+timeout 300 "$PYTHON3" "$OPTIM" "$T/mnt" "$DATA/tp2_dp2_z1_fp32_uci/checkpoint/global_step3" tp \
+	"$DATA/tp2_dp2_z1_fp32_uci/truth_optim.pt" || fail "tp_split: optim/"
 gfs_umount "$T/mnt" || fail "unmount"
 timeout 120 "$INSPECT" verify --tp-split "$T/split.json" "$T/bad" >"$T/v" 2>&1 || fail "inspect verify tp_split: $(cat "$T/v")"
 grep -q "^OK: 48 replicas equal the copy served" "$T/v" || fail "inspect verify tp_split: replicas: $(cat "$T/v")"

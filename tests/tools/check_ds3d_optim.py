@@ -3,7 +3,7 @@
 """Check the optim/ view (and the fp32 masters) of a mounted DeepSpeed
 pipeline, mixture-of-experts or tensor-parallel checkpoint.
 
-    check_ds3d_optim.py MOUNT TAGDIR pipe|moe|tp
+    check_ds3d_optim.py MOUNT TAGDIR pipe|moe|tp [TRUTH_OPTIM]
 
 The expected values are rebuilt the way DeepSpeed's ds_to_universal.py does,
 independently of gatherfs's own mapping: every *_optim_states.pt is loaded
@@ -18,7 +18,13 @@ param_slice_mappings records, joined in data-parallel order; then:
         patterns say, with Python's own re.match.
 MOUNT/optim/STATE/NAME must hold exactly those bytes for exp_avg and
 exp_avg_sq, the group's step for step, and MOUNT/tensors/NAME the fp32
-master.  Exit 1 with one line per problem.
+master.
+With TRUTH_OPTIM (a run's truth_optim.pt: {"exp_avg": {name: tensor},
+"exp_avg_sq": {name: tensor}}, what DeepSpeed's
+safe_get_full_optimizer_state gave on the live ranks, merged like truth.pt),
+MOUNT/optim/exp_avg and MOUNT/optim/exp_avg_sq must also hold exactly its
+names (as a set) and each its tensor's bytes.  Exit 1 with one line per
+problem.
 """
 import glob
 import importlib.abc
@@ -181,6 +187,29 @@ def expected_tp(tagdir):
     return want
 
 
+def check_truth(mnt, path):
+    """Problems of MOUNT/optim/{exp_avg,exp_avg_sq} against truth_optim.pt PATH (bit for bit)."""
+    truth = load(path)
+    errs, n = [], 0
+    for s in ("exp_avg", "exp_avg_sq"):
+        want = truth[s]
+        if not want:
+            errs.append(f"{path}: no {s}")
+        have = set(os.listdir(os.path.join(mnt, "optim", s)))
+        if have != set(want):
+            errs.append(f"optim/{s}: names differ from {path}: {sorted(have ^ set(want))[:5]}")
+        for name, t in want.items():
+            try:
+                got = open(os.path.join(mnt, "optim", s, name), "rb").read()
+            except OSError as e:
+                errs.append(f"optim/{s}/{name}: {e}")
+                continue
+            if t.dtype != torch.float32 or got != t.contiguous().numpy().tobytes():
+                errs.append(f"optim/{s}/{name}: differs from {path} ({len(got)} bytes, truth {t.dtype} {list(t.shape)})")
+            n += 1
+    return errs, n
+
+
 def main():
     mnt, tagdir, kind = sys.argv[1:4]
     want = {"pipe": expected_pipe, "moe": expected_moe, "tp": expected_tp}[kind](tagdir)
@@ -200,11 +229,16 @@ def main():
     for s, rest in seen.items():
         if rest:
             errs.append(f"optim/{s} has entries nobody expects: {sorted(rest)[:5]}")
+    ntruth = 0
+    if len(sys.argv) > 4:
+        terrs, ntruth = check_truth(mnt, sys.argv[4])
+        errs += terrs
     for e in errs[:20]:
         print(f"{mnt}: {e}", file=sys.stderr)
     if errs:
         sys.exit(1)
-    print(f"ok: {mnt}: {len(want)} optimizer values equal to the ranks' partitions")
+    print(f"ok: {mnt}: {len(want)} optimizer values equal to the ranks' partitions"
+          + (f", {ntruth} moments equal to {sys.argv[4]}" if len(sys.argv) > 4 else ""))
 
 
 if __name__ == "__main__":
