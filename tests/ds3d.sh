@@ -95,6 +95,26 @@ assert open(sys.argv[1], 'rb').read() == t.contiguous().numpy().tobytes(), sys.a
 	timeout 120 "$INSPECT" verify "$ck" >"$T/v" 2>&1 || fail "inspect verify $c: $(cat "$T/v")"
 done
 
+echo "== pp2_dp1_z0_bf16_pdtopo: PipeDataParallelTopology (layer_XX-model_states.pt), bf16, no ZeRO: BF16_Optimizer"
+c=pp2_dp1_z0_bf16_pdtopo
+ck="$DATA/$c/checkpoint"
+truth="$DATA/$c/truth.pt"
+[ -f "$ck/global_step3/layer_03-model_states.pt" ] || fail "$c: not the PipeDataParallelTopology names"
+gfs_mount "$ck" "$T/mnt" 2>"$T/log" || fail "mount $c: $(cat "$T/log")"
+timeout 300 "$PYTHON3" "$CHECK" "$T/mnt/pytorch_model.bin" "$truth" || fail "$c: pytorch_model.bin"
+check_st "$T/mnt/model.safetensors" "$truth"
+timeout 300 "$PYTHON3" "$UNI" "$T/mnt" "$ck/global_step3" "$truth" || fail "$c: universal view"
+timeout 300 "$PYTHON3" "$OPTIM" "$T/mnt" "$ck/global_step3" pipe || fail "$c: optim/"
+gfs_umount "$T/mnt" || fail "unmount"
+gfs_mount "$ck" "$T/mnt" -o dtype=bf16 2>/dev/null || fail "mount $c -o dtype=bf16"
+timeout 300 "$PYTHON3" "$CHECK" "$T/mnt/pytorch_model.bin" "$DATA/$c/truth_module.pt" ||
+	fail "$c: -o dtype=bf16 is not the module's own values"
+gfs_umount "$T/mnt" || fail "unmount"
+timeout 60 "$INSPECT" ls "$ck" >/dev/null 2>"$T/err" || fail "inspect ls $c: $(cat "$T/err")"
+grep -q "DeepSpeed pipeline, 2 stages, ZeRO-1 (BF16_Optimizer), 1 data-parallel ranks" "$T/err" ||
+	fail "inspect ls $c: $(cat "$T/err")"
+timeout 120 "$INSPECT" verify "$ck" >"$T/v" 2>&1 || fail "inspect verify $c: $(cat "$T/v")"
+
 echo "== pp2_dp2_bf16 -o dtype=bf16: the module's own values"
 gfs_mount "$DATA/pp2_dp2_bf16/checkpoint" "$T/mnt" -o dtype=bf16 2>/dev/null || fail "mount bf16"
 timeout 300 "$PYTHON3" "$CHECK" "$T/mnt/pytorch_model.bin" "$DATA/pp2_dp2_bf16/truth_module.pt" ||
