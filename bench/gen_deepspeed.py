@@ -260,6 +260,13 @@ def adam_state(sizes, sparse):
     return st
 
 
+def finish(out, tag):
+    """DeepSpeed's `latest` (naming tag), then OUT/.gen-done: the checkpoint is complete."""
+    with open(os.path.join(out, "latest"), "w") as f:
+        f.write(tag)
+    open(os.path.join(out, ".gen-done"), "w").close()
+
+
 def ceil_div(a, b):
     return -(-a // b)
 
@@ -470,9 +477,7 @@ def main():
                  os.path.join(tagdir, f"{pre}zero_pp_rank_{r}_mp_rank_00_optim_states.pt"))
             del parts, osd
             sparse_zip.forget_holes()
-    with open(os.path.join(a.out, "latest"), "w") as f:
-        f.write(a.tag)
-    open(os.path.join(a.out, ".gen-done"), "w").close()
+    finish(a.out, a.tag)
 
 
 if __name__ == "__main__":

@@ -195,9 +195,7 @@ def main():
         save({"optimizer_state_dict": osd, "ds_config": cfg, "ds_version": gd.DS_VERSION},
              os.path.join(tagdir, f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt"))
         sparse_zip.forget_holes()
-    with open(os.path.join(a.out, "latest"), "w") as f:
-        f.write(a.tag)
-    open(os.path.join(a.out, ".gen-done"), "w").close()
+    gd.finish(a.out, a.tag)
 
 
 if __name__ == "__main__":
