@@ -109,6 +109,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	if (perr != GFS_OK) /* the importer accepted what the parser refused */
 		abort();
-	fuzz_serve_and_free(l);
+	if (fuzz_serve_and_free(l)) {
+		/* a lazy chunk failed its first read: opening every chunk at
+		 * import must refuse the checkpoint (else a served byte that
+		 * could be read correctly failed) */
+		setenv("GATHERFS_DCP_EAGER", "1", 1);
+		l = NULL;
+		if (gfs_import_dcp(g_dir, NULL, &l) == GFS_OK) {
+			fprintf(stderr, "a lazy chunk failed a read, but the eager import accepts\n");
+			abort();
+		}
+		fuzz_check_refusal(l);
+		unsetenv("GATHERFS_DCP_EAGER");
+	}
 	return 0;
 }
