@@ -3801,31 +3801,23 @@ typedef struct tp_how {
 static gfs_err tp_classify(const ds_ckpt *c, tp_info *ti, const char *name, uint32_t ndim,
 			   const uint64_t *shape, tp_how *how, uint64_t *out_shape)
 {
-	int m[TP_NKINDS];
+	int m[TP_NKINDS] = { 0 };
 
-	if (ti->file) {
+	if (ti->file) { /* the first matching pattern decides: one kind, or TP_COL (none) */
 		int kind = TP_COL;
 		const gfs_err err = tp_split_classify(c, ti, name, &kind);
 
 		if (err)
 			return err;
-		memset(how, 0, sizeof(*how));
-		memcpy(out_shape, shape, ndim * sizeof(*shape));
-		how->dim = kind == TP_REP ? -1 : kind == TP_ROW ? 1 : 0;
-		if (how->dim >= 0 && (uint32_t)how->dim >= ndim)
-			return gfs_fail(GFS_ERR_FORMAT,
-					"%s: param %s has %u dimensions: its slices cannot be joined on dimension %d (tp_split file %s)",
-					c->tagdir, name, ndim, how->dim, ti->file);
-		if (how->dim >= 0)
-			out_shape[how->dim] *= c->nstages;
-		how->rows = ndim ? out_shape[0] : 0;
-		return GFS_OK;
+		if (kind != TP_COL)
+			m[kind] = 1;
+	} else {
+		for (int k = 0; k < TP_NKINDS; k++)
+			if ((m[k] = tp_matches(ti, k, name)) < 0)
+				return gfs_fail(GFS_ERR_UNSUPPORTED,
+						"%s: param %s: matching the universal_checkpoint_info %s takes too long",
+						c->tagdir, name, tp_keys[k]);
 	}
-	for (int k = 0; k < TP_NKINDS; k++)
-		if ((m[k] = tp_matches(ti, k, name)) < 0)
-			return gfs_fail(GFS_ERR_UNSUPPORTED,
-					"%s: param %s: matching the universal_checkpoint_info %s takes too long",
-					c->tagdir, name, tp_keys[k]);
 	memset(how, 0, sizeof(*how));
 	memcpy(out_shape, shape, ndim * sizeof(*shape));
 	if (m[TP_REP]) {
@@ -3839,8 +3831,9 @@ static gfs_err tp_classify(const ds_ckpt *c, tp_info *ti, const char *name, uint
 		how->dim = !how->sub2 && m[TP_ROW] ? 1 : 0;
 		if ((uint32_t)how->dim >= ndim || (how->sub2 && shape[0] % 2 != 0))
 			return gfs_fail(GFS_ERR_FORMAT,
-					"%s: param %s has %u dimensions (size %llu), it cannot be split as universal_checkpoint_info says",
-					c->tagdir, name, ndim, ndim ? (unsigned long long)shape[0] : 0ull);
+					"%s: param %s has %u dimensions (size %llu), it cannot be split as %s says",
+					c->tagdir, name, ndim, ndim ? (unsigned long long)shape[0] : 0ull,
+					ti->file ? ti->file : "universal_checkpoint_info");
 		out_shape[how->dim] *= c->nstages;
 	}
 	how->rows = ndim ? out_shape[0] : 0;
