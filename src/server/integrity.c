@@ -412,16 +412,14 @@ typedef struct confirm_ctx {
 	uint32_t *want;
 } confirm_ctx;
 
-/* confirm_one(): the stored CRC-32 of claimed record k, a lazy one's from its archive. */
+/* confirm_one(): claimed record k, if lazy: its stored CRC-32, from its archive. */
 static gfs_err confirm_one(void *ctx, size_t k)
 {
 	const confirm_ctx *cc = ctx;
 	const gfs_record *r = &cc->l->records[cc->claimed[k]];
 
-	if (!r->lazy) {
-		cc->want[k] = r->crc32;
+	if (!r->lazy) /* confirm() set it */
 		return GFS_OK;
-	}
 	return gfs_dcp_confirm(r, gfs_srcset_fd(cc->s, r->src), cc->l->sources[r->src].abspath,
 			       &cc->want[k]);
 }
