@@ -28,15 +28,8 @@ if [ -z "${1:-}" ] && [ ! -e "$C/.gen-done" ]; then
 	/usr/bin/python3 "$here/gen_deepspeed.py" "$C" --stage 3 --ws 2 --layers 8 \
 		--hidden 1024 >/dev/null
 fi
-W=$(mktemp -d "${TMPDIR:-/tmp}/gatherfs-bench.XXXXXX")
-pid=
-cleanup() {
-	timeout 10 fusermount3 -u "$W/m" 2>/dev/null || true
-	[ -z "$pid" ] || wait "$pid" 2>/dev/null || true
-	rm -rf "$W"
-}
-trap cleanup EXIT
-mkdir "$W/m"
+. "$here/lib.sh"
+bench_workdir
 shards=$(find "$C/" -name '*.pt' | sort)
 shard_bytes=$(cat $shards | wc -c)
 now() { date +%s.%N; }

@@ -27,13 +27,8 @@ for c in ep8 z3; do
 		/usr/bin/python3 "$here"/${GEN[$c]} --sparse "$D/ds-moe-$c"
 	fi
 done
-W=$(mktemp -d "${TMPDIR:-/tmp}/gatherfs-bench.XXXXXX")
-cleanup() {
-	timeout 10 fusermount3 -u "$W/m" 2>/dev/null || true
-	rm -rf "$W"
-}
-trap cleanup EXIT
-mkdir "$W/m"
+. "$here/lib.sh"
+bench_workdir
 now() { date +%s.%N; }
 median() { tr ' ' '\n' | sort -g | awk 'NF { v[++n] = $1 } END { print v[int((n + 1) / 2)] }'; }
 

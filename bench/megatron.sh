@@ -28,13 +28,8 @@ C=${1:-/var/tmp/gatherfs-bench/mg70b}
 if [ -z "${1:-}" ] && [ ! -e "$C/.gen-done" ]; then
 	/usr/bin/python3 "$here/gen_megatron.py" "$C"
 fi
-W=$(mktemp -d "${TMPDIR:-/tmp}/gatherfs-bench.XXXXXX")
-cleanup() {
-	timeout 10 fusermount3 -u "$W/m" 2>/dev/null || true
-	rm -rf "$W"
-}
-trap cleanup EXIT
-mkdir "$W/m"
+. "$here/lib.sh"
+bench_workdir
 it=$(find "$C" -maxdepth 2 -name .metadata | head -1)
 it=$(dirname "$it")
 shards=$(find "$it" -name '*.distcp' | sort)
