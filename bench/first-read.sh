@@ -20,12 +20,8 @@
 set -eu
 B=$(cd "${2:-.}" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
-C=${1:-/var/tmp/gatherfs-bench/integrity}
-if [ -z "${1:-}" ] && [ ! -e "$C/.gen-done" ]; then
-	/usr/bin/python3 "$here/gen_deepspeed.py" "$C" --stage 3 --ws 2 --layers 8 \
-		--hidden 1024 >/dev/null
-fi
 . "$here/lib.sh"
+bench_ckpt "${1:-}"
 bench_workdir
 shards=$(find "$C/" -name '*.pt' | sort)
 # smallest PATTERN: the tensors/ file of the smallest tensor whose ls line matches PATTERN (awk).
