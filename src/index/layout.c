@@ -890,6 +890,54 @@ static gfs_err check_strided(const char *label, const gfs_tensor *t, const gfs_p
 	return GFS_OK;
 }
 
+/*
+ * tiles_regularly(): do t's pieces (sorted by toff) tile it as consecutive
+ * blocks, proven by arithmetic, without walking runs?  A block is either a
+ * contiguous piece starting where the previous block ends, or pieces of the
+ * same count C and dst_stride S whose first runs lie end to end from the
+ * block's start B to B + S: run k of each is then its first run moved by
+ * k * S, so together they cover [B, B + C * S) once.  This is how tensor
+ * parallelism splits a matrix by columns (a Megatron row-parallel weight:
+ * thousands of rows, a few pieces).  false means "not shown", not "bad":
+ * the caller then walks the runs, which gives the precise error.
+ */
+static bool tiles_regularly(const gfs_tensor *t, const gfs_piece *build)
+{
+	uint64_t pos = 0;
+	size_t p = 0;
+
+	while (p < t->npieces) {
+		const gfs_piece *first = &build[p];
+		uint64_t period_end, at, block_end;
+
+		if (first->toff != pos || first->len == 0)
+			return false;
+		if (first->count <= 1) {
+			pos += first->len;
+			p++;
+			continue;
+		}
+		if (!gfs_add_u64(pos, first->dst_stride, &period_end) ||
+		    !gfs_mul_u64(first->count, first->dst_stride, &block_end) ||
+		    !gfs_add_u64(pos, block_end, &block_end))
+			return false;
+		at = pos;
+		while (p < t->npieces && at < period_end) {
+			const gfs_piece *pc = &build[p];
+
+			if (pc->toff != at || pc->len == 0 || pc->count != first->count ||
+			    pc->dst_stride != first->dst_stride)
+				return false;
+			at += pc->len;
+			p++;
+		}
+		if (at != period_end)
+			return false;
+		pos = block_end;
+	}
+	return pos == t->nbytes;
+}
+
 gfs_err gfs_layout_add_record(gfs_layout *l, const gfs_record *r, const char *name)
 {
 	gfs_record *dst;
@@ -1426,8 +1474,10 @@ gfs_err gfs_layout_finish(gfs_layout *l, const char *label)
 			if (err)
 				return err;
 		}
-		err = t->strided ? check_strided(label, t, build, &budget)
-				 : check_contiguous(label, t, build);
+		if (!t->strided)
+			err = check_contiguous(label, t, build);
+		else if (!tiles_regularly(t, build))
+			err = check_strided(label, t, build, &budget);
 		if (!err)
 			err = compact(t, build);
 		if (err)

@@ -7,6 +7,7 @@
  */
 #include "config.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -218,6 +219,115 @@ static void test_strided(void)
 	       "strided pieces with a gap are refused: %s", gfs_errmsg());
 	tap_ok(strided(8, 16, NULL) == GFS_ERR_FORMAT && strstr(gfs_errmsg(), "strides"),
 	       "a stride not past its run is refused: %s", gfs_errmsg());
+}
+
+/*
+ * tiling_case(): a u8 tensor of n bytes from npc pieces, finished; the
+ * verdict must be "every byte covered exactly once".  @return agreement.
+ */
+static bool tiling_case(uint64_t n, const gfs_piece *pcs, size_t npc, unsigned *accepted)
+{
+	uint8_t cover[256] = { 0 };
+	bool once = true;
+	gfs_layout *l = NULL;
+	uint32_t src = 0;
+	size_t t;
+	gfs_err err;
+
+	assert(n <= sizeof(cover));
+	for (size_t i = 0; i < npc; i++)
+		for (uint64_t k = 0; k < pcs[i].count; k++)
+			for (uint64_t b = 0; b < pcs[i].len; b++) {
+				const uint64_t at = pcs[i].toff + k * pcs[i].dst_stride + b;
+
+				if (at >= n || cover[at]++)
+					once = false;
+			}
+	for (uint64_t b = 0; b < n; b++)
+		once = once && cover[b] == 1;
+	err = gfs_layout_new("test", tmpdir, &l);
+	if (!err)
+		err = gfs_layout_add_source(l, "src.bin", 1 << 20, &src);
+	if (!err)
+		err = gfs_layout_add_tensor(l, "m", GFS_DT_U8, 1, &n, &t);
+	for (size_t i = 0; i < npc && !err; i++) {
+		gfs_piece p = pcs[i];
+
+		p.src = src;
+		p.src_off = i * 4096;
+		p.src_stride = p.len;
+		err = gfs_layout_add_general(l, t, &p);
+	}
+	if (!err)
+		err = gfs_layout_finish(l, "test");
+	gfs_layout_free(l);
+	*accepted += err == GFS_OK;
+	return (err == GFS_OK) == once;
+}
+
+/*
+ * test_tiling(): random column splits of random matrices (the regular
+ * tilings tensor parallelism makes, checked by arithmetic), then each one
+ * spoiled at random (the walk of the runs decides): finish accepts exactly
+ * the piece sets that cover every byte once.
+ */
+static void test_tiling(void)
+{
+	unsigned seed = 12345, bad = 0, accepted = 0;
+
+	for (int round = 0; round < 4000; round++) {
+		gfs_piece pcs[16];
+		size_t npc = 0;
+		uint64_t pos = 0;
+		const uint64_t n = 8 + rand_r(&seed) % 249;
+
+		while (pos < n && npc < 12) {
+			const uint64_t rows = 1 + rand_r(&seed) % 8;
+			const uint64_t width = 1 + rand_r(&seed) % 16;
+			const unsigned parts = 1 + rand_r(&seed) % 4;
+			uint64_t col = 0;
+
+			if (pos + rows * width > n || rand_r(&seed) % 4 == 0) {
+				pcs[npc++] = (gfs_piece){ .toff = pos, .len = n - pos < width ? n - pos : width,
+							  .count = 1 };
+				pos += pcs[npc - 1].len;
+				continue;
+			}
+			for (unsigned k = 0; k < parts && col < width && npc < 15; k++) {
+				const uint64_t w = k + 1 == parts ? width - col
+								  : 1 + rand_r(&seed) % (width - col);
+
+				if (w == width) /* one part: a contiguous piece */
+					pcs[npc++] = (gfs_piece){ .toff = pos, .len = rows * width,
+								  .count = 1 };
+				else
+					pcs[npc++] = (gfs_piece){ .toff = pos + col, .len = w,
+								  .count = rows, .dst_stride = width };
+				col += w;
+			}
+			pos += col < width ? col : rows * width;
+		}
+		if (npc > 0 && rand_r(&seed) % 2) {
+			gfs_piece *v = &pcs[rand_r(&seed) % npc];
+			const int d = rand_r(&seed) % 2 ? 1 : -1;
+
+			switch (rand_r(&seed) % 4) {
+			case 0: v->toff = v->toff + d; break;
+			case 1: v->len = v->len + d > 0 ? v->len + d : 1; break;
+			case 2: v->count = v->count + d > 0 ? v->count + d : 1; break;
+			default: v->dst_stride = v->dst_stride + d; break;
+			}
+			if (v->count > 1 && v->dst_stride <= v->len)
+				v->dst_stride = v->len + 1;
+			if (v->count == 1)
+				v->dst_stride = 0;
+		}
+		if (!tiling_case(n, pcs, npc, &accepted))
+			bad++;
+	}
+	tap_ok(bad == 0 && accepted > 1000 && accepted < 3000,
+	       "4,000 random piece sets: finish accepts exactly those covering every byte once "
+	       "(%u accepted, %u disagree)", accepted, bad);
 }
 
 static void expect_finish_error(const char *what, int variant, const char *word)
@@ -609,6 +719,7 @@ int main(void)
 	test_build_and_read();
 	test_json_roundtrip();
 	test_strided();
+	test_tiling();
 	test_records();
 	test_rflat();
 	test_derive();

@@ -627,8 +627,11 @@ gfs_err gfs_layout_add_general(gfs_layout *l, size_t ti, const gfs_piece *p);
  * frame lies inside its source and its bytes inside the frame's
  * decompressed size, alias targets are tensors.  Sorts pieces by toff and
  * sets each piece's reach.  The tiling check of a tensor with strided
- * pieces walks its runs (O(runs x interleaved pieces), at most GFS_MAX_RUNS
- * runs per layout).  label names the layout's origin in messages.
+ * pieces is arithmetic when they form regular blocks (pieces of one count
+ * and stride whose first runs lie end to end over one stride: a matrix
+ * split by columns), O(pieces); otherwise it walks the runs (O(runs x
+ * interleaved pieces), at most GFS_MAX_RUNS runs per layout).  label names
+ * the layout's origin in messages.
  */
 gfs_err gfs_layout_finish(gfs_layout *l, const char *label);
 
