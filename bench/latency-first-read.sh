@@ -74,6 +74,7 @@ gbs() { awk -v b="$1" -v s="$2" 'BEGIN { printf "%.3f", b / s / 1e9 }'; }
 preadall() {
 	lat_mount "$1" "$2"
 	s=$(now)
+	# shellcheck disable=SC2046
 	/usr/bin/python3 "$here/preadall.py" 16 $(find "$W/lat/" -name '*.pt' | sort) >/dev/null
 	e=$(now)
 	lat_umount
