@@ -10,7 +10,19 @@
  * flight.  Files are opened with direct_io: this layer keeps no page cache,
  * every read reaches it and pays the delay.  Not installed; bench only.
  *
- *   latencyfs -o delay_us=10000 [-o max_threads=N] SRCDIR MOUNTPOINT
+ * -o cache: a caching client instead (NFS, Lustre, mountpoint-s3 with its
+ * cache).  Files are opened without direct_io and with keep_cache: reads go
+ * through the kernel's page cache of this mount, which stays across opens
+ * (until drop_caches or the unmount); only the pages it misses reach
+ * latencyfs, and each such request still pays the delay.  The kernel sends
+ * them as its read-ahead does: up to max_read bytes a request (libfuse
+ * offers 1 MiB, FUSE's max_pages; -o max_read=N lowers it), several in
+ * flight (async reads, up to max_background), a window of the mount's bdi
+ * read_ahead_kb (the kernel's 128 KiB unless raised through
+ * /sys/class/bdi/MAJ:MIN/read_ahead_kb after the mount; this init offers
+ * it up to 64 MiB, the kernel keeps the lower).
+ *
+ *   latencyfs -o delay_us=10000 [-o cache] [-o max_threads=N] SRCDIR MOUNTPOINT
  */
 #define FUSE_USE_VERSION 31
 #define _GNU_SOURCE
@@ -30,6 +42,7 @@
 typedef struct lfs_opts {
 	char *src;
 	unsigned delay_us;
+	int cache;
 } lfs_opts;
 
 static lfs_opts opts;
@@ -45,13 +58,14 @@ static const char *rel(const char *path)
 
 static void *lfs_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 {
-	cfg->direct_io = 1;
-	cfg->kernel_cache = 0;
+	cfg->direct_io = !opts.cache;
+	cfg->kernel_cache = opts.cache;
 	cfg->attr_timeout = 3600;
 	cfg->entry_timeout = 3600;
 	cfg->use_ino = 0;
 	conn->max_background = 1024;
 	conn->congestion_threshold = 1024;
+	conn->max_readahead = 64u << 20;
 	return NULL;
 }
 
@@ -103,7 +117,8 @@ static int lfs_open(const char *path, struct fuse_file_info *fi)
 	if (fd < 0)
 		return -errno;
 	fi->fh = (uint64_t)fd;
-	fi->direct_io = 1;
+	fi->direct_io = !opts.cache;
+	fi->keep_cache = opts.cache;
 	return 0;
 }
 
@@ -148,6 +163,7 @@ static const struct fuse_operations lfs_ops = {
 
 static const struct fuse_opt lfs_optspec[] = {
 	{ "delay_us=%u", offsetof(lfs_opts, delay_us), 0 },
+	{ "cache", offsetof(lfs_opts, cache), 1 },
 	FUSE_OPT_END
 };
 
@@ -173,7 +189,7 @@ int main(int argc, char **argv)
 	if (fuse_opt_parse(&args, &opts, lfs_optspec, lfs_arg) < 0)
 		goto out;
 	if (!opts.src) {
-		fprintf(stderr, "usage: latencyfs -o delay_us=N [-o max_threads=N] SRCDIR MOUNTPOINT\n");
+		fprintf(stderr, "usage: latencyfs -o delay_us=N [-o cache] [-o max_threads=N] SRCDIR MOUNTPOINT\n");
 		goto out;
 	}
 	src_fd = open(opts.src, O_RDONLY | O_DIRECTORY);

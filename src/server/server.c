@@ -855,9 +855,14 @@ static void piece_rows(const gfs_piece *pc, uint64_t off, uint64_t end, uint64_t
 #define NOTICE_MIN ((uint64_t)64 << 20)
 #define NOTICE_RATIO 16
 
-/* check_batch(): gfs_integrity_require() of recs[0..n) (bytes of records), announced if large. */
+/*
+ * check_batch(): gfs_integrity_require() of recs[0..n) (bytes of records),
+ * or with require false gfs_integrity_check() (a corrupt record is settled
+ * BAD, not an error); announced if large.
+ */
 static gfs_err check_batch(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
-			   const uint32_t *recs, size_t n, uint64_t bytes, uint64_t want)
+			   const uint32_t *recs, size_t n, uint64_t bytes, uint64_t want,
+			   bool require)
 {
 	if (s->notice && bytes >= NOTICE_MIN && bytes / NOTICE_RATIO >= want &&
 	    !atomic_exchange(&((gfs_srcset *)s)->noticed, true)) {
@@ -868,19 +873,25 @@ static gfs_err check_batch(const gfs_layout *l, const gfs_srcset *s, const gfs_t
 			 (unsigned long long)want, t->name, (double)bytes / (1 << 20));
 		s->notice(line);
 	}
-	return gfs_integrity_require(l, s, recs, n, 0);
+	return require ? gfs_integrity_require(l, s, recs, n, 0)
+		       : gfs_integrity_check(l, s, recs, n, 0, NULL, NULL);
+}
+
+/* needs_check(): must piece pc's record be checked before its bytes are served? */
+static bool needs_check(const gfs_layout *l, const gfs_srcset *s, const gfs_piece *pc)
+{
+	return pc->rec != GFS_NO_RECORD && atomic_load(&s->rt->state[pc->rec]) != GFS_REC_OK &&
+	       (s->verify || l->records[pc->rec].lazy);
 }
 
 /*
- * require_records(): the checksummed records holding bytes of [off, end)
- * of t (its candidate pieces sp) are checked and good: each is checked on
- * its first use (in batches, in parallel); a corrupt one is GFS_ERR_IO
- * naming its file, record and tensors.  Without verification (-o
- * verify=off), only lazy records (DCP chunks whose archive the import did
- * not open) are: where their bytes are is known only then.
+ * check_records(): check_batch() of the records of t's candidate pieces sp
+ * holding bytes of [off, end) that need a check (in batches, each in
+ * parallel); want, the bytes the caller reads (for the notice).
  */
-static gfs_err require_records(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
-			       gfs_piece_span sp, uint64_t off, uint64_t end)
+static gfs_err check_records(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
+			     gfs_piece_span sp, uint64_t off, uint64_t end, uint64_t want,
+			     bool require)
 {
 	enum { BATCH = 64 };
 	uint32_t recs[BATCH];
@@ -892,15 +903,13 @@ static gfs_err require_records(const gfs_layout *l, const gfs_srcset *s, const g
 		const gfs_piece pc = gfs_tensor_piece(t, p);
 		uint64_t k, kend;
 
-		if (pc.rec == GFS_NO_RECORD ||
-		    atomic_load(&s->rt->state[pc.rec]) == GFS_REC_OK ||
-		    (!s->verify && !l->records[pc.rec].lazy))
+		if (!needs_check(l, s, &pc))
 			continue;
 		piece_rows(&pc, off, end, &k, &kend);
 		if (k >= kend || (n && recs[n - 1] == pc.rec))
 			continue;
 		if (n == BATCH) {
-			err = check_batch(l, s, t, recs, n, bytes, end - off);
+			err = check_batch(l, s, t, recs, n, bytes, want, require);
 			n = 0;
 			bytes = 0;
 		}
@@ -909,8 +918,45 @@ static gfs_err require_records(const gfs_layout *l, const gfs_srcset *s, const g
 								 : l->records[pc.rec].len;
 	}
 	if (!err && n)
-		err = check_batch(l, s, t, recs, n, bytes, end - off);
+		err = check_batch(l, s, t, recs, n, bytes, want, require);
 	return err;
+}
+
+/*
+ * require_records(): the checksummed records holding bytes of [off, end)
+ * of t (its candidate pieces sp) are checked and good: each is checked on
+ * its first use; a corrupt one is GFS_ERR_IO naming its file, record and
+ * tensors.  Without verification (-o verify=off), only lazy records (DCP
+ * chunks whose archive the import did not open) are: where their bytes are
+ * is known only then.  With it, a read that needs a check first checks the
+ * records of the whole tensor together: a tensor is mostly read whole, and
+ * its records (a ZeRO-3 tensor's: one a rank) then have their reads in
+ * flight together, instead of one record at a time as the reads reach them
+ * (on storage where a request takes milliseconds, that is a factor of the
+ * number of ranks).  What is served does not change: only a corrupt record
+ * holding bytes of [off, end) fails the read.
+ */
+static gfs_err require_records(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
+			       gfs_piece_span sp, uint64_t off, uint64_t end)
+{
+	bool any = false;
+
+	for (size_t p = sp.first; s->verify && p < sp.last && !any; p++) {
+		const gfs_piece pc = gfs_tensor_piece(t, p);
+		uint64_t k, kend;
+
+		piece_rows(&pc, off, end, &k, &kend);
+		any = k < kend && needs_check(l, s, &pc) &&
+		      atomic_load(&s->rt->state[pc.rec]) != GFS_REC_BAD;
+	}
+	if (any) {
+		const gfs_err err = check_records(l, s, t, gfs_piece_candidates(t, 0, t->nbytes), 0,
+						  t->nbytes, end - off, false);
+
+		if (err)
+			return err;
+	}
+	return check_records(l, s, t, sp, off, end, end - off, true);
 }
 
 /*
