@@ -27,3 +27,91 @@ bench_ckpt() {
 			--hidden 1024 >/dev/null
 	fi
 }
+
+# ds_shim DIR: DIR/zero_to_fp32.py, a copy of $DS_ZERO_TO_FP32 (DeepSpeed's
+# deepspeed/utils/zero_to_fp32.py, v0.14.5, from a source tree), runnable
+# standalone with PYTHONPATH=DIR: DIR/deepspeed holds what the script
+# imports (a logger and the tree's deepspeed/checkpoint/constants.py) and
+# the classes DeepSpeed's shards pickle by name (stubs, as
+# gen_deepspeed.py writes them).  Returns 1 (with the reason on stderr) if
+# DS_ZERO_TO_FP32 is unset or not such a file.
+ds_shim() {
+	if [ -z "${DS_ZERO_TO_FP32:-}" ]; then
+		echo "DS_ZERO_TO_FP32 unset (path of DeepSpeed v0.14.5's deepspeed/utils/zero_to_fp32.py)" >&2
+		return 1
+	fi
+	consts=$(dirname "$DS_ZERO_TO_FP32")/../checkpoint/constants.py
+	if [ ! -f "$DS_ZERO_TO_FP32" ] || [ ! -f "$consts" ]; then
+		echo "DS_ZERO_TO_FP32=$DS_ZERO_TO_FP32: not in a DeepSpeed source tree (no $consts)" >&2
+		return 1
+	fi
+	mkdir -p "$1/deepspeed/utils" "$1/deepspeed/checkpoint" "$1/deepspeed/runtime/zero" \
+		"$1/deepspeed/runtime/fp16"
+	cp "$DS_ZERO_TO_FP32" "$1/zero_to_fp32.py"
+	cp "$consts" "$1/deepspeed/checkpoint/constants.py"
+	for d in deepspeed deepspeed/checkpoint deepspeed/runtime deepspeed/runtime/zero \
+		deepspeed/runtime/fp16; do
+		: >"$1/$d/__init__.py"
+	done
+	printf 'import logging\nlogger = logging.getLogger("DeepSpeed")\n' \
+		>"$1/deepspeed/utils/__init__.py"
+	cat >"$1/deepspeed/runtime/zero/config.py" <<-'PY'
+	import enum
+	class ZeroStageEnum(int, enum.Enum):
+	    disabled = 0
+	    optimizer_states = 1
+	    gradients = 2
+	    weights = 3
+	    max_stage = 4
+	PY
+	printf 'class LossScaler:\n    pass\n' >"$1/deepspeed/runtime/fp16/loss_scaler.py"
+	printf 'class fragment_address:\n    pass\n' >"$1/deepspeed/utils/tensor_fragment.py"
+}
+
+# ds_to_sd SHIM CKPT OUT: seconds of DeepSpeed's way to a state dict:
+# zero_to_fp32.py CKPT OUT, then torch.load(OUT) (two processes).
+ds_to_sd() {
+	s=$(date +%s.%N)
+	PYTHONPATH=$1 /usr/bin/python3 "$1/zero_to_fp32.py" "$2" "$3" >/dev/null 2>&1 ||
+		{ echo "zero_to_fp32.py $2 failed" >&2; return 1; }
+	/usr/bin/python3 -c 'import sys, torch; torch.load(sys.argv[1])' "$3"
+	e=$(date +%s.%N)
+	rm -f "$3"
+	echo "$e - $s" | bc
+}
+
+# gfs_to_sd BUILD CKPT MNT: seconds of gatherfs's way to a state dict: a
+# fresh mount with -o nocrccache (every source record checked), then
+# torch.load(MNT/pytorch_model.bin), mount time included.
+gfs_to_sd() {
+	s=$(date +%s.%N)
+	"$1/gatherfs" -o nocrccache "$2" "$3" || return 1
+	/usr/bin/python3 -c 'import sys, torch; torch.load(sys.argv[1])' "$3/pytorch_model.bin"
+	e=$(date +%s.%N)
+	timeout 10 fusermount3 -u "$3"
+	echo "$e - $s" | bc
+}
+
+# first_dd_s BUILD CKPT MNT: seconds of the first dd bs=1M of
+# pytorch_model.bin from a fresh mount with -o nocrccache (mount not timed).
+first_dd_s() {
+	"$1/gatherfs" -o nocrccache "$2" "$3" || return 1
+	until timeout 10 stat "$3/pytorch_model.bin" >/dev/null 2>&1; do sleep 0.01; done
+	s=$(date +%s.%N)
+	timeout 600 dd if="$3/pytorch_model.bin" of=/dev/null bs=1M status=none
+	e=$(date +%s.%N)
+	timeout 10 fusermount3 -u "$3"
+	echo "$e - $s" | bc
+}
+
+# sqfs_dd_s IMAGE MNT: seconds of the first dd bs=1M of pytorch_model.bin
+# from a fresh squashfuse_ll mount of IMAGE (mount not timed).
+sqfs_dd_s() {
+	squashfuse_ll "$1" "$2" || return 1
+	until timeout 10 stat "$2/pytorch_model.bin" >/dev/null 2>&1; do sleep 0.01; done
+	s=$(date +%s.%N)
+	timeout 600 dd if="$2/pytorch_model.bin" of=/dev/null bs=1M status=none
+	e=$(date +%s.%N)
+	timeout 10 fusermount3 -u "$2"
+	echo "$e - $s" | bc
+}

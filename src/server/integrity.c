@@ -7,10 +7,14 @@
 
 #include <assert.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 #include <zstd.h>
 
@@ -83,7 +87,166 @@ static void job_fail(chk_job *job, gfs_err err)
 		snprintf(job->msg, sizeof(job->msg), "%s", gfs_errmsg());
 }
 
-/* check_file(): the CRC-32 of every segment of a FILE item. */
+/*
+ * The segments of a FILE item, summed in order (seg_feed()): the next
+ * segment sg, pos the record offset reached, crc that of the bytes of sg
+ * before pos.
+ */
+typedef struct seg_cursor {
+	chk_seg *segs;
+	size_t sg;
+	uint64_t pos;
+	uint32_t crc;
+} seg_cursor;
+
+/* seg_feed(): the n bytes at p, those at the cursor's position. */
+static void seg_feed(seg_cursor *c, const uint8_t *p, size_t n)
+{
+	size_t at = 0;
+
+	while (at < n) {
+		chk_seg *g = &c->segs[c->sg];
+		const uint64_t gend = g->off + g->len;
+		const size_t take = gend - c->pos < n - at ? (size_t)(gend - c->pos) : n - at;
+
+		c->crc = gfs_crc32(c->crc, p + at, take);
+		at += take;
+		c->pos += take;
+		if (c->pos == gend) {
+			g->crc = c->crc;
+			c->crc = 0;
+			c->sg++;
+		}
+	}
+}
+
+/*
+ * Checking from mappings of the sources.  On local storage the CRC-32 is
+ * computed straight from the page cache, each MAP_WINDOW of an item mapped
+ * (MAP_SHARED, read-only, populated) and unmapped after use: no copy into a
+ * buffer (a quarter of the daemon's CPU on the first read), and at most
+ * MAP_WINDOW mapped per thread.  Sources on network or FUSE file systems
+ * (map_source()) are read with pread() as before: there every read can
+ * take milliseconds and the threads' reads in flight are what keeps the
+ * storage busy, which faulting pages in one by one would not.
+ *
+ * A source truncated under a mapping makes touching the lost pages SIGBUS.
+ * The sources are only checked for changes (gfs_srcset_check()) after the
+ * bytes are read, so the accesses are guarded instead: a SIGBUS handler
+ * (installed once, process-wide) returns by siglongjmp() to the thread's
+ * guarded window, whose check then fails with GFS_ERR_IO naming the file;
+ * a SIGBUS outside a guarded window goes to the handler there was before
+ * (by default: the process dies, as without this code).
+ */
+enum { MAP_WINDOW = 4 << 20 };
+
+static _Thread_local sigjmp_buf *volatile chk_guard;
+static struct sigaction chk_prev_bus;
+static pthread_once_t chk_bus_once = PTHREAD_ONCE_INIT;
+static bool chk_bus_ok;
+
+static void chk_on_bus(int sig, siginfo_t *si, void *uc)
+{
+	sigjmp_buf *jb = chk_guard;
+
+	if (jb)
+		siglongjmp(*jb, 1);
+	if (chk_prev_bus.sa_flags & SA_SIGINFO) {
+		chk_prev_bus.sa_sigaction(sig, si, uc);
+	} else if (chk_prev_bus.sa_handler != SIG_IGN && chk_prev_bus.sa_handler != SIG_DFL) {
+		chk_prev_bus.sa_handler(sig);
+	} else {
+		/* Returning retries the access: now it takes the default action. */
+		signal(SIGBUS, SIG_DFL);
+	}
+}
+
+static void chk_bus_install(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = chk_on_bus;
+	sa.sa_flags = SA_SIGINFO;
+	sigemptyset(&sa.sa_mask);
+	chk_bus_ok = sigaction(SIGBUS, &sa, &chk_prev_bus) == 0;
+}
+
+/*
+ * map_source(): whether source fd is checked from mappings: it is on a
+ * local file system, and GATHERFS_CHECK_MMAP is not 0 (to measure, or test,
+ * the pread() path).
+ */
+static bool map_source(int fd)
+{
+	static const unsigned long remote[] = {
+		0x6969,     /* NFS */
+		0x65735546, /* FUSE */
+		0xff534d42, /* CIFS */
+		0xfe534d42, /* SMB2 */
+		0x517b,     /* SMB */
+		0x0bd00bd0, /* Lustre */
+		0x00c36400, /* Ceph */
+		0x47504653, /* GPFS */
+		0x01021997, /* 9P */
+		0x6b414653, /* AFS */
+		0x19830326, /* BeeGFS */
+		0x013111a8, /* IBRIX */
+		0x73757245, /* Coda */
+	};
+	const char *env = getenv("GATHERFS_CHECK_MMAP");
+	struct statfs sf;
+
+	if (env && strcmp(env, "0") == 0)
+		return false;
+	if (fstatfs(fd, &sf) != 0)
+		return false;
+	for (size_t i = 0; i < sizeof(remote) / sizeof(remote[0]); i++)
+		if ((unsigned long)sf.f_type == remote[i])
+			return false;
+	(void)pthread_once(&chk_bus_once, chk_bus_install);
+	return chk_bus_ok;
+}
+
+/*
+ * feed_mapped(): feed the bytes [c->pos, c->pos + n) of the record at roff
+ * of fd to c from a mapping.  *mapped false: the range could not be mapped
+ * (nothing fed).  @return GFS_OK, or GFS_ERR_IO naming path if the source
+ * lost the bytes under the mapping (SIGBUS).
+ */
+static gfs_err feed_mapped(seg_cursor *c, int fd, uint64_t roff, size_t n, const char *path,
+			   bool *mapped)
+{
+	const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	const uint64_t at = roff + c->pos;
+	uint64_t base;
+	size_t len;
+	uint8_t *volatile p;
+	sigjmp_buf jb;
+
+	base = at - at % page;
+	len = (size_t)(at - base) + n;
+	*mapped = false;
+	p = mmap(NULL, len, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, (off_t)base);
+	if (p == MAP_FAILED)
+		return GFS_OK;
+	*mapped = true;
+	if (sigsetjmp(jb, 1)) {
+		chk_guard = NULL;
+		munmap(p, len);
+		return gfs_fail(GFS_ERR_IO, "%s: changed (truncated?) while being checked", path);
+	}
+	chk_guard = &jb;
+	seg_feed(c, p + (at - base), n);
+	chk_guard = NULL;
+	munmap(p, len);
+	return GFS_OK;
+}
+
+/*
+ * check_file(): the CRC-32 of every segment of a FILE item, from mappings
+ * of the source (map_source()) or read into buf.
+ */
 static gfs_err check_file(const chk_job *job, const chk_item *it, uint8_t *buf)
 {
 	const gfs_record *r = &job->l->records[it->rec];
@@ -91,33 +254,31 @@ static gfs_err check_file(const chk_job *job, const chk_item *it, uint8_t *buf)
 	const int fd = gfs_srcset_fd(job->s, r->src);
 	const chk_seg *last = &job->segs[it->seg1 - 1];
 	const uint64_t end = last->off + last->len;
-	uint64_t pos = job->segs[it->seg0].off;
-	size_t sg = it->seg0;
-	uint32_t crc = 0;
+	seg_cursor c = { .segs = job->segs, .sg = it->seg0, .pos = job->segs[it->seg0].off };
+	bool mapped = map_source(fd);
 
-	while (pos < end) {
-		const size_t n = end - pos < READ_BUF ? (size_t)(end - pos) : READ_BUF;
-		const gfs_err err = gfs_pread_full(fd, buf, n, r->off + pos, path);
-		size_t at = 0;
+	while (c.pos < end) {
+		size_t n;
+		gfs_err err = GFS_OK;
 
+		if (mapped) {
+			n = end - c.pos < MAP_WINDOW ? (size_t)(end - c.pos) : MAP_WINDOW;
+			err = feed_mapped(&c, fd, r->off, n, path, &mapped);
+			if (err) {
+				const gfs_err changed = gfs_srcset_check(job->l, job->s, r->src);
+
+				return changed ? changed : err;
+			}
+			if (mapped)
+				continue;
+		}
+		n = end - c.pos < READ_BUF ? (size_t)(end - c.pos) : READ_BUF;
+		err = gfs_pread_full(fd, buf, n, r->off + c.pos, path);
 		if (err)
 			return err;
-		while (at < n) {
-			chk_seg *g = &job->segs[sg];
-			const uint64_t gend = g->off + g->len;
-			const size_t take = gend - pos < n - at ? (size_t)(gend - pos) : n - at;
-
-			crc = gfs_crc32(crc, buf + at, take);
-			at += take;
-			pos += take;
-			if (pos == gend) {
-				g->crc = crc;
-				crc = 0;
-				sg++;
-			}
-		}
+		seg_feed(&c, buf, n);
 	}
-	assert(sg == it->seg1);
+	assert(c.sg == it->seg1);
 	return gfs_srcset_check(job->l, job->s, r->src);
 }
 

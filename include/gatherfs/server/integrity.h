@@ -36,6 +36,10 @@ typedef struct gfs_integrity_stats {
  * not match its CRC-32, or whose zstd frame does not decode (or fails its
  * content checksum), is BAD: that is not an error.  @return GFS_OK, or the
  * first error reading a source (the records it left are UNCHECKED).
+ * Sources on local file systems are read through mappings: the first such
+ * check installs a process-wide SIGBUS handler, which turns a source
+ * truncated under a check into that check's GFS_ERR_IO and passes every
+ * other SIGBUS to the handler there was before (src/server/integrity.c).
  */
 gfs_err gfs_integrity_check(const gfs_layout *l, const gfs_srcset *s, const uint32_t *recs,
 			    size_t n, unsigned nthreads, size_t *nbad, gfs_integrity_stats *st);
