@@ -19,16 +19,29 @@ logits() {
 		"$COMPAT_ROOT" python3 "$top_srcdir/tests/compat/check_lora_logits.py" "$@"
 }
 
+# The four fp32 cases and z2_ws2_fp32 are mounted first, then one
+# check_lora_logits.py --each checks them all (torch and transformers imported
+# once), then they are unmounted.
 n=0
+pairs="" MNTS=""
 for case in "$D"/*/; do
 	case=${case%/}
 	[ -f "$case/logits_unmerged.pt" ] || continue
 	mnt="$T/mnt-$(basename "$case")"
 	mkdir "$mnt"
 	gfs_mount "$case/base" "$mnt" -o "lora=$case/adapter" || fail "mount $case"
-	logits "$mnt" "$case" || fail "$case: logits"
-	gfs_umount "$mnt" || fail "unmount"
+	pairs="$pairs $mnt $case" MNTS="$MNTS $mnt"
 	n=$((n + 1))
+done
+c="$top_srcdir/tests/data/lora-ds/z2_ws2_fp32"
+mkdir "$T/mnt-z2"
+gfs_mount "$c/checkpoint" "$T/mnt-z2" -o merge=lora || fail "mount z2_ws2_fp32"
+pairs="$pairs $T/mnt-z2 $c" MNTS="$MNTS $T/mnt-z2"
+[ $n -eq 4 ] || fail "$n fp32 cases, expected 4"
+# shellcheck disable=SC2086
+logits --each $pairs || fail "logits: see the FAIL lines above"
+for mnt in $MNTS; do
+	gfs_umount "$mnt" || fail "unmount $mnt"
 done
 # control: PEFT's in-place merge of the tied embedding changes the head too,
 # so it does not keep the unmerged model's function
@@ -37,10 +50,4 @@ mkdir "$T/mnt-peft"
 gfs_mount "$g/base" "$T/mnt-peft" -o "lora=$g/adapter,lora_tied=peft" || fail "mount g peft"
 logits "$T/mnt-peft" "$g" 1e-3 && fail "g with lora_tied=peft kept the unmerged logits"
 gfs_umount "$T/mnt-peft" || fail "unmount"
-c="$top_srcdir/tests/data/lora-ds/z2_ws2_fp32"
-mkdir "$T/mnt-z2"
-gfs_mount "$c/checkpoint" "$T/mnt-z2" -o merge=lora || fail "mount z2_ws2_fp32"
-logits "$T/mnt-z2" "$c" || fail "z2_ws2_fp32: logits"
-gfs_umount "$T/mnt-z2" || fail "unmount"
-[ $n -eq 4 ] || fail "$n fp32 cases, expected 4"
 echo "PASS"

@@ -19,24 +19,37 @@ COMPAT_ROOT=${GATHERFS_COMPAT_ROOT:-/var/cache/gatherfs/compat-root}
 mount_setup
 DATA="$top_srcdir/tests/data/megatron"
 
-# logits SRC CASE [ARG...]: mount SRC, from_pretrained(MNT) against CASE's logits
-logits() {
+# add SRC CASE [ARG...]: mount SRC (with ARGs) on its own mount point and
+# list it for from_pretrained(MNT) against CASE's logits.  All are mounted
+# first, then one check_hf_logits.py --batch inside the root checks them all
+# (torch and transformers imported once), then they are unmounted.
+LIST="$T/checks.tsv"
+: >"$LIST"
+MNTS=""
+k=0
+add() {
 	src=$1 case=$2
 	shift 2
+	k=$((k + 1))
 	ref=reference_logits.pt
 	[ -f "$case/$ref" ] || ref=reference_logits_fp32_forward.pt
-	gfs_mount "$src" "$T/mnt" "$@" 2>"$T/note" || fail "mount $src: $(cat "$T/note")"
-	COMPAT_BINDS="$top_srcdir $T" timeout 600 "$top_srcdir/tests/compat/compat-run.sh" \
-		"$COMPAT_ROOT" python3 "$top_srcdir/tests/compat/check_hf_logits.py" "$T/mnt" "$case" \
-		--ref "$ref" >"$T/out" 2>"$T/err" || fail "$src: $(tail -3 "$T/err") $(cat "$T/out")"
-	tail -1 "$T/out"
-	gfs_umount "$T/mnt" || fail "unmount"
+	gfs_mount "$src" "$T/mnt$k" "$@" 2>"$T/note" || fail "mount $src: $(cat "$T/note")"
+	MNTS="$MNTS $T/mnt$k"
+	printf '%s\t%s\t--ref\t%s\n' "$T/mnt$k" "$case" "$ref" >>"$LIST"
 }
 
-logits "$DATA/tp2_pp2/legacy_torch" "$DATA/tp2_pp2"
-logits "$DATA/moe_ep2/training_torch_dist" "$DATA/moe_ep2"
-logits "$DATA/mqa_tie/legacy_torch" "$DATA/mqa_tie"
-logits "$DATA/qwen_tie_bf16/legacy_torch" "$DATA/qwen_tie_bf16"
-logits "$DATA/qwen_tie_bf16/training_torch_dist" "$DATA/qwen_tie_bf16"
-logits "$DATA/tp1_pp2/torch_dist" "$DATA/tp1_pp2" -o hf_config="$DATA/tp1_pp2/hf_config"
+add "$DATA/tp2_pp2/legacy_torch" "$DATA/tp2_pp2"
+add "$DATA/moe_ep2/training_torch_dist" "$DATA/moe_ep2"
+add "$DATA/mqa_tie/legacy_torch" "$DATA/mqa_tie"
+add "$DATA/qwen_tie_bf16/legacy_torch" "$DATA/qwen_tie_bf16"
+add "$DATA/qwen_tie_bf16/training_torch_dist" "$DATA/qwen_tie_bf16"
+add "$DATA/tp1_pp2/torch_dist" "$DATA/tp1_pp2" -o hf_config="$DATA/tp1_pp2/hf_config"
+COMPAT_BINDS="$top_srcdir $T" timeout 900 "$top_srcdir/tests/compat/compat-run.sh" \
+	"$COMPAT_ROOT" python3 "$top_srcdir/tests/compat/check_hf_logits.py" --batch "$LIST" \
+	>"$T/out" 2>"$T/err" || fail "$(tail -3 "$T/err") $(cat "$T/out")"
+[ "$(grep -c '"ok": true' "$T/out")" -eq $k ] || fail "not $k passing checks: $(cat "$T/out")"
+cat "$T/out"
+for mnt in $MNTS; do
+	gfs_umount "$mnt" || fail "unmount $mnt"
+done
 echo "megatron-compat: OK"

@@ -34,12 +34,15 @@ check_mount() {
 	src=$1 truth=$2
 	shift 2
 	gfs_mount "$src" "$T/mnt" -o naming=megatron "$@" 2>"$T/note" || fail "mount $src: $(cat "$T/note")"
-	timeout 300 "$PYTHON3" "$CHECK" "$T/mnt/pytorch_model.bin" "$truth" ||
-		fail "$src: differs from $truth"
-	timeout 300 "$PYTHON3" - "$T/mnt/model.safetensors" "$truth" <<'PY' || fail "$src: model.safetensors"
-import json, struct, sys, torch
-want = torch.load(sys.argv[2])
-raw = open(sys.argv[1], "rb").read()
+	# one python: check_truth.py on pytorch_model.bin (exits 1 on a
+	# difference), then model.safetensors against the truth
+	timeout 300 "$PYTHON3" - "$CHECK" "$T/mnt" "$truth" <<'PY' ||
+import json, runpy, struct, sys, torch
+check, mnt, truth = sys.argv[1:4]
+sys.argv = [check, mnt + "/pytorch_model.bin", truth]
+runpy.run_path(check, run_name="__main__")
+want = torch.load(truth)
+raw = open(mnt + "/model.safetensors", "rb").read()
 n = struct.unpack("<Q", raw[:8])[0]
 head = json.loads(raw[8:8 + n])
 head.pop("__metadata__", None)
@@ -50,6 +53,7 @@ for k, v in want.items():
     assert h["shape"] == list(v.shape), k
     assert raw[8 + n + b:8 + n + e] == v.contiguous().view(torch.uint8).numpy().tobytes(), k
 PY
+		fail "$src: pytorch_model.bin or model.safetensors differs from $truth"
 	gfs_umount "$T/mnt" || fail "unmount"
 }
 
@@ -81,22 +85,23 @@ for c in tp1_pp1 tp2_pp1 tp1_pp2 tp2_pp2 moe_ep2 moe_pp2_ep2 mqa_tie qwen_tie_bf
 		check_mount "$save/iter_0000003" "$truth"
 		check_mount "$save" "$truth" -o tag=iter_0000003,format=megatron
 	esac
-	n=$(timeout 60 "$PYTHON3" -c "import sys, torch; print(len(torch.load(sys.argv[1])))" "$truth")
 	timeout 60 "$INSPECT" ls --naming megatron "$save" >"$T/ls" 2>"$T/err" || fail "inspect ls $c: $(cat "$T/err")"
-	[ "$(grep -c . "$T/ls")" -eq $((n + 1)) ] || fail "inspect ls $c: $(cat "$T/ls")"
 	grep -q "legacy Megatron-LM checkpoint" "$T/err" || fail "inspect ls $c: $(cat "$T/err")"
 	for name in decoder.layers.3.self_attention.linear_proj.weight embedding.word_embeddings.weight; do
 		timeout 60 "$INSPECT" cat --naming megatron --tag iter_0000003 "$save" "$name" >"$T/cat.$name" ||
 			fail "inspect cat $c $name"
 	done
-	timeout 60 "$PYTHON3" -c "
+	# one python: the truth's tensor count (for the ls check), the cat bytes
+	n=$(timeout 60 "$PYTHON3" -c "
 import sys, torch
 sd = torch.load(sys.argv[1])
 for name in sys.argv[3:]:
     got = open(sys.argv[2] + '.' + name, 'rb').read()
     assert got == sd[name].contiguous().view(torch.uint8).numpy().tobytes(), name
-" "$truth" "$T/cat" decoder.layers.3.self_attention.linear_proj.weight embedding.word_embeddings.weight ||
+print(len(sd))
+" "$truth" "$T/cat" decoder.layers.3.self_attention.linear_proj.weight embedding.word_embeddings.weight) ||
 		fail "inspect cat $c: wrong bytes"
+	[ "$(grep -c . "$T/ls")" -eq $((n + 1)) ] || fail "inspect ls $c: $(cat "$T/ls")"
 	timeout 60 "$INSPECT" cat "$save" model.layers.1.self_attn.k_proj.weight >"$T/cat" ||
 		fail "inspect cat $c k_proj"
 	timeout 120 "$INSPECT" verify "$save" >"$T/v" 2>&1 || fail "inspect verify $c: $(cat "$T/v")"

@@ -2,6 +2,11 @@
 """Compare a Hugging Face model's logits with the Megatron reference logits of a case.
 
   python3 check_hf_logits.py MODEL_DIR CASE_DIR [--atol 1e-4] [--dtype float32|bfloat16|auto] [--ref FILE]
+  python3 check_hf_logits.py --batch LIST
+
+LIST: one check a line, its arguments (as above) tab-separated; every check runs
+in this one process (torch and transformers imported once), one JSON line each;
+exit status 1 if any fails.
 
 Loads MODEL_DIR with transformers.AutoModelForCausalLM.from_pretrained(dtype=float32 by default;
 bf16 checkpoint tensors are upcast exactly), runs CASE_DIR/input_ids.pt (batch of token ids, no
@@ -25,7 +30,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 
-def main():
+def check(argv):
+    """The check of the arguments ARGV (as for one run); prints its JSON line, returns its outcome."""
     p = argparse.ArgumentParser()
     p.add_argument("model_dir")
     p.add_argument("case_dir")
@@ -33,7 +39,7 @@ def main():
     p.add_argument("--dtype", choices=["float32", "bfloat16", "auto"], default="float32",
                    help="dtype the HF model is loaded and run in (auto = as saved)")
     p.add_argument("--ref", default="reference_logits.pt", help="reference file name inside CASE_DIR")
-    a = p.parse_args()
+    a = p.parse_args(argv)
     ids = torch.load(a.case_dir + "/input_ids.pt")
     ref = torch.load(os.path.join(a.case_dir, a.ref)).float()
     dt = "auto" if a.dtype == "auto" else getattr(torch, a.dtype)
@@ -59,8 +65,17 @@ def main():
                    ref_max_abs=float(ref.abs().max()),
                    argmax_agree=float((out.argmax(-1) == ref.argmax(-1)).float().mean()),
                    atol=a.atol, ok=bool(d.max() <= a.atol))
-    print(json.dumps(res))
-    sys.exit(0 if res["ok"] else 1)
+    print(json.dumps(res), flush=True)
+    return res["ok"]
+
+
+def main():
+    if sys.argv[1:2] == ["--batch"] and len(sys.argv) == 3:
+        runs = [line.rstrip("\n").split("\t") for line in open(sys.argv[2]) if line.strip()]
+        if not runs:
+            sys.exit(f"{sys.argv[2]}: no checks")
+        sys.exit(0 if all([check(r) for r in runs]) else 1)
+    sys.exit(0 if check(sys.argv[1:]) else 1)
 
 
 if __name__ == "__main__":

@@ -2,12 +2,15 @@
 # SPDX-License-Identifier: Apache-2.0
 """The reference reading of plain model files, for the plain importer's tests.
 
-usage: plain_ref.py tsv SRC OUT        expected tables of SRC in OUT.default.tsv
+usage: plain_ref.py tsv SRC OUT [SRC OUT...]
+                                        expected tables of SRC in OUT.default.tsv
                                         and OUT.bf16.tsv: one line per key in
                                         the order gatherfs documents,
                                         name<TAB>dtype<TAB>[shape]<TAB>sha256
                                         (bf16: floating-point tensors as
-                                        torch's .to(torch.bfloat16) rounds them)
+                                        torch's .to(torch.bfloat16) rounds them);
+                                        several pairs: one process (one torch
+                                        import) writes every table
        plain_ref.py aliases MNT SRC     the mount's tied aliases (tensors/INDEX,
                                         and storages shared in torch.load of
                                         MNT/pytorch_model.bin) are exactly the
@@ -152,8 +155,9 @@ def aliases(mnt, src):
     print(f"OK {len(want)} tied aliases, no other shared storage")
 
 
-if sys.argv[1] == "tsv":
-    tsv(sys.argv[2], sys.argv[3])
+if sys.argv[1] == "tsv" and len(sys.argv) >= 4 and len(sys.argv) % 2 == 0:
+    for i in range(2, len(sys.argv), 2):
+        tsv(sys.argv[i], sys.argv[i + 1])
 elif sys.argv[1] == "aliases":
     aliases(sys.argv[2], sys.argv[3])
 else:
