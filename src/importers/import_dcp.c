@@ -708,7 +708,8 @@ typedef struct chunk_job {
 	bool failed;
 	chunk_loc loc;
 	gfs_record rec;
-	char rname[DCP_RNAME_MAX]; /* the storage record's name */
+	char rname[DCP_RNAME_MAX]; /* the storage record's name, if opened */
+	const char *shape_rname;   /* lazy: its shape's record name */
 } chunk_job;
 
 typedef struct locate_ctx {
@@ -796,7 +797,7 @@ static void chunk_place(dcp_ckpt *c, chunk_job *j, uint32_t src, gfs_dtype dt)
 	j->rec.len = j->nbytes;
 	j->rec.lazy = true;
 	j->rec.dtype = (uint8_t)dt;
-	snprintf(j->rname, sizeof(j->rname), "%s", sh->rname);
+	j->shape_rname = sh->rname;
 	j->lazy = true;
 	c->nlazy++;
 }
@@ -831,7 +832,7 @@ static gfs_err chunk_record(dcp_ckpt *c, chunk_job *j)
 	j->rec.frame_size = j->loc.frame_size;
 	c->zstd |= j->zstd;
 	j->rec.item = j->off + 1;
-	return gfs_layout_add_record(c->l, &j->rec, j->rname);
+	return gfs_layout_add_record(c->l, &j->rec, j->lazy ? j->shape_rname : j->rname);
 }
 
 /* box_cmp(): order chunks by their first offset. */
