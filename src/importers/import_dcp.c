@@ -49,6 +49,7 @@
 #define DCP_MAX_SHAPES 256         /* item shapes learned; past them, chunks are opened */
 #define DCP_SHAPE_MOD 4096         /* tensor bytes of one shape agree modulo this */
 #define DCP_RNAME_MAX 512
+#define DCP_HASH_CACHE 4096        /* fqn hashes remembered by string id (a power of 2) */
 
 /*
  * A shape of chunk archive: items of extra bytes besides their tensor's,
@@ -89,6 +90,8 @@ typedef struct dcp_ckpt {
 	uint64_t npieces;
 	bool zstd;
 	bool eager;        /* GATHERFS_DCP_EAGER: open every chunk archive */
+	uint32_t hc_id[DCP_HASH_CACHE]; /* fqn_hash(): string id + 1 (0: empty) */
+	uint64_t hc_h[DCP_HASH_CACHE];  /* and its str_hash() */
 	dcp_shape *shapes; /* [DCP_MAX_SHAPES] */
 	size_t nshapes;
 	size_t nlazy;      /* chunks not opened */
@@ -132,6 +135,19 @@ static uint64_t str_hash(const char *s)
 	return h;
 }
 
+/* fqn_hash(): str_hash() of string id fqn_id (fqn), remembered by id. */
+static uint64_t fqn_hash(dcp_ckpt *c, uint32_t fqn_id, const char *fqn)
+{
+	const size_t s = (size_t)(((uint64_t)fqn_id * 0x9e3779b97f4a7c15ULL) >> 32) &
+			 (DCP_HASH_CACHE - 1);
+
+	if (c->hc_id[s] != fqn_id + 1) {
+		c->hc_id[s] = fqn_id + 1;
+		c->hc_h[s] = str_hash(fqn);
+	}
+	return c->hc_h[s];
+}
+
 /* item_key(): the hash of (fqn, offset); its low bits pick the slot, its high 32 are kept. */
 static uint64_t item_key(uint64_t fqn_hash, uint32_t offset)
 {
@@ -143,11 +159,12 @@ static uint64_t item_key(uint64_t fqn_hash, uint32_t offset)
 
 /*
  * item_find(): the storage item of (fqn, offset), offset an int tuple id
- * (equal tuples have one id) or GFS_DCP_NONE; h is str_hash(fqn).  Slots
- * whose kept hash differs are passed without reading their item.
+ * (equal tuples have one id) or GFS_DCP_NONE; fqn_id is fqn's string id
+ * and h str_hash(fqn).  Slots whose kept hash differs are passed without
+ * reading their item; an item naming the same string id needs no strcmp.
  */
-static const gfs_dcp_item *item_find(const dcp_ckpt *c, const char *fqn, uint64_t h,
-				     uint32_t offset)
+static const gfs_dcp_item *item_find(const dcp_ckpt *c, uint32_t fqn_id, const char *fqn,
+				     uint64_t h, uint32_t offset)
 {
 	const uint64_t k = item_key(h, offset);
 
@@ -159,7 +176,8 @@ static const gfs_dcp_item *item_find(const dcp_ckpt *c, const char *fqn, uint64_
 		if (c->itab[s] >> 32 != k >> 32)
 			continue;
 		it = &c->md->items[(uint32_t)c->itab[s] - 1];
-		if (it->offset == offset && strcmp(gfs_dcpmeta_str(c->md, it->fqn), fqn) == 0)
+		if (it->offset == offset &&
+		    (it->fqn == fqn_id || strcmp(gfs_dcpmeta_str(c->md, it->fqn), fqn) == 0))
 			return it;
 	}
 }
@@ -168,8 +186,6 @@ static gfs_err read_metadata(dcp_ckpt *c)
 {
 	uint8_t *buf = NULL;
 	struct stat st;
-	uint32_t last = GFS_DCP_NONE;
-	uint64_t h = 0;
 	gfs_err err;
 	const int fd = open(c->meta_path, O_RDONLY | O_CLOEXEC);
 
@@ -204,22 +220,22 @@ static gfs_err read_metadata(dcp_ckpt *c)
 	c->itab = gfs_calloc(c->itab_cap, sizeof(*c->itab));
 	if (!c->itab)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	/* one probe an item: a slot of the same (fqn, offset) is a duplicate, else the empty one is its */
 	for (size_t i = 0; i < c->md->nitems; i++) {
 		const gfs_dcp_item *it = &c->md->items[i];
 		const char *fqn = gfs_dcpmeta_str(c->md, it->fqn);
-		uint64_t k;
+		const uint64_t k = item_key(fqn_hash(c, it->fqn, fqn), it->offset);
 		size_t s;
 
-		if (it->fqn != last) {
-			last = it->fqn;
-			h = str_hash(fqn);
+		for (s = (size_t)k & (c->itab_cap - 1); c->itab[s]; s = (s + 1) & (c->itab_cap - 1)) {
+			const gfs_dcp_item *o = &c->md->items[(uint32_t)c->itab[s] - 1];
+
+			if (c->itab[s] >> 32 == k >> 32 && o->offset == it->offset &&
+			    (o->fqn == it->fqn || strcmp(gfs_dcpmeta_str(c->md, o->fqn), fqn) == 0))
+				return gfs_fail(GFS_ERR_FORMAT,
+						"%s: storage data lists %s twice at one offset",
+						c->meta_path, fqn);
 		}
-		if (item_find(c, fqn, h, it->offset))
-			return gfs_fail(GFS_ERR_FORMAT, "%s: storage data lists %s twice at one offset",
-					c->meta_path, fqn);
-		k = item_key(h, it->offset);
-		for (s = (size_t)k & (c->itab_cap - 1); c->itab[s]; s = (s + 1) & (c->itab_cap - 1))
-			;
 		c->itab[s] = (k >> 32 << 32) | (i + 1);
 	}
 	return GFS_OK;
@@ -692,7 +708,8 @@ typedef struct chunk_job {
 	bool failed;
 	chunk_loc loc;
 	gfs_record rec;
-	char rname[DCP_RNAME_MAX]; /* the storage record's name */
+	char rname[DCP_RNAME_MAX]; /* the storage record's name, if opened */
+	const char *shape_rname;   /* lazy: its shape's record name */
 } chunk_job;
 
 typedef struct locate_ctx {
@@ -780,7 +797,7 @@ static void chunk_place(dcp_ckpt *c, chunk_job *j, uint32_t src, gfs_dtype dt)
 	j->rec.len = j->nbytes;
 	j->rec.lazy = true;
 	j->rec.dtype = (uint8_t)dt;
-	snprintf(j->rname, sizeof(j->rname), "%s", sh->rname);
+	j->shape_rname = sh->rname;
 	j->lazy = true;
 	c->nlazy++;
 }
@@ -815,7 +832,7 @@ static gfs_err chunk_record(dcp_ckpt *c, chunk_job *j)
 	j->rec.frame_size = j->loc.frame_size;
 	c->zstd |= j->zstd;
 	j->rec.item = j->off + 1;
-	return gfs_layout_add_record(c->l, &j->rec, j->rname);
+	return gfs_layout_add_record(c->l, &j->rec, j->lazy ? j->shape_rname : j->rname);
 }
 
 /* box_cmp(): order chunks by their first offset. */
@@ -878,13 +895,13 @@ static bool overlaps(uint32_t ndim, uint64_t (*box)[2][GFS_MAX_DIMS], const uint
 	return found;
 }
 
-static gfs_err import_tensor(dcp_ckpt *c, const char *fqn, const char *name,
+static gfs_err import_tensor(dcp_ckpt *c, uint32_t fqn_id, const char *fqn, const char *name,
 			     const gfs_dcp_tensor *t)
 {
 	const char *dts = gfs_dcpmeta_str(c->md, t->dtype);
 	const gfs_dcp_chunk *chunks = c->md->chunks + t->first;
 	const size_t nch = t->nchunks;
-	const uint64_t h = str_hash(fqn);
+	const uint64_t h = fqn_hash(c, fqn_id, fqn);
 	uint64_t shape[GFS_MAX_DIMS], numel = 1, covered = 0, *vol = NULL;
 	uint64_t (*box)[2][GFS_MAX_DIMS] = NULL;
 	chunk_job *jobs = NULL;
@@ -959,7 +976,7 @@ static gfs_err import_tensor(dcp_ckpt *c, const char *fqn, const char *name,
 			}
 			if (vol[k] == 0)
 				continue;
-			j->it = item_find(c, fqn, h, chunks[k].offsets);
+			j->it = item_find(c, fqn_id, fqn, h, chunks[k].offsets);
 			if (!j->it) {
 				perr = gfs_fail(GFS_ERR_FORMAT,
 						"%s: %s: chunk %zu has no storage data entry",
@@ -1008,9 +1025,9 @@ static gfs_err import_tensor(dcp_ckpt *c, const char *fqn, const char *name,
 	return err;
 }
 
-static gfs_err import_object(dcp_ckpt *c, const char *fqn, const char *name)
+static gfs_err import_object(dcp_ckpt *c, uint32_t fqn_id, const char *fqn, const char *name)
 {
-	const gfs_dcp_item *it = item_find(c, fqn, str_hash(fqn), GFS_DCP_NONE);
+	const gfs_dcp_item *it = item_find(c, fqn_id, fqn, fqn_hash(c, fqn_id, fqn), GFS_DCP_NONE);
 	dcp_file *f;
 	uint64_t off, len;
 	gfs_err err;
@@ -1070,10 +1087,10 @@ gfs_err gfs_import_dcp(const char *dir, const char *prefix, gfs_layout **out)
 		if (plen && strncmp(fqn, prefix, plen) != 0)
 			continue;
 		if (e->kind == GFS_DCP_TENSOR) {
-			err = import_tensor(&c, fqn, fqn + plen, &c.md->tensors[e->tensor]);
+			err = import_tensor(&c, e->fqn, fqn, fqn + plen, &c.md->tensors[e->tensor]);
 			ntensors++;
 		} else if (e->kind == GFS_DCP_BYTES) {
-			err = import_object(&c, fqn, fqn + plen);
+			err = import_object(&c, e->fqn, fqn, fqn + plen);
 			nobjects++;
 		} else {
 			err = gfs_fail(GFS_ERR_FORMAT,

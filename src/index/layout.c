@@ -1008,11 +1008,13 @@ static uint32_t piece_record(const gfs_layout *l, const gfs_piece *pc, uint32_t 
 
 	if (pc->kind == GFS_PIECE_ZERO)
 		return GFS_NO_RECORD;
-	if (*hint < l->nrecords &&
-	    rec_key_cmp(pc->src, pc->kind, fo, pc->src_off, &l->records[*hint]) >= 0 &&
-	    (*hint + 1 == l->nrecords ||
-	     rec_key_cmp(pc->src, pc->kind, fo, pc->src_off, &l->records[*hint + 1]) < 0)) {
-		lo = hi = *hint + 1;
+	/* the hint's record, or the one after it (the next tensor's piece from one source) */
+	for (size_t h = *hint; h < l->nrecords && h <= (size_t)*hint + 1 && lo < hi; h++) {
+		if (rec_key_cmp(pc->src, pc->kind, fo, pc->src_off, &l->records[h]) < 0)
+			break;
+		if (h + 1 == l->nrecords ||
+		    rec_key_cmp(pc->src, pc->kind, fo, pc->src_off, &l->records[h + 1]) < 0)
+			lo = hi = h + 1;
 	}
 	/* the last record whose key is <= the piece's start */
 	while (lo < hi) {
@@ -1215,6 +1217,62 @@ static void remap_records(gfs_layout *tl, const uint32_t *remap)
 }
 
 /*
+ * sort_records(): l->records in record_cmp() order.  A counting sort by
+ * source (through a permutation: no second copy of the records), then each
+ * source's run sorted on its own unless it is already in order, as the
+ * importers mostly add a file's records.  O(records) then.
+ */
+static gfs_err sort_records(gfs_layout *l)
+{
+	const size_t n = l->nrecords;
+	uint32_t *perm = gfs_calloc(n ? n : 1, sizeof(*perm));
+	size_t *at = gfs_calloc(l->nsources + 1, sizeof(*at));
+
+	if (!perm || !at) {
+		free(perm);
+		free(at);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < n; i++)
+		at[l->records[i].src + 1]++;
+	for (size_t k = 0; k < l->nsources; k++)
+		at[k + 1] += at[k];
+	for (size_t i = 0; i < n; i++) /* perm[k]: the record that goes to k; n < UINT32_MAX */
+		perm[at[l->records[i].src]++] = (uint32_t)i;
+	for (size_t k = 0; k < n; k++) { /* apply it, a cycle at a time; done: perm[j] == j */
+		gfs_record tmp;
+		size_t j = k;
+
+		if (perm[k] == k)
+			continue;
+		tmp = l->records[k];
+		for (;;) {
+			const size_t from = perm[j];
+
+			perm[j] = (uint32_t)j;
+			if (from == k) {
+				l->records[j] = tmp;
+				break;
+			}
+			l->records[j] = l->records[from];
+			j = from;
+		}
+	}
+	/* at[k] is now the end of source k's run */
+	for (size_t k = 0, a = 0; k < l->nsources; a = at[k++]) {
+		bool sorted = true;
+
+		for (size_t i = a + 1; sorted && i < at[k]; i++)
+			sorted = record_cmp(&l->records[i - 1], &l->records[i]) <= 0;
+		if (!sorted)
+			qsort(l->records + a, at[k] - a, sizeof(*l->records), record_cmp);
+	}
+	free(perm);
+	free(at);
+	return GFS_OK;
+}
+
+/*
  * finish_records(): sort and deduplicate the records, give every piece (of
  * the inputs table's too) its record, and drop the records no piece reads.  O((records + pieces) log
  * records).
@@ -1237,8 +1295,9 @@ static gfs_err finish_records(gfs_layout *l, const char *label)
 					label, gfs_record_name(r, rn, sizeof(rn)),
 					l->sources[r->src].path);
 	}
-	if (l->nrecords > 1)
-		qsort(l->records, l->nrecords, sizeof(*l->records), record_cmp);
+	err = sort_records(l);
+	if (err)
+		return err;
 	for (size_t i = 0; i < l->nrecords; i++) {
 		if (n > 0 && record_cmp(&l->records[n - 1], &l->records[i]) == 0)
 			continue;

@@ -237,11 +237,8 @@ static const uint8_t op_arg[256] = {
 	[OP_BINBYTES8] = CN(8), [OP_GLOBAL] = A_LINES,
 };
 
-/*
- * decode(): the opcode at *pos and its argument; advances *pos past both.
- * Counted data is bounds-checked (a->i its length, a->p its bytes).
- */
-static gfs_err decode(vm *m, size_t *pos, uint8_t *op, arg *a)
+/* decode_slow(): decode() for any opcode, with every bound checked. */
+static gfs_err decode_slow(vm *m, size_t *pos, uint8_t *op, arg *a)
 {
 	size_t w, left;
 	unsigned kind;
@@ -289,6 +286,47 @@ static gfs_err decode(vm *m, size_t *pos, uint8_t *op, arg *a)
 	return GFS_OK;
 }
 
+/* le_fixed(): the little-endian integer of w <= 8 bytes at p, 8 bytes readable there. */
+static inline uint64_t le_fixed(const uint8_t *p, size_t w)
+{
+	uint64_t v;
+
+	memcpy(&v, p, sizeof(v));
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+	v = __builtin_bswap64(v);
+#endif
+	return w == 8 ? v : v & (((uint64_t)1 << (8 * w)) - 1);
+}
+
+/*
+ * decode(): the opcode at *pos and its argument; advances *pos past both.
+ * Counted data is bounds-checked (a->i its length, a->p its bytes).  The
+ * opcodes without an argument or with a fixed one are decoded inline when
+ * 9 bytes are left (the longest of them); the rest by decode_slow().
+ */
+static inline gfs_err decode(vm *m, size_t *pos, uint8_t *op, arg *a)
+{
+	const size_t at = *pos;
+
+	if (at + 9 <= m->len) {
+		const uint8_t o = m->buf[at], k = op_arg[o];
+
+		if ((k & 7u) == A_NONE || (k & 7u) == A_FIXED) {
+			const size_t w = k >> 3;
+
+			m->pos = at;
+			*op = o;
+			a->p = m->buf + at + 1;
+			a->i = w ? (int64_t)le_fixed(a->p, w) : 0;
+			if (o == OP_BININT)
+				a->i = (int64_t)(int32_t)(uint32_t)a->i;
+			*pos = at + 1 + w;
+			return GFS_OK;
+		}
+	}
+	return decode_slow(m, pos, op, a);
+}
+
 static unsigned popcount(uint64_t x)
 {
 	x = x - ((x >> 1) & 0x5555555555555555ULL);
@@ -322,10 +360,14 @@ static gfs_err set_bit(vm *m, uint64_t **b, size_t *words, uint64_t i)
 	return GFS_OK;
 }
 
-/* prescan(): check the opcodes up to STOP, mark the memo indices fetched, rank them. */
+/*
+ * prescan(): check the opcodes up to STOP, mark the memo indices fetched,
+ * rank them, and size the bitmap of defined indices for every index the
+ * pickle can define (MEMOIZE's are below their count, BINPUT's given).
+ */
 static gfs_err prescan(vm *m)
 {
-	size_t pos = 0, nref = 0;
+	size_t pos = 0, nref = 0, nmemo = 0, nput = 0;
 	uint8_t op = 0;
 	arg a;
 	gfs_err err = GFS_OK; /* the loop may end on a fast path, before any decode() */
@@ -339,10 +381,12 @@ static gfs_err prescan(vm *m)
 
 			op = m->buf[pos];
 			if ((k & 7u) == A_NONE) {
+				nmemo += op == OP_MEMOIZE;
 				pos++;
 				continue;
 			}
-			if ((k & 7u) == A_FIXED && op != OP_BINGET && op != OP_LONG_BINGET) {
+			if ((k & 7u) == A_FIXED && op != OP_BINGET && op != OP_LONG_BINGET &&
+			    op != OP_BINPUT && op != OP_LONG_BINPUT) {
 				pos += 1 + (k >> 3);
 				continue;
 			}
@@ -357,7 +401,19 @@ static gfs_err prescan(vm *m)
 			err = set_bit(m, &m->ref, &m->ref_words, (uint64_t)a.i);
 		if (err)
 			return err;
+		nmemo += op == OP_MEMOIZE;
+		if ((op == OP_BINPUT || op == OP_LONG_BINPUT) && (uint64_t)a.i >= nput &&
+		    (uint64_t)a.i < m->len)
+			nput = (size_t)a.i + 1;
 	} while (op != OP_STOP);
+	if (nmemo > nput)
+		nput = nmemo;
+	if (nput) { /* memo_put() sets bits below nput without growing the bitmap */
+		err = grow(m, (void **)&m->occ, &m->occ_words, (nput + 63) / 64, sizeof(*m->occ));
+		if (err)
+			return err;
+		memset(m->occ, 0, m->occ_words * sizeof(*m->occ));
+	}
 	if (m->ref_words) {
 		size_t cap = 0;
 
@@ -402,7 +458,8 @@ static const char *str_at(const struct gfs_dcpmeta_pools *P, uint32_t id, uint32
 	return P->str + id + 4;
 }
 
-static bool str_is(const vm *m, dv v, const char *s)
+/* str_is(): is v the string s of len bytes? */
+static bool str_is(const vm *m, dv v, const char *s, size_t len)
 {
 	uint32_t n;
 	const char *p;
@@ -410,7 +467,7 @@ static bool str_is(const vm *m, dv v, const char *s)
 	if (TAG(v) != T_STR)
 		return false;
 	p = str_at(m->P, (uint32_t)PAY(v), &n);
-	return n == strlen(s) && memcmp(p, s, n) == 0;
+	return n == len && memcmp(p, s, n) == 0;
 }
 
 static uint64_t mix(uint64_t h, uint64_t x)
@@ -607,7 +664,7 @@ static size_t fence(const vm *m)
 	return m->nmarks ? m->marks[m->nmarks - 1] : 0;
 }
 
-static gfs_err push(vm *m, dv v)
+static inline gfs_err push(vm *m, dv v)
 {
 	gfs_err err;
 
@@ -801,8 +858,12 @@ static gfs_err call(vm *m, dv fn, dv args, bool newobj, dv *out)
 	return err;
 }
 
-/* field(): the value of key name in a dataclass state (a dict, or (dict|None, slots dict)). */
-static dv field(vm *m, dv state, const char *name)
+/*
+ * field_n(): the value of key name (len bytes) in a dataclass state (a
+ * dict, or (dict|None, slots dict)); FIELD() for a string literal.
+ */
+#define FIELD(m, state, lit) field_n(m, state, lit, sizeof(lit) - 1)
+static dv field_n(vm *m, dv state, const char *name, size_t len)
 {
 	const node *n = N(m, state);
 
@@ -811,7 +872,7 @@ static dv field(vm *m, dv state, const char *name)
 	if (!n || n->kind != K_DICT)
 		return ABSENT;
 	for (uint32_t i = 0; i + 1 < n->len; i += 2)
-		if (str_is(m, res(m, n->items[i]), name))
+		if (str_is(m, res(m, n->items[i]), name, len))
 			return res(m, n->items[i + 1]);
 	return ABSENT;
 }
@@ -823,9 +884,9 @@ static uint32_t id_of(dv v, unsigned tag)
 
 static gfs_err reduce_sinfo(vm *m, dv st, dv *out)
 {
-	const dv rel = field(m, st, "relative_path"), off = field(m, st, "offset");
-	const dv len = field(m, st, "length");
-	const dv td = field(m, st, "transform_descriptors");
+	const dv rel = FIELD(m, st, "relative_path"), off = FIELD(m, st, "offset");
+	const dv len = FIELD(m, st, "length");
+	const dv td = FIELD(m, st, "transform_descriptors");
 	const node *tn = N(m, td);
 	sinfo s = { .rel = id_of(rel, T_STR), .td0 = ID_NONE };
 	gfs_err err;
@@ -852,8 +913,8 @@ static gfs_err reduce_sinfo(vm *m, dv st, dv *out)
 static gfs_err reduce_tsm(vm *m, dv st, dv *out)
 {
 	struct gfs_dcpmeta_pools *P = m->P;
-	const dv props = field(m, st, "properties"), size = field(m, st, "size");
-	const dv chunks = field(m, st, "chunks");
+	const dv props = FIELD(m, st, "properties"), size = FIELD(m, st, "size");
+	const dv chunks = FIELD(m, st, "chunks");
 	const node *cn = N(m, chunks);
 	gfs_dcp_tensor t = {
 		.dtype = TAG(props) == T_PROPS ? (uint32_t)PAY(props) : ID_NONE,
@@ -897,19 +958,19 @@ static gfs_err reduce(vm *m, int k, dv st, dv *out)
 
 	switch (k) {
 	case G_CHUNK:
-		*out = MK(T_CHUNK, PACK2(id_of(field(m, st, "offsets"), T_TUP),
-					 id_of(field(m, st, "sizes"), T_TUP)));
+		*out = MK(T_CHUNK, PACK2(id_of(FIELD(m, st, "offsets"), T_TUP),
+					 id_of(FIELD(m, st, "sizes"), T_TUP)));
 		return GFS_OK;
 	case G_MINDEX:
-		a = field(m, st, "fqn");
-		b = field(m, st, "offset");
+		a = FIELD(m, st, "fqn");
+		b = FIELD(m, st, "offset");
 		*out = MK(T_MINDEX, PACK2(id_of(a, T_STR),
 					  TAG(b) == T_NONE || b == ABSENT ? ID_NONE : id_of(b, T_TUP)));
 		return GFS_OK;
 	case G_SINFO:
 		return reduce_sinfo(m, st, out);
 	case G_PROPS:
-		a = kind_of(m, st) == K_TUPLE ? tuple_at(m, st, 0) : field(m, st, "dtype");
+		a = kind_of(m, st) == K_TUPLE ? tuple_at(m, st, 0) : FIELD(m, st, "dtype");
 		*out = MK(T_PROPS, gkind(m, a) == G_TORCH ? m->globs[PAY(a)].name : ID_NONE);
 		return GFS_OK;
 	case G_TSM:
@@ -921,9 +982,9 @@ static gfs_err reduce(vm *m, int k, dv st, dv *out)
 		err = grow(m, (void **)&m->metas, &m->meta_cap, m->nmeta + 1, sizeof(*m->metas));
 		if (err)
 			return err;
-		m->metas[m->nmeta] = (meta_rec){ field(m, st, "state_dict_metadata"),
-						 field(m, st, "storage_data"),
-						 field(m, st, "version") };
+		m->metas[m->nmeta] = (meta_rec){ FIELD(m, st, "state_dict_metadata"),
+						 FIELD(m, st, "storage_data"),
+						 FIELD(m, st, "version") };
 		pin(m, m->metas[m->nmeta].sdm);
 		pin(m, m->metas[m->nmeta].sd);
 		*out = MK(T_META, m->nmeta++);
@@ -1001,13 +1062,18 @@ static gfs_err into(vm *m, size_t start, int kind)
 	}
 }
 
-static gfs_err memo_put(vm *m, uint64_t idx)
+static inline gfs_err memo_put(vm *m, uint64_t idx)
 {
 	gfs_err err;
 
 	if (m->sp <= fence(m))
 		return vfail(m, GFS_ERR_FORMAT, "stack underflow");
-	if (!bit(m->occ, m->occ_words, idx)) {
+	if (idx / 64 < m->occ_words) { /* prescan() sized it: always, unless corrupt */
+		const uint64_t b = (uint64_t)1 << (idx % 64);
+
+		m->memo_count += !(m->occ[idx / 64] & b);
+		m->occ[idx / 64] |= b;
+	} else {
 		err = set_bit(m, &m->occ, &m->occ_words, idx);
 		if (err)
 			return err;

@@ -493,6 +493,58 @@ static uint32_t crc_of2(unsigned off, unsigned len)
 }
 
 /*
+ * test_records_order(): records added as a DCP import adds them (a
+ * tensor's pieces from several sources, a source's records in tensor
+ * order), one source's in reverse and one duplicated, are sorted by
+ * source and offset and each piece finds its own.
+ */
+static void test_records_order(void)
+{
+	const uint64_t s16[1] = { 16 };
+	gfs_record r = { .kind = GFS_PIECE_FILE };
+	gfs_layout *l = NULL;
+	uint32_t sa = 0, sb = 0;
+	size_t t[4];
+	bool sorted = true, found = true;
+	gfs_err err = gfs_layout_new("test", tmpdir, &l);
+
+	err = err ? err : gfs_layout_add_source(l, "src.bin", 256, &sa);
+	err = err ? err : gfs_layout_add_source(l, make_source2(), 256, &sb);
+	for (unsigned i = 0; i < 4 && !err; i++) {
+		char name[8];
+
+		snprintf(name, sizeof(name), "u%u", i);
+		err = gfs_layout_add_tensor(l, name, GFS_DT_U8, 1, s16, &t[i]);
+		err = err ? err : gfs_layout_add_piece(l, t[i], sa, 32 * i, 8);
+		err = err ? err : gfs_layout_add_piece(l, t[i], sb, 32 * i + 4, 8);
+		r.src = sa, r.off = 32 * i, r.len = 16;
+		err = err ? err : gfs_layout_add_record(l, &r, "a/data/0");
+		if (!err && i == 1)
+			err = gfs_layout_add_record(l, &r, "a/data/0");
+	}
+	for (unsigned i = 4; i-- > 0 && !err;) {
+		r.src = sb, r.off = 32 * i, r.len = 16;
+		err = gfs_layout_add_record(l, &r, "b/data/0");
+	}
+	err = err ? err : gfs_layout_finish(l, "test");
+	tap_ok(err == GFS_OK && l->nrecords == 8, "records of two sources, one run reversed: %s (%zu)",
+	       err ? gfs_errmsg() : "ok", l ? l->nrecords : 0);
+	if (err) {
+		gfs_layout_free(l);
+		return;
+	}
+	for (size_t k = 0; k < 8; k++)
+		sorted = sorted && l->records[k].src == (k < 4 ? sa : sb) &&
+			 l->records[k].off == 32 * (k % 4);
+	for (unsigned i = 0; i < 4; i++)
+		found = found && l->tensors[t[i]].slots[0].rec == i &&
+			l->tensors[t[i]].slots[1].rec == 4 + i;
+	tap_ok(sorted, "sorted by source, then offset; the duplicate merged");
+	tap_ok(found, "every piece has its own source's record");
+	gfs_layout_free(l);
+}
+
+/*
  * rflat_layout(): a float32 [10] x and a uint8 [5] y partitioned over 3
  * ranks (sources src, src2, src; flats of 48 bytes at 32, 64, 160): x's
  * partitions are 16 bytes at 8, y's 2 at 40; a uint8 [0] z.  Regular:
@@ -721,6 +773,7 @@ int main(void)
 	test_strided();
 	test_tiling();
 	test_records();
+	test_records_order();
 	test_rflat();
 	test_derive();
 	expect_finish_error("a gap in the pieces", 0, "cover 4 of its 8");
