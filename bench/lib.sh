@@ -92,26 +92,27 @@ gfs_to_sd() {
 	echo "$e - $s" | bc
 }
 
+# mounted_dd_s MNT: seconds of a dd bs=1M of MNT/pytorch_model.bin once it
+# can be stat'ed (the wait not timed), then MNT unmounted.
+mounted_dd_s() {
+	until timeout 10 stat "$1/pytorch_model.bin" >/dev/null 2>&1; do sleep 0.01; done
+	s=$(date +%s.%N)
+	timeout 600 dd if="$1/pytorch_model.bin" of=/dev/null bs=1M status=none
+	e=$(date +%s.%N)
+	timeout 10 fusermount3 -u "$1"
+	echo "$e - $s" | bc
+}
+
 # first_dd_s BUILD CKPT MNT: seconds of the first dd bs=1M of
 # pytorch_model.bin from a fresh mount with -o nocrccache (mount not timed).
 first_dd_s() {
 	"$1/gatherfs" -o nocrccache "$2" "$3" || return 1
-	until timeout 10 stat "$3/pytorch_model.bin" >/dev/null 2>&1; do sleep 0.01; done
-	s=$(date +%s.%N)
-	timeout 600 dd if="$3/pytorch_model.bin" of=/dev/null bs=1M status=none
-	e=$(date +%s.%N)
-	timeout 10 fusermount3 -u "$3"
-	echo "$e - $s" | bc
+	mounted_dd_s "$3"
 }
 
 # sqfs_dd_s IMAGE MNT: seconds of the first dd bs=1M of pytorch_model.bin
 # from a fresh squashfuse_ll mount of IMAGE (mount not timed).
 sqfs_dd_s() {
 	squashfuse_ll "$1" "$2" || return 1
-	until timeout 10 stat "$2/pytorch_model.bin" >/dev/null 2>&1; do sleep 0.01; done
-	s=$(date +%s.%N)
-	timeout 600 dd if="$2/pytorch_model.bin" of=/dev/null bs=1M status=none
-	e=$(date +%s.%N)
-	timeout 10 fusermount3 -u "$2"
-	echo "$e - $s" | bc
+	mounted_dd_s "$2"
 }
