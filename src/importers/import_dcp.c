@@ -158,21 +158,23 @@ static uint64_t item_key(uint64_t fqn_hash, uint32_t offset)
 }
 
 /*
- * item_find(): the storage item of (fqn, offset), offset an int tuple id
+ * item_probe(): the storage item of (fqn, offset), offset an int tuple id
  * (equal tuples have one id) or GFS_DCP_NONE; fqn_id is fqn's string id
- * and h str_hash(fqn).  Slots whose kept hash differs are passed without
- * reading their item; an item naming the same string id needs no strcmp.
+ * and k item_key() of them.  Slots whose kept hash differs are passed
+ * without reading their item; an item naming the same string id needs no
+ * strcmp.  @return the item, or NULL and *empty the free slot that ended
+ * the probe (where such an item goes).
  */
-static const gfs_dcp_item *item_find(const dcp_ckpt *c, uint32_t fqn_id, const char *fqn,
-				     uint64_t h, uint32_t offset)
+static const gfs_dcp_item *item_probe(const dcp_ckpt *c, uint32_t fqn_id, const char *fqn,
+				      uint64_t k, uint32_t offset, size_t *empty)
 {
-	const uint64_t k = item_key(h, offset);
-
 	for (size_t s = (size_t)k & (c->itab_cap - 1);; s = (s + 1) & (c->itab_cap - 1)) {
 		const gfs_dcp_item *it;
 
-		if (!c->itab[s])
+		if (!c->itab[s]) {
+			*empty = s;
 			return NULL;
+		}
 		if (c->itab[s] >> 32 != k >> 32)
 			continue;
 		it = &c->md->items[(uint32_t)c->itab[s] - 1];
@@ -180,6 +182,15 @@ static const gfs_dcp_item *item_find(const dcp_ckpt *c, uint32_t fqn_id, const c
 		    (it->fqn == fqn_id || strcmp(gfs_dcpmeta_str(c->md, it->fqn), fqn) == 0))
 			return it;
 	}
+}
+
+/* item_find(): item_probe() of (fqn, offset), h str_hash(fqn). */
+static const gfs_dcp_item *item_find(const dcp_ckpt *c, uint32_t fqn_id, const char *fqn,
+				     uint64_t h, uint32_t offset)
+{
+	size_t empty;
+
+	return item_probe(c, fqn_id, fqn, item_key(h, offset), offset, &empty);
 }
 
 static gfs_err read_metadata(dcp_ckpt *c)
@@ -220,22 +231,16 @@ static gfs_err read_metadata(dcp_ckpt *c)
 	c->itab = gfs_calloc(c->itab_cap, sizeof(*c->itab));
 	if (!c->itab)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	/* one probe an item: a slot of the same (fqn, offset) is a duplicate, else the empty one is its */
+	/* one probe an item: it finds a duplicate, or the slot the item goes in */
 	for (size_t i = 0; i < c->md->nitems; i++) {
 		const gfs_dcp_item *it = &c->md->items[i];
 		const char *fqn = gfs_dcpmeta_str(c->md, it->fqn);
 		const uint64_t k = item_key(fqn_hash(c, it->fqn, fqn), it->offset);
 		size_t s;
 
-		for (s = (size_t)k & (c->itab_cap - 1); c->itab[s]; s = (s + 1) & (c->itab_cap - 1)) {
-			const gfs_dcp_item *o = &c->md->items[(uint32_t)c->itab[s] - 1];
-
-			if (c->itab[s] >> 32 == k >> 32 && o->offset == it->offset &&
-			    (o->fqn == it->fqn || strcmp(gfs_dcpmeta_str(c->md, o->fqn), fqn) == 0))
-				return gfs_fail(GFS_ERR_FORMAT,
-						"%s: storage data lists %s twice at one offset",
-						c->meta_path, fqn);
-		}
+		if (item_probe(c, it->fqn, fqn, k, it->offset, &s))
+			return gfs_fail(GFS_ERR_FORMAT, "%s: storage data lists %s twice at one offset",
+					c->meta_path, fqn);
 		c->itab[s] = (k >> 32 << 32) | (i + 1);
 	}
 	return GFS_OK;
