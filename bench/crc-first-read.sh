@@ -44,16 +44,13 @@ verify_row() {
 first_dd() {
 	"$1/gatherfs" -f "$C" "$W/m" -o nocrccache 2>"$W/log" &
 	pid=$!
-	until timeout 10 stat "$W/m/pytorch_model.bin" >/dev/null 2>&1; do sleep 0.01; done
+	t=$(timed_dd_s "$W/m/pytorch_model.bin")
 	size=$(stat -c %s "$W/m/pytorch_model.bin")
-	s=$(now)
-	timeout 600 dd if="$W/m/pytorch_model.bin" of=/dev/null bs=1M status=none
-	e=$(now)
 	hwm=$(awk '/VmHWM/ { print $2 }' /proc/"$pid"/status)
 	timeout 10 fusermount3 -u "$W/m"
 	wait "$pid"
 	pid=
-	row "$2 first dd" "$size" "$(echo "$e - $s" | bc)" "(daemon peak RSS $((hwm / 1024)) MiB)"
+	row "$2 first dd" "$size" "$t" "(daemon peak RSS $((hwm / 1024)) MiB)"
 }
 echo "checkpoint $C ($shard_bytes bytes in $(echo $shards | wc -w) shards), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "build $B${A:+, base $A}"

@@ -96,16 +96,13 @@ first_dd() {
 	# shellcheck disable=SC2086
 	"$B/gatherfs" -f -o nocrccache $opt "$W/lat" "$W/m" 2>"$W/log" &
 	pid=$!
-	until timeout 10 stat "$W/m/$3" >/dev/null 2>&1; do sleep 0.01; done
+	t=$(timed_dd_s "$W/m/$3" 900)
 	size=$(stat -c %s "$W/m/$3")
-	s=$(now)
-	timeout 900 dd if="$W/m/$3" of=/dev/null bs=1M status=none
-	e=$(now)
 	timeout 10 fusermount3 -u "$W/m"
 	wait "$pid"
 	pid=
 	lat_umount
-	gbs "$size" "$(echo "$e - $s" | bc)"
+	gbs "$size" "$t"
 }
 shards=$(find "$C/" -name '*.pt' | sort)
 shard_bytes=$(cat $shards | wc -c)

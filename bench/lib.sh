@@ -92,15 +92,21 @@ gfs_to_sd() {
 	echo "$e - $s" | bc
 }
 
-# mounted_dd_s MNT: seconds of a dd bs=1M of MNT/pytorch_model.bin once it
-# can be stat'ed (the wait not timed), then MNT unmounted.
-mounted_dd_s() {
-	until timeout 10 stat "$1/pytorch_model.bin" >/dev/null 2>&1; do sleep 0.01; done
+# timed_dd_s FILE [TIMEOUT]: seconds of a dd bs=1M of FILE (at most TIMEOUT,
+# default 600 s) once it can be stat'ed (the wait not timed).
+timed_dd_s() {
+	until timeout 10 stat "$1" >/dev/null 2>&1; do sleep 0.01; done
 	s=$(date +%s.%N)
-	timeout 600 dd if="$1/pytorch_model.bin" of=/dev/null bs=1M status=none
+	timeout "${2:-600}" dd if="$1" of=/dev/null bs=1M status=none
 	e=$(date +%s.%N)
-	timeout 10 fusermount3 -u "$1"
 	echo "$e - $s" | bc
+}
+
+# mounted_dd_s MNT: timed_dd_s of MNT/pytorch_model.bin, then MNT unmounted.
+mounted_dd_s() {
+	t=$(timed_dd_s "$1/pytorch_model.bin")
+	timeout 10 fusermount3 -u "$1"
+	echo "$t"
 }
 
 # first_dd_s BUILD CKPT MNT: seconds of the first dd bs=1M of
