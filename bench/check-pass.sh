@@ -19,8 +19,9 @@
 #                  MNT/pytorch_model.bin, mount time and the whole python
 #                  process included
 #   zero_to_fp32   DeepSpeed's way, if DS_ZERO_TO_FP32 is set (see ds_shim
-#                  in bench/lib.sh): zero_to_fp32.py CKPT out.bin, then
-#                  python3 -c torch.load of out.bin
+#                  in bench/lib.sh: "real" also times DeepSpeed's import):
+#                  zero_to_fp32.py CKPT out.bin, then python3 -c torch.load
+#                  of out.bin
 # and prints the best of the rounds and the ratios.  Needs a user allowed
 # to mount FUSE, /usr/bin/python3 with torch, squashfuse_ll and mksquashfs.
 set -eu
@@ -78,8 +79,8 @@ show "first dd, gatherfs -o nocrccache" "$best_b" "squashfuse_ll" "$best_sq"
 [ -z "$A" ] || show "first dd, base gatherfs -o nocrccache" "$best_a" "squashfuse_ll" "$best_sq"
 [ -z "$A" ] || show "first dd, gatherfs" "$best_b" "base" "$best_a"
 if [ -n "$ZF" ]; then
-	show "state dict, gatherfs" "$sd_b" "zero_to_fp32 + torch.load" "$zf"
-	[ -z "$A" ] || show "state dict, base gatherfs" "$sd_a" "zero_to_fp32 + torch.load" "$zf"
+	show "state dict, gatherfs" "$sd_b" "zero_to_fp32 ($DS_MODE) + torch.load" "$zf"
+	[ -z "$A" ] || show "state dict, base gatherfs" "$sd_a" "zero_to_fp32 ($DS_MODE) + torch.load" "$zf"
 fi
 [ -z "$A" ] || show "state dict, gatherfs" "$sd_b" "base" "$sd_a"
 echo "command: DS_ZERO_TO_FP32=${DS_ZERO_TO_FP32:-} bench/check-pass.sh ${1:-\"\"} ${2:-.} ${3:-} $rounds"

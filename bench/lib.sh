@@ -29,11 +29,20 @@ bench_ckpt() {
 }
 
 # ds_shim DIR: DIR/zero_to_fp32.py, a copy of $DS_ZERO_TO_FP32 (DeepSpeed's
-# deepspeed/utils/zero_to_fp32.py, v0.14.5, from a source tree), runnable
-# standalone with PYTHONPATH=DIR: DIR/deepspeed holds what the script
-# imports (a logger and the tree's deepspeed/checkpoint/constants.py) and
-# the classes DeepSpeed's shards pickle by name (stubs, as
-# gen_deepspeed.py writes them).  Returns 1 (with the reason on stderr) if
+# deepspeed/utils/zero_to_fp32.py, v0.14.5, from a source tree), and
+# DS_PYTHONPATH, the PYTHONPATH it runs with, set to one of:
+#   real  the whole tree (its deepspeed, op_builder and accelerator, as
+#         `git archive v0.14.5 deepspeed op_builder accelerator version.txt`
+#         writes them, and the apt packages python3-pydantic python3-cpuinfo
+#         python3-tqdm python3-packaging python3-psutil): the script imports
+#         DeepSpeed as a user's run does (`import deepspeed`, 4-9 s on the
+#         bench machine).  A stand-in for hjson (json under its name, not in
+#         Debian 12) goes in DIR if python cannot import it.
+#   shim  otherwise, DIR: DIR/deepspeed holds only what the script imports
+#         (a logger and the tree's deepspeed/checkpoint/constants.py) and
+#         the classes DeepSpeed's shards pickle by name (stubs, as
+#         gen_deepspeed.py writes them): DeepSpeed's import is not timed.
+# DS_MODE says which.  Returns 1 (with the reason on stderr) if
 # DS_ZERO_TO_FP32 is unset or not such a file.
 ds_shim() {
 	if [ -z "${DS_ZERO_TO_FP32:-}" ]; then
@@ -45,9 +54,23 @@ ds_shim() {
 		echo "DS_ZERO_TO_FP32=$DS_ZERO_TO_FP32: not in a DeepSpeed source tree (no $consts)" >&2
 		return 1
 	fi
+	mkdir -p "$1"
+	cp "$DS_ZERO_TO_FP32" "$1/zero_to_fp32.py"
+	tree=$(cd "$(dirname "$DS_ZERO_TO_FP32")/../.." && pwd)
+	if [ -d "$tree/op_builder" ] && [ -d "$tree/accelerator" ]; then
+		/usr/bin/python3 -c 'import hjson' 2>/dev/null ||
+			printf 'from json import load, loads, dump, dumps\n' >"$1/hjson.py"
+		DS_PYTHONPATH=$tree:$1
+		if PYTHONPATH=$DS_PYTHONPATH /usr/bin/python3 -c 'import deepspeed' >/dev/null 2>&1; then
+			DS_MODE=real
+			return 0
+		fi
+		echo "ds_shim: $tree: import deepspeed failed; timing zero_to_fp32.py without DeepSpeed's import" >&2
+	fi
+	DS_MODE=shim
+	DS_PYTHONPATH=$1
 	mkdir -p "$1/deepspeed/utils" "$1/deepspeed/checkpoint" "$1/deepspeed/runtime/zero" \
 		"$1/deepspeed/runtime/fp16"
-	cp "$DS_ZERO_TO_FP32" "$1/zero_to_fp32.py"
 	cp "$consts" "$1/deepspeed/checkpoint/constants.py"
 	for d in deepspeed deepspeed/checkpoint deepspeed/runtime deepspeed/runtime/zero \
 		deepspeed/runtime/fp16; do
@@ -69,10 +92,11 @@ ds_shim() {
 }
 
 # ds_to_sd SHIM CKPT OUT: seconds of DeepSpeed's way to a state dict:
-# zero_to_fp32.py CKPT OUT, then torch.load(OUT) (two processes).
+# zero_to_fp32.py CKPT OUT, then torch.load(OUT) (two processes).  SHIM is
+# ds_shim's DIR, run with its DS_PYTHONPATH.
 ds_to_sd() {
 	s=$(date +%s.%N)
-	PYTHONPATH=$1 /usr/bin/python3 "$1/zero_to_fp32.py" "$2" "$3" >/dev/null 2>&1 ||
+	PYTHONPATH=$DS_PYTHONPATH /usr/bin/python3 "$1/zero_to_fp32.py" "$2" "$3" >/dev/null 2>&1 ||
 		{ echo "zero_to_fp32.py $2 failed" >&2; return 1; }
 	/usr/bin/python3 -c 'import sys, torch; torch.load(sys.argv[1])' "$3"
 	e=$(date +%s.%N)
