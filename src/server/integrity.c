@@ -244,10 +244,29 @@ static gfs_err feed_mapped(seg_cursor *c, int fd, uint64_t roff, size_t n, const
 }
 
 /*
- * check_file(): the CRC-32 of every segment of a FILE item, from mappings
- * of the source (map_source()) or read into buf.
+ * A worker's buffers, allocated at first use: a check from mappings needs
+ * none, one of FILE records read with pread() only buf.
  */
-static gfs_err check_file(const chk_job *job, const chk_item *it, uint8_t *buf)
+typedef struct chk_bufs {
+	uint8_t *buf; /* READ_BUF bytes */
+	uint8_t *zin; /* ZSTD_IN bytes */
+	uint8_t *zout; /* ZSTD_OUT bytes */
+	ZSTD_DCtx *d;
+} chk_bufs;
+
+/* read_buf(): b's pread() buffer, allocated at first use; NULL if out of memory. */
+static uint8_t *read_buf(chk_bufs *b)
+{
+	if (!b->buf)
+		b->buf = gfs_iobuf(READ_BUF);
+	return b->buf;
+}
+
+/*
+ * check_file(): the CRC-32 of every segment of a FILE item, from mappings
+ * of the source (map_source()) or read into b's buffer.
+ */
+static gfs_err check_file(const chk_job *job, const chk_item *it, chk_bufs *b)
 {
 	const gfs_record *r = &job->l->records[it->rec];
 	const char *path = job->l->sources[r->src].abspath;
@@ -272,11 +291,13 @@ static gfs_err check_file(const chk_job *job, const chk_item *it, uint8_t *buf)
 			if (mapped)
 				continue;
 		}
+		if (!read_buf(b))
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 		n = end - c.pos < READ_BUF ? (size_t)(end - c.pos) : READ_BUF;
-		err = gfs_pread_full(fd, buf, n, r->off + c.pos, path);
+		err = gfs_pread_full(fd, b->buf, n, r->off + c.pos, path);
 		if (err)
 			return err;
-		seg_feed(&c, buf, n);
+		seg_feed(&c, b->buf, n);
 	}
 	assert(c.sg == it->seg1);
 	return gfs_srcset_check(job->l, job->s, r->src);
@@ -335,19 +356,26 @@ static gfs_err check_zstd(const chk_job *job, chk_item *it, ZSTD_DCtx *d, uint8_
 	return gfs_srcset_check(job->l, job->s, r->src);
 }
 
+/* zstd_bufs(): b's decompression buffers, allocated at first use; false if out of memory. */
+static bool zstd_bufs(chk_bufs *b)
+{
+	if (!b->zin)
+		b->zin = gfs_iobuf(ZSTD_IN);
+	if (!b->zout)
+		b->zout = malloc(ZSTD_OUT);
+	if (!b->d) {
+		b->d = ZSTD_createDCtx();
+		if (b->d)
+			(void)ZSTD_DCtx_setParameter(b->d, ZSTD_d_windowLogMax, ZSTD_WINDOW_LOG_MAX);
+	}
+	return b->zin && b->zout && b->d;
+}
+
 static void *chk_worker(void *arg)
 {
 	chk_job *job = arg;
-	uint8_t *buf = gfs_iobuf(READ_BUF);
-	uint8_t *zin = gfs_iobuf(ZSTD_IN);
-	uint8_t *zout = malloc(ZSTD_OUT);
-	ZSTD_DCtx *d = ZSTD_createDCtx();
+	chk_bufs b = { 0 };
 
-	if (!buf || !zin || !zout || !d) {
-		job_fail(job, gfs_fail(GFS_ERR_NOMEM, "out of memory"));
-		goto out;
-	}
-	(void)ZSTD_DCtx_setParameter(d, ZSTD_d_windowLogMax, ZSTD_WINDOW_LOG_MAX);
 	while (atomic_load(&job->err) == GFS_OK) {
 		const size_t i = atomic_fetch_add(&job->next, 1);
 		chk_item *it;
@@ -356,18 +384,19 @@ static void *chk_worker(void *arg)
 		if (i >= job->nitems)
 			break;
 		it = &job->items[i];
-		if (job->l->records[it->rec].kind == GFS_PIECE_ZSTD)
-			err = check_zstd(job, it, d, zin, zout);
+		if (job->l->records[it->rec].kind != GFS_PIECE_ZSTD)
+			err = it->seg0 < it->seg1 ? check_file(job, it, &b) : GFS_OK;
+		else if (!zstd_bufs(&b))
+			err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
 		else
-			err = it->seg0 < it->seg1 ? check_file(job, it, buf) : GFS_OK;
+			err = check_zstd(job, it, b.d, b.zin, b.zout);
 		if (err)
 			job_fail(job, err);
 	}
-out:
-	ZSTD_freeDCtx(d);
-	free(zout);
-	free(zin);
-	free(buf);
+	ZSTD_freeDCtx(b.d);
+	free(b.zout);
+	free(b.zin);
+	free(b.buf);
 	return NULL;
 }
 
