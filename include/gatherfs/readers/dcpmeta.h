@@ -87,6 +87,7 @@ typedef struct gfs_dcpmeta {
 	const gfs_dcp_item *items;
 	size_t nitems;
 	uint32_t version; /* string id, or GFS_DCP_NONE */
+	size_t nfast;     /* objects the fast path read (for tests) */
 	struct gfs_dcpmeta_pools *pools; /* private */
 } gfs_dcpmeta;
 
@@ -103,6 +104,13 @@ typedef struct gfs_dcpmeta {
  */
 gfs_err gfs_dcpmeta_load(const uint8_t *buf, size_t len, const char *label, size_t max_bytes,
 			 gfs_dcpmeta **out);
+
+/*
+ * gfs_dcpmeta_set_fast(): use the fast path for DCP's small dataclasses
+ * (the default) or not.  The results and errors are the same either way;
+ * for tests that check so.  Not thread-safe: set it before any load.
+ */
+void gfs_dcpmeta_set_fast(bool on);
 
 /* gfs_dcpmeta_free(): free everything; NULL is allowed. */
 void gfs_dcpmeta_free(gfs_dcpmeta *m);
