@@ -395,6 +395,16 @@ static gfs_err prescan(vm *m)
 				pos += 1 + (k >> 3);
 				continue;
 			}
+			if (op == OP_BINGET || op == OP_LONG_BINGET) {
+				const uint64_t idx = op == OP_BINGET ? m->buf[pos + 1]
+								     : le_fixed(m->buf + pos + 1, 4);
+
+				if (idx / 64 < m->ref_words) { /* else set_bit() grows the bitmap */
+					m->ref[idx / 64] |= (uint64_t)1 << (idx % 64);
+					pos += op == OP_BINGET ? 2 : 5;
+					continue;
+				}
+			}
 			if (op == OP_SHORT_BINUNICODE && pos + 2 + m->buf[pos + 1] <= m->len) {
 				pos += 2 + m->buf[pos + 1];
 				continue;
