@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "gatherfs/readers/dcpmeta.h"
+#include "gatherfs/util/pfor.h"
 
 #define DEFAULT_MAX_BYTES ((size_t)1 << 30)
 #define MAX_INPUT ((size_t)1 << 30) /* keeps string ids under ID_LIMIT */
@@ -46,6 +47,10 @@
 #define ID_NONE (((uint32_t)1 << ID_BITS) - 2) /* packed: None */
 #define ID_LIMIT ID_NONE
 #define HIGHEST_PROTOCOL 5
+#define SPLIT_MIN ((size_t)1 << 22) /* smaller pickles are prescanned by one thread */
+
+static bool fast_on = true;           /* gfs_dcpmeta_set_fast() */
+static size_t split_min = SPLIT_MIN;
 
 enum {
 	OP_MARK = '(', OP_STOP = '.', OP_POP = '0', OP_POP_MARK = '1', OP_DUP = '2',
@@ -366,13 +371,15 @@ static gfs_err set_bit(vm *m, uint64_t **b, size_t *words, uint64_t i)
 }
 
 /*
- * prescan(): check the opcodes up to STOP, mark the memo indices fetched,
- * rank them, and size the bitmap of defined indices for every index the
- * pickle can define (MEMOIZE's are below their count, BINPUT's given).
+ * scan_ops(): the prescan of the opcodes from offset from (an opcode's) up
+ * to STOP or to the first opcode at or past offset to: mark the memo
+ * indices GETs fetch, add the MEMOIZEs to *nmemo, raise *nput past the
+ * BINPUT indices.  *end receives the offset reached (past STOP: *stop).
  */
-static gfs_err prescan(vm *m)
+static gfs_err scan_ops(vm *m, size_t from, size_t to, size_t *nmemo, size_t *nput,
+			size_t *end, bool *stop)
 {
-	size_t pos = 0, nref = 0, nmemo = 0, nput = 0;
+	size_t pos = from;
 	uint8_t op = 0;
 	arg a;
 	gfs_err err = GFS_OK; /* the loop may end on a fast path, before any decode() */
@@ -386,7 +393,7 @@ static gfs_err prescan(vm *m)
 
 			op = m->buf[pos];
 			if ((k & 7u) == A_NONE) {
-				nmemo += op == OP_MEMOIZE;
+				*nmemo += op == OP_MEMOIZE;
 				pos++;
 				continue;
 			}
@@ -416,11 +423,115 @@ static gfs_err prescan(vm *m)
 			err = set_bit(m, &m->ref, &m->ref_words, (uint64_t)a.i);
 		if (err)
 			return err;
-		nmemo += op == OP_MEMOIZE;
-		if ((op == OP_BINPUT || op == OP_LONG_BINPUT) && (uint64_t)a.i >= nput &&
+		*nmemo += op == OP_MEMOIZE;
+		if ((op == OP_BINPUT || op == OP_LONG_BINPUT) && (uint64_t)a.i >= *nput &&
 		    (uint64_t)a.i < m->len)
-			nput = (size_t)a.i + 1;
-	} while (op != OP_STOP);
+			*nput = (size_t)a.i + 1;
+	} while (op != OP_STOP && pos < to);
+	*end = pos;
+	*stop = op == OP_STOP;
+	return GFS_OK;
+}
+
+/*
+ * frame_split(): the offset of a FRAME opcode at or past the middle of
+ * the pickle, following the frames from the start (PROTO, then FRAME
+ * after FRAME, as protocols 4 and 5 write them); 0 if the chain breaks
+ * first or the pickle is small.  Only a hint: scan_split() checks that an
+ * opcode starts there.
+ */
+static size_t frame_split(const vm *m)
+{
+	size_t pos = m->len >= 2 && m->buf[0] == OP_PROTO ? 2 : 0;
+
+	if (!fast_on || m->len < split_min)
+		return 0;
+	while (pos + 9 <= m->len && m->buf[pos] == OP_FRAME) {
+		const uint64_t n = le_fixed(m->buf + pos + 1, 8);
+
+		if (pos >= m->len / 2)
+			return pos;
+		if (n > m->len - pos - 9)
+			return 0;
+		pos += 9 + (size_t)n;
+	}
+	return 0;
+}
+
+/* One half of a parallel prescan: its own VM copy (bitmap, counts). */
+typedef struct scan_half {
+	vm w;
+	size_t from, to, nmemo, nput, end;
+	bool stop;
+} scan_half;
+
+static gfs_err scan_half_run(void *ctx, size_t i)
+{
+	scan_half *h = &((scan_half *)ctx)[i];
+
+	return scan_ops(&h->w, h->from, h->to, &h->nmemo, &h->nput, &h->end, &h->stop);
+}
+
+/*
+ * scan_split(): scan_ops() of the whole pickle as two halves on two
+ * threads, split at a frame_split() offset.  @return true with the counts
+ * (m->ref holding the marks of both) when the first half ends exactly at
+ * the split or at STOP before it and neither half failed; false (m
+ * unchanged) otherwise, for the serial scan to find the error.
+ */
+static bool scan_split(vm *m, size_t *nmemo, size_t *nput)
+{
+	const size_t split = frame_split(m);
+	scan_half h[2];
+	bool ok;
+
+	if (!split)
+		return false;
+	for (int i = 0; i < 2; i++) {
+		h[i] = (scan_half){ .w = *m, .from = i ? split : 0, .to = i ? SIZE_MAX : split };
+		h[i].w.ref = NULL;
+		h[i].w.ref_words = 0;
+		h[i].w.bytes = 0;
+	}
+	ok = gfs_pfor(2, scan_half_run, h) == GFS_OK && (h[0].stop || h[0].end == split);
+	if (ok) {
+		const int big = h[0].stop || h[0].w.ref_words >= h[1].w.ref_words ? 0 : 1;
+		const scan_half *o = &h[1 - big];
+
+		if (!h[0].stop)
+			for (size_t w = 0; w < o->w.ref_words; w++)
+				h[big].w.ref[w] |= o->w.ref[w];
+		ok = h[big].w.ref_words * sizeof(uint64_t) <= m->max_bytes - m->bytes;
+		if (ok) {
+			m->ref = h[big].w.ref;
+			m->ref_words = h[big].w.ref_words;
+			m->bytes += m->ref_words * sizeof(uint64_t);
+			h[big].w.ref = NULL;
+			*nmemo = h[0].nmemo + (h[0].stop ? 0 : h[1].nmemo);
+			*nput = h[0].stop || h[0].nput >= h[1].nput ? h[0].nput : h[1].nput;
+		}
+	}
+	free(h[0].w.ref);
+	free(h[1].w.ref);
+	return ok;
+}
+
+/*
+ * prescan(): check the opcodes up to STOP, mark the memo indices fetched,
+ * rank them, and size the bitmap of defined indices for every index the
+ * pickle can define (MEMOIZE's are below their count, BINPUT's given).
+ */
+static gfs_err prescan(vm *m)
+{
+	size_t nref = 0, nmemo = 0, nput = 0, end = 0;
+	bool stop = false;
+	gfs_err err = GFS_OK;
+
+	m->out->split_scan = scan_split(m, &nmemo, &nput);
+	if (!m->out->split_scan)
+		err = scan_ops(m, 0, SIZE_MAX, &nmemo, &nput, &end, &stop);
+	if (err)
+		return err;
 	if (nmemo > nput)
 		nput = nmemo;
 	if (nput) { /* memo_put() sets bits below nput without growing the bitmap */
@@ -1161,7 +1272,6 @@ static bool memo_peek(const vm *m, uint64_t idx, dv *v)
  * opcodes, so results and errors are the generic VM's.
  */
 #define FAST_STACK 24
-static bool fast_on = true;
 #define T_WRAP 15u /* fast path only: a 1-tuple holding the int tuple of its payload */
 
 /* fast_memo_ok(): can the fast path's j-th MEMOIZE define an entry nobody fetches? */
@@ -1658,9 +1768,10 @@ gfs_err gfs_dcpmeta_load(const uint8_t *buf, size_t len, const char *label, size
 	return GFS_OK;
 }
 
-void gfs_dcpmeta_set_fast(bool on)
+void gfs_dcpmeta_set_fast(bool on, size_t split)
 {
 	fast_on = on;
+	split_min = split ? split : SPLIT_MIN;
 }
 
 void gfs_dcpmeta_free(gfs_dcpmeta *m)
