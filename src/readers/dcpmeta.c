@@ -585,7 +585,7 @@ static const char *str_at(const struct gfs_dcpmeta_pools *P, uint32_t id, uint32
 }
 
 /* str_is(): is v the string s of len bytes? */
-static bool str_is(const vm *m, dv v, const char *s, size_t len)
+static inline bool str_is(const vm *m, dv v, const char *s, size_t len)
 {
 	uint32_t n;
 	const char *p;
@@ -1004,7 +1004,7 @@ static fields fields_of(const vm *m, dv state)
 
 /* field_n(): the value of the first key name (len bytes) in f; FIELD() for a string literal. */
 #define FIELD(m, f, lit) field_n(m, f, lit, sizeof(lit) - 1)
-static dv field_n(const vm *m, fields f, const char *name, size_t len)
+static inline dv field_n(const vm *m, fields f, const char *name, size_t len)
 {
 	for (uint32_t i = 0; i < f.len; i += 2)
 		if (str_is(m, res(m, f.kv[i]), name, len))
