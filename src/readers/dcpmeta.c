@@ -3,8 +3,9 @@
  * gatherfs — a reader for PyTorch DCP `.metadata` pickles; see dcpmeta.h.
  *
  * Two passes over the opcodes.  The first only decodes them (every length
- * checked) and marks the memo indices some GET fetches; the second runs
- * the VM.  A memo entry nobody fetches is counted (MEMOIZE numbers entries
+ * checked) and marks the memo indices some GET fetches (a large pickle's
+ * in two halves on two threads, split at a frame); the second runs the
+ * VM.  A memo entry nobody fetches is counted (MEMOIZE numbers entries
  * by count, as CPython does) but not stored; the fetched ones live in a
  * dense array indexed through a rank over the bitmap.
  *
