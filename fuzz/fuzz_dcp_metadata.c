@@ -10,7 +10,9 @@
  * then gfs_import_dcp() on the directory and, when it succeeds, every
  * tensor is read through gfs_tensor_read() (as stored and as bf16), which
  * exercises strided and zstd pieces.  Must never crash, leak or hang; a
- * refusal must come with a one-line message.
+ * refusal must come with a one-line message.  The parse runs twice, with
+ * the reader's fast paths (the prescan split from 1 byte on) and without:
+ * records, ids and errors must be the same.
  */
 #include "config.h"
 
@@ -90,13 +92,55 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	return 0;
 }
 
+/* same_md(): do two parses give the same records and ids? */
+static bool same_md(const gfs_dcpmeta *a, const gfs_dcpmeta *b)
+{
+	if (a->nentries != b->nentries || a->ntensors != b->ntensors || a->nchunks != b->nchunks ||
+	    a->nitems != b->nitems || a->version != b->version)
+		return false;
+	for (size_t i = 0; i < a->nentries; i++)
+		if (a->entries[i].fqn != b->entries[i].fqn || a->entries[i].kind != b->entries[i].kind ||
+		    a->entries[i].tensor != b->entries[i].tensor)
+			return false;
+	for (size_t i = 0; i < a->ntensors; i++)
+		if (a->tensors[i].dtype != b->tensors[i].dtype || a->tensors[i].size != b->tensors[i].size ||
+		    a->tensors[i].has_chunks != b->tensors[i].has_chunks ||
+		    a->tensors[i].first != b->tensors[i].first ||
+		    a->tensors[i].nchunks != b->tensors[i].nchunks)
+			return false;
+	for (size_t i = 0; i < a->nchunks; i++)
+		if (a->chunks[i].offsets != b->chunks[i].offsets || a->chunks[i].sizes != b->chunks[i].sizes)
+			return false;
+	for (size_t i = 0; i < a->nitems; i++) {
+		const gfs_dcp_item *x = &a->items[i], *y = &b->items[i];
+
+		if (x->fqn != y->fqn || x->offset != y->offset || x->rel != y->rel || x->ntd != y->ntd ||
+		    x->td0 != y->td0 || x->off != y->off || x->len != y->len)
+			return false;
+	}
+	return true;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	gfs_dcpmeta *pk = NULL;
+	gfs_dcpmeta *pk = NULL, *slow = NULL;
 	gfs_layout *l = NULL;
 	FILE *f;
-	const gfs_err perr = gfs_dcp_parse_metadata(data, size, "fuzz.metadata", &pk);
+	char msg[GFS_ERRMSG_MAX];
+	gfs_err perr, serr;
 
+	gfs_dcpmeta_set_fast(false, 0);
+	serr = gfs_dcp_parse_metadata(data, size, "fuzz.metadata", &slow);
+	snprintf(msg, sizeof(msg), "%s", gfs_errmsg());
+	gfs_dcpmeta_set_fast(true, 1);
+	perr = gfs_dcp_parse_metadata(data, size, "fuzz.metadata", &pk);
+	gfs_dcpmeta_set_fast(true, 0);
+	if (perr != serr || (perr ? strcmp(msg, gfs_errmsg()) != 0 : !same_md(pk, slow))) {
+		fprintf(stderr, "the fast paths disagree: %s / %s\n", perr ? gfs_errmsg() : "ok",
+			serr ? msg : "ok");
+		abort();
+	}
+	gfs_dcpmeta_free(slow);
 	if (perr != GFS_OK && (pk || !gfs_errmsg()[0] || strchr(gfs_errmsg(), '\n')))
 		abort();
 	gfs_dcpmeta_free(pk);

@@ -50,6 +50,7 @@
 #define DCP_SHAPE_MOD 4096         /* tensor bytes of one shape agree modulo this */
 #define DCP_RNAME_MAX 512
 #define DCP_HASH_CACHE 4096        /* fqn hashes remembered by string id (a power of 2) */
+#define DCP_PROBE_BATCH 64         /* storage-item probes whose slots are prefetched together */
 
 /*
  * A shape of chunk archive: items of extra bytes besides their tensor's,
@@ -193,6 +194,23 @@ static const gfs_dcp_item *item_find(const dcp_ckpt *c, uint32_t fqn_id, const c
 	return item_probe(c, fqn_id, fqn, item_key(h, offset), offset, &empty);
 }
 
+/*
+ * items_prefetch(): prefetch what item_find() of (fqn, the offsets of
+ * chunks[0..n)) reads: their slots, then the items those slots name.
+ */
+static void items_prefetch(const dcp_ckpt *c, uint64_t h, const gfs_dcp_chunk *chunks, size_t n)
+{
+	size_t slot[DCP_PROBE_BATCH];
+
+	for (size_t k = 0; k < n; k++) {
+		slot[k] = (size_t)item_key(h, chunks[k].offsets) & (c->itab_cap - 1);
+		__builtin_prefetch(&c->itab[slot[k]]);
+	}
+	for (size_t k = 0; k < n; k++)
+		if (c->itab[slot[k]])
+			__builtin_prefetch(&c->md->items[(uint32_t)c->itab[slot[k]] - 1]);
+}
+
 static gfs_err read_metadata(dcp_ckpt *c)
 {
 	uint8_t *buf = NULL;
@@ -231,17 +249,34 @@ static gfs_err read_metadata(dcp_ckpt *c)
 	c->itab = gfs_calloc(c->itab_cap, sizeof(*c->itab));
 	if (!c->itab)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	/* one probe an item: it finds a duplicate, or the slot the item goes in */
-	for (size_t i = 0; i < c->md->nitems; i++) {
-		const gfs_dcp_item *it = &c->md->items[i];
-		const char *fqn = gfs_dcpmeta_str(c->md, it->fqn);
-		const uint64_t k = item_key(fqn_hash(c, it->fqn, fqn), it->offset);
-		size_t s;
+	/*
+	 * One probe an item: it finds a duplicate, or the slot the item goes
+	 * in.  The table is much larger than the caches: the slots of a batch
+	 * of items are prefetched before they are probed, in item order.
+	 */
+	for (size_t i0 = 0; i0 < c->md->nitems; i0 += DCP_PROBE_BATCH) {
+		const size_t nb = c->md->nitems - i0 < DCP_PROBE_BATCH ? c->md->nitems - i0
+									: DCP_PROBE_BATCH;
+		uint64_t keys[DCP_PROBE_BATCH];
 
-		if (item_probe(c, it->fqn, fqn, k, it->offset, &s))
-			return gfs_fail(GFS_ERR_FORMAT, "%s: storage data lists %s twice at one offset",
-					c->meta_path, fqn);
-		c->itab[s] = (k >> 32 << 32) | (i + 1);
+		for (size_t j = 0; j < nb; j++) {
+			const gfs_dcp_item *it = &c->md->items[i0 + j];
+
+			keys[j] = item_key(fqn_hash(c, it->fqn, gfs_dcpmeta_str(c->md, it->fqn)),
+					   it->offset);
+			__builtin_prefetch(&c->itab[keys[j] & (c->itab_cap - 1)]);
+		}
+		for (size_t j = 0; j < nb; j++) {
+			const gfs_dcp_item *it = &c->md->items[i0 + j];
+			const char *fqn = gfs_dcpmeta_str(c->md, it->fqn);
+			size_t s;
+
+			if (item_probe(c, it->fqn, fqn, keys[j], it->offset, &s))
+				return gfs_fail(GFS_ERR_FORMAT,
+						"%s: storage data lists %s twice at one offset",
+						c->meta_path, fqn);
+			c->itab[s] = (keys[j] >> 32 << 32) | (i0 + j + 1);
+		}
 	}
 	return GFS_OK;
 }
@@ -973,6 +1008,10 @@ static gfs_err import_tensor(dcp_ckpt *c, uint32_t fqn_id, const char *fqn, cons
 		for (; k < nch && nj < CHUNK_BATCH && !perr; k++) {
 			chunk_job *j = &jobs[nj];
 			dcp_file *f;
+
+			if (k % DCP_PROBE_BATCH == 0)
+				items_prefetch(c, h, chunks + k,
+					       nch - k < DCP_PROBE_BATCH ? nch - k : DCP_PROBE_BATCH);
 
 			if (k == jb) { /* the chunks before it are located first */
 				perr = gfs_fail(GFS_ERR_FORMAT, "%s: %s: chunks %zu and %zu overlap",

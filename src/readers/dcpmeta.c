@@ -3,8 +3,9 @@
  * gatherfs — a reader for PyTorch DCP `.metadata` pickles; see dcpmeta.h.
  *
  * Two passes over the opcodes.  The first only decodes them (every length
- * checked) and marks the memo indices some GET fetches; the second runs
- * the VM.  A memo entry nobody fetches is counted (MEMOIZE numbers entries
+ * checked) and marks the memo indices some GET fetches (a large pickle's
+ * in two halves on two threads, split at a frame); the second runs the
+ * VM.  A memo entry nobody fetches is counted (MEMOIZE numbers entries
  * by count, as CPython does) but not stored; the fetched ones live in a
  * dense array indexed through a rank over the bitmap.
  *
@@ -17,6 +18,11 @@
  * node.  An object BUILD reduces is replaced on the stack by its record;
  * a pinned one forwards to the record.
  *
+ * A GET of the class of a ChunkStorageMetadata, MetadataIndex or
+ * _StorageInfo first tries fast_object(): the whole object, as DCP pickles
+ * it, on a local stack without nodes (a large checkpoint holds a million
+ * of each); on anything unusual it leaves the opcodes to the VM.
+ *
  * Every allocation the VM holds is charged against max_bytes.
  */
 #include "config.h"
@@ -28,6 +34,7 @@
 #include <string.h>
 
 #include "gatherfs/readers/dcpmeta.h"
+#include "gatherfs/util/pfor.h"
 
 #define DEFAULT_MAX_BYTES ((size_t)1 << 30)
 #define MAX_INPUT ((size_t)1 << 30) /* keeps string ids under ID_LIMIT */
@@ -41,6 +48,10 @@
 #define ID_NONE (((uint32_t)1 << ID_BITS) - 2) /* packed: None */
 #define ID_LIMIT ID_NONE
 #define HIGHEST_PROTOCOL 5
+#define SPLIT_MIN ((size_t)1 << 22) /* smaller pickles are prescanned by one thread */
+
+static bool fast_on = true;           /* gfs_dcpmeta_set_fast() */
+static size_t split_min = SPLIT_MIN;
 
 enum {
 	OP_MARK = '(', OP_STOP = '.', OP_POP = '0', OP_POP_MARK = '1', OP_DUP = '2',
@@ -361,13 +372,15 @@ static gfs_err set_bit(vm *m, uint64_t **b, size_t *words, uint64_t i)
 }
 
 /*
- * prescan(): check the opcodes up to STOP, mark the memo indices fetched,
- * rank them, and size the bitmap of defined indices for every index the
- * pickle can define (MEMOIZE's are below their count, BINPUT's given).
+ * scan_ops(): the prescan of the opcodes from offset from (an opcode's) up
+ * to STOP or to the first opcode at or past offset to: mark the memo
+ * indices GETs fetch, add the MEMOIZEs to *nmemo, raise *nput past the
+ * BINPUT indices.  *end receives the offset reached (past STOP: *stop).
  */
-static gfs_err prescan(vm *m)
+static gfs_err scan_ops(vm *m, size_t from, size_t to, size_t *nmemo, size_t *nput,
+			size_t *end, bool *stop)
 {
-	size_t pos = 0, nref = 0, nmemo = 0, nput = 0;
+	size_t pos = from;
 	uint8_t op = 0;
 	arg a;
 	gfs_err err = GFS_OK; /* the loop may end on a fast path, before any decode() */
@@ -381,7 +394,7 @@ static gfs_err prescan(vm *m)
 
 			op = m->buf[pos];
 			if ((k & 7u) == A_NONE) {
-				nmemo += op == OP_MEMOIZE;
+				*nmemo += op == OP_MEMOIZE;
 				pos++;
 				continue;
 			}
@@ -389,6 +402,16 @@ static gfs_err prescan(vm *m)
 			    op != OP_BINPUT && op != OP_LONG_BINPUT) {
 				pos += 1 + (k >> 3);
 				continue;
+			}
+			if (op == OP_BINGET || op == OP_LONG_BINGET) {
+				const uint64_t idx = op == OP_BINGET ? m->buf[pos + 1]
+								     : le_fixed(m->buf + pos + 1, 4);
+
+				if (idx / 64 < m->ref_words) { /* else set_bit() grows the bitmap */
+					m->ref[idx / 64] |= (uint64_t)1 << (idx % 64);
+					pos += op == OP_BINGET ? 2 : 5;
+					continue;
+				}
 			}
 			if (op == OP_SHORT_BINUNICODE && pos + 2 + m->buf[pos + 1] <= m->len) {
 				pos += 2 + m->buf[pos + 1];
@@ -401,11 +424,115 @@ static gfs_err prescan(vm *m)
 			err = set_bit(m, &m->ref, &m->ref_words, (uint64_t)a.i);
 		if (err)
 			return err;
-		nmemo += op == OP_MEMOIZE;
-		if ((op == OP_BINPUT || op == OP_LONG_BINPUT) && (uint64_t)a.i >= nput &&
+		*nmemo += op == OP_MEMOIZE;
+		if ((op == OP_BINPUT || op == OP_LONG_BINPUT) && (uint64_t)a.i >= *nput &&
 		    (uint64_t)a.i < m->len)
-			nput = (size_t)a.i + 1;
-	} while (op != OP_STOP);
+			*nput = (size_t)a.i + 1;
+	} while (op != OP_STOP && pos < to);
+	*end = pos;
+	*stop = op == OP_STOP;
+	return GFS_OK;
+}
+
+/*
+ * frame_split(): the offset of a FRAME opcode at or past the middle of
+ * the pickle, following the frames from the start (PROTO, then FRAME
+ * after FRAME, as protocols 4 and 5 write them); 0 if the chain breaks
+ * first or the pickle is small.  Only a hint: scan_split() checks that an
+ * opcode starts there.
+ */
+static size_t frame_split(const vm *m)
+{
+	size_t pos = m->len >= 2 && m->buf[0] == OP_PROTO ? 2 : 0;
+
+	if (!fast_on || m->len < split_min)
+		return 0;
+	while (pos + 9 <= m->len && m->buf[pos] == OP_FRAME) {
+		const uint64_t n = le_fixed(m->buf + pos + 1, 8);
+
+		if (pos >= m->len / 2)
+			return pos;
+		if (n > m->len - pos - 9)
+			return 0;
+		pos += 9 + (size_t)n;
+	}
+	return 0;
+}
+
+/* One half of a parallel prescan: its own VM copy (bitmap, counts). */
+typedef struct scan_half {
+	vm w;
+	size_t from, to, nmemo, nput, end;
+	bool stop;
+} scan_half;
+
+static gfs_err scan_half_run(void *ctx, size_t i)
+{
+	scan_half *h = &((scan_half *)ctx)[i];
+
+	return scan_ops(&h->w, h->from, h->to, &h->nmemo, &h->nput, &h->end, &h->stop);
+}
+
+/*
+ * scan_split(): scan_ops() of the whole pickle as two halves on two
+ * threads, split at a frame_split() offset.  @return true with the counts
+ * (m->ref holding the marks of both) when the first half ends exactly at
+ * the split or at STOP before it and neither half failed; false (m
+ * unchanged) otherwise, for the serial scan to find the error.
+ */
+static bool scan_split(vm *m, size_t *nmemo, size_t *nput)
+{
+	const size_t split = frame_split(m);
+	scan_half h[2];
+	bool ok;
+
+	if (!split)
+		return false;
+	for (int i = 0; i < 2; i++) {
+		h[i] = (scan_half){ .w = *m, .from = i ? split : 0, .to = i ? SIZE_MAX : split };
+		h[i].w.ref = NULL;
+		h[i].w.ref_words = 0;
+		h[i].w.bytes = 0;
+	}
+	ok = gfs_pfor(2, scan_half_run, h) == GFS_OK && (h[0].stop || h[0].end == split);
+	if (ok) {
+		const int big = h[0].stop || h[0].w.ref_words >= h[1].w.ref_words ? 0 : 1;
+		const scan_half *o = &h[1 - big];
+
+		if (!h[0].stop)
+			for (size_t w = 0; w < o->w.ref_words; w++)
+				h[big].w.ref[w] |= o->w.ref[w];
+		ok = h[big].w.ref_words * sizeof(uint64_t) <= m->max_bytes - m->bytes;
+		if (ok) {
+			m->ref = h[big].w.ref;
+			m->ref_words = h[big].w.ref_words;
+			m->bytes += m->ref_words * sizeof(uint64_t);
+			h[big].w.ref = NULL;
+			*nmemo = h[0].nmemo + (h[0].stop ? 0 : h[1].nmemo);
+			*nput = h[0].stop || h[0].nput >= h[1].nput ? h[0].nput : h[1].nput;
+		}
+	}
+	free(h[0].w.ref);
+	free(h[1].w.ref);
+	return ok;
+}
+
+/*
+ * prescan(): check the opcodes up to STOP, mark the memo indices fetched,
+ * rank them, and size the bitmap of defined indices for every index the
+ * pickle can define (MEMOIZE's are below their count, BINPUT's given).
+ */
+static gfs_err prescan(vm *m)
+{
+	size_t nref = 0, nmemo = 0, nput = 0, end = 0;
+	bool stop = false;
+	gfs_err err = GFS_OK;
+
+	m->out->split_scan = scan_split(m, &nmemo, &nput);
+	if (!m->out->split_scan)
+		err = scan_ops(m, 0, SIZE_MAX, &nmemo, &nput, &end, &stop);
+	if (err)
+		return err;
 	if (nmemo > nput)
 		nput = nmemo;
 	if (nput) { /* memo_put() sets bits below nput without growing the bitmap */
@@ -459,7 +586,7 @@ static const char *str_at(const struct gfs_dcpmeta_pools *P, uint32_t id, uint32
 }
 
 /* str_is(): is v the string s of len bytes? */
-static bool str_is(const vm *m, dv v, const char *s, size_t len)
+static inline bool str_is(const vm *m, dv v, const char *s, size_t len)
 {
 	uint32_t n;
 	const char *p;
@@ -858,22 +985,31 @@ static gfs_err call(vm *m, dv fn, dv args, bool newobj, dv *out)
 	return err;
 }
 
-/*
- * field_n(): the value of key name (len bytes) in a dataclass state (a
- * dict, or (dict|None, slots dict)); FIELD() for a string literal.
- */
-#define FIELD(m, state, lit) field_n(m, state, lit, sizeof(lit) - 1)
-static dv field_n(vm *m, dv state, const char *name, size_t len)
+/* A dataclass state's field dict as its key, value words (len even; none: len 0). */
+typedef struct fields {
+	const dv *kv;
+	uint32_t len;
+} fields;
+
+/* fields_of(): the field dict of a dataclass state (a dict, or (dict|None, slots dict)). */
+static fields fields_of(const vm *m, dv state)
 {
 	const node *n = N(m, state);
 
 	if (n && n->kind == K_TUPLE && n->len == 2)
 		n = N(m, res(m, n->items[kind_of(m, n->items[0]) == K_DICT ? 0 : 1]));
 	if (!n || n->kind != K_DICT)
-		return ABSENT;
-	for (uint32_t i = 0; i + 1 < n->len; i += 2)
-		if (str_is(m, res(m, n->items[i]), name, len))
-			return res(m, n->items[i + 1]);
+		return (fields){ NULL, 0 };
+	return (fields){ n->items, n->len & ~(uint32_t)1 };
+}
+
+/* field_n(): the value of the first key name (len bytes) in f; FIELD() for a string literal. */
+#define FIELD(m, f, lit) field_n(m, f, lit, sizeof(lit) - 1)
+static inline dv field_n(const vm *m, fields f, const char *name, size_t len)
+{
+	for (uint32_t i = 0; i < f.len; i += 2)
+		if (str_is(m, res(m, f.kv[i]), name, len))
+			return res(m, f.kv[i + 1]);
 	return ABSENT;
 }
 
@@ -882,11 +1018,11 @@ static uint32_t id_of(dv v, unsigned tag)
 	return TAG(v) == tag ? (uint32_t)PAY(v) : ID_BAD;
 }
 
-static gfs_err reduce_sinfo(vm *m, dv st, dv *out)
+static gfs_err reduce_sinfo(vm *m, fields f, dv *out)
 {
-	const dv rel = FIELD(m, st, "relative_path"), off = FIELD(m, st, "offset");
-	const dv len = FIELD(m, st, "length");
-	const dv td = FIELD(m, st, "transform_descriptors");
+	const dv rel = FIELD(m, f, "relative_path"), off = FIELD(m, f, "offset");
+	const dv len = FIELD(m, f, "length");
+	const dv td = FIELD(m, f, "transform_descriptors");
 	const node *tn = N(m, td);
 	sinfo s = { .rel = id_of(rel, T_STR), .td0 = ID_NONE };
 	gfs_err err;
@@ -910,11 +1046,11 @@ static gfs_err reduce_sinfo(vm *m, dv st, dv *out)
 	return GFS_OK;
 }
 
-static gfs_err reduce_tsm(vm *m, dv st, dv *out)
+static gfs_err reduce_tsm(vm *m, dv st, fields f, dv *out)
 {
 	struct gfs_dcpmeta_pools *P = m->P;
-	const dv props = FIELD(m, st, "properties"), size = FIELD(m, st, "size");
-	const dv chunks = FIELD(m, st, "chunks");
+	const dv props = FIELD(m, f, "properties"), size = FIELD(m, f, "size");
+	const dv chunks = FIELD(m, f, "chunks");
 	const node *cn = N(m, chunks);
 	gfs_dcp_tensor t = {
 		.dtype = TAG(props) == T_PROPS ? (uint32_t)PAY(props) : ID_NONE,
@@ -951,30 +1087,34 @@ static gfs_err reduce_tsm(vm *m, dv st, dv *out)
 	return GFS_OK;
 }
 
-static gfs_err reduce(vm *m, int k, dv st, dv *out)
+/*
+ * reduce(): the record of a BUILD of class kind k with state st, whose
+ * field dict is f (fields_of(st), or the fast path's words with st None).
+ */
+static gfs_err reduce(vm *m, int k, dv st, fields f, dv *out)
 {
 	dv a, b;
 	gfs_err err;
 
 	switch (k) {
 	case G_CHUNK:
-		*out = MK(T_CHUNK, PACK2(id_of(FIELD(m, st, "offsets"), T_TUP),
-					 id_of(FIELD(m, st, "sizes"), T_TUP)));
+		*out = MK(T_CHUNK, PACK2(id_of(FIELD(m, f, "offsets"), T_TUP),
+					 id_of(FIELD(m, f, "sizes"), T_TUP)));
 		return GFS_OK;
 	case G_MINDEX:
-		a = FIELD(m, st, "fqn");
-		b = FIELD(m, st, "offset");
+		a = FIELD(m, f, "fqn");
+		b = FIELD(m, f, "offset");
 		*out = MK(T_MINDEX, PACK2(id_of(a, T_STR),
 					  TAG(b) == T_NONE || b == ABSENT ? ID_NONE : id_of(b, T_TUP)));
 		return GFS_OK;
 	case G_SINFO:
-		return reduce_sinfo(m, st, out);
+		return reduce_sinfo(m, f, out);
 	case G_PROPS:
-		a = kind_of(m, st) == K_TUPLE ? tuple_at(m, st, 0) : FIELD(m, st, "dtype");
+		a = kind_of(m, st) == K_TUPLE ? tuple_at(m, st, 0) : FIELD(m, f, "dtype");
 		*out = MK(T_PROPS, gkind(m, a) == G_TORCH ? m->globs[PAY(a)].name : ID_NONE);
 		return GFS_OK;
 	case G_TSM:
-		return reduce_tsm(m, st, out);
+		return reduce_tsm(m, st, f, out);
 	case G_BSM:
 		*out = MK(T_BSM, 0);
 		return GFS_OK;
@@ -982,9 +1122,9 @@ static gfs_err reduce(vm *m, int k, dv st, dv *out)
 		err = grow(m, (void **)&m->metas, &m->meta_cap, m->nmeta + 1, sizeof(*m->metas));
 		if (err)
 			return err;
-		m->metas[m->nmeta] = (meta_rec){ FIELD(m, st, "state_dict_metadata"),
-						 FIELD(m, st, "storage_data"),
-						 FIELD(m, st, "version") };
+		m->metas[m->nmeta] = (meta_rec){ FIELD(m, f, "state_dict_metadata"),
+						 FIELD(m, f, "storage_data"),
+						 FIELD(m, f, "version") };
 		pin(m, m->metas[m->nmeta].sdm);
 		pin(m, m->metas[m->nmeta].sd);
 		*out = MK(T_META, m->nmeta++);
@@ -1019,7 +1159,7 @@ static gfs_err op_build(vm *m)
 	inst = m->stack[m->sp - 1];
 	n = N(m, inst);
 	if (n && n->kind == K_OBJ) {
-		err = reduce(m, gkind(m, n->cls), st, &r);
+		err = reduce(m, gkind(m, n->cls), st, fields_of(m, st), &r);
 		if (err)
 			return err;
 		n = N(m, inst); /* nodes may have moved */
@@ -1098,6 +1238,212 @@ static gfs_err memo_get(vm *m, uint64_t idx)
 		return vfail(m, GFS_ERR_FORMAT, "memo entry %llu is undefined", (unsigned long long)idx);
 	assert(bit(m->ref, m->ref_words, idx));
 	return push(m, res(m, m->memo[m->rank[idx / 64] + (size_t)popcount(w)]));
+}
+
+/*
+ * memo_peek(): the value memo entry idx holds (resolved), if it is defined
+ * and fetched (any GET's index is).
+ */
+static bool memo_peek(const vm *m, uint64_t idx, dv *v)
+{
+	uint64_t w;
+
+	if (!bit(m->occ, m->occ_words, idx) || !bit(m->ref, m->ref_words, idx))
+		return false;
+	w = m->ref[idx / 64] & (((uint64_t)1 << (idx % 64)) - 1);
+	*v = res(m, m->memo[m->rank[idx / 64] + (size_t)popcount(w)]);
+	return true;
+}
+
+/*
+ * The fast path: a ChunkStorageMetadata, MetadataIndex or _StorageInfo
+ * pickled as DCP does (a million of each in a large checkpoint):
+ *
+ *   GET cls  EMPTY_TUPLE NEWOBJ [MEMOIZE]  EMPTY_DICT [MEMOIZE]  MARK
+ *     (key value)...  SETITEMS  BUILD
+ *
+ * each key and value made of GETs of values that are no node, BININT*,
+ * NONE, NEWTRUE/NEWFALSE, tuples of ints, torch.Size(tuple of ints) by
+ * REDUCE, and MEMOIZEs of entries no GET fetches.  fast_object() runs such
+ * an object on a small local stack and pushes the record BUILD makes.  On
+ * anything else (another opcode, a node value, a fetched or redefined
+ * memo entry, a full stack, fewer than 9 bytes left) it gives up before
+ * changing anything but the int tuples it interned, which the generic VM
+ * interns again at the same opcodes (finding them): it then runs the same
+ * opcodes, so results and errors are the generic VM's.
+ */
+#define FAST_STACK 24
+#define T_WRAP 15u /* fast path only: a 1-tuple holding the int tuple of its payload */
+
+/* fast_memo_ok(): can the fast path's j-th MEMOIZE define an entry nobody fetches? */
+static bool fast_memo_ok(const vm *m, size_t j)
+{
+	const uint64_t idx = (uint64_t)m->memo_count + j;
+
+	return idx / 64 < m->occ_words && !(m->occ[idx / 64] >> (idx % 64) & 1) &&
+	       !bit(m->ref, m->ref_words, idx);
+}
+
+/*
+ * fast_tuple(): TUPLE1/2/3 or EMPTY_TUPLE (at) of the k words on top of
+ * st[0..*n): interned ints, or a T_WRAP of a 1-tuple of a tuple.
+ * @return false to give up (*err GFS_OK), or on an error of intern().
+ */
+static bool fast_tuple(vm *m, size_t at, dv *st, size_t *n, size_t k, gfs_err *err)
+{
+	int64_t v[3];
+
+	if (*n < k)
+		return false;
+	for (size_t i = 0; i < k; i++) {
+		const dv x = st[*n - k + i];
+
+		if (TAG(x) != T_INT) {
+			if (k != 1 || TAG(x) != T_TUP)
+				return false;
+			st[*n - 1] = MK(T_WRAP, PAY(x));
+			return true;
+		}
+		v[i] = int_of(x);
+	}
+	m->pos = at; /* intern()'s messages name the opcode, as the generic VM's */
+	*err = intern(m, v, k, &st[*n - k]);
+	*n -= k;
+	*n += 1;
+	return *err == GFS_OK;
+}
+
+/* fast_run(): fast_object() but for m->pos, which it may leave anywhere when it gives up. */
+static gfs_err fast_run(vm *m, uint64_t cls_idx, bool *done)
+{
+	const uint8_t *const b = m->buf;
+	const size_t start = m->pos;
+	size_t pos = start, n = 0, nmemo = 0, at;
+	dv cls = 0, st[FAST_STACK], r = 0;
+	int kind;
+	gfs_err err = GFS_OK;
+
+	*done = false;
+	if (!memo_peek(m, cls_idx, &cls))
+		return GFS_OK;
+	kind = gkind(m, cls);
+	if ((kind != G_CHUNK && kind != G_MINDEX && kind != G_SINFO) ||
+	    m->sp + m->nmarks + FAST_STACK + 4 >= MAX_DEPTH || m->len - pos < 16 ||
+	    b[pos] != OP_EMPTY_TUPLE || b[pos + 1] != OP_NEWOBJ)
+		return GFS_OK;
+	if (!fast_tuple(m, pos, st, &n, 0, &err)) /* the empty tuple NEWOBJ takes */
+		return err;
+	n = 0;
+	pos += 2;
+	if (b[pos] == OP_MEMOIZE) {
+		if (!fast_memo_ok(m, nmemo++))
+			return GFS_OK;
+		pos++;
+	}
+	if (b[pos++] != OP_EMPTY_DICT)
+		return GFS_OK;
+	if (b[pos] == OP_MEMOIZE) {
+		if (!fast_memo_ok(m, nmemo++))
+			return GFS_OK;
+		pos++;
+	}
+	if (b[pos++] != OP_MARK)
+		return GFS_OK;
+	for (;;) {
+		uint64_t idx;
+		dv v;
+
+		if (m->len - pos < 9 || n == FAST_STACK)
+			return GFS_OK;
+		at = pos;
+		switch (b[pos]) {
+		case OP_BINGET: case OP_LONG_BINGET:
+			idx = b[pos] == OP_BINGET ? b[pos + 1] : le_fixed(b + pos + 1, 4);
+			pos += b[pos] == OP_BINGET ? 2 : 5;
+			if (!memo_peek(m, idx, &v) || TAG(v) == T_NODE)
+				return GFS_OK;
+			st[n++] = v;
+			break;
+		case OP_BININT1:
+			st[n++] = MK(T_INT, b[pos + 1]);
+			pos += 2;
+			break;
+		case OP_BININT2:
+			st[n++] = MK(T_INT, le_fixed(b + pos + 1, 2));
+			pos += 3;
+			break;
+		case OP_BININT:
+			(void)new_int(m, (int32_t)(uint32_t)le_fixed(b + pos + 1, 4), &st[n++]);
+			pos += 5;
+			break;
+		case OP_NONE:
+			st[n++] = MK(T_NONE, 0);
+			pos++;
+			break;
+		case OP_NEWTRUE: case OP_NEWFALSE:
+			st[n++] = MK(T_BOOL, b[pos] == OP_NEWTRUE);
+			pos++;
+			break;
+		case OP_EMPTY_TUPLE: case OP_TUPLE1: case OP_TUPLE2: case OP_TUPLE3:
+			if (!fast_tuple(m, at, st, &n,
+					b[pos] == OP_EMPTY_TUPLE ? 0 : (size_t)(b[pos] - OP_TUPLE1 + 1),
+					&err))
+				return err;
+			pos++;
+			break;
+		case OP_MEMOIZE:
+			if (!n || !fast_memo_ok(m, nmemo++))
+				return GFS_OK;
+			pos++;
+			break;
+		case OP_REDUCE: /* torch.Size((ints,)) */
+			if (n < 2 || gkind(m, st[n - 2]) != G_SIZE || TAG(st[n - 1]) != T_WRAP)
+				return GFS_OK;
+			st[n - 2] = MK(T_TUP, PAY(st[n - 1]));
+			n--;
+			pos++;
+			break;
+		case OP_SETITEMS:
+			if (n % 2 || b[pos + 1] != OP_BUILD)
+				return GFS_OK;
+			for (size_t i = 0; i < n; i++)
+				if (TAG(st[i]) == T_WRAP)
+					return GFS_OK;
+			m->pos = pos + 1; /* reduce()'s messages name the BUILD */
+			err = reduce(m, kind, MK(T_NONE, 0), (fields){ st, (uint32_t)n }, &r);
+			if (!err)
+				err = push(m, r);
+			if (err)
+				return err;
+			for (size_t j = 0; j < nmemo; j++) {
+				const uint64_t idx2 = (uint64_t)m->memo_count + j;
+
+				m->occ[idx2 / 64] |= (uint64_t)1 << (idx2 % 64);
+			}
+			m->memo_count += nmemo;
+			m->out->nfast++;
+			m->pos = pos + 2;
+			*done = true;
+			return GFS_OK;
+		default:
+			return GFS_OK;
+		}
+	}
+}
+
+/*
+ * fast_object(): the fast path for the GET of memo entry cls_idx that
+ * ended at m->pos.  Sets *done and m->pos past the BUILD when it ran the
+ * object; else leaves the VM (m->pos too) to run the GET.
+ */
+static gfs_err fast_object(vm *m, uint64_t cls_idx, bool *done)
+{
+	const size_t start = m->pos;
+	const gfs_err err = fast_run(m, cls_idx, done);
+
+	if (!err && !*done)
+		m->pos = start;
+	return err;
 }
 
 /* step(): run one opcode; *stop at STOP. */
@@ -1234,8 +1580,12 @@ static gfs_err step(vm *m, bool *stop)
 		return memo_put(m, (uint64_t)a.i);
 	case OP_MEMOIZE:
 		return memo_put(m, m->memo_count);
-	case OP_BINGET: case OP_LONG_BINGET:
-		return memo_get(m, (uint64_t)a.i);
+	case OP_BINGET: case OP_LONG_BINGET: {
+		bool done = false;
+
+		err = fast_on ? fast_object(m, (uint64_t)a.i, &done) : GFS_OK;
+		return err || done ? err : memo_get(m, (uint64_t)a.i);
+	}
 	default:
 		return vfail(m, GFS_ERR_UNSUPPORTED, "opcode 0x%02x", op);
 	}
@@ -1417,6 +1767,12 @@ gfs_err gfs_dcpmeta_load(const uint8_t *buf, size_t len, const char *label, size
 	}
 	*out = m.out;
 	return GFS_OK;
+}
+
+void gfs_dcpmeta_set_fast(bool on, size_t split)
+{
+	fast_on = on;
+	split_min = split ? split : SPLIT_MIN;
 }
 
 void gfs_dcpmeta_free(gfs_dcpmeta *m)

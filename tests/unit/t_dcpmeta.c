@@ -7,6 +7,12 @@
  * storage item must agree; then bad inputs (unknown globals and opcodes,
  * truncation, memo misuse, out-of-range ints, the memory and depth
  * limits, wrong shapes) must each fail with one line naming the file.
+ * The fast path for DCP's small dataclasses must give what the generic VM
+ * gives (records, string and tuple ids, errors) on the fixtures and on
+ * mutations of them: a byte changed at every other offset, and
+ * truncations; so must the prescan split over two threads, on a pickle of
+ * many small frames (tests/data/pickles/dcp_frames.metadata: bench/gen_dcp.py
+ * --layers 1 --ws 3, pickled by pickle._Pickler with 256-byte frames).
  */
 #include "config.h"
 
@@ -153,6 +159,114 @@ static void agree(const char *name, const uint8_t *buf, size_t len)
 	gfs_pickle_free(p);
 }
 
+/* same_md(): are two loads' records and ids identical? */
+static bool same_md(const gfs_dcpmeta *a, const gfs_dcpmeta *b)
+{
+	if (a->nentries != b->nentries || a->ntensors != b->ntensors || a->nchunks != b->nchunks ||
+	    a->nitems != b->nitems || a->version != b->version)
+		return false;
+	for (size_t i = 0; i < a->nentries; i++)
+		if (a->entries[i].fqn != b->entries[i].fqn || a->entries[i].kind != b->entries[i].kind ||
+		    a->entries[i].tensor != b->entries[i].tensor)
+			return false;
+	for (size_t i = 0; i < a->ntensors; i++)
+		if (a->tensors[i].dtype != b->tensors[i].dtype || a->tensors[i].size != b->tensors[i].size ||
+		    a->tensors[i].has_chunks != b->tensors[i].has_chunks ||
+		    a->tensors[i].first != b->tensors[i].first ||
+		    a->tensors[i].nchunks != b->tensors[i].nchunks)
+			return false;
+	for (size_t i = 0; i < a->nchunks; i++) {
+		uint32_t na = 0, nb = 0;
+		const int64_t *va, *vb;
+
+		if (a->chunks[i].offsets != b->chunks[i].offsets || a->chunks[i].sizes != b->chunks[i].sizes)
+			return false;
+		va = gfs_dcpmeta_ints(a, a->chunks[i].sizes, &na);
+		vb = gfs_dcpmeta_ints(b, b->chunks[i].sizes, &nb);
+		if (!va != !vb || na != nb || (va && memcmp(va, vb, na * sizeof(*va)) != 0))
+			return false;
+	}
+	for (size_t i = 0; i < a->nitems; i++) {
+		const gfs_dcp_item *x = &a->items[i], *y = &b->items[i];
+
+		if (x->fqn != y->fqn || x->offset != y->offset || x->rel != y->rel || x->ntd != y->ntd ||
+		    x->td0 != y->td0 || x->off != y->off || x->len != y->len ||
+		    strcmp(gfs_dcpmeta_str(a, x->fqn), gfs_dcpmeta_str(b, y->fqn)) != 0 ||
+		    strcmp(gfs_dcpmeta_str(a, x->rel), gfs_dcpmeta_str(b, y->rel)) != 0)
+			return false;
+	}
+	return true;
+}
+
+/* The split_min the fast loads use (0: the default, 4 MiB). */
+static size_t split;
+
+/*
+ * fast_agrees(): loading buf with and without the fast paths gives the
+ * same records and ids, or the same error; *nfast counts the fast path's
+ * objects, *nsplit the loads whose prescan was split.
+ */
+static bool fast_agrees(const uint8_t *buf, size_t len, size_t *nfast, size_t *nsplit)
+{
+	static int nshown;
+	gfs_dcpmeta *a = NULL, *b = NULL;
+	gfs_err ea, eb;
+	char msg[GFS_ERRMSG_MAX];
+	bool same;
+
+	gfs_dcpmeta_set_fast(true, split);
+	ea = gfs_dcpmeta_load(buf, len, "m.metadata", 0, &a);
+	snprintf(msg, sizeof(msg), "%s", gfs_errmsg());
+	gfs_dcpmeta_set_fast(false, 0);
+	eb = gfs_dcpmeta_load(buf, len, "m.metadata", 0, &b);
+	gfs_dcpmeta_set_fast(true, split);
+	same = ea == eb && (ea ? strcmp(msg, gfs_errmsg()) == 0
+			      : same_md(a, b) && b->nfast == 0 && !b->split_scan);
+	if (!same && nshown++ < 3)
+		fprintf(stderr, "# fast: %s\n# generic: %s\n", ea ? msg : "ok", eb ? gfs_errmsg() : "ok");
+	*nfast += a ? a->nfast : 0;
+	*nsplit += a && a->split_scan;
+	gfs_dcpmeta_free(a);
+	gfs_dcpmeta_free(b);
+	return same;
+}
+
+/*
+ * fast_mutants(): fast_agrees() on buf, on one byte changed at every
+ * other offset (from first: 0 or 1), and cut short at every 5th.
+ */
+static void fast_mutants(const char *name, const uint8_t *buf, size_t len, size_t from)
+{
+	static const uint8_t repl[] = { 0x94, 'h', 'j', 'K', 'M', 'J', 'N', ')', 0x85, 0x86, 'R',
+					'u', 'b', '(', 0x8c, 0x00, 0xff };
+	uint8_t *mut = malloc(len ? len : 1);
+	size_t nfast = 0, mfast = 0, bad = 0, first = SIZE_MAX, nmut = 0, ntrunc = 0;
+	size_t nsplit = 0, msplit = 0;
+
+	if (!tap_ok(mut != NULL, "%s: memory", name))
+		return;
+	if (!fast_agrees(buf, len, &nfast, &nsplit))
+		nfast = 0;
+	tap_ok(nfast > 0 && nsplit == (split ? 1 : 0),
+	       "%s: the fast path reads %zu objects, as the generic VM does (prescan split: %zu)",
+	       name, nfast, nsplit);
+	for (size_t i = from; i < len; i += 2) {
+		memcpy(mut, buf, len);
+		mut[i] = repl[i % sizeof(repl)] != buf[i] ? repl[i % sizeof(repl)] : buf[i] ^ 1;
+		nmut++;
+		ntrunc += i % 5 < 2;
+		if (!fast_agrees(mut, len, &mfast, &msplit) ||
+		    (i % 5 < 2 && !fast_agrees(buf, i, &mfast, &msplit))) {
+			bad++;
+			first = first < i ? first : i;
+		}
+	}
+	tap_ok(bad == 0 && mfast > 0 && (msplit > 0) == (split > 0),
+	       "%s: %zu mutants and %zu truncations agree (%zu bad, first at %zu; %zu fast objects, %zu split prescans)",
+	       name, nmut, ntrunc, bad, first, mfast, msplit);
+	free(mut);
+}
+
 /* fails(): loading buf must fail with want, one line starting "bad.metadata: " holding substr. */
 static void fails(const char *desc, const uint8_t *buf, size_t len, size_t max_bytes,
 		  gfs_err want, const char *substr)
@@ -185,12 +299,28 @@ int main(void)
 		if (!tap_ok(buf != NULL, "read %s", path))
 			continue;
 		agree(fixtures[i], buf, len);
+		fast_mutants(fixtures[i], buf, len, i % 2);
 		if (!good) {
 			good = buf;
 			good_len = len;
 		} else {
 			free(buf);
 		}
+	}
+	{
+		char path[4096];
+		size_t len = 0;
+		uint8_t *buf;
+
+		snprintf(path, sizeof(path), "%s/tests/data/pickles/dcp_frames.metadata", top);
+		buf = slurp(path, &len);
+		if (tap_ok(buf != NULL, "read %s", path)) {
+			agree("dcp_frames", buf, len);
+			split = 1;
+			fast_mutants("dcp_frames", buf, len, 0);
+			split = 0;
+		}
+		free(buf);
 	}
 	if (good) {
 		fails("the memory limit", good, good_len, 4096, GFS_ERR_LIMIT, "limit of 4096 bytes");

@@ -87,6 +87,8 @@ typedef struct gfs_dcpmeta {
 	const gfs_dcp_item *items;
 	size_t nitems;
 	uint32_t version; /* string id, or GFS_DCP_NONE */
+	size_t nfast;     /* objects the fast path read (for tests) */
+	bool split_scan;  /* the prescan ran as two halves (for tests) */
 	struct gfs_dcpmeta_pools *pools; /* private */
 } gfs_dcpmeta;
 
@@ -103,6 +105,16 @@ typedef struct gfs_dcpmeta {
  */
 gfs_err gfs_dcpmeta_load(const uint8_t *buf, size_t len, const char *label, size_t max_bytes,
 			 gfs_dcpmeta **out);
+
+/*
+ * gfs_dcpmeta_set_fast(): use the fast paths or not (on), and split the
+ * prescan over two threads for pickles of at least split_min bytes (0: the
+ * default, 4 MiB).  The fast paths are a shortcut for DCP's small
+ * dataclasses and the split prescan; the results and errors are the same
+ * either way.  For tests that check so; the default is on, 0.  Not
+ * thread-safe: set it before any load.
+ */
+void gfs_dcpmeta_set_fast(bool on, size_t split_min);
 
 /* gfs_dcpmeta_free(): free everything; NULL is allowed. */
 void gfs_dcpmeta_free(gfs_dcpmeta *m);
