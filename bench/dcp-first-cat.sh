@@ -1,9 +1,9 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
-# bench/dcp-first-cat.sh CKPT ROUNDS BUILDDIR...: the first `cat` of the
-# first tensors/ file (INDEX order) of a fresh `gatherfs -f -o nocrccache
-# CKPT MNT` mount, then a second cat of it in the same mount, for each
-# build in turn, ROUNDS rounds (builds interleaved).  Meant for a DCP
+# bench/dcp-first-cat.sh CKPT ROUNDS BUILDDIR[:OPTIONS]...: the first `cat`
+# of the first tensors/ file (INDEX order) of a fresh `gatherfs -f -o
+# nocrccache[,OPTIONS] CKPT MNT` mount, then a second cat of it in the same
+# mount, for each build in turn, ROUNDS rounds (builds interleaved).  Meant for a DCP
 # checkpoint whose chunk archives are opened lazily (bench/gen_dcp.py's
 # d1k): the first cat opens the tensor's chunk archives and checks the
 # CRC-32 of its records, the second only serves.
@@ -17,7 +17,7 @@
 # Each figure: wall seconds of the cat, and the daemon's CPU seconds
 # (user + system, from /proc/PID/stat) over it.
 set -eu
-[ $# -ge 3 ] || { echo "usage: $0 CKPT ROUNDS BUILDDIR..." >&2; exit 2; }
+[ $# -ge 3 ] || { echo "usage: $0 CKPT ROUNDS BUILDDIR[:OPTIONS]..." >&2; exit 2; }
 C=$1 R=$2
 shift 2
 here=$(cd "$(dirname "$0")" && pwd)
@@ -41,9 +41,13 @@ timed_cat() {
 	echo "$e $s $c1 $c0" | awk '{ printf "%.3f s wall, %.2f s daemon CPU", $1 - $2, $3 - $4 }'
 }
 
-# mount_cat BUILD: print the first and second cat of a fresh mount.
+# mount_cat BUILD[:OPTIONS]: print the first and second cat of a fresh mount.
 mount_cat() {
-	"$1/gatherfs" -f -o nocrccache "$C" "$M" 2>"$W/log" &
+	case $1 in
+	*:*) b=${1%%:*} o=nocrccache,${1#*:} ;;
+	*) b=$1 o=nocrccache ;;
+	esac
+	"$b/gatherfs" -f -o "$o" "$C" "$M" 2>"$W/log" &
 	pid=$!
 	until timeout 10 stat "$M/pytorch_model.bin" >/dev/null 2>&1; do
 		kill -0 "$pid" 2>/dev/null || { cat "$W/log" >&2; exit 1; }
