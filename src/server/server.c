@@ -1033,7 +1033,7 @@ static bool bg_start(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor 
  * the read checks and serves its own records: a reader waits for the
  * batch holding its bytes, not for the whole tensor, and serving overlaps
  * the check of the rest; without a free background slot the read checks
- * the tensor itself first, as before.  What is served does not change:
+ * the tensor itself first.  What is served does not change:
  * only a record holding bytes of [off, end) that is corrupt, or whose
  * chunk archive is broken, fails the read.
  */
@@ -1050,13 +1050,11 @@ static gfs_err require_records(const gfs_layout *l, const gfs_srcset *s, const g
 		any = k < kend && needs_check(l, s, &pc) &&
 		      atomic_load(&s->rt->state[pc.rec]) != GFS_REC_BAD;
 	}
-	if (any && !bg_start(l, s, t, end - off)) {
-		const gfs_err err = check_records(l, s, t, gfs_piece_candidates(t, 0, t->nbytes), 0,
-						  t->nbytes, end - off, false);
-
-		if (err)
-			return err;
-	}
+	/* As in the background: an error of the whole-tensor pass leaves its
+	 * batch unchecked, and fails this read only if its own records do. */
+	if (any && !bg_start(l, s, t, end - off))
+		(void)check_records(l, s, t, gfs_piece_candidates(t, 0, t->nbytes), 0, t->nbytes,
+				    end - off, false);
 	return check_records(l, s, t, sp, off, end, end - off, true);
 }
 
