@@ -7,7 +7,7 @@
 # sequential read, also with the shared zstd frame cache off; -o format= and -o prefix=; broken copies fail at mount
 # time with one line and leave no mount; a chunk archive broken where only
 # opening it can tell fails the first read of its tensor (EIO, one log
-# line), and -o verify=mount.
+# line), only the reads that need its bytes, and -o verify=mount.
 . "${top_srcdir:-.}/tests/lib.sh"
 . "$top_srcdir/tests/mount-lib.sh"
 mount_setup
@@ -99,4 +99,28 @@ for spec in "lazy-eocd:not a zip archive" "lazy-size:chunk bytes lie outside its
 	done
 	expect_mount_fail "$line" "$T/bad-$m" "$T/mnt" -o verify=mount
 done
+
+# One broken archive among a tensor's chunks fails only the reads that need
+# its bytes: lm_head.weight's first half (rank 0's chunk) reads and is
+# right, its second half (the broken archive's) fails with EIO and a log
+# line naming the file, then so does a read of the whole tensor.  Direct
+# I/O, so that each read asks for exactly its bytes.
+half=65536 # lm_head.weight: [512, 64] float32, two chunks of 256 rows
+want=$(timeout 60 "$INSPECT" cat "$DCP/fsdp2_ws2/checkpoint" lm_head.weight | head -c $half | sha256sum |
+	cut -d' ' -f1)
+mnt="$T/mnt-one-bad"
+gfs_mount_fg "$T/bad-lazy-eocd" "$mnt" -o tensors_direct 2>"$T/one-bad.log" || fail "mount one-bad"
+got=$(timeout 60 dd if="$mnt/tensors/lm_head.weight" bs=$half count=1 status=none | sha256sum |
+	cut -d' ' -f1)
+[ "$got" = "$want" ] || fail "one-bad: lm_head.weight's first chunk: sha256 $got, want $want"
+if timeout 60 dd if="$mnt/tensors/lm_head.weight" bs=$half skip=1 count=1 of=/dev/null \
+	status=none 2>"$T/dd.err"; then
+	fail "one-bad: the broken chunk's bytes read without an error"
+fi
+grep -q "Input/output error" "$T/dd.err" || fail "one-bad: $(cat "$T/dd.err")"
+cat_fails_eio "$mnt/tensors/lm_head.weight"
+gfs_umount "$mnt" || fail "unmount $mnt"
+grep -q "__1_0.distcp: chunk archive at offset [0-9]*: not a zip archive" "$T/one-bad.log" ||
+	fail "one-bad: no log line naming the file: $(cat "$T/one-bad.log")"
+echo "ok: one broken chunk fails only the reads of its bytes"
 echo "PASS: $ncases DCP fixtures, default and bf16"

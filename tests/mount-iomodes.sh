@@ -7,7 +7,8 @@
 # without FUSE_DIRECT_IO_ALLOW_MMAP) or reads the right bytes;
 # model.safetensors and tensors/ files are cached, so a second read does not
 # reach the daemon.  With -o bin_cache pytorch_model.bin is cached too and
-# maps shared.  Reads reaching the daemon are counted by its rchar (pread
+# maps shared; with -o tensors_direct tensors/ files take direct I/O as
+# pytorch_model.bin does (same bytes, a second read served again).  Reads reaching the daemon are counted by its rchar (pread
 # bytes; -o nosplice so that every byte is a pread).
 . "${top_srcdir:-.}/tests/lib.sh"
 . "$top_srcdir/tests/mount-lib.sh"
@@ -68,6 +69,19 @@ expect_cached "$big" yes
 maps "$M/pytorch_model.bin" no
 maps "$M/model.safetensors" yes
 sha_direct=$(sha256sum <"$M/pytorch_model.bin" | cut -d' ' -f1)
+sha_big=$(sha256sum <"$big" | cut -d' ' -f1)
+gfs_umount "$M" || fail "unmount"
+
+gfs_mount_fg "$ck" "$M" -o nosplice,nocrccache,tensors_direct || fail "mount -o tensors_direct"
+expect_cached "$big" no
+expect_cached "$M/model.safetensors" yes
+maps "$big" no
+[ "$(sha256sum <"$big" | cut -d' ' -f1)" = "$sha_big" ] ||
+	fail "$big differs between the page cache and -o tensors_direct"
+gfs_umount "$M" || fail "unmount"
+gfs_mount_fg "$ck" "$M" -o nocrccache,tensors_direct || fail "mount -o tensors_direct (splice)"
+[ "$(sha256sum <"$big" | cut -d' ' -f1)" = "$sha_big" ] ||
+	fail "$big differs between the page cache and -o tensors_direct, spliced"
 gfs_umount "$M" || fail "unmount"
 
 gfs_mount_fg "$ck" "$M" -o nosplice,nocrccache,bin_cache || fail "mount -o bin_cache"

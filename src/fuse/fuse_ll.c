@@ -268,14 +268,18 @@ static void gfs_ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	 * request whose reply is spliced from the shards straight into the
 	 * reader's buffer.  Private mappings (torch.load mmap=True) still go
 	 * through the page cache; shared ones are refused by the kernel
-	 * (ENODEV), hence -o bin_cache.
+	 * (ENODEV), hence -o bin_cache.  tensors/ and optim/ files (a layout
+	 * entry each) take direct_io with -o tensors_direct: a first read of
+	 * a large tensor then fills no page-cache page (each a new page of
+	 * memory, about as dear as the read itself), a second read is served
+	 * again.
 	 */
-	if (n->zip_view && !m->bin_cache) {
+	if (n->zip_view ? !m->bin_cache : m->tensors_direct && n->entry >= 0) {
 		fi->direct_io = 1;
-		/* Reads of a direct-I/O file reach us one by one: our own
+		/* Reads of a direct-I/O zip view reach us one by one: our own
 		 * read-ahead keeps slow storage busy (see prefetch.h).  Out of
 		 * memory: the file is read without. */
-		if (m->prefetch) {
+		if (n->zip_view && m->prefetch) {
 			gfs_pfstream *s;
 
 			if (gfs_pfstream_open(m->prefetch, n->vf, &s) == GFS_OK)

@@ -62,6 +62,7 @@ typedef struct gfs_mount {
 	struct fuse_conn_info_opts *conn_opts; /* -o overrides for init() */
 	bool nosplice;                         /* -o nosplice: always copy reads */
 	bool bin_cache;                        /* -o bin_cache: no direct_io for zip views */
+	bool tensors_direct;                   /* -o tensors_direct: direct_io for tensors/, optim/ files */
 	bool splice;                           /* set by init(): splice reads */
 	gfs_prefetch *prefetch;                /* read-ahead of direct-I/O files, or NULL */
 } gfs_mount;

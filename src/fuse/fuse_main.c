@@ -52,6 +52,7 @@ typedef struct gfs_cli {
 	unsigned max_read;
 	int nosplice;
 	int bin_cache;
+	int tensors_direct;
 	int nocrccache;
 	int verify;
 	char *verify_mode;
@@ -83,6 +84,7 @@ static const struct fuse_opt cli_opts[] = {
 	{ "tag=%s", offsetof(gfs_cli, tag), 0 },
 	{ "nosplice", offsetof(gfs_cli, nosplice), 1 },
 	{ "bin_cache", offsetof(gfs_cli, bin_cache), 1 },
+	{ "tensors_direct", offsetof(gfs_cli, tensors_direct), 1 },
 	{ "nocrccache", offsetof(gfs_cli, nocrccache), 1 },
 	{ "verify", offsetof(gfs_cli, verify), 1 },
 	{ "verify=%s", offsetof(gfs_cli, verify_mode), 0 },
@@ -245,6 +247,9 @@ static void usage(const char *prog)
 	       "                             splicing it from the sources\n"
 	       "    -o bin_cache             read pytorch_model.bin through the page cache\n"
 	       "                             (default: direct I/O; needed to map it shared)\n"
+	       "    -o tensors_direct        read tensors/ and optim/ files with direct I/O\n"
+	       "                             (default: the page cache; with it they cannot\n"
+	       "                             be mapped shared)\n"
 	       "    -o readahead_kb=N        kernel read-ahead window of the mount, at most\n"
 	       "                             65536 (root only; default 512, 0: leave as is)\n"
 	       "    -o prefetch=SIZE         memory for reading ahead of sequential readers of\n"
@@ -838,6 +843,7 @@ int main(int argc, char *argv[])
 	m.max_read = cli.max_read;
 	m.nosplice = cli.nosplice != 0;
 	m.bin_cache = cli.bin_cache != 0;
+	m.tensors_direct = cli.tensors_direct != 0;
 	m.conn_opts = fuse_parse_conn_info_opts(&args);
 	if (!m.conn_opts)
 		goto out_fs;

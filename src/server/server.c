@@ -53,6 +53,9 @@ typedef struct rec_table {
 	_Atomic int *state;  /* [nrecords] */
 	size_t *piece_base;  /* [entries]: index of each tensor's first piece in piece_crc */
 	uint32_t *piece_crc; /* CRC-32 of each contiguous FILE piece of an OK record */
+	atomic_bool *bg;     /* [entries]: a background check of the entry was started */
+	unsigned nbg;        /* background checks running (under mu; cv signals the end of one) */
+	atomic_bool stop;    /* set by gfs_srcset_close(): background checks stop */
 } rec_table;
 
 static void rec_table_free(rec_table *rt)
@@ -64,6 +67,7 @@ static void rec_table_free(rec_table *rt)
 	free(rt->state);
 	free(rt->piece_base);
 	free(rt->piece_crc);
+	free(rt->bg);
 	free(rt);
 }
 
@@ -85,17 +89,21 @@ static rec_table *rec_table_new(const gfs_layout *l)
 		return NULL;
 	}
 	atomic_init(&rt->nbad, 0);
+	atomic_init(&rt->stop, false);
 	rt->state = gfs_calloc(l->nrecords ? l->nrecords : 1, sizeof(*rt->state));
 	rt->piece_base = gfs_calloc(nent ? nent : 1, sizeof(*rt->piece_base));
+	rt->bg = gfs_calloc(nent ? nent : 1, sizeof(*rt->bg));
 	for (size_t i = 0; rt->piece_base && i < nent; i++) {
 		rt->piece_base[i] = npieces;
 		npieces += l->tensors[i].npieces;
 	}
 	rt->piece_crc = gfs_calloc(npieces ? npieces : 1, sizeof(*rt->piece_crc));
-	if (!rt->state || !rt->piece_base || !rt->piece_crc) {
+	if (!rt->state || !rt->piece_base || !rt->piece_crc || !rt->bg) {
 		rec_table_free(rt);
 		return NULL;
 	}
+	for (size_t i = 0; i < nent; i++)
+		atomic_init(&rt->bg[i], false);
 	for (size_t r = 0; r < l->nrecords; r++)
 		atomic_init(&rt->state[r], GFS_REC_UNCHECKED);
 	return rt;
@@ -202,6 +210,13 @@ void gfs_srcset_close(gfs_srcset *s)
 {
 	if (!s)
 		return;
+	if (s->rt) { /* background checks stop after their batch */
+		atomic_store(&s->rt->stop, true);
+		(void)pthread_mutex_lock(&s->rt->mu);
+		while (s->rt->nbg)
+			(void)pthread_cond_wait(&s->rt->cv, &s->rt->mu);
+		(void)pthread_mutex_unlock(&s->rt->mu);
+	}
 	for (size_t i = 0; i < s->n; i++)
 		close(s->fds[i]);
 	rec_table_free(s->rt);
@@ -887,7 +902,9 @@ static bool needs_check(const gfs_layout *l, const gfs_srcset *s, const gfs_piec
 /*
  * check_records(): check_batch() of the records of t's candidate pieces sp
  * holding bytes of [off, end) that need a check (in batches, each in
- * parallel); want, the bytes the caller reads (for the notice).
+ * parallel); want, the bytes the caller reads (for the notice).  Without
+ * require (a pass that only settles records), it stops between batches
+ * once gfs_srcset_close() began.
  */
 static gfs_err check_records(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
 			     gfs_piece_span sp, uint64_t off, uint64_t end, uint64_t want,
@@ -899,7 +916,7 @@ static gfs_err check_records(const gfs_layout *l, const gfs_srcset *s, const gfs
 	uint64_t bytes = 0;
 	gfs_err err = GFS_OK;
 
-	for (size_t p = sp.first; p < sp.last && !err; p++) {
+	for (size_t p = sp.first; p < sp.last && !err && (require || !atomic_load(&s->rt->stop)); p++) {
 		const gfs_piece pc = gfs_tensor_piece(t, p);
 		uint64_t k, kend;
 
@@ -917,9 +934,88 @@ static gfs_err check_records(const gfs_layout *l, const gfs_srcset *s, const gfs
 		bytes += l->records[pc.rec].kind == GFS_PIECE_ZSTD ? l->records[pc.rec].frame_len
 								 : l->records[pc.rec].len;
 	}
-	if (!err && n)
+	if (!err && n && (require || !atomic_load(&s->rt->stop)))
 		err = check_batch(l, s, t, recs, n, bytes, want, require);
 	return err;
+}
+
+/* A background check of a tensor's records (bg_start()). */
+typedef struct bg_check {
+	const gfs_layout *l;
+	const gfs_srcset *s;
+	const gfs_tensor *t;
+	uint64_t want;
+} bg_check;
+
+static void *bg_main(void *arg)
+{
+	bg_check *b = arg;
+	rec_table *rt = b->s->rt;
+
+	/* An error leaves its batch's records unchecked: each read checks
+	 * its own then, and fails with the error if it needs a bad one. */
+	(void)check_records(b->l, b->s, b->t, gfs_piece_candidates(b->t, 0, b->t->nbytes), 0,
+			    b->t->nbytes, b->want, false);
+	free(b);
+	(void)pthread_mutex_lock(&rt->mu);
+	rt->nbg--;
+	(void)pthread_cond_broadcast(&rt->cv);
+	(void)pthread_mutex_unlock(&rt->mu);
+	return NULL;
+}
+
+/*
+ * bg_start(): have the records of entry t checked in the background,
+ * batch after batch in tensor order, by one thread of at most BG_MAX; a
+ * reader then waits only for its own records, and serves them while the
+ * check goes on with the next ones.  true if such a check runs or ran for
+ * t (started by this call or an earlier one); false if none can start
+ * (the caller checks the tensor itself).
+ */
+static bool bg_start(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
+		     uint64_t want)
+{
+	enum { BG_MAX = 2 };
+	rec_table *rt = s->rt;
+	const size_t ti = (size_t)(t - l->tensors);
+	pthread_attr_t attr;
+	pthread_t tid;
+	bg_check *b;
+	bool started = false;
+
+	if (t < l->tensors || ti >= gfs_layout_nentries(l))
+		return false;
+	if (atomic_load(&rt->bg[ti]))
+		return true;
+	b = malloc(sizeof(*b));
+	if (!b)
+		return false;
+	*b = (bg_check){ .l = l, .s = s, .t = t, .want = want };
+	(void)pthread_mutex_lock(&rt->mu);
+	if (rt->nbg < BG_MAX && !atomic_load(&rt->stop) && !atomic_exchange(&rt->bg[ti], true)) {
+		rt->nbg++;
+		started = true;
+	}
+	(void)pthread_mutex_unlock(&rt->mu);
+	if (!started) {
+		free(b);
+		return atomic_load(&rt->bg[ti]);
+	}
+	if (pthread_attr_init(&attr) == 0) {
+		if (pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
+		    pthread_create(&tid, &attr, bg_main, b) == 0) {
+			(void)pthread_attr_destroy(&attr);
+			return true;
+		}
+		(void)pthread_attr_destroy(&attr);
+	}
+	free(b);
+	(void)pthread_mutex_lock(&rt->mu);
+	rt->nbg--;
+	atomic_store(&rt->bg[ti], false);
+	(void)pthread_cond_broadcast(&rt->cv);
+	(void)pthread_mutex_unlock(&rt->mu);
+	return false;
 }
 
 /*
@@ -933,8 +1029,13 @@ static gfs_err check_records(const gfs_layout *l, const gfs_srcset *s, const gfs
  * its records (a ZeRO-3 tensor's: one a rank) then have their reads in
  * flight together, instead of one record at a time as the reads reach them
  * (on storage where a request takes milliseconds, that is a factor of the
- * number of ranks).  What is served does not change: only a corrupt record
- * holding bytes of [off, end) fails the read.
+ * number of ranks).  That check runs in the background (bg_start()) while
+ * the read checks and serves its own records: a reader waits for the
+ * batch holding its bytes, not for the whole tensor, and serving overlaps
+ * the check of the rest; without a free background slot the read checks
+ * the tensor itself first.  What is served does not change:
+ * only a record holding bytes of [off, end) that is corrupt, or whose
+ * chunk archive is broken, fails the read.
  */
 static gfs_err require_records(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
 			       gfs_piece_span sp, uint64_t off, uint64_t end)
@@ -949,13 +1050,11 @@ static gfs_err require_records(const gfs_layout *l, const gfs_srcset *s, const g
 		any = k < kend && needs_check(l, s, &pc) &&
 		      atomic_load(&s->rt->state[pc.rec]) != GFS_REC_BAD;
 	}
-	if (any) {
-		const gfs_err err = check_records(l, s, t, gfs_piece_candidates(t, 0, t->nbytes), 0,
-						  t->nbytes, end - off, false);
-
-		if (err)
-			return err;
-	}
+	/* As in the background: an error of the whole-tensor pass leaves its
+	 * batch unchecked, and fails this read only if its own records do. */
+	if (any && !bg_start(l, s, t, end - off))
+		(void)check_records(l, s, t, gfs_piece_candidates(t, 0, t->nbytes), 0, t->nbytes,
+				    end - off, false);
 	return check_records(l, s, t, sp, off, end, end - off, true);
 }
 
