@@ -18,6 +18,9 @@
 #                  (-o nocrccache) and python3 -c torch.load of
 #                  MNT/pytorch_model.bin, mount time and the whole python
 #                  process included
+#   local copy     python3 -c torch.load of the file exported to local disk
+#                  (gatherfs-inspect export), whole process: what no mount
+#                  can beat (the import of torch and torch.load itself)
 #   zero_to_fp32   DeepSpeed's way, if DS_ZERO_TO_FP32 is set (see ds_shim
 #                  in bench/lib.sh: "real" also times DeepSpeed's import):
 #                  zero_to_fp32.py CKPT out.bin, then python3 -c torch.load
@@ -36,7 +39,6 @@ mkdir "$W/img"
 "$B/gatherfs-inspect" export "$C" "$W/img/pytorch_model.bin" >/dev/null 2>&1
 size=$(stat -c %s "$W/img/pytorch_model.bin")
 mksquashfs "$W/img" "$W/plain.sqfs" -noI -noD -noF -noX -no-progress -quiet >/dev/null
-rm -rf "$W/img"
 ZF=
 if ds_shim "$W/ds"; then ZF=1; else echo "zero_to_fp32 row skipped" >&2; fi
 shards=$(find "$C/" -name '*.pt' | sort)
@@ -44,10 +46,10 @@ load() { cut -d' ' -f1-3 /proc/loadavg; }
 minf() { awk -v a="$1" -v b="$2" 'BEGIN { print (b < a ? b : a) }'; }
 echo "checkpoint $C ($(cat $shards | wc -c) bytes in $(echo $shards | wc -w) shards, pytorch_model.bin $size bytes), $(nproc) CPUs, load $(load)"
 echo "build $B${A:+, base $A}"
-best_sq=1e9 best_b=1e9 best_a=1e9 sd_b=1e9 sd_a=1e9 zf=1e9
+best_sq=1e9 best_b=1e9 best_a=1e9 sd_b=1e9 sd_a=1e9 sd_l=1e9 zf=1e9
 r=1
 while [ "$r" -le "$rounds" ]; do
-	cat $shards "$W/plain.sqfs" >/dev/null
+	cat $shards "$W/plain.sqfs" "$W/img/pytorch_model.bin" >/dev/null
 	t=$(sqfs_dd_s "$W/plain.sqfs" "$W/m"); best_sq=$(minf "$best_sq" "$t")
 	line="round $r: squashfuse_ll dd $t s"
 	if [ -n "$A" ]; then
@@ -62,6 +64,10 @@ while [ "$r" -le "$rounds" ]; do
 	fi
 	t=$(gfs_to_sd "$B" "$C" "$W/m" 2>/dev/null); sd_b=$(minf "$sd_b" "$t")
 	line="$line, state dict $t s"
+	s=$(date +%s.%N)
+	/usr/bin/python3 -c 'import sys, torch; torch.load(sys.argv[1])' "$W/img/pytorch_model.bin"
+	t=$(echo "$(date +%s.%N) - $s" | bc); sd_l=$(minf "$sd_l" "$t")
+	line="$line, local copy $t s"
 	if [ -n "$ZF" ]; then
 		t=$(ds_to_sd "$W/ds" "$C" "$W/out.bin"); zf=$(minf "$zf" "$t")
 		line="$line, zero_to_fp32 $t s"
@@ -81,6 +87,8 @@ show "first dd, gatherfs -o nocrccache" "$best_b" "squashfuse_ll" "$best_sq"
 if [ -n "$ZF" ]; then
 	show "state dict, gatherfs" "$sd_b" "zero_to_fp32 ($DS_MODE) + torch.load" "$zf"
 	[ -z "$A" ] || show "state dict, base gatherfs" "$sd_a" "zero_to_fp32 ($DS_MODE) + torch.load" "$zf"
+	show "state dict, torch.load of a local copy" "$sd_l" "zero_to_fp32 ($DS_MODE) + torch.load" "$zf"
 fi
 [ -z "$A" ] || show "state dict, gatherfs" "$sd_b" "base" "$sd_a"
+show "state dict, gatherfs" "$sd_b" "local copy" "$sd_l"
 echo "command: DS_ZERO_TO_FP32=${DS_ZERO_TO_FP32:-} bench/check-pass.sh ${1:-\"\"} ${2:-.} ${3:-} $rounds"
