@@ -7,7 +7,11 @@
  * in two halves on two threads, split at a frame); the second runs the
  * VM.  A memo entry nobody fetches is counted (MEMOIZE numbers entries
  * by count, as CPython does) but not stored; the fetched ones live in a
- * dense array indexed through a rank over the bitmap.
+ * dense array indexed through a rank over the bitmap.  With the fast path
+ * on, a first try skips the prescan: the VM keeps every entry it defines
+ * in a hash and the fast path assumes nobody fetches its own entries; on
+ * a GET of one, or on any error, the load starts over with the prescan
+ * (the results and errors are the prescan's, only found sooner).
  *
  * Values (dv) are 64-bit words: a 4-bit tag and a 60-bit payload.  Ints
  * and the ids of strings, interned int tuples, globals and reduced records
@@ -52,6 +56,7 @@
 
 static bool fast_on = true;           /* gfs_dcpmeta_set_fast() */
 static size_t split_min = SPLIT_MIN;
+static bool lazy_on = true;           /* gfs_dcpmeta_set_fast(): run without the prescan first */
 
 enum {
 	OP_MARK = '(', OP_STOP = '.', OP_POP = '0', OP_POP_MARK = '1', OP_DUP = '2',
@@ -146,6 +151,12 @@ typedef struct vm {
 	dv *memo;       /* [rank of a fetched index] */
 	uint64_t *occ;  /* memo indices defined */
 	size_t occ_words, memo_count;
+	bool lazy; /* no prescan: every entry the VM defines is in mh, none in memo */
+	struct mslot {
+		uint64_t key; /* memo index + 1; 0: empty */
+		dv v;
+	} *mh;
+	size_t mh_cap, mh_n;
 	node *nodes;
 	size_t nnodes, nodes_cap;
 	uint32_t *freel;
@@ -1202,6 +1213,59 @@ static gfs_err into(vm *m, size_t start, int kind)
 	}
 }
 
+/* mh_slot(): the slot of memo index idx in m->mh (a power-of-two table), or the empty one it would take. */
+static struct mslot *mh_slot(struct mslot *t, size_t cap, uint64_t idx)
+{
+	size_t h = (size_t)(((idx + 1) * 0x9E3779B97F4A7C15ULL) >> 20);
+
+	for (;; h++) {
+		struct mslot *s = &t[h & (cap - 1)];
+
+		if (s->key == idx + 1 || !s->key)
+			return s;
+	}
+}
+
+/* mh_put(): m->mh[idx] = v, growing the table (charged) at half full. */
+static gfs_err mh_put(vm *m, uint64_t idx, dv v)
+{
+	struct mslot *s;
+
+	if ((m->mh_n + 1) * 2 > m->mh_cap) {
+		const size_t ncap = m->mh_cap ? m->mh_cap * 2 : 1024;
+		struct mslot *t;
+
+		if (ncap * sizeof(*t) > m->max_bytes - m->bytes)
+			return vfail(m, GFS_ERR_LIMIT,
+				     "needs more than the reader's limit of %zu bytes", m->max_bytes);
+		t = calloc(ncap, sizeof(*t));
+		if (!t)
+			return vfail(m, GFS_ERR_NOMEM, "out of memory");
+		for (size_t i = 0; i < m->mh_cap; i++)
+			if (m->mh[i].key)
+				*mh_slot(t, ncap, m->mh[i].key - 1) = m->mh[i];
+		m->bytes += (ncap - m->mh_cap) * sizeof(*t);
+		free(m->mh);
+		m->mh = t;
+		m->mh_cap = ncap;
+	}
+	s = mh_slot(m->mh, m->mh_cap, idx);
+	m->mh_n += !s->key;
+	*s = (struct mslot){ idx + 1, v };
+	return GFS_OK;
+}
+
+/* mh_get(): the value of memo index idx in m->mh, if there. */
+static inline bool mh_get(const vm *m, uint64_t idx, dv *v)
+{
+	const struct mslot *s = m->mh_cap ? mh_slot(m->mh, m->mh_cap, idx) : NULL;
+
+	if (!s || !s->key)
+		return false;
+	*v = s->v;
+	return true;
+}
+
 static inline gfs_err memo_put(vm *m, uint64_t idx)
 {
 	gfs_err err;
@@ -1219,6 +1283,10 @@ static inline gfs_err memo_put(vm *m, uint64_t idx)
 			return err;
 		m->memo_count++;
 	}
+	if (m->lazy) {
+		pin(m, m->stack[m->sp - 1]);
+		return mh_put(m, idx, m->stack[m->sp - 1]);
+	}
 	if (bit(m->ref, m->ref_words, idx)) {
 		const dv v = m->stack[m->sp - 1];
 		const uint64_t w = m->ref[idx / 64] & (((uint64_t)1 << (idx % 64)) - 1);
@@ -1233,9 +1301,13 @@ static gfs_err memo_get(vm *m, uint64_t idx)
 {
 	const uint64_t w = idx / 64 < m->ref_words
 		? m->ref[idx / 64] & (((uint64_t)1 << (idx % 64)) - 1) : 0;
+	dv v;
 
 	if (!bit(m->occ, m->occ_words, idx))
 		return vfail(m, GFS_ERR_FORMAT, "memo entry %llu is undefined", (unsigned long long)idx);
+	if (m->lazy) /* not in mh: the fast path defined it (gfs_dcpmeta_load() starts over) */
+		return mh_get(m, idx, &v) ? push(m, res(m, v))
+			: vfail(m, GFS_ERR_FORMAT, "memo entry %llu is not kept", (unsigned long long)idx);
 	assert(bit(m->ref, m->ref_words, idx));
 	return push(m, res(m, m->memo[m->rank[idx / 64] + (size_t)popcount(w)]));
 }
@@ -1248,6 +1320,12 @@ static bool memo_peek(const vm *m, uint64_t idx, dv *v)
 {
 	uint64_t w;
 
+	if (m->lazy) {
+		if (!bit(m->occ, m->occ_words, idx) || !mh_get(m, idx, v))
+			return false;
+		*v = res(m, *v);
+		return true;
+	}
 	if (!bit(m->occ, m->occ_words, idx) || !bit(m->ref, m->ref_words, idx))
 		return false;
 	w = m->ref[idx / 64] & (((uint64_t)1 << (idx % 64)) - 1);
@@ -1275,13 +1353,17 @@ static bool memo_peek(const vm *m, uint64_t idx, dv *v)
 #define FAST_STACK 24
 #define T_WRAP 15u /* fast path only: a 1-tuple holding the int tuple of its payload */
 
-/* fast_memo_ok(): can the fast path's j-th MEMOIZE define an entry nobody fetches? */
+/*
+ * fast_memo_ok(): can the fast path's j-th MEMOIZE define an entry nobody
+ * fetches?  Without the prescan (m->lazy) it assumes so: a GET of such an
+ * entry fails in memo_get(), and the load starts over with the prescan.
+ */
 static bool fast_memo_ok(const vm *m, size_t j)
 {
 	const uint64_t idx = (uint64_t)m->memo_count + j;
 
 	return idx / 64 < m->occ_words && !(m->occ[idx / 64] >> (idx % 64) & 1) &&
-	       !bit(m->ref, m->ref_words, idx);
+	       (m->lazy || !bit(m->ref, m->ref_words, idx));
 }
 
 /*
@@ -1719,26 +1801,47 @@ static void vm_free(vm *m)
 	free(m->rank);
 	free(m->memo);
 	free(m->occ);
+	free(m->mh);
 	free(m->globs);
 	free(m->htab);
 	free(m->sinfos);
 	free(m->metas);
 }
 
-gfs_err gfs_dcpmeta_load(const uint8_t *buf, size_t len, const char *label, size_t max_bytes,
-			 gfs_dcpmeta **out)
+/*
+ * lazy_occ(): without the prescan, the bitmap of defined memo indices
+ * sized for every index the pickle can define (below its length: each
+ * took an opcode), zeroed; pages untouched until used.
+ */
+static gfs_err lazy_occ(vm *m)
 {
-	vm m = { .buf = buf, .len = len, .label = label ? label : "metadata",
+	const size_t words = m->len / 64 + 1;
+
+	if (words * sizeof(*m->occ) > m->max_bytes - m->bytes)
+		return vfail(m, GFS_ERR_LIMIT, "needs more than the reader's limit of %zu bytes",
+			     m->max_bytes);
+	m->occ = calloc(words, sizeof(*m->occ));
+	if (!m->occ)
+		return vfail(m, GFS_ERR_NOMEM, "out of memory");
+	m->occ_words = words;
+	m->bytes += words * sizeof(*m->occ);
+	return GFS_OK;
+}
+
+/*
+ * load(): gfs_dcpmeta_load() with the prescan, or (lazy) without it: the
+ * VM keeps every memo entry it defines in a hash and the fast path
+ * assumes no GET fetches the entries it defines; any error (such a GET
+ * included) is for the caller to try again with the prescan.
+ */
+static gfs_err load(const uint8_t *buf, size_t len, const char *label, size_t max_bytes,
+		    bool lazy, gfs_dcpmeta **out)
+{
+	vm m = { .buf = buf, .len = len, .label = label, .lazy = lazy,
 		 .max_bytes = max_bytes ? max_bytes : DEFAULT_MAX_BYTES };
 	bool stop = false;
 	gfs_err err;
 
-	if (!out || (!buf && len))
-		return gfs_fail(GFS_ERR_INVAL, "gfs_dcpmeta_load: bad argument");
-	*out = NULL;
-	if (len > MAX_INPUT)
-		return gfs_fail(GFS_ERR_LIMIT, "%s: DCP metadata of %zu bytes (the reader takes %zu)",
-				m.label, len, MAX_INPUT);
 	m.out = calloc(1, sizeof(*m.out));
 	m.P = calloc(1, sizeof(*m.P));
 	if (!m.out || !m.P) {
@@ -1752,7 +1855,8 @@ gfs_err gfs_dcpmeta_load(const uint8_t *buf, size_t len, const char *label, size
 	if (!err)
 		err = grow(&m, (void **)&m.stack, &m.stack_cap, 1, sizeof(*m.stack));
 	if (!err)
-		err = prescan(&m);
+		err = lazy ? lazy_occ(&m) : prescan(&m);
+	m.out->lazy = lazy;
 	m.pos = 0;
 	while (!err && !stop)
 		err = step(&m, &stop);
@@ -1769,10 +1873,26 @@ gfs_err gfs_dcpmeta_load(const uint8_t *buf, size_t len, const char *label, size
 	return GFS_OK;
 }
 
-void gfs_dcpmeta_set_fast(bool on, size_t split)
+gfs_err gfs_dcpmeta_load(const uint8_t *buf, size_t len, const char *label, size_t max_bytes,
+			 gfs_dcpmeta **out)
+{
+	if (!out || (!buf && len))
+		return gfs_fail(GFS_ERR_INVAL, "gfs_dcpmeta_load: bad argument");
+	*out = NULL;
+	label = label ? label : "metadata";
+	if (len > MAX_INPUT)
+		return gfs_fail(GFS_ERR_LIMIT, "%s: DCP metadata of %zu bytes (the reader takes %zu)",
+				label, len, MAX_INPUT);
+	if (fast_on && lazy_on && load(buf, len, label, max_bytes, true, out) == GFS_OK)
+		return GFS_OK;
+	return load(buf, len, label, max_bytes, false, out);
+}
+
+void gfs_dcpmeta_set_fast(bool on, size_t split, bool lazy)
 {
 	fast_on = on;
 	split_min = split ? split : SPLIT_MIN;
+	lazy_on = lazy;
 }
 
 void gfs_dcpmeta_free(gfs_dcpmeta *m)
