@@ -134,6 +134,11 @@ struct gfs_dcpmeta_pools {
 	gfs_dcp_item *items;
 };
 
+/* The dataclass fields the reader reads (fnames[] their names). */
+enum {
+	F_RELATIVE_PATH, F_OFFSET, F_LENGTH, F_TRANSFORM_DESCRIPTORS, F_PROPERTIES, F_SIZE, F_CHUNKS, F_OFFSETS, F_SIZES, F_FQN, F_DTYPE, F_STATE_DICT_METADATA, F_STORAGE_DATA, F_VERSION, F_COUNT,
+};
+
 typedef struct vm {
 	const uint8_t *buf;
 	size_t len, pos;
@@ -157,6 +162,7 @@ typedef struct vm {
 		dv v;
 	} *mh;
 	size_t mh_cap, mh_n;
+	uint32_t fid[F_COUNT]; /* a string id found equal to each field's name, or ID_BAD */
 	node *nodes;
 	size_t nnodes, nodes_cap;
 	uint32_t *freel;
@@ -1014,13 +1020,42 @@ static fields fields_of(const vm *m, dv state)
 	return (fields){ n->items, n->len & ~(uint32_t)1 };
 }
 
-/* field_n(): the value of the first key name (len bytes) in f; FIELD() for a string literal. */
-#define FIELD(m, f, lit) field_n(m, f, lit, sizeof(lit) - 1)
-static inline dv field_n(const vm *m, fields f, const char *name, size_t len)
+static const struct fname {
+	const char *s;
+	size_t n;
+} fnames[F_COUNT] = {
+	[F_RELATIVE_PATH] = { "relative_path", sizeof("relative_path") - 1 },
+	[F_OFFSET] = { "offset", sizeof("offset") - 1 },
+	[F_LENGTH] = { "length", sizeof("length") - 1 },
+	[F_TRANSFORM_DESCRIPTORS] = { "transform_descriptors", sizeof("transform_descriptors") - 1 },
+	[F_PROPERTIES] = { "properties", sizeof("properties") - 1 },
+	[F_SIZE] = { "size", sizeof("size") - 1 },
+	[F_CHUNKS] = { "chunks", sizeof("chunks") - 1 },
+	[F_OFFSETS] = { "offsets", sizeof("offsets") - 1 },
+	[F_SIZES] = { "sizes", sizeof("sizes") - 1 },
+	[F_FQN] = { "fqn", sizeof("fqn") - 1 },
+	[F_DTYPE] = { "dtype", sizeof("dtype") - 1 },
+	[F_STATE_DICT_METADATA] = { "state_dict_metadata", sizeof("state_dict_metadata") - 1 },
+	[F_STORAGE_DATA] = { "storage_data", sizeof("storage_data") - 1 },
+	[F_VERSION] = { "version", sizeof("version") - 1 },
+};
+
+/*
+ * field(): the value of the first key in f equal to field k's name.  A
+ * key whose string id was found equal before matches without comparing
+ * bytes (strings never change); the id of a key found equal is kept.
+ */
+static inline dv field(vm *m, fields f, int k)
 {
-	for (uint32_t i = 0; i < f.len; i += 2)
-		if (str_is(m, res(m, f.kv[i]), name, len))
+	for (uint32_t i = 0; i < f.len; i += 2) {
+		const dv key = res(m, f.kv[i]);
+
+		if (TAG(key) == T_STR && ((uint32_t)PAY(key) == m->fid[k] ||
+					  str_is(m, key, fnames[k].s, fnames[k].n))) {
+			m->fid[k] = (uint32_t)PAY(key);
 			return res(m, f.kv[i + 1]);
+		}
+	}
 	return ABSENT;
 }
 
@@ -1031,9 +1066,9 @@ static uint32_t id_of(dv v, unsigned tag)
 
 static gfs_err reduce_sinfo(vm *m, fields f, dv *out)
 {
-	const dv rel = FIELD(m, f, "relative_path"), off = FIELD(m, f, "offset");
-	const dv len = FIELD(m, f, "length");
-	const dv td = FIELD(m, f, "transform_descriptors");
+	const dv rel = field(m, f, F_RELATIVE_PATH), off = field(m, f, F_OFFSET);
+	const dv len = field(m, f, F_LENGTH);
+	const dv td = field(m, f, F_TRANSFORM_DESCRIPTORS);
 	const node *tn = N(m, td);
 	sinfo s = { .rel = id_of(rel, T_STR), .td0 = ID_NONE };
 	gfs_err err;
@@ -1060,8 +1095,8 @@ static gfs_err reduce_sinfo(vm *m, fields f, dv *out)
 static gfs_err reduce_tsm(vm *m, dv st, fields f, dv *out)
 {
 	struct gfs_dcpmeta_pools *P = m->P;
-	const dv props = FIELD(m, f, "properties"), size = FIELD(m, f, "size");
-	const dv chunks = FIELD(m, f, "chunks");
+	const dv props = field(m, f, F_PROPERTIES), size = field(m, f, F_SIZE);
+	const dv chunks = field(m, f, F_CHUNKS);
 	const node *cn = N(m, chunks);
 	gfs_dcp_tensor t = {
 		.dtype = TAG(props) == T_PROPS ? (uint32_t)PAY(props) : ID_NONE,
@@ -1109,19 +1144,19 @@ static gfs_err reduce(vm *m, int k, dv st, fields f, dv *out)
 
 	switch (k) {
 	case G_CHUNK:
-		*out = MK(T_CHUNK, PACK2(id_of(FIELD(m, f, "offsets"), T_TUP),
-					 id_of(FIELD(m, f, "sizes"), T_TUP)));
+		*out = MK(T_CHUNK, PACK2(id_of(field(m, f, F_OFFSETS), T_TUP),
+					 id_of(field(m, f, F_SIZES), T_TUP)));
 		return GFS_OK;
 	case G_MINDEX:
-		a = FIELD(m, f, "fqn");
-		b = FIELD(m, f, "offset");
+		a = field(m, f, F_FQN);
+		b = field(m, f, F_OFFSET);
 		*out = MK(T_MINDEX, PACK2(id_of(a, T_STR),
 					  TAG(b) == T_NONE || b == ABSENT ? ID_NONE : id_of(b, T_TUP)));
 		return GFS_OK;
 	case G_SINFO:
 		return reduce_sinfo(m, f, out);
 	case G_PROPS:
-		a = kind_of(m, st) == K_TUPLE ? tuple_at(m, st, 0) : FIELD(m, f, "dtype");
+		a = kind_of(m, st) == K_TUPLE ? tuple_at(m, st, 0) : field(m, f, F_DTYPE);
 		*out = MK(T_PROPS, gkind(m, a) == G_TORCH ? m->globs[PAY(a)].name : ID_NONE);
 		return GFS_OK;
 	case G_TSM:
@@ -1133,9 +1168,9 @@ static gfs_err reduce(vm *m, int k, dv st, fields f, dv *out)
 		err = grow(m, (void **)&m->metas, &m->meta_cap, m->nmeta + 1, sizeof(*m->metas));
 		if (err)
 			return err;
-		m->metas[m->nmeta] = (meta_rec){ FIELD(m, f, "state_dict_metadata"),
-						 FIELD(m, f, "storage_data"),
-						 FIELD(m, f, "version") };
+		m->metas[m->nmeta] = (meta_rec){ field(m, f, F_STATE_DICT_METADATA),
+						 field(m, f, F_STORAGE_DATA),
+						 field(m, f, F_VERSION) };
 		pin(m, m->metas[m->nmeta].sdm);
 		pin(m, m->metas[m->nmeta].sd);
 		*out = MK(T_META, m->nmeta++);
@@ -1841,6 +1876,9 @@ static gfs_err load(const uint8_t *buf, size_t len, const char *label, size_t ma
 		 .max_bytes = max_bytes ? max_bytes : DEFAULT_MAX_BYTES };
 	bool stop = false;
 	gfs_err err;
+
+	for (int k = 0; k < F_COUNT; k++)
+		m.fid[k] = ID_BAD;
 
 	m.out = calloc(1, sizeof(*m.out));
 	m.P = calloc(1, sizeof(*m.P));
