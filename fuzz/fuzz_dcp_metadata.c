@@ -129,16 +129,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char msg[GFS_ERRMSG_MAX];
 	gfs_err perr, serr;
 
-	gfs_dcpmeta_set_fast(false, 0);
+	gfs_dcpmeta_set_fast(false, 0, false);
 	serr = gfs_dcp_parse_metadata(data, size, "fuzz.metadata", &slow);
 	snprintf(msg, sizeof(msg), "%s", gfs_errmsg());
-	gfs_dcpmeta_set_fast(true, 1);
-	perr = gfs_dcp_parse_metadata(data, size, "fuzz.metadata", &pk);
-	gfs_dcpmeta_set_fast(true, 0);
-	if (perr != serr || (perr ? strcmp(msg, gfs_errmsg()) != 0 : !same_md(pk, slow))) {
-		fprintf(stderr, "the fast paths disagree: %s / %s\n", perr ? gfs_errmsg() : "ok",
-			serr ? msg : "ok");
-		abort();
+	for (int lazy = 0; lazy < 2; lazy++) { /* fast with the split prescan, then without a prescan */
+		gfs_dcpmeta_free(pk);
+		pk = NULL;
+		gfs_dcpmeta_set_fast(true, lazy ? 0 : 1, lazy);
+		perr = gfs_dcp_parse_metadata(data, size, "fuzz.metadata", &pk);
+		gfs_dcpmeta_set_fast(true, 0, true);
+		if (perr != serr || (perr ? strcmp(msg, gfs_errmsg()) != 0 : !same_md(pk, slow))) {
+			fprintf(stderr, "the fast paths disagree (lazy %d): %s / %s\n", lazy,
+				perr ? gfs_errmsg() : "ok", serr ? msg : "ok");
+			abort();
+		}
 	}
 	gfs_dcpmeta_free(slow);
 	if (perr != GFS_OK && (pk || !gfs_errmsg()[0] || strchr(gfs_errmsg(), '\n')))

@@ -63,7 +63,7 @@ echo "ok: -o format=dcp -o prefix=model."
 mkdir -p "$T/mnt"
 for spec in missing:fsdp2_ws2:cannot.open truncated:shard1_ws3:lies.past.its.end \
 	zstd-corrupt:fsdp2_ws2_zstd:zstd.frame gap:fsdp2_ws2:do.not.tile \
-	overlap:fsdp2_ws2:overlap; do
+	overlap:fsdp2_ws2:overlap dupitem:fsdp2_ws2:twice.at.one.offset; do
 	m=${spec%%:*} rest=${spec#*:}
 	c=${rest%%:*} pat=${rest#*:}
 	"$PYTHON3" "$top_srcdir/tests/tools/make_bad_dcp.py" "$DCP/$c/checkpoint" "$T/bad-$m" "$m" ||

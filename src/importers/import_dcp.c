@@ -81,7 +81,7 @@ typedef struct dcp_ckpt {
 	char *meta_path;
 	gfs_dcpmeta *md;
 	uint64_t *itab;    /* storage items by (fqn, offset): index + 1 | key hash << 32 */
-	size_t itab_cap;
+	size_t itab_cap;   /* two halves (a key's top bit picks one), each probed on its own */
 	dcp_file *files;
 	size_t nfiles, cap_files;
 	uint32_t *fkey;    /* relative_path string id + 1 -> its file (fval), open addressing */
@@ -158,6 +158,14 @@ static uint64_t item_key(uint64_t fqn_hash, uint32_t offset)
 	return h * 0xbf58476d1ce4e5b9ULL;
 }
 
+/* item_slot(): the first slot item_probe() of key k reads (in the half k's top bit picks). */
+static inline size_t item_slot(const dcp_ckpt *c, uint64_t k)
+{
+	const size_t half = c->itab_cap / 2;
+
+	return (size_t)(k >> 63) * half + ((size_t)k & (half - 1));
+}
+
 /*
  * item_probe(): the storage item of (fqn, offset), offset an int tuple id
  * (equal tuples have one id) or GFS_DCP_NONE; fqn_id is fqn's string id
@@ -169,7 +177,9 @@ static uint64_t item_key(uint64_t fqn_hash, uint32_t offset)
 static const gfs_dcp_item *item_probe(const dcp_ckpt *c, uint32_t fqn_id, const char *fqn,
 				      uint64_t k, uint32_t offset, size_t *empty)
 {
-	for (size_t s = (size_t)k & (c->itab_cap - 1);; s = (s + 1) & (c->itab_cap - 1)) {
+	const size_t half = c->itab_cap / 2, base = (size_t)(k >> 63) * half;
+
+	for (size_t s = item_slot(c, k);; s = base + ((s + 1) & (half - 1))) {
 		const gfs_dcp_item *it;
 
 		if (!c->itab[s]) {
@@ -203,12 +213,94 @@ static void items_prefetch(const dcp_ckpt *c, uint64_t h, const gfs_dcp_chunk *c
 	size_t slot[DCP_PROBE_BATCH];
 
 	for (size_t k = 0; k < n; k++) {
-		slot[k] = (size_t)item_key(h, chunks[k].offsets) & (c->itab_cap - 1);
+		slot[k] = item_slot(c, item_key(h, chunks[k].offsets));
 		__builtin_prefetch(&c->itab[slot[k]]);
 	}
 	for (size_t k = 0; k < n; k++)
 		if (c->itab[slot[k]])
 			__builtin_prefetch(&c->md->items[(uint32_t)c->itab[slot[k]] - 1]);
+}
+
+/* One half of the item table's build (items_index()): the keys' top bit picks it. */
+typedef struct item_half {
+	dcp_ckpt *c;
+	const uint64_t *keys;
+	size_t dup[2]; /* the first item each half found listed before; SIZE_MAX: none */
+} item_half;
+
+/*
+ * items_insert(): put the items whose key's top bit is h in half h of the
+ * table, in item order (a gfs_pfor() body).  One probe an item: it finds
+ * a duplicate (the first one is noted, and the half stops), or the slot
+ * the item goes in.  The table is much larger than the caches: the slots
+ * of a batch of items are prefetched before they are probed.
+ */
+static gfs_err items_insert(void *ctx, size_t h)
+{
+	item_half *ih = ctx;
+	dcp_ckpt *c = ih->c;
+	const size_t n = c->md->nitems;
+
+	for (size_t i0 = 0; i0 < n; i0 += DCP_PROBE_BATCH) {
+		const size_t nb = n - i0 < DCP_PROBE_BATCH ? n - i0 : DCP_PROBE_BATCH;
+
+		for (size_t j = i0; j < i0 + nb; j++)
+			if (ih->keys[j] >> 63 == h)
+				__builtin_prefetch(&c->itab[item_slot(c, ih->keys[j])]);
+		for (size_t j = i0; j < i0 + nb; j++) {
+			const gfs_dcp_item *it = &c->md->items[j];
+			size_t s;
+
+			if (ih->keys[j] >> 63 != h)
+				continue;
+			if (item_probe(c, it->fqn, gfs_dcpmeta_str(c->md, it->fqn), ih->keys[j],
+				       it->offset, &s)) {
+				ih->dup[h] = j;
+				return GFS_OK;
+			}
+			c->itab[s] = (ih->keys[j] >> 32 << 32) | (j + 1);
+		}
+	}
+	return GFS_OK;
+}
+
+/*
+ * items_index(): the table of the storage items by (fqn, offset), built
+ * as two halves on two threads; an item listed twice is an error naming
+ * the first such item, as a serial build finds it.
+ */
+static gfs_err items_index(dcp_ckpt *c)
+{
+	const size_t n = c->md->nitems;
+	uint64_t *keys = gfs_calloc(n ? n : 1, sizeof(*keys));
+	size_t count[2] = { 0, 0 }, half = 8;
+	item_half ih = { .c = c, .keys = keys, .dup = { SIZE_MAX, SIZE_MAX } };
+	gfs_err err;
+
+	if (!keys)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		const gfs_dcp_item *it = &c->md->items[i];
+
+		keys[i] = item_key(fqn_hash(c, it->fqn, gfs_dcpmeta_str(c->md, it->fqn)), it->offset);
+		count[keys[i] >> 63]++;
+	}
+	while (half < 2 * (count[0] > count[1] ? count[0] : count[1])) /* each half at most half full */
+		half *= 2;
+	c->itab_cap = 2 * half;
+	c->itab = gfs_calloc(c->itab_cap, sizeof(*c->itab));
+	if (!c->itab) {
+		free(keys);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	err = gfs_pfor(2, items_insert, &ih);
+	free(keys);
+	if (!err && (ih.dup[0] != SIZE_MAX || ih.dup[1] != SIZE_MAX))
+		err = gfs_fail(GFS_ERR_FORMAT, "%s: storage data lists %s twice at one offset",
+			       c->meta_path,
+			       gfs_dcpmeta_str(c->md, c->md->items[ih.dup[0] < ih.dup[1] ? ih.dup[0]
+											 : ih.dup[1]].fqn));
+	return err;
 }
 
 static gfs_err read_metadata(dcp_ckpt *c)
@@ -243,42 +335,7 @@ static gfs_err read_metadata(dcp_ckpt *c)
 	free(buf);
 	if (err)
 		return err;
-	c->itab_cap = 16;
-	while (c->itab_cap < 2 * c->md->nitems)
-		c->itab_cap *= 2;
-	c->itab = gfs_calloc(c->itab_cap, sizeof(*c->itab));
-	if (!c->itab)
-		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	/*
-	 * One probe an item: it finds a duplicate, or the slot the item goes
-	 * in.  The table is much larger than the caches: the slots of a batch
-	 * of items are prefetched before they are probed, in item order.
-	 */
-	for (size_t i0 = 0; i0 < c->md->nitems; i0 += DCP_PROBE_BATCH) {
-		const size_t nb = c->md->nitems - i0 < DCP_PROBE_BATCH ? c->md->nitems - i0
-									: DCP_PROBE_BATCH;
-		uint64_t keys[DCP_PROBE_BATCH];
-
-		for (size_t j = 0; j < nb; j++) {
-			const gfs_dcp_item *it = &c->md->items[i0 + j];
-
-			keys[j] = item_key(fqn_hash(c, it->fqn, gfs_dcpmeta_str(c->md, it->fqn)),
-					   it->offset);
-			__builtin_prefetch(&c->itab[keys[j] & (c->itab_cap - 1)]);
-		}
-		for (size_t j = 0; j < nb; j++) {
-			const gfs_dcp_item *it = &c->md->items[i0 + j];
-			const char *fqn = gfs_dcpmeta_str(c->md, it->fqn);
-			size_t s;
-
-			if (item_probe(c, it->fqn, fqn, keys[j], it->offset, &s))
-				return gfs_fail(GFS_ERR_FORMAT,
-						"%s: storage data lists %s twice at one offset",
-						c->meta_path, fqn);
-			c->itab[s] = (keys[j] >> 32 << 32) | (i0 + j + 1);
-		}
-	}
-	return GFS_OK;
+	return items_index(c);
 }
 
 gfs_err gfs_dcp_parse_metadata(const uint8_t *buf, size_t len, const char *label,

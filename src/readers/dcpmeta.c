@@ -7,7 +7,11 @@
  * in two halves on two threads, split at a frame); the second runs the
  * VM.  A memo entry nobody fetches is counted (MEMOIZE numbers entries
  * by count, as CPython does) but not stored; the fetched ones live in a
- * dense array indexed through a rank over the bitmap.
+ * dense array indexed through a rank over the bitmap.  With the fast path
+ * on, a first try skips the prescan: the VM keeps every entry it defines
+ * in a hash and the fast path assumes nobody fetches its own entries; on
+ * a GET of one, or on any error, the load starts over with the prescan
+ * (the results and errors are the prescan's, only found sooner).
  *
  * Values (dv) are 64-bit words: a 4-bit tag and a 60-bit payload.  Ints
  * and the ids of strings, interned int tuples, globals and reduced records
@@ -52,6 +56,7 @@
 
 static bool fast_on = true;           /* gfs_dcpmeta_set_fast() */
 static size_t split_min = SPLIT_MIN;
+static bool lazy_on = true;           /* gfs_dcpmeta_set_fast(): run without the prescan first */
 
 enum {
 	OP_MARK = '(', OP_STOP = '.', OP_POP = '0', OP_POP_MARK = '1', OP_DUP = '2',
@@ -129,6 +134,11 @@ struct gfs_dcpmeta_pools {
 	gfs_dcp_item *items;
 };
 
+/* The dataclass fields the reader reads (fnames[] their names). */
+enum {
+	F_RELATIVE_PATH, F_OFFSET, F_LENGTH, F_TRANSFORM_DESCRIPTORS, F_PROPERTIES, F_SIZE, F_CHUNKS, F_OFFSETS, F_SIZES, F_FQN, F_DTYPE, F_STATE_DICT_METADATA, F_STORAGE_DATA, F_VERSION, F_COUNT,
+};
+
 typedef struct vm {
 	const uint8_t *buf;
 	size_t len, pos;
@@ -146,6 +156,13 @@ typedef struct vm {
 	dv *memo;       /* [rank of a fetched index] */
 	uint64_t *occ;  /* memo indices defined */
 	size_t occ_words, memo_count;
+	bool lazy; /* no prescan: every entry the VM defines is in mh, none in memo */
+	struct mslot {
+		uint64_t key; /* memo index + 1; 0: empty */
+		dv v;
+	} *mh;
+	size_t mh_cap, mh_n;
+	uint32_t fid[F_COUNT]; /* a string id found equal to each field's name, or ID_BAD */
 	node *nodes;
 	size_t nnodes, nodes_cap;
 	uint32_t *freel;
@@ -1003,13 +1020,42 @@ static fields fields_of(const vm *m, dv state)
 	return (fields){ n->items, n->len & ~(uint32_t)1 };
 }
 
-/* field_n(): the value of the first key name (len bytes) in f; FIELD() for a string literal. */
-#define FIELD(m, f, lit) field_n(m, f, lit, sizeof(lit) - 1)
-static inline dv field_n(const vm *m, fields f, const char *name, size_t len)
+static const struct fname {
+	const char *s;
+	size_t n;
+} fnames[F_COUNT] = {
+	[F_RELATIVE_PATH] = { "relative_path", sizeof("relative_path") - 1 },
+	[F_OFFSET] = { "offset", sizeof("offset") - 1 },
+	[F_LENGTH] = { "length", sizeof("length") - 1 },
+	[F_TRANSFORM_DESCRIPTORS] = { "transform_descriptors", sizeof("transform_descriptors") - 1 },
+	[F_PROPERTIES] = { "properties", sizeof("properties") - 1 },
+	[F_SIZE] = { "size", sizeof("size") - 1 },
+	[F_CHUNKS] = { "chunks", sizeof("chunks") - 1 },
+	[F_OFFSETS] = { "offsets", sizeof("offsets") - 1 },
+	[F_SIZES] = { "sizes", sizeof("sizes") - 1 },
+	[F_FQN] = { "fqn", sizeof("fqn") - 1 },
+	[F_DTYPE] = { "dtype", sizeof("dtype") - 1 },
+	[F_STATE_DICT_METADATA] = { "state_dict_metadata", sizeof("state_dict_metadata") - 1 },
+	[F_STORAGE_DATA] = { "storage_data", sizeof("storage_data") - 1 },
+	[F_VERSION] = { "version", sizeof("version") - 1 },
+};
+
+/*
+ * field(): the value of the first key in f equal to field k's name.  A
+ * key whose string id was found equal before matches without comparing
+ * bytes (strings never change); the id of a key found equal is kept.
+ */
+static inline dv field(vm *m, fields f, int k)
 {
-	for (uint32_t i = 0; i < f.len; i += 2)
-		if (str_is(m, res(m, f.kv[i]), name, len))
+	for (uint32_t i = 0; i < f.len; i += 2) {
+		const dv key = res(m, f.kv[i]);
+
+		if (TAG(key) == T_STR && ((uint32_t)PAY(key) == m->fid[k] ||
+					  str_is(m, key, fnames[k].s, fnames[k].n))) {
+			m->fid[k] = (uint32_t)PAY(key);
 			return res(m, f.kv[i + 1]);
+		}
+	}
 	return ABSENT;
 }
 
@@ -1020,9 +1066,9 @@ static uint32_t id_of(dv v, unsigned tag)
 
 static gfs_err reduce_sinfo(vm *m, fields f, dv *out)
 {
-	const dv rel = FIELD(m, f, "relative_path"), off = FIELD(m, f, "offset");
-	const dv len = FIELD(m, f, "length");
-	const dv td = FIELD(m, f, "transform_descriptors");
+	const dv rel = field(m, f, F_RELATIVE_PATH), off = field(m, f, F_OFFSET);
+	const dv len = field(m, f, F_LENGTH);
+	const dv td = field(m, f, F_TRANSFORM_DESCRIPTORS);
 	const node *tn = N(m, td);
 	sinfo s = { .rel = id_of(rel, T_STR), .td0 = ID_NONE };
 	gfs_err err;
@@ -1049,8 +1095,8 @@ static gfs_err reduce_sinfo(vm *m, fields f, dv *out)
 static gfs_err reduce_tsm(vm *m, dv st, fields f, dv *out)
 {
 	struct gfs_dcpmeta_pools *P = m->P;
-	const dv props = FIELD(m, f, "properties"), size = FIELD(m, f, "size");
-	const dv chunks = FIELD(m, f, "chunks");
+	const dv props = field(m, f, F_PROPERTIES), size = field(m, f, F_SIZE);
+	const dv chunks = field(m, f, F_CHUNKS);
 	const node *cn = N(m, chunks);
 	gfs_dcp_tensor t = {
 		.dtype = TAG(props) == T_PROPS ? (uint32_t)PAY(props) : ID_NONE,
@@ -1098,19 +1144,19 @@ static gfs_err reduce(vm *m, int k, dv st, fields f, dv *out)
 
 	switch (k) {
 	case G_CHUNK:
-		*out = MK(T_CHUNK, PACK2(id_of(FIELD(m, f, "offsets"), T_TUP),
-					 id_of(FIELD(m, f, "sizes"), T_TUP)));
+		*out = MK(T_CHUNK, PACK2(id_of(field(m, f, F_OFFSETS), T_TUP),
+					 id_of(field(m, f, F_SIZES), T_TUP)));
 		return GFS_OK;
 	case G_MINDEX:
-		a = FIELD(m, f, "fqn");
-		b = FIELD(m, f, "offset");
+		a = field(m, f, F_FQN);
+		b = field(m, f, F_OFFSET);
 		*out = MK(T_MINDEX, PACK2(id_of(a, T_STR),
 					  TAG(b) == T_NONE || b == ABSENT ? ID_NONE : id_of(b, T_TUP)));
 		return GFS_OK;
 	case G_SINFO:
 		return reduce_sinfo(m, f, out);
 	case G_PROPS:
-		a = kind_of(m, st) == K_TUPLE ? tuple_at(m, st, 0) : FIELD(m, f, "dtype");
+		a = kind_of(m, st) == K_TUPLE ? tuple_at(m, st, 0) : field(m, f, F_DTYPE);
 		*out = MK(T_PROPS, gkind(m, a) == G_TORCH ? m->globs[PAY(a)].name : ID_NONE);
 		return GFS_OK;
 	case G_TSM:
@@ -1122,9 +1168,9 @@ static gfs_err reduce(vm *m, int k, dv st, fields f, dv *out)
 		err = grow(m, (void **)&m->metas, &m->meta_cap, m->nmeta + 1, sizeof(*m->metas));
 		if (err)
 			return err;
-		m->metas[m->nmeta] = (meta_rec){ FIELD(m, f, "state_dict_metadata"),
-						 FIELD(m, f, "storage_data"),
-						 FIELD(m, f, "version") };
+		m->metas[m->nmeta] = (meta_rec){ field(m, f, F_STATE_DICT_METADATA),
+						 field(m, f, F_STORAGE_DATA),
+						 field(m, f, F_VERSION) };
 		pin(m, m->metas[m->nmeta].sdm);
 		pin(m, m->metas[m->nmeta].sd);
 		*out = MK(T_META, m->nmeta++);
@@ -1202,6 +1248,59 @@ static gfs_err into(vm *m, size_t start, int kind)
 	}
 }
 
+/* mh_slot(): the slot of memo index idx in m->mh (a power-of-two table), or the empty one it would take. */
+static struct mslot *mh_slot(struct mslot *t, size_t cap, uint64_t idx)
+{
+	size_t h = (size_t)(((idx + 1) * 0x9E3779B97F4A7C15ULL) >> 20);
+
+	for (;; h++) {
+		struct mslot *s = &t[h & (cap - 1)];
+
+		if (s->key == idx + 1 || !s->key)
+			return s;
+	}
+}
+
+/* mh_put(): m->mh[idx] = v, growing the table (charged) at half full. */
+static gfs_err mh_put(vm *m, uint64_t idx, dv v)
+{
+	struct mslot *s;
+
+	if ((m->mh_n + 1) * 2 > m->mh_cap) {
+		const size_t ncap = m->mh_cap ? m->mh_cap * 2 : 1024;
+		struct mslot *t;
+
+		if (ncap * sizeof(*t) > m->max_bytes - m->bytes)
+			return vfail(m, GFS_ERR_LIMIT,
+				     "needs more than the reader's limit of %zu bytes", m->max_bytes);
+		t = calloc(ncap, sizeof(*t));
+		if (!t)
+			return vfail(m, GFS_ERR_NOMEM, "out of memory");
+		for (size_t i = 0; i < m->mh_cap; i++)
+			if (m->mh[i].key)
+				*mh_slot(t, ncap, m->mh[i].key - 1) = m->mh[i];
+		m->bytes += (ncap - m->mh_cap) * sizeof(*t);
+		free(m->mh);
+		m->mh = t;
+		m->mh_cap = ncap;
+	}
+	s = mh_slot(m->mh, m->mh_cap, idx);
+	m->mh_n += !s->key;
+	*s = (struct mslot){ idx + 1, v };
+	return GFS_OK;
+}
+
+/* mh_get(): the value of memo index idx in m->mh, if there. */
+static inline bool mh_get(const vm *m, uint64_t idx, dv *v)
+{
+	const struct mslot *s = m->mh_cap ? mh_slot(m->mh, m->mh_cap, idx) : NULL;
+
+	if (!s || !s->key)
+		return false;
+	*v = s->v;
+	return true;
+}
+
 static inline gfs_err memo_put(vm *m, uint64_t idx)
 {
 	gfs_err err;
@@ -1219,6 +1318,10 @@ static inline gfs_err memo_put(vm *m, uint64_t idx)
 			return err;
 		m->memo_count++;
 	}
+	if (m->lazy) {
+		pin(m, m->stack[m->sp - 1]);
+		return mh_put(m, idx, m->stack[m->sp - 1]);
+	}
 	if (bit(m->ref, m->ref_words, idx)) {
 		const dv v = m->stack[m->sp - 1];
 		const uint64_t w = m->ref[idx / 64] & (((uint64_t)1 << (idx % 64)) - 1);
@@ -1233,9 +1336,13 @@ static gfs_err memo_get(vm *m, uint64_t idx)
 {
 	const uint64_t w = idx / 64 < m->ref_words
 		? m->ref[idx / 64] & (((uint64_t)1 << (idx % 64)) - 1) : 0;
+	dv v;
 
 	if (!bit(m->occ, m->occ_words, idx))
 		return vfail(m, GFS_ERR_FORMAT, "memo entry %llu is undefined", (unsigned long long)idx);
+	if (m->lazy) /* not in mh: the fast path defined it (gfs_dcpmeta_load() starts over) */
+		return mh_get(m, idx, &v) ? push(m, res(m, v))
+			: vfail(m, GFS_ERR_FORMAT, "memo entry %llu is not kept", (unsigned long long)idx);
 	assert(bit(m->ref, m->ref_words, idx));
 	return push(m, res(m, m->memo[m->rank[idx / 64] + (size_t)popcount(w)]));
 }
@@ -1248,6 +1355,12 @@ static bool memo_peek(const vm *m, uint64_t idx, dv *v)
 {
 	uint64_t w;
 
+	if (m->lazy) {
+		if (!bit(m->occ, m->occ_words, idx) || !mh_get(m, idx, v))
+			return false;
+		*v = res(m, *v);
+		return true;
+	}
 	if (!bit(m->occ, m->occ_words, idx) || !bit(m->ref, m->ref_words, idx))
 		return false;
 	w = m->ref[idx / 64] & (((uint64_t)1 << (idx % 64)) - 1);
@@ -1275,13 +1388,17 @@ static bool memo_peek(const vm *m, uint64_t idx, dv *v)
 #define FAST_STACK 24
 #define T_WRAP 15u /* fast path only: a 1-tuple holding the int tuple of its payload */
 
-/* fast_memo_ok(): can the fast path's j-th MEMOIZE define an entry nobody fetches? */
+/*
+ * fast_memo_ok(): can the fast path's j-th MEMOIZE define an entry nobody
+ * fetches?  Without the prescan (m->lazy) it assumes so: a GET of such an
+ * entry fails in memo_get(), and the load starts over with the prescan.
+ */
 static bool fast_memo_ok(const vm *m, size_t j)
 {
 	const uint64_t idx = (uint64_t)m->memo_count + j;
 
 	return idx / 64 < m->occ_words && !(m->occ[idx / 64] >> (idx % 64) & 1) &&
-	       !bit(m->ref, m->ref_words, idx);
+	       (m->lazy || !bit(m->ref, m->ref_words, idx));
 }
 
 /*
@@ -1719,26 +1836,50 @@ static void vm_free(vm *m)
 	free(m->rank);
 	free(m->memo);
 	free(m->occ);
+	free(m->mh);
 	free(m->globs);
 	free(m->htab);
 	free(m->sinfos);
 	free(m->metas);
 }
 
-gfs_err gfs_dcpmeta_load(const uint8_t *buf, size_t len, const char *label, size_t max_bytes,
-			 gfs_dcpmeta **out)
+/*
+ * lazy_occ(): without the prescan, the bitmap of defined memo indices
+ * sized for every index the pickle can define (below its length: each
+ * took an opcode), zeroed; pages untouched until used.
+ */
+static gfs_err lazy_occ(vm *m)
 {
-	vm m = { .buf = buf, .len = len, .label = label ? label : "metadata",
+	const size_t words = m->len / 64 + 1;
+
+	if (words * sizeof(*m->occ) > m->max_bytes - m->bytes)
+		return vfail(m, GFS_ERR_LIMIT, "needs more than the reader's limit of %zu bytes",
+			     m->max_bytes);
+	m->occ = calloc(words, sizeof(*m->occ));
+	if (!m->occ)
+		return vfail(m, GFS_ERR_NOMEM, "out of memory");
+	m->occ_words = words;
+	m->bytes += words * sizeof(*m->occ);
+	return GFS_OK;
+}
+
+/*
+ * load(): gfs_dcpmeta_load() with the prescan, or (lazy) without it: the
+ * VM keeps every memo entry it defines in a hash and the fast path
+ * assumes no GET fetches the entries it defines; any error (such a GET
+ * included) is for the caller to try again with the prescan.
+ */
+static gfs_err load(const uint8_t *buf, size_t len, const char *label, size_t max_bytes,
+		    bool lazy, gfs_dcpmeta **out)
+{
+	vm m = { .buf = buf, .len = len, .label = label, .lazy = lazy,
 		 .max_bytes = max_bytes ? max_bytes : DEFAULT_MAX_BYTES };
 	bool stop = false;
 	gfs_err err;
 
-	if (!out || (!buf && len))
-		return gfs_fail(GFS_ERR_INVAL, "gfs_dcpmeta_load: bad argument");
-	*out = NULL;
-	if (len > MAX_INPUT)
-		return gfs_fail(GFS_ERR_LIMIT, "%s: DCP metadata of %zu bytes (the reader takes %zu)",
-				m.label, len, MAX_INPUT);
+	for (int k = 0; k < F_COUNT; k++)
+		m.fid[k] = ID_BAD;
+
 	m.out = calloc(1, sizeof(*m.out));
 	m.P = calloc(1, sizeof(*m.P));
 	if (!m.out || !m.P) {
@@ -1752,7 +1893,8 @@ gfs_err gfs_dcpmeta_load(const uint8_t *buf, size_t len, const char *label, size
 	if (!err)
 		err = grow(&m, (void **)&m.stack, &m.stack_cap, 1, sizeof(*m.stack));
 	if (!err)
-		err = prescan(&m);
+		err = lazy ? lazy_occ(&m) : prescan(&m);
+	m.out->lazy = lazy;
 	m.pos = 0;
 	while (!err && !stop)
 		err = step(&m, &stop);
@@ -1769,10 +1911,26 @@ gfs_err gfs_dcpmeta_load(const uint8_t *buf, size_t len, const char *label, size
 	return GFS_OK;
 }
 
-void gfs_dcpmeta_set_fast(bool on, size_t split)
+gfs_err gfs_dcpmeta_load(const uint8_t *buf, size_t len, const char *label, size_t max_bytes,
+			 gfs_dcpmeta **out)
+{
+	if (!out || (!buf && len))
+		return gfs_fail(GFS_ERR_INVAL, "gfs_dcpmeta_load: bad argument");
+	*out = NULL;
+	label = label ? label : "metadata";
+	if (len > MAX_INPUT)
+		return gfs_fail(GFS_ERR_LIMIT, "%s: DCP metadata of %zu bytes (the reader takes %zu)",
+				label, len, MAX_INPUT);
+	if (fast_on && lazy_on && load(buf, len, label, max_bytes, true, out) == GFS_OK)
+		return GFS_OK;
+	return load(buf, len, label, max_bytes, false, out);
+}
+
+void gfs_dcpmeta_set_fast(bool on, size_t split, bool lazy)
 {
 	fast_on = on;
 	split_min = split ? split : SPLIT_MIN;
+	lazy_on = lazy;
 }
 
 void gfs_dcpmeta_free(gfs_dcpmeta *m)

@@ -12,6 +12,8 @@ MODE is one of
   overlap       the second chunk of the first tensor one row earlier (overlap)
   badsize       the first chunk one row longer than the tensor it holds
   garbage       .metadata is not a pickle
+  dupitem       the first storage item whose offset is not all zeros at offset
+                zero, like its tensor's first chunk's (an item listed twice)
   lazy-eocd     the last chunk archive of the last .distcp file without its
                 end of central directory record (a bad zip, found on first read)
   lazy-size     the last chunk archive's central directory gives its data/0
@@ -63,6 +65,37 @@ def patch(key, nth, delta):
     sys.exit(f"no BININT2 after '{key}' #{nth}")
 
 
+def zero_item_offset():
+    """Zero the ints of the first MetadataIndex offset (torch.Size by GET) that has any."""
+    data = bytearray(open(meta, "rb").read())
+    ops = list(pickletools.genops(bytes(data)))
+    memo, key_memo = 0, None
+    for i, (op, arg, pos) in enumerate(ops):
+        if op.name == "MEMOIZE":
+            if ops[i - 1][0].name == "SHORT_BINUNICODE" and ops[i - 1][1] == "offset":
+                key_memo = memo
+            memo += 1
+            continue
+        hit = (op.name == "SHORT_BINUNICODE" and arg == "offset") or \
+            (op.name in ("BINGET", "LONG_BINGET") and arg == key_memo)
+        j = i + 1 + (ops[i + 1][0].name == "MEMOIZE")
+        if not hit or ops[j][0].name not in ("BINGET", "LONG_BINGET"):
+            continue
+        ints = []
+        for op2, arg2, pos2 in ops[j + 1:j + 8]:
+            if op2.name not in ("BININT1", "BININT2"):
+                break
+            ints.append((op2.name, arg2, pos2))
+        if not any(a for _, a, _ in ints):
+            continue
+        for name, a, p in ints:
+            n = 1 if name == "BININT1" else 2
+            data[p + 1:p + 1 + n] = bytes(n)
+        open(meta, "wb").write(data)
+        return
+    sys.exit("no MetadataIndex offset with a non-zero int")
+
+
 if mode == "missing":
     os.unlink(os.path.join(out, distcp[-1]))
 elif mode == "truncated":
@@ -98,6 +131,8 @@ elif mode in ("lazy-eocd", "lazy-size"):
             size = struct.unpack_from("<I", data, at + field)[0]
             struct.pack_into("<I", data, at + field, size - 4)
     open(p, "wb").write(data)
+elif mode == "dupitem":
+    zero_item_offset()
 elif mode == "garbage":
     open(meta, "wb").write(b"not a pickle\n")
 else:

@@ -202,32 +202,43 @@ static bool same_md(const gfs_dcpmeta *a, const gfs_dcpmeta *b)
 static size_t split;
 
 /*
- * fast_agrees(): loading buf with and without the fast paths gives the
- * same records and ids, or the same error; *nfast counts the fast path's
- * objects, *nsplit the loads whose prescan was split.
+ * fast_agrees(): loading buf without the fast paths, with them after the
+ * prescan, and with them without the prescan (lazy) gives the same
+ * records and ids, or the same error; *nfast counts the fast path's
+ * objects (with the prescan), *nsplit the loads whose prescan was split,
+ * *nlazy the lazy loads that needed no prescan.
  */
-static bool fast_agrees(const uint8_t *buf, size_t len, size_t *nfast, size_t *nsplit)
+static bool fast_agrees(const uint8_t *buf, size_t len, size_t *nfast, size_t *nsplit,
+			size_t *nlazy)
 {
 	static int nshown;
-	gfs_dcpmeta *a = NULL, *b = NULL;
-	gfs_err ea, eb;
-	char msg[GFS_ERRMSG_MAX];
+	gfs_dcpmeta *a = NULL, *b = NULL, *c = NULL;
+	gfs_err ea, eb, ec;
+	char msg[GFS_ERRMSG_MAX], msgc[GFS_ERRMSG_MAX];
 	bool same;
 
-	gfs_dcpmeta_set_fast(true, split);
+	gfs_dcpmeta_set_fast(true, split, false);
 	ea = gfs_dcpmeta_load(buf, len, "m.metadata", 0, &a);
 	snprintf(msg, sizeof(msg), "%s", gfs_errmsg());
-	gfs_dcpmeta_set_fast(false, 0);
+	gfs_dcpmeta_set_fast(true, 0, true);
+	ec = gfs_dcpmeta_load(buf, len, "m.metadata", 0, &c);
+	snprintf(msgc, sizeof(msgc), "%s", gfs_errmsg());
+	gfs_dcpmeta_set_fast(false, 0, false);
 	eb = gfs_dcpmeta_load(buf, len, "m.metadata", 0, &b);
-	gfs_dcpmeta_set_fast(true, split);
-	same = ea == eb && (ea ? strcmp(msg, gfs_errmsg()) == 0
-			      : same_md(a, b) && b->nfast == 0 && !b->split_scan);
+	gfs_dcpmeta_set_fast(true, 0, true);
+	same = ea == eb && ec == eb &&
+	       (ea ? strcmp(msg, gfs_errmsg()) == 0 && strcmp(msgc, gfs_errmsg()) == 0
+		   : same_md(a, b) && same_md(c, b) && b->nfast == 0 && !b->split_scan &&
+			     !b->lazy && !a->lazy);
 	if (!same && nshown++ < 3)
-		fprintf(stderr, "# fast: %s\n# generic: %s\n", ea ? msg : "ok", eb ? gfs_errmsg() : "ok");
+		fprintf(stderr, "# fast: %s\n# lazy: %s\n# generic: %s\n", ea ? msg : "ok",
+			ec ? msgc : "ok", eb ? gfs_errmsg() : "ok");
 	*nfast += a ? a->nfast : 0;
 	*nsplit += a && a->split_scan;
+	*nlazy += c && c->lazy;
 	gfs_dcpmeta_free(a);
 	gfs_dcpmeta_free(b);
+	gfs_dcpmeta_free(c);
 	return same;
 }
 
@@ -241,29 +252,29 @@ static void fast_mutants(const char *name, const uint8_t *buf, size_t len, size_
 					'u', 'b', '(', 0x8c, 0x00, 0xff };
 	uint8_t *mut = malloc(len ? len : 1);
 	size_t nfast = 0, mfast = 0, bad = 0, first = SIZE_MAX, nmut = 0, ntrunc = 0;
-	size_t nsplit = 0, msplit = 0;
+	size_t nsplit = 0, msplit = 0, nlazy = 0, mlazy = 0;
 
 	if (!tap_ok(mut != NULL, "%s: memory", name))
 		return;
-	if (!fast_agrees(buf, len, &nfast, &nsplit))
+	if (!fast_agrees(buf, len, &nfast, &nsplit, &nlazy))
 		nfast = 0;
-	tap_ok(nfast > 0 && nsplit == (split ? 1 : 0),
-	       "%s: the fast path reads %zu objects, as the generic VM does (prescan split: %zu)",
-	       name, nfast, nsplit);
+	tap_ok(nfast > 0 && nsplit == (split ? 1 : 0) && nlazy == 1,
+	       "%s: the fast path reads %zu objects, as the generic VM does (prescan split: %zu, no prescan: %zu)",
+	       name, nfast, nsplit, nlazy);
 	for (size_t i = from; i < len; i += 2) {
 		memcpy(mut, buf, len);
 		mut[i] = repl[i % sizeof(repl)] != buf[i] ? repl[i % sizeof(repl)] : buf[i] ^ 1;
 		nmut++;
 		ntrunc += i % 5 < 2;
-		if (!fast_agrees(mut, len, &mfast, &msplit) ||
-		    (i % 5 < 2 && !fast_agrees(buf, i, &mfast, &msplit))) {
+		if (!fast_agrees(mut, len, &mfast, &msplit, &mlazy) ||
+		    (i % 5 < 2 && !fast_agrees(buf, i, &mfast, &msplit, &mlazy))) {
 			bad++;
 			first = first < i ? first : i;
 		}
 	}
-	tap_ok(bad == 0 && mfast > 0 && (msplit > 0) == (split > 0),
-	       "%s: %zu mutants and %zu truncations agree (%zu bad, first at %zu; %zu fast objects, %zu split prescans)",
-	       name, nmut, ntrunc, bad, first, mfast, msplit);
+	tap_ok(bad == 0 && mfast > 0 && (msplit > 0) == (split > 0) && mlazy > 0,
+	       "%s: %zu mutants and %zu truncations agree (%zu bad, first at %zu; %zu fast objects, %zu split prescans, %zu loads without one)",
+	       name, nmut, ntrunc, bad, first, mfast, msplit, mlazy);
 	free(mut);
 }
 

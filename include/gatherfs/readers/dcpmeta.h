@@ -89,6 +89,7 @@ typedef struct gfs_dcpmeta {
 	uint32_t version; /* string id, or GFS_DCP_NONE */
 	size_t nfast;     /* objects the fast path read (for tests) */
 	bool split_scan;  /* the prescan ran as two halves (for tests) */
+	bool lazy;        /* read without the prescan (for tests) */
 	struct gfs_dcpmeta_pools *pools; /* private */
 } gfs_dcpmeta;
 
@@ -107,14 +108,16 @@ gfs_err gfs_dcpmeta_load(const uint8_t *buf, size_t len, const char *label, size
 			 gfs_dcpmeta **out);
 
 /*
- * gfs_dcpmeta_set_fast(): use the fast paths or not (on), and split the
+ * gfs_dcpmeta_set_fast(): use the fast paths or not (on), split the
  * prescan over two threads for pickles of at least split_min bytes (0: the
- * default, 4 MiB).  The fast paths are a shortcut for DCP's small
- * dataclasses and the split prescan; the results and errors are the same
- * either way.  For tests that check so; the default is on, 0.  Not
- * thread-safe: set it before any load.
+ * default, 4 MiB), and (lazy, with on) first read without the prescan,
+ * falling back to the prescan on any error or on a GET of an entry the
+ * fast path defined.  The fast paths are a shortcut for DCP's small
+ * dataclasses, the split prescan and the lazy read; the results and
+ * errors are the same either way.  For tests that check so; the default
+ * is on, 0, lazy.  Not thread-safe: set it before any load.
  */
-void gfs_dcpmeta_set_fast(bool on, size_t split_min);
+void gfs_dcpmeta_set_fast(bool on, size_t split_min, bool lazy);
 
 /* gfs_dcpmeta_free(): free everything; NULL is allowed. */
 void gfs_dcpmeta_free(gfs_dcpmeta *m);
