@@ -205,20 +205,124 @@ static const gfs_dcp_item *item_find(const dcp_ckpt *c, uint32_t fqn_id, const c
 }
 
 /*
- * items_prefetch(): prefetch what item_find() of (fqn, the offsets of
- * chunks[0..n)) reads: their slots, then the items those slots name.
+ * The storage items of the chunks of the imported tensors, looked up ahead
+ * of import_tensor() on gfs_pfor() threads (chunk_items_find()).  Entry i
+ * owns res[base[i], base[i + 1]) if own[i]: a tensor entry of the prefix,
+ * the first entry naming its tensor (a memoized tensor named by several
+ * entries is looked up in import_tensor(), chunk by chunk).
  */
-static void items_prefetch(const dcp_ckpt *c, uint64_t h, const gfs_dcp_chunk *chunks, size_t n)
-{
-	size_t slot[DCP_PROBE_BATCH];
+typedef struct chunk_items {
+	const dcp_ckpt *c;
+	size_t *base;    /* [nentries + 1], non-decreasing */
+	bool *own;       /* [nentries] */
+	uint32_t *res;   /* [base[nentries]]: item index + 1, 0 if none */
+} chunk_items;
 
-	for (size_t k = 0; k < n; k++) {
-		slot[k] = item_slot(c, item_key(h, chunks[k].offsets));
-		__builtin_prefetch(&c->itab[slot[k]]);
+#define CHUNK_ITEMS_BLOCK 4096 /* results a gfs_pfor() step fills */
+
+/* chunk_items_block(): fill res[b * CHUNK_ITEMS_BLOCK, ...) (a gfs_pfor() body). */
+static gfs_err chunk_items_block(void *ctx, size_t b)
+{
+	const chunk_items *ci = ctx;
+	const dcp_ckpt *c = ci->c;
+	const size_t n = ci->base[c->md->nentries];
+	const size_t p0 = b * CHUNK_ITEMS_BLOCK;
+	const size_t p1 = n - p0 < CHUNK_ITEMS_BLOCK ? n : p0 + CHUNK_ITEMS_BLOCK;
+	size_t lo = 0, hi = c->md->nentries, e;
+	uint64_t h = 0;
+
+	while (hi - lo > 1) { /* the last entry with base <= p0 */
+		const size_t mid = lo + (hi - lo) / 2;
+
+		if (ci->base[mid] <= p0)
+			lo = mid;
+		else
+			hi = mid;
 	}
-	for (size_t k = 0; k < n; k++)
-		if (c->itab[slot[k]])
-			__builtin_prefetch(&c->md->items[(uint32_t)c->itab[slot[k]] - 1]);
+	e = lo;
+	h = str_hash(gfs_dcpmeta_str(c->md, c->md->entries[e].fqn));
+	for (size_t q0 = p0; q0 < p1; q0 += DCP_PROBE_BATCH) {
+		const size_t q1 = p1 - q0 < DCP_PROBE_BATCH ? p1 : q0 + DCP_PROBE_BATCH;
+		uint64_t key[DCP_PROBE_BATCH];
+		uint32_t ent[DCP_PROBE_BATCH];
+
+		for (size_t q = q0; q < q1; q++) {
+			const gfs_dcp_chunk *ch;
+
+			while (ci->base[e + 1] <= q) {
+				e++;
+				if (ci->base[e + 1] > q)
+					h = str_hash(gfs_dcpmeta_str(c->md, c->md->entries[e].fqn));
+			}
+			ch = &c->md->chunks[c->md->tensors[c->md->entries[e].tensor].first +
+					    (q - ci->base[e])];
+			key[q - q0] = item_key(h, ch->offsets);
+			ent[q - q0] = (uint32_t)e;
+			__builtin_prefetch(&c->itab[item_slot(c, key[q - q0])]);
+		}
+		for (size_t q = q0; q < q1; q++) {
+			const gfs_dcp_entry *en = &c->md->entries[ent[q - q0]];
+			const gfs_dcp_chunk *ch = &c->md->chunks[c->md->tensors[en->tensor].first +
+								 (q - ci->base[ent[q - q0]])];
+			const gfs_dcp_item *it;
+			size_t empty;
+
+			it = item_probe(c, en->fqn, gfs_dcpmeta_str(c->md, en->fqn), key[q - q0],
+					ch->offsets, &empty);
+			ci->res[q] = it ? (uint32_t)(it - c->md->items) + 1 : 0;
+		}
+	}
+	return GFS_OK;
+}
+
+/*
+ * chunk_items_find(): ci->base, own and res for the entries of the prefix
+ * (plen bytes; 0: all), the lookups on gfs_pfor() threads.  @return
+ * GFS_OK, or GFS_ERR_NOMEM (ci then holds nothing to free).
+ */
+static gfs_err chunk_items_find(const dcp_ckpt *c, const char *prefix, size_t plen,
+				chunk_items *ci)
+{
+	const gfs_dcpmeta *md = c->md;
+	bool *seen = gfs_calloc(md->ntensors ? md->ntensors : 1, sizeof(*seen));
+	size_t n = 0;
+	gfs_err err;
+
+	*ci = (chunk_items){ .c = c };
+	ci->base = gfs_calloc(md->nentries + 1, sizeof(*ci->base));
+	ci->own = gfs_calloc(md->nentries ? md->nentries : 1, sizeof(*ci->own));
+	if (!seen || !ci->base || !ci->own)
+		goto nomem;
+	for (size_t i = 0; i < md->nentries; i++) {
+		const gfs_dcp_entry *e = &md->entries[i];
+
+		ci->base[i] = n;
+		if (e->kind != GFS_DCP_TENSOR || seen[e->tensor] ||
+		    (plen && strncmp(gfs_dcpmeta_str(md, e->fqn), prefix, plen) != 0))
+			continue;
+		seen[e->tensor] = true;
+		ci->own[i] = true;
+		n += md->tensors[e->tensor].nchunks;
+	}
+	ci->base[md->nentries] = n;
+	ci->res = gfs_calloc(n ? n : 1, sizeof(*ci->res));
+	if (!ci->res)
+		goto nomem;
+	free(seen);
+	err = gfs_pfor((n + CHUNK_ITEMS_BLOCK - 1) / CHUNK_ITEMS_BLOCK, chunk_items_block, ci);
+	if (err) {
+		free(ci->base);
+		free(ci->own);
+		free(ci->res);
+		*ci = (chunk_items){ 0 };
+	}
+	return err;
+nomem:
+	free(seen);
+	free(ci->base);
+	free(ci->own);
+	*ci = (chunk_items){ 0 };
+	return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 }
 
 /* One half of the item table's build (items_index()): the keys' top bit picks it. */
@@ -992,8 +1096,13 @@ static bool overlaps(uint32_t ndim, uint64_t (*box)[2][GFS_MAX_DIMS], const uint
 	return found;
 }
 
+/*
+ * import_tensor(): tensor t of entry fqn (string id fqn_id), named name
+ * in the view; pre: its chunks' items as chunk_items_find() found them, or
+ * NULL to look them up here.
+ */
 static gfs_err import_tensor(dcp_ckpt *c, uint32_t fqn_id, const char *fqn, const char *name,
-			     const gfs_dcp_tensor *t)
+			     const gfs_dcp_tensor *t, const uint32_t *pre)
 {
 	const char *dts = gfs_dcpmeta_str(c->md, t->dtype);
 	const gfs_dcp_chunk *chunks = c->md->chunks + t->first;
@@ -1066,10 +1175,6 @@ static gfs_err import_tensor(dcp_ckpt *c, uint32_t fqn_id, const char *fqn, cons
 			chunk_job *j = &jobs[nj];
 			dcp_file *f;
 
-			if (k % DCP_PROBE_BATCH == 0)
-				items_prefetch(c, h, chunks + k,
-					       nch - k < DCP_PROBE_BATCH ? nch - k : DCP_PROBE_BATCH);
-
 			if (k == jb) { /* the chunks before it are located first */
 				perr = gfs_fail(GFS_ERR_FORMAT, "%s: %s: chunks %zu and %zu overlap",
 						c->meta_path, fqn, ja, jb);
@@ -1077,7 +1182,10 @@ static gfs_err import_tensor(dcp_ckpt *c, uint32_t fqn_id, const char *fqn, cons
 			}
 			if (vol[k] == 0)
 				continue;
-			j->it = item_find(c, fqn_id, fqn, h, chunks[k].offsets);
+			if (pre)
+				j->it = pre[k] ? &c->md->items[pre[k] - 1] : NULL;
+			else
+				j->it = item_find(c, fqn_id, fqn, h, chunks[k].offsets);
 			if (!j->it) {
 				perr = gfs_fail(GFS_ERR_FORMAT,
 						"%s: %s: chunk %zu has no storage data entry",
@@ -1162,6 +1270,7 @@ gfs_err gfs_import_dcp(const char *dir, const char *prefix, gfs_layout **out)
 	dcp_ckpt c = { .dir = dir };
 	const size_t plen = prefix ? strlen(prefix) : 0;
 	size_t ntensors = 0, nobjects = 0;
+	chunk_items ci = { 0 };
 	char info[512];
 	gfs_err err;
 
@@ -1181,6 +1290,8 @@ gfs_err gfs_import_dcp(const char *dir, const char *prefix, gfs_layout **out)
 		err = gfs_layout_add_metafile(c.l, c.meta_path);
 	if (!err)
 		err = read_metadata(&c);
+	if (!err)
+		err = chunk_items_find(&c, prefix, plen, &ci);
 	for (size_t i = 0; !err && i < c.md->nentries; i++) {
 		const gfs_dcp_entry *e = &c.md->entries[i];
 		const char *fqn = gfs_dcpmeta_str(c.md, e->fqn);
@@ -1188,7 +1299,8 @@ gfs_err gfs_import_dcp(const char *dir, const char *prefix, gfs_layout **out)
 		if (plen && strncmp(fqn, prefix, plen) != 0)
 			continue;
 		if (e->kind == GFS_DCP_TENSOR) {
-			err = import_tensor(&c, e->fqn, fqn, fqn + plen, &c.md->tensors[e->tensor]);
+			err = import_tensor(&c, e->fqn, fqn, fqn + plen, &c.md->tensors[e->tensor],
+					    ci.own[i] ? ci.res + ci.base[i] : NULL);
 			ntensors++;
 		} else if (e->kind == GFS_DCP_BYTES) {
 			err = import_object(&c, e->fqn, fqn, fqn + plen);
@@ -1211,6 +1323,9 @@ gfs_err gfs_import_dcp(const char *dir, const char *prefix, gfs_layout **out)
 			 c.zstd ? ", zstd" : "", plen ? ", prefix " : "", plen ? prefix : "");
 		err = gfs_layout_set_info(c.l, info);
 	}
+	free(ci.base);
+	free(ci.own);
+	free(ci.res);
 	if (!err) {
 		gfs_dcpmeta_free(c.md); /* before the layout is sealed: its peak */
 		c.md = NULL;
