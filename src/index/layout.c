@@ -1222,6 +1222,8 @@ static void remap_records(gfs_layout *tl, const uint32_t *remap)
  * source's run sorted on its own unless it is already in order, as the
  * importers mostly add a file's records.  O(records) then.
  */
+#define SORT_AHEAD 16 /* sort_records(): records a cycle's moves prefetch ahead */
+
 static gfs_err sort_records(gfs_layout *l)
 {
 	const size_t n = l->nrecords;
@@ -1241,14 +1243,23 @@ static gfs_err sort_records(gfs_layout *l)
 		perm[at[l->records[i].src]++] = (uint32_t)i;
 	for (size_t k = 0; k < n; k++) { /* apply it, a cycle at a time; done: perm[j] == j */
 		gfs_record tmp;
-		size_t j = k;
+		size_t j = k, ahead = k;
 
 		if (perm[k] == k)
 			continue;
 		tmp = l->records[k];
+		/* the records moved SORT_AHEAD steps later in the cycle are prefetched */
+		for (int d = 0; d < SORT_AHEAD && perm[ahead] != k; d++)
+			ahead = perm[ahead];
 		for (;;) {
 			const size_t from = perm[j];
 
+			if (perm[ahead] != k) {
+				ahead = perm[ahead];
+				__builtin_prefetch(&l->records[ahead]);
+				__builtin_prefetch((const char *)&l->records[ahead] +
+						   sizeof(*l->records) - 1);
+			}
 			perm[j] = (uint32_t)j;
 			if (from == k) {
 				l->records[j] = tmp;
