@@ -92,35 +92,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	return 0;
 }
 
-/* same_md(): do two parses give the same records and ids? */
-static bool same_md(const gfs_dcpmeta *a, const gfs_dcpmeta *b)
-{
-	if (a->nentries != b->nentries || a->ntensors != b->ntensors || a->nchunks != b->nchunks ||
-	    a->nitems != b->nitems || a->version != b->version)
-		return false;
-	for (size_t i = 0; i < a->nentries; i++)
-		if (a->entries[i].fqn != b->entries[i].fqn || a->entries[i].kind != b->entries[i].kind ||
-		    a->entries[i].tensor != b->entries[i].tensor)
-			return false;
-	for (size_t i = 0; i < a->ntensors; i++)
-		if (a->tensors[i].dtype != b->tensors[i].dtype || a->tensors[i].size != b->tensors[i].size ||
-		    a->tensors[i].has_chunks != b->tensors[i].has_chunks ||
-		    a->tensors[i].first != b->tensors[i].first ||
-		    a->tensors[i].nchunks != b->tensors[i].nchunks)
-			return false;
-	for (size_t i = 0; i < a->nchunks; i++)
-		if (a->chunks[i].offsets != b->chunks[i].offsets || a->chunks[i].sizes != b->chunks[i].sizes)
-			return false;
-	for (size_t i = 0; i < a->nitems; i++) {
-		const gfs_dcp_item *x = &a->items[i], *y = &b->items[i];
-
-		if (x->fqn != y->fqn || x->offset != y->offset || x->rel != y->rel || x->ntd != y->ntd ||
-		    x->td0 != y->td0 || x->off != y->off || x->len != y->len)
-			return false;
-	}
-	return true;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	gfs_dcpmeta *pk = NULL, *slow = NULL;
@@ -138,7 +109,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		gfs_dcpmeta_set_fast(true, lazy ? 0 : 1, lazy);
 		perr = gfs_dcp_parse_metadata(data, size, "fuzz.metadata", &pk);
 		gfs_dcpmeta_set_fast(true, 0, true);
-		if (perr != serr || (perr ? strcmp(msg, gfs_errmsg()) != 0 : !same_md(pk, slow))) {
+		if (perr != serr || (perr ? strcmp(msg, gfs_errmsg()) != 0 : !gfs_dcpmeta_same(pk, slow))) {
 			fprintf(stderr, "the fast paths disagree (lazy %d): %s / %s\n", lazy,
 				perr ? gfs_errmsg() : "ok", serr ? msg : "ok");
 			abort();

@@ -1948,6 +1948,44 @@ void gfs_dcpmeta_free(gfs_dcpmeta *m)
 	free(m);
 }
 
+bool gfs_dcpmeta_same(const gfs_dcpmeta *a, const gfs_dcpmeta *b)
+{
+	if (a->nentries != b->nentries || a->ntensors != b->ntensors || a->nchunks != b->nchunks ||
+	    a->nitems != b->nitems || a->version != b->version)
+		return false;
+	for (size_t i = 0; i < a->nentries; i++)
+		if (a->entries[i].fqn != b->entries[i].fqn || a->entries[i].kind != b->entries[i].kind ||
+		    a->entries[i].tensor != b->entries[i].tensor)
+			return false;
+	for (size_t i = 0; i < a->ntensors; i++)
+		if (a->tensors[i].dtype != b->tensors[i].dtype || a->tensors[i].size != b->tensors[i].size ||
+		    a->tensors[i].has_chunks != b->tensors[i].has_chunks ||
+		    a->tensors[i].first != b->tensors[i].first ||
+		    a->tensors[i].nchunks != b->tensors[i].nchunks)
+			return false;
+	for (size_t i = 0; i < a->nchunks; i++) {
+		uint32_t na = 0, nb = 0;
+		const int64_t *va, *vb;
+
+		if (a->chunks[i].offsets != b->chunks[i].offsets || a->chunks[i].sizes != b->chunks[i].sizes)
+			return false;
+		va = gfs_dcpmeta_ints(a, a->chunks[i].sizes, &na);
+		vb = gfs_dcpmeta_ints(b, b->chunks[i].sizes, &nb);
+		if (!va != !vb || na != nb || (va && memcmp(va, vb, na * sizeof(*va)) != 0))
+			return false;
+	}
+	for (size_t i = 0; i < a->nitems; i++) {
+		const gfs_dcp_item *x = &a->items[i], *y = &b->items[i];
+
+		if (x->fqn != y->fqn || x->offset != y->offset || x->rel != y->rel || x->ntd != y->ntd ||
+		    x->td0 != y->td0 || x->off != y->off || x->len != y->len ||
+		    strcmp(gfs_dcpmeta_str(a, x->fqn), gfs_dcpmeta_str(b, y->fqn)) != 0 ||
+		    strcmp(gfs_dcpmeta_str(a, x->rel), gfs_dcpmeta_str(b, y->rel)) != 0)
+			return false;
+	}
+	return true;
+}
+
 const char *gfs_dcpmeta_str(const gfs_dcpmeta *m, uint32_t id)
 {
 	return id == GFS_DCP_NONE ? NULL : str_at(m->pools, id, NULL);

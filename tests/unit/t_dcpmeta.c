@@ -159,45 +159,6 @@ static void agree(const char *name, const uint8_t *buf, size_t len)
 	gfs_pickle_free(p);
 }
 
-/* same_md(): are two loads' records and ids identical? */
-static bool same_md(const gfs_dcpmeta *a, const gfs_dcpmeta *b)
-{
-	if (a->nentries != b->nentries || a->ntensors != b->ntensors || a->nchunks != b->nchunks ||
-	    a->nitems != b->nitems || a->version != b->version)
-		return false;
-	for (size_t i = 0; i < a->nentries; i++)
-		if (a->entries[i].fqn != b->entries[i].fqn || a->entries[i].kind != b->entries[i].kind ||
-		    a->entries[i].tensor != b->entries[i].tensor)
-			return false;
-	for (size_t i = 0; i < a->ntensors; i++)
-		if (a->tensors[i].dtype != b->tensors[i].dtype || a->tensors[i].size != b->tensors[i].size ||
-		    a->tensors[i].has_chunks != b->tensors[i].has_chunks ||
-		    a->tensors[i].first != b->tensors[i].first ||
-		    a->tensors[i].nchunks != b->tensors[i].nchunks)
-			return false;
-	for (size_t i = 0; i < a->nchunks; i++) {
-		uint32_t na = 0, nb = 0;
-		const int64_t *va, *vb;
-
-		if (a->chunks[i].offsets != b->chunks[i].offsets || a->chunks[i].sizes != b->chunks[i].sizes)
-			return false;
-		va = gfs_dcpmeta_ints(a, a->chunks[i].sizes, &na);
-		vb = gfs_dcpmeta_ints(b, b->chunks[i].sizes, &nb);
-		if (!va != !vb || na != nb || (va && memcmp(va, vb, na * sizeof(*va)) != 0))
-			return false;
-	}
-	for (size_t i = 0; i < a->nitems; i++) {
-		const gfs_dcp_item *x = &a->items[i], *y = &b->items[i];
-
-		if (x->fqn != y->fqn || x->offset != y->offset || x->rel != y->rel || x->ntd != y->ntd ||
-		    x->td0 != y->td0 || x->off != y->off || x->len != y->len ||
-		    strcmp(gfs_dcpmeta_str(a, x->fqn), gfs_dcpmeta_str(b, y->fqn)) != 0 ||
-		    strcmp(gfs_dcpmeta_str(a, x->rel), gfs_dcpmeta_str(b, y->rel)) != 0)
-			return false;
-	}
-	return true;
-}
-
 /* The split_min the fast loads use (0: the default, 4 MiB). */
 static size_t split;
 
@@ -228,7 +189,7 @@ static bool fast_agrees(const uint8_t *buf, size_t len, size_t *nfast, size_t *n
 	gfs_dcpmeta_set_fast(true, 0, true);
 	same = ea == eb && ec == eb &&
 	       (ea ? strcmp(msg, gfs_errmsg()) == 0 && strcmp(msgc, gfs_errmsg()) == 0
-		   : same_md(a, b) && same_md(c, b) && b->nfast == 0 && !b->split_scan &&
+		   : gfs_dcpmeta_same(a, b) && gfs_dcpmeta_same(c, b) && b->nfast == 0 && !b->split_scan &&
 			     !b->lazy && !a->lazy);
 	if (!same && nshown++ < 3)
 		fprintf(stderr, "# fast: %s\n# lazy: %s\n# generic: %s\n", ea ? msg : "ok",

@@ -122,6 +122,13 @@ void gfs_dcpmeta_set_fast(bool on, size_t split_min, bool lazy);
 /* gfs_dcpmeta_free(): free everything; NULL is allowed. */
 void gfs_dcpmeta_free(gfs_dcpmeta *m);
 
+/*
+ * gfs_dcpmeta_same(): do two loads (of one .metadata, e.g. with and without
+ * the fast paths) hold the same records with the same ids, strings and int
+ * tuples?  For the tests and the fuzzer.
+ */
+bool gfs_dcpmeta_same(const gfs_dcpmeta *a, const gfs_dcpmeta *b);
+
 /* gfs_dcpmeta_str(): the NUL-terminated string of id, or NULL for GFS_DCP_NONE. */
 const char *gfs_dcpmeta_str(const gfs_dcpmeta *m, uint32_t id);
 
