@@ -1430,6 +1430,20 @@ static bool fast_tuple(vm *m, size_t at, dv *st, size_t *n, size_t k, gfs_err *e
 	return *err == GFS_OK;
 }
 
+/*
+ * fast_memoize(): the fast path's optional MEMOIZE at *pos, passed (the
+ * nmemo-th entry it defines); false to give up (fast_memo_ok()).
+ */
+static bool fast_memoize(const vm *m, const uint8_t *b, size_t *pos, size_t *nmemo)
+{
+	if (b[*pos] != OP_MEMOIZE)
+		return true;
+	if (!fast_memo_ok(m, (*nmemo)++))
+		return false;
+	(*pos)++;
+	return true;
+}
+
 /* fast_run(): fast_object() but for m->pos, which it may leave anywhere when it gives up. */
 static gfs_err fast_run(vm *m, uint64_t cls_idx, bool *done)
 {
@@ -1452,19 +1466,8 @@ static gfs_err fast_run(vm *m, uint64_t cls_idx, bool *done)
 		return err;
 	n = 0;
 	pos += 2;
-	if (b[pos] == OP_MEMOIZE) {
-		if (!fast_memo_ok(m, nmemo++))
-			return GFS_OK;
-		pos++;
-	}
-	if (b[pos++] != OP_EMPTY_DICT)
-		return GFS_OK;
-	if (b[pos] == OP_MEMOIZE) {
-		if (!fast_memo_ok(m, nmemo++))
-			return GFS_OK;
-		pos++;
-	}
-	if (b[pos++] != OP_MARK)
+	if (!fast_memoize(m, b, &pos, &nmemo) || b[pos++] != OP_EMPTY_DICT ||
+	    !fast_memoize(m, b, &pos, &nmemo) || b[pos++] != OP_MARK)
 		return GFS_OK;
 	for (;;) {
 		uint64_t idx;
@@ -1509,9 +1512,8 @@ static gfs_err fast_run(vm *m, uint64_t cls_idx, bool *done)
 			pos++;
 			break;
 		case OP_MEMOIZE:
-			if (!n || !fast_memo_ok(m, nmemo++))
+			if (!n || !fast_memoize(m, b, &pos, &nmemo))
 				return GFS_OK;
-			pos++;
 			break;
 		case OP_REDUCE: /* torch.Size((ints,)) */
 			if (n < 2 || gkind(m, st[n - 2]) != G_SIZE || TAG(st[n - 1]) != T_WRAP)
