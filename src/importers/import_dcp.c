@@ -220,6 +220,15 @@ typedef struct chunk_items {
 
 #define CHUNK_ITEMS_BLOCK 4096 /* results a gfs_pfor() step fills */
 
+/* chunk_items_free(): free what ci holds and empty it. */
+static void chunk_items_free(chunk_items *ci)
+{
+	free(ci->base);
+	free(ci->own);
+	free(ci->res);
+	*ci = (chunk_items){ 0 };
+}
+
 /* chunk_items_block(): fill res[b * CHUNK_ITEMS_BLOCK, ...) (a gfs_pfor() body). */
 static gfs_err chunk_items_block(void *ctx, size_t b)
 {
@@ -310,18 +319,12 @@ static gfs_err chunk_items_find(const dcp_ckpt *c, const char *prefix, size_t pl
 		goto nomem;
 	free(seen);
 	err = gfs_pfor((n + CHUNK_ITEMS_BLOCK - 1) / CHUNK_ITEMS_BLOCK, chunk_items_block, ci);
-	if (err) {
-		free(ci->base);
-		free(ci->own);
-		free(ci->res);
-		*ci = (chunk_items){ 0 };
-	}
+	if (err)
+		chunk_items_free(ci);
 	return err;
 nomem:
 	free(seen);
-	free(ci->base);
-	free(ci->own);
-	*ci = (chunk_items){ 0 };
+	chunk_items_free(ci);
 	return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 }
 
@@ -1323,9 +1326,7 @@ gfs_err gfs_import_dcp(const char *dir, const char *prefix, gfs_layout **out)
 			 c.zstd ? ", zstd" : "", plen ? ", prefix " : "", plen ? prefix : "");
 		err = gfs_layout_set_info(c.l, info);
 	}
-	free(ci.base);
-	free(ci.own);
-	free(ci.res);
+	chunk_items_free(&ci);
 	if (!err) {
 		gfs_dcpmeta_free(c.md); /* before the layout is sealed: its peak */
 		c.md = NULL;
