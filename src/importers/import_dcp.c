@@ -1170,8 +1170,8 @@ static gfs_err import_tensor(dcp_ckpt *c, uint32_t fqn_id, const char *fqn, cons
 	 */
 	for (size_t k = 0; k < nch && !err;) {
 		locate_ctx lc = { .c = c, .jobs = jobs, .dt = dt, .ndim = ndim };
-		size_t nj = 0, kj[CHUNK_BATCH];
-		gfs_err perr = GFS_OK, lerr;
+		size_t nj = 0, nopen = 0, kj[CHUNK_BATCH];
+		gfs_err perr = GFS_OK, lerr = GFS_OK;
 		char pmsg[GFS_ERRMSG_MAX], lmsg[GFS_ERRMSG_MAX];
 
 		for (; k < nch && nj < CHUNK_BATCH && !perr; k++) {
@@ -1205,11 +1205,14 @@ static gfs_err import_tensor(dcp_ckpt *c, uint32_t fqn_id, const char *fqn, cons
 			j->nbytes = vol[k] * gfs_dtype_size(dt);
 			j->failed = false;
 			chunk_place(c, j, f->src, dt);
+			nopen += !j->lazy;
 			kj[nj++] = k;
 		}
 		if (perr)
 			snprintf(pmsg, sizeof(pmsg), "%s", gfs_errmsg());
-		lerr = gfs_pfor(nj, chunk_locate, &lc);
+		/* a batch of lazy chunks only (the usual case once shapes are learned) starts no thread */
+		if (nopen)
+			lerr = gfs_pfor(nj, chunk_locate, &lc);
 		if (lerr)
 			snprintf(lmsg, sizeof(lmsg), "%s", gfs_errmsg());
 		for (size_t i = 0; i < nj && !err; i++) {
