@@ -50,6 +50,7 @@
 #define DCP_SHAPE_MOD 4096         /* tensor bytes of one shape agree modulo this */
 #define DCP_RNAME_MAX 512
 #define DCP_HASH_CACHE 4096        /* fqn hashes remembered by string id (a power of 2) */
+#define DCP_HASH_WAYS 4            /* in sets of this many: ids that share a slot do not evict each other */
 #define DCP_PROBE_BATCH 64         /* storage-item probes whose slots are prefetched together */
 
 /*
@@ -93,6 +94,7 @@ typedef struct dcp_ckpt {
 	bool eager;        /* GATHERFS_DCP_EAGER: open every chunk archive */
 	uint32_t hc_id[DCP_HASH_CACHE]; /* fqn_hash(): string id + 1 (0: empty) */
 	uint64_t hc_h[DCP_HASH_CACHE];  /* and its str_hash() */
+	uint32_t hc_next;               /* the way a miss replaces next (round robin) */
 	dcp_shape *shapes; /* [DCP_MAX_SHAPES] */
 	size_t nshapes;
 	size_t nlazy;      /* chunks not opened */
@@ -136,16 +138,25 @@ static uint64_t str_hash(const char *s)
 	return h;
 }
 
-/* fqn_hash(): str_hash() of string id fqn_id (fqn), remembered by id. */
+/*
+ * fqn_hash(): str_hash() of string id fqn_id (fqn), remembered by id in a
+ * set-associative cache: storage items come rank after rank, each rank
+ * naming every fqn, so a direct-mapped cache would hash the two names of
+ * every colliding pair once a rank.
+ */
 static uint64_t fqn_hash(dcp_ckpt *c, uint32_t fqn_id, const char *fqn)
 {
-	const size_t s = (size_t)(((uint64_t)fqn_id * 0x9e3779b97f4a7c15ULL) >> 32) &
-			 (DCP_HASH_CACHE - 1);
+	const size_t set = (size_t)(((uint64_t)fqn_id * 0x9e3779b97f4a7c15ULL) >> 32) &
+			   (DCP_HASH_CACHE / DCP_HASH_WAYS - 1);
+	const size_t base = set * DCP_HASH_WAYS;
+	size_t s;
 
-	if (c->hc_id[s] != fqn_id + 1) {
-		c->hc_id[s] = fqn_id + 1;
-		c->hc_h[s] = str_hash(fqn);
-	}
+	for (s = base; s < base + DCP_HASH_WAYS; s++)
+		if (c->hc_id[s] == fqn_id + 1)
+			return c->hc_h[s];
+	s = base + c->hc_next++ % DCP_HASH_WAYS;
+	c->hc_id[s] = fqn_id + 1;
+	c->hc_h[s] = str_hash(fqn);
 	return c->hc_h[s];
 }
 
