@@ -197,8 +197,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "latencyfs: %s: %s\n", opts.src, strerror(errno));
 		goto out;
 	}
-	/* defaults first: a later -o on the command line overrides them */
-	if (fuse_opt_insert_arg(&args, 1, "-oro,default_permissions,max_threads=1024") < 0)
+	/* defaults first: a later -o on the command line overrides them; an idle
+	 * thread count given, as libfuse 3.14 warns of its own default (UINT_MAX) */
+	if (fuse_opt_insert_arg(&args, 1, "-oro,default_permissions,max_threads=1024,max_idle_threads=1024") < 0)
 		goto out;
 	rc = fuse_main(args.argc, args.argv, &lfs_ops, NULL);
 out:
