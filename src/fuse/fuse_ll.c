@@ -14,11 +14,15 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <float.h>
+#include <linux/fuse.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "fuse_ll.h"
 
@@ -163,6 +167,82 @@ char *gfs_ll_crc_cache_dir(void)
 	return dir;
 }
 
+/*
+ * FUSE_DIRECT_IO_ALLOW_MMAP (protocol 7.39, Linux 6.6): bit 36 of the INIT
+ * flags, so bit 4 of flags2.  Without it the kernel refuses shared
+ * mappings of a file opened with direct_io (ENODEV).
+ */
+#define INIT_FLAGS2_DIRECT_IO_ALLOW_MMAP (1u << (36 - 32))
+
+/* io_read(): read(2) of a request; notes what the INIT request offers. */
+static ssize_t io_read(int fd, void *buf, size_t len, void *userdata)
+{
+	gfs_mount *m = userdata;
+	const ssize_t n = read(fd, buf, len);
+	struct fuse_in_header in;
+	struct fuse_init_in init;
+
+	if (atomic_load(&m->init_done) || m->init_unique ||
+	    n < (ssize_t)(sizeof(in) + sizeof(init)))
+		return n;
+	memcpy(&in, buf, sizeof(in));
+	if (in.opcode != FUSE_INIT)
+		return n;
+	memcpy(&init, (const char *)buf + sizeof(in), sizeof(init));
+	m->init_unique = in.unique;
+	m->mmap_offered = (init.flags & FUSE_INIT_EXT) &&
+			  (init.flags2 & INIT_FLAGS2_DIRECT_IO_ALLOW_MMAP);
+	return n;
+}
+
+/*
+ * io_writev(): writev(2) of a reply; the INIT reply (a header and libfuse's
+ * whole fuse_init_out) is sent with FUSE_DIRECT_IO_ALLOW_MMAP added if the
+ * kernel offered it and libfuse answered with FUSE_INIT_EXT.
+ */
+static ssize_t io_writev(int fd, struct iovec *iov, int count, void *userdata)
+{
+	gfs_mount *m = userdata;
+	struct fuse_out_header out;
+	struct fuse_init_out init;
+	struct iovec patched[2];
+
+	if (atomic_load(&m->init_done) || !m->init_unique || count != 2 ||
+	    iov[0].iov_len != sizeof(out) || iov[1].iov_len != sizeof(init))
+		return writev(fd, iov, count);
+	memcpy(&out, iov[0].iov_base, sizeof(out));
+	if (out.unique != m->init_unique)
+		return writev(fd, iov, count);
+	memcpy(&init, iov[1].iov_base, sizeof(init));
+	if (out.error == 0 && m->mmap_offered && (init.flags & FUSE_INIT_EXT)) {
+		init.flags2 |= INIT_FLAGS2_DIRECT_IO_ALLOW_MMAP;
+		m->direct_mmap = true;
+	}
+	patched[0] = iov[0];
+	patched[1] = (struct iovec){ .iov_base = &init, .iov_len = sizeof(init) };
+	atomic_store(&m->init_done, true);
+	return writev(fd, patched, 2);
+}
+
+static ssize_t io_splice_send(int fdin, off_t *offin, int fdout, off_t *offout, size_t len,
+			      unsigned int flags, void *userdata)
+{
+	(void)userdata;
+	return splice(fdin, offin, fdout, offout, len, flags);
+}
+
+int gfs_ll_custom_io(struct fuse_session *se, gfs_mount *m)
+{
+	static const struct fuse_custom_io io = {
+		.read = io_read,
+		.writev = io_writev,
+		.splice_send = io_splice_send,
+	};
+
+	assert(se && m);
+	return fuse_session_custom_io(se, &io, fuse_session_fd(se));
+}
+
 static void gfs_ll_init(void *userdata, struct fuse_conn_info *conn)
 {
 	gfs_mount *m = userdata;
@@ -266,9 +346,10 @@ static void gfs_ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	 * no large folios, up to Linux 6.18 at least), which costs it more
 	 * than the copy (bench/RESULTS.md); with direct_io each read is a
 	 * request whose reply is spliced from the shards straight into the
-	 * reader's buffer.  Private mappings (torch.load mmap=True) still go
-	 * through the page cache; shared ones are refused by the kernel
-	 * (ENODEV), hence -o bin_cache.  tensors/ and optim/ files (a layout
+	 * reader's buffer.  Mappings still go through the page cache: private
+	 * ones (torch.load mmap=True) always, shared ones where the kernel
+	 * granted FUSE_DIRECT_IO_ALLOW_MMAP (gfs_ll_custom_io(); else ENODEV,
+	 * hence -o bin_cache).  tensors/ and optim/ files (a layout
 	 * entry each) take direct_io with -o tensors_direct: a first read of
 	 * a large tensor then fills no page-cache page (each a new page of
 	 * memory, about as dear as the read itself), a second read is served

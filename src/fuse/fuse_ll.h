@@ -10,6 +10,7 @@
 
 #include <fuse_lowlevel.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "gatherfs/fs/fs.h"
 #include "gatherfs/server/prefetch.h"
@@ -65,7 +66,23 @@ typedef struct gfs_mount {
 	bool tensors_direct;                   /* -o tensors_direct: direct_io for tensors/, optim/ files */
 	bool splice;                           /* set by init(): splice reads */
 	gfs_prefetch *prefetch;                /* read-ahead of direct-I/O files, or NULL */
+	/* the INIT exchange, as gfs_ll_custom_io()'s device wrappers see it */
+	_Atomic bool init_done;                /* its reply is written */
+	uint64_t init_unique;                  /* its request's id (0: not read yet) */
+	bool mmap_offered;                     /* the kernel offers FUSE_DIRECT_IO_ALLOW_MMAP */
+	bool direct_mmap;                      /* and we asked for it: direct-I/O files map shared */
 } gfs_mount;
+
+/*
+ * gfs_ll_custom_io(): after fuse_session_mount(), route se's /dev/fuse
+ * reads and writes through gfs_ll's own wrappers, which pass every
+ * request and reply through unchanged but one: the INIT reply asks for
+ * FUSE_DIRECT_IO_ALLOW_MMAP (Linux 6.6) when the kernel offers it, which
+ * libfuse 3.14 does not know; then direct-I/O files (pytorch_model.bin,
+ * -o tensors_direct) can be mapped shared (m->direct_mmap).  m must be
+ * se's userdata.  @return 0, or -errno (nothing changed).
+ */
+int gfs_ll_custom_io(struct fuse_session *se, gfs_mount *m);
 
 /*
  * gfs_ll_ops: the low-level operations.  Read-only: inode numbers are

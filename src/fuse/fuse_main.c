@@ -859,6 +859,8 @@ int main(int argc, char *argv[])
 		goto out_session;
 	if (fuse_session_mount(se, opts.mountpoint) != 0)
 		goto out_signals;
+	if (gfs_ll_custom_io(se, &m) != 0)
+		goto out_unmount;
 	if (!gfs_ll_set_readahead(opts.mountpoint, cli.readahead_kb == READAHEAD_UNSET
 							   ? GFS_LL_READAHEAD_KB : cli.readahead_kb) &&
 	    cli.readahead_kb != READAHEAD_UNSET)
