@@ -4,7 +4,8 @@
 # and with -o dtype=bf16, and check pytorch_model.bin (torch.load),
 # model.safetensors and every tensors/ file against the expected tables;
 # concurrent random reads (across zstd frames and strided runs) against a
-# sequential read, also with the shared zstd frame cache off; -o format= and -o prefix=; broken copies fail at mount
+# sequential read, also with the shared zstd frame cache off; two entries
+# sharing one TensorStorageMetadata; -o format= and -o prefix=; broken copies fail at mount
 # time with one line and leave no mount; a chunk archive broken where only
 # opening it can tell fails the first read of its tensor (EIO, one log
 # line), only the reads that need its bytes, and -o verify=mount.
@@ -37,6 +38,19 @@ for case in "$DCP"/*/; do
 	ncases=$((ncases + 1))
 done
 [ $ncases -eq 3 ] || fail "expected 3 DCP fixtures in $DCP, found $ncases"
+
+# Two entries naming one TensorStorageMetadata object (a memo reference in
+# the pickle; tests/tools/make_shared_tsm.py): the second looks up its own
+# storage items, and every view is fsdp2_ws2's.
+mkdir "$T/shared-tsm"
+cp -R "$DCP/fsdp2_ws2/checkpoint" "$T/shared-tsm/"
+chmod -R u+w "$T/shared-tsm"
+cp "$DCP/fsdp2_ws2-shared-tsm.metadata" "$T/shared-tsm/checkpoint/.metadata"
+mnt="$T/mnt-shared-tsm"
+gfs_mount "$T/shared-tsm/checkpoint" "$mnt" || fail "mount shared-tsm"
+check_views "$mnt" "$DCP/fsdp2_ws2/.expected-default.tsv" "$T/shared-tsm/checkpoint"
+gfs_umount "$mnt" || fail "unmount $mnt"
+echo "ok: two entries sharing one TensorStorageMetadata"
 
 # The zstd case with the shared frame cache off: per-thread streams only.
 mnt="$T/mnt-zstd-stream"
