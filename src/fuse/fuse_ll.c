@@ -182,7 +182,7 @@ static ssize_t io_read(int fd, void *buf, size_t len, void *userdata)
 	struct fuse_in_header in;
 	struct fuse_init_in init;
 
-	if (atomic_load(&m->init_done) || m->init_unique ||
+	if (atomic_load(&m->init_done) || m->init_read ||
 	    n < (ssize_t)(sizeof(in) + sizeof(init)))
 		return n;
 	memcpy(&in, buf, sizeof(in));
@@ -190,6 +190,7 @@ static ssize_t io_read(int fd, void *buf, size_t len, void *userdata)
 		return n;
 	memcpy(&init, (const char *)buf + sizeof(in), sizeof(init));
 	m->init_unique = in.unique;
+	m->init_read = true;
 	m->mmap_offered = (init.flags & FUSE_INIT_EXT) &&
 			  (init.flags2 & INIT_FLAGS2_DIRECT_IO_ALLOW_MMAP);
 	return n;
@@ -207,7 +208,7 @@ static ssize_t io_writev(int fd, struct iovec *iov, int count, void *userdata)
 	struct fuse_init_out init;
 	struct iovec patched[2];
 
-	if (atomic_load(&m->init_done) || !m->init_unique || count != 2 ||
+	if (atomic_load(&m->init_done) || !m->init_read || count != 2 ||
 	    iov[0].iov_len != sizeof(out) || iov[1].iov_len != sizeof(init))
 		return writev(fd, iov, count);
 	memcpy(&out, iov[0].iov_base, sizeof(out));

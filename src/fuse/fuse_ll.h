@@ -68,7 +68,8 @@ typedef struct gfs_mount {
 	gfs_prefetch *prefetch;                /* read-ahead of direct-I/O files, or NULL */
 	/* the INIT exchange, as gfs_ll_custom_io()'s device wrappers see it */
 	_Atomic bool init_done;                /* its reply is written */
-	uint64_t init_unique;                  /* its request's id (0: not read yet) */
+	bool init_read;                        /* its request is read: */
+	uint64_t init_unique;                  /* its id */
 	bool mmap_offered;                     /* the kernel offers FUSE_DIRECT_IO_ALLOW_MMAP */
 	bool direct_mmap;                      /* and we asked for it: direct-I/O files map shared */
 } gfs_mount;
