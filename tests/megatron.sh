@@ -252,7 +252,11 @@ edit_args() {
 for e in "rotary_interleaved=True:interleaved rotary embeddings" "qk_layernorm=True:QK layernorm" \
 	"add_bias_linear=True:biases other than QKV" "multi_latent_attention=True:MLA" \
 	"window_size=4:sliding-window attention" "swiglu=False:an activation other than SiLU with GLU" \
-	"rotary_percent=0:partial rotary" "hidden_size=None:a model whose args lack a size (no args.hidden_size)"; do
+	"rotary_percent=0:partial rotary" "no_rope_freq=4:layers without RoPE" \
+	"apply_residual_connection_post_layernorm=True:residual connections taken after the layernorm" \
+	"softmax_type='off-by-one':an attention softmax other than the vanilla one" \
+	"glu_linear_offset=1.0:an offset on the GLU's linear half" "use_mup=True:muP multipliers" \
+	"qk_l2_norm=True:QK L2 normalization" "hidden_size=None:a model whose args lack a size (no args.hidden_size)"; do
 	edit_args tp1_pp1 "${e%%:*}"
 	timeout 60 "$INSPECT" ls "$T/bad" >"$T/ls" 2>"$T/err" || fail "${e%%:*}: $(cat "$T/err")"
 	grep -q "note: Megatron view: the Hugging Face naming cannot express ${e#*:}" "$T/err" ||
@@ -267,6 +271,10 @@ refuse_hf "cannot express QK layernorm" "$T/bad"
 expect_mount_fail "cannot express QK layernorm" "$T/bad" "$T/mnt" -o hf_config="$DATA/tp1_pp2/hf_config"
 edit_args moe_ep2 moe_router_pre_softmax=True
 refuse_hf "cannot express a router softmax before top-k" "$T/bad"
+edit_args moe_ep2 moe_router_num_groups=2
+refuse_hf "cannot express group-limited routing" "$T/bad"
+edit_args moe_ep2 moe_apply_probs_on_input=True
+refuse_hf "cannot express router probabilities applied to the expert input" "$T/bad"
 edit_args tp1_pp1 vocab_size=None
 expect_refused "the true vocabulary size is unknown (args.vocab_size is None, as with a Hugging Face tokenizer): give the model's config with -o hf_config=DIR" "$T/bad"
 check_mount "$T/bad" "$DATA/tp1_pp1/truth_megatron_modules.pt"
