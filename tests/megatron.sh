@@ -5,8 +5,9 @@
 #  - legacy iter_NNNNNNN/mp_rank_TT[_PPP][_EEE]/model_optim_rng.pt at TP1,
 #    TP2, PP2, TP2 x PP2, MoE EP2, MoE PP2 x EP2, MQA (tied), Qwen2 (QKV bias,
 #    tied, bf16, vocabulary 1003) at TP2 x PP2; torch_dist saves of
-#    Megatron-LM's save_checkpoint (args in common.pt) and of a bare
-#    dist_checkpointing.save (no args).
+#    Megatron-LM's save_checkpoint (args in common.pt; one with the state of
+#    Megatron's distributed optimizer, chained_N.optimizer.* keys) and of a
+#    bare dist_checkpointing.save (no args).
 #  - Hugging Face view (the default): pytorch_model.bin and model.safetensors
 #    equal the truth re-arranged into Llama / Qwen2 / Mixtral names, bit for
 #    bit, and config.json says the model (tests/tools/check_megatron_views.py;
@@ -115,6 +116,13 @@ for c in tp2_pp2 moe_ep2 qwen_tie_bf16; do
 	check_view dist "" "$save" "$DATA/$c" -o naming=megatron
 	timeout 120 "$INSPECT" verify "$save" >"$T/v" 2>&1 || fail "inspect verify $c torch_dist: $(cat "$T/v")"
 done
+echo "== torch_dist with a ChainedOptimizer's state: chained_N.optimizer.* left out"
+save="$DATA/moe_distopt/training_torch_dist"
+check_view hf "Hugging Face view (mixtral naming" "$save" "$DATA/moe_distopt"
+check_view dist "" "$save" "$DATA/moe_distopt" -o naming=megatron
+timeout 60 "$INSPECT" ls --all "$save" >"$T/ls" 2>/dev/null || fail "ls --all moe_distopt"
+grep -q "^chained_1.optimizer.distributed.dp_group_idx_1.gbuf_idx_0.dtype_(torch.float32, torch.float32).bucket_idx_0.exp_avg omitted .*(left out: optimizer state)" "$T/ls" ||
+	fail "moe_distopt: the expert optimizer's state not left out as such"
 bare="$DATA/tp1_pp2/torch_dist"
 check_view dist "Megatron view: common.pt holds no args; -o hf_config=DIR" "$bare" "$DATA/tp1_pp2"
 check_view hf "Hugging Face view (llama naming" "$bare" "$DATA/tp1_pp2" -o hf_config="$DATA/tp1_pp2/hf_config"

@@ -978,6 +978,29 @@ static gfs_err dist_name(const char *key, int64_t l, int64_t e, char *buf, size_
 }
 
 /*
+ * optimizer_key(): is name a key of Megatron's optimizer state: "optimizer."
+ * after any number of "chained_<N>." (a ChainedOptimizer of more than one
+ * optimizer prefixes each one's keys so, unless it may avoid it: e.g. an MoE
+ * model's dense and expert optimizers under the distributed optimizer's
+ * default dp_reshardable format)?
+ */
+static bool optimizer_key(const char *name)
+{
+	while (strncmp(name, "chained_", 8) == 0) {
+		const char *p = name + 8;
+
+		if (*p < '0' || *p > '9')
+			return false;
+		while (*p >= '0' && *p <= '9')
+			p++;
+		if (*p != '.')
+			return false;
+		name = p + 1;
+	}
+	return strncmp(name, "optimizer.", 10) == 0;
+}
+
+/*
  * unstack(): the Megatron view of the DCP layout d of a torch_dist
  * checkpoint: each key under decoder.layers. (stacked on a leading layer
  * axis, and an expert axis after it for the experts) split into one
@@ -1002,7 +1025,7 @@ static gfs_err unstack(const gfs_layout *d, int64_t nlayers, const char *idir, c
 		uint64_t slice;
 		size_t ti;
 
-		if (strncmp(t->name, "optimizer.", 10) == 0) {
+		if (optimizer_key(t->name)) {
 			err = gfs_layout_add_omitted(l, t->name, "optimizer state");
 			continue;
 		}
