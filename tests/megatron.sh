@@ -7,7 +7,8 @@
 #    tied, bf16, vocabulary 1003) at TP2 x PP2; torch_dist saves of
 #    Megatron-LM's save_checkpoint (args in common.pt; one with the state of
 #    Megatron's distributed optimizer, chained_N.optimizer.* keys) and of a
-#    bare dist_checkpointing.save (no args).
+#    bare dist_checkpointing.save (no args); a torch_dcp save (its args not
+#    read: -o hf_config).
 #  - Hugging Face view (the default): pytorch_model.bin and model.safetensors
 #    equal the truth re-arranged into Llama / Qwen2 / Mixtral names, bit for
 #    bit, and config.json says the model (tests/tools/check_megatron_views.py;
@@ -116,6 +117,16 @@ for c in tp2_pp2 moe_ep2 qwen_tie_bf16; do
 	check_view dist "" "$save" "$DATA/$c" -o naming=megatron
 	timeout 120 "$INSPECT" verify "$save" >"$T/v" 2>&1 || fail "inspect verify $c torch_dist: $(cat "$T/v")"
 done
+echo "== torch_dcp (--ckpt-format torch_dcp): module names past model., args not read"
+dcp="$DATA/dcp_tp1/torch_dcp"
+gfs_mount "$dcp" "$T/mnt" 2>"$T/note" || fail "mount $dcp: $(cat "$T/note")"
+grep -q "gatherfs: note: Megatron view: the args of a torch_dcp save are not read; -o hf_config=DIR" "$T/note" ||
+	fail "mount $dcp: note: $(cat "$T/note")"
+gfs_umount "$T/mnt" || fail "unmount"
+check_mount "$dcp" "$DATA/dcp_tp1/truth_megatron_modules.pt"
+check_view hf "Hugging Face view (llama naming" "$dcp" "$DATA/dcp_tp1" -o hf_config="$DATA/dcp_tp1/hf_config"
+expect_mount_fail "the args of a torch_dcp save are not read (a pickled object in its .distcp files): give the model's config with -o hf_config=DIR" \
+	"$dcp" "$T/mnt" -o naming=hf
 echo "== torch_dist with a ChainedOptimizer's state: chained_N.optimizer.* left out"
 save="$DATA/moe_distopt/training_torch_dist"
 check_view hf "Hugging Face view (mixtral naming" "$save" "$DATA/moe_distopt"
