@@ -5,11 +5,12 @@
 # tests/compat/make-compat-root.sh), from_pretrained(MNT) of the mount gives
 # Megatron-Core's own logits on the run's batch within 1e-4
 # (tests/compat/check_hf_logits.py): Llama at TP 2 x PP 2 (legacy), Mixtral
-# at EP 2 (torch_dist of save_checkpoint), Llama with MQA and tied
+# at EP 2 (torch_dist of save_checkpoint, one with Megatron's distributed
+# optimizer state), Llama with MQA and tied
 # embeddings (legacy), Qwen2 with QKV biases, tied embeddings, bf16 weights
 # and vocabulary 1003 at TP 2 x PP 2 (legacy and torch_dist; fp32 run against
 # Megatron's fp32 forward on the same weights), and a bare torch_dist save
-# with -o hf_config.  Skipped (77) when the root is absent.
+# and a torch_dcp save with -o hf_config.  Skipped (77) when the root is absent.
 . "${top_srcdir:-.}/tests/lib.sh"
 . "$top_srcdir/tests/mount-lib.sh"
 COMPAT_ROOT=${GATHERFS_COMPAT_ROOT:-/var/cache/gatherfs/compat-root}
@@ -40,10 +41,12 @@ add() {
 
 add "$DATA/tp2_pp2/legacy_torch" "$DATA/tp2_pp2"
 add "$DATA/moe_ep2/training_torch_dist" "$DATA/moe_ep2"
+add "$DATA/moe_distopt/training_torch_dist" "$DATA/moe_distopt"
 add "$DATA/mqa_tie/legacy_torch" "$DATA/mqa_tie"
 add "$DATA/qwen_tie_bf16/legacy_torch" "$DATA/qwen_tie_bf16"
 add "$DATA/qwen_tie_bf16/training_torch_dist" "$DATA/qwen_tie_bf16"
 add "$DATA/tp1_pp2/torch_dist" "$DATA/tp1_pp2" -o hf_config="$DATA/tp1_pp2/hf_config"
+add "$DATA/dcp_tp1/torch_dcp" "$DATA/dcp_tp1" -o hf_config="$DATA/dcp_tp1/hf_config"
 COMPAT_BINDS="$top_srcdir $T" timeout 900 "$top_srcdir/tests/compat/compat-run.sh" \
 	"$COMPAT_ROOT" python3 "$top_srcdir/tests/compat/check_hf_logits.py" --batch "$LIST" \
 	>"$T/out" 2>"$T/err" || fail "$(tail -3 "$T/err") $(cat "$T/out")"

@@ -5,8 +5,10 @@
 #  - legacy iter_NNNNNNN/mp_rank_TT[_PPP][_EEE]/model_optim_rng.pt at TP1,
 #    TP2, PP2, TP2 x PP2, MoE EP2, MoE PP2 x EP2, MQA (tied), Qwen2 (QKV bias,
 #    tied, bf16, vocabulary 1003) at TP2 x PP2; torch_dist saves of
-#    Megatron-LM's save_checkpoint (args in common.pt) and of a bare
-#    dist_checkpointing.save (no args).
+#    Megatron-LM's save_checkpoint (args in common.pt; one with the state of
+#    Megatron's distributed optimizer, chained_N.optimizer.* keys) and of a
+#    bare dist_checkpointing.save (no args); a torch_dcp save (its args not
+#    read: -o hf_config).
 #  - Hugging Face view (the default): pytorch_model.bin and model.safetensors
 #    equal the truth re-arranged into Llama / Qwen2 / Mixtral names, bit for
 #    bit, and config.json says the model (tests/tools/check_megatron_views.py;
@@ -115,6 +117,23 @@ for c in tp2_pp2 moe_ep2 qwen_tie_bf16; do
 	check_view dist "" "$save" "$DATA/$c" -o naming=megatron
 	timeout 120 "$INSPECT" verify "$save" >"$T/v" 2>&1 || fail "inspect verify $c torch_dist: $(cat "$T/v")"
 done
+echo "== torch_dcp (--ckpt-format torch_dcp): module names past model., args not read"
+dcp="$DATA/dcp_tp1/torch_dcp"
+gfs_mount "$dcp" "$T/mnt" 2>"$T/note" || fail "mount $dcp: $(cat "$T/note")"
+grep -q "gatherfs: note: Megatron view: the args of a torch_dcp save are not read; -o hf_config=DIR" "$T/note" ||
+	fail "mount $dcp: note: $(cat "$T/note")"
+gfs_umount "$T/mnt" || fail "unmount"
+check_mount "$dcp" "$DATA/dcp_tp1/truth_megatron_modules.pt"
+check_view hf "Hugging Face view (llama naming" "$dcp" "$DATA/dcp_tp1" -o hf_config="$DATA/dcp_tp1/hf_config"
+expect_mount_fail "the args of a torch_dcp save are not read (a pickled object in its .distcp files): give the model's config with -o hf_config=DIR" \
+	"$dcp" "$T/mnt" -o naming=hf
+echo "== torch_dist with a ChainedOptimizer's state: chained_N.optimizer.* left out"
+save="$DATA/moe_distopt/training_torch_dist"
+check_view hf "Hugging Face view (mixtral naming" "$save" "$DATA/moe_distopt"
+check_view dist "" "$save" "$DATA/moe_distopt" -o naming=megatron
+timeout 60 "$INSPECT" ls --all "$save" >"$T/ls" 2>/dev/null || fail "ls --all moe_distopt"
+grep -q "^chained_1.optimizer.distributed.dp_group_idx_1.gbuf_idx_0.dtype_(torch.float32, torch.float32).bucket_idx_0.exp_avg omitted .*(left out: optimizer state)" "$T/ls" ||
+	fail "moe_distopt: the expert optimizer's state not left out as such"
 bare="$DATA/tp1_pp2/torch_dist"
 check_view dist "Megatron view: common.pt holds no args; -o hf_config=DIR" "$bare" "$DATA/tp1_pp2"
 check_view hf "Hugging Face view (llama naming" "$bare" "$DATA/tp1_pp2" -o hf_config="$DATA/tp1_pp2/hf_config"
@@ -252,7 +271,11 @@ edit_args() {
 for e in "rotary_interleaved=True:interleaved rotary embeddings" "qk_layernorm=True:QK layernorm" \
 	"add_bias_linear=True:biases other than QKV" "multi_latent_attention=True:MLA" \
 	"window_size=4:sliding-window attention" "swiglu=False:an activation other than SiLU with GLU" \
-	"rotary_percent=0:partial rotary" "hidden_size=None:a model whose args lack a size (no args.hidden_size)"; do
+	"rotary_percent=0:partial rotary" "no_rope_freq=4:layers without RoPE" \
+	"apply_residual_connection_post_layernorm=True:residual connections taken after the layernorm" \
+	"softmax_type='off-by-one':an attention softmax other than the vanilla one" \
+	"glu_linear_offset=1.0:an offset on the GLU's linear half" "use_mup=True:muP multipliers" \
+	"qk_l2_norm=True:QK L2 normalization" "hidden_size=None:a model whose args lack a size (no args.hidden_size)"; do
 	edit_args tp1_pp1 "${e%%:*}"
 	timeout 60 "$INSPECT" ls "$T/bad" >"$T/ls" 2>"$T/err" || fail "${e%%:*}: $(cat "$T/err")"
 	grep -q "note: Megatron view: the Hugging Face naming cannot express ${e#*:}" "$T/err" ||
@@ -267,6 +290,10 @@ refuse_hf "cannot express QK layernorm" "$T/bad"
 expect_mount_fail "cannot express QK layernorm" "$T/bad" "$T/mnt" -o hf_config="$DATA/tp1_pp2/hf_config"
 edit_args moe_ep2 moe_router_pre_softmax=True
 refuse_hf "cannot express a router softmax before top-k" "$T/bad"
+edit_args moe_ep2 moe_router_num_groups=2
+refuse_hf "cannot express group-limited routing" "$T/bad"
+edit_args moe_ep2 moe_apply_probs_on_input=True
+refuse_hf "cannot express router probabilities applied to the expert input" "$T/bad"
 edit_args tp1_pp1 vocab_size=None
 expect_refused "the true vocabulary size is unknown (args.vocab_size is None, as with a Hugging Face tokenizer): give the model's config with -o hf_config=DIR" "$T/bad"
 check_mount "$T/bad" "$DATA/tp1_pp1/truth_megatron_modules.pt"

@@ -978,6 +978,29 @@ static gfs_err dist_name(const char *key, int64_t l, int64_t e, char *buf, size_
 }
 
 /*
+ * optimizer_key(): is name a key of Megatron's optimizer state: "optimizer."
+ * after any number of "chained_<N>." (a ChainedOptimizer of more than one
+ * optimizer prefixes each one's keys so, unless it may avoid it: e.g. an MoE
+ * model's dense and expert optimizers under the distributed optimizer's
+ * default dp_reshardable format)?
+ */
+static bool optimizer_key(const char *name)
+{
+	while (strncmp(name, "chained_", 8) == 0) {
+		const char *p = name + 8;
+
+		if (*p < '0' || *p > '9')
+			return false;
+		while (*p >= '0' && *p <= '9')
+			p++;
+		if (*p != '.')
+			return false;
+		name = p + 1;
+	}
+	return strncmp(name, "optimizer.", 10) == 0;
+}
+
+/*
  * unstack(): the Megatron view of the DCP layout d of a torch_dist
  * checkpoint: each key under decoder.layers. (stacked on a leading layer
  * axis, and an expert axis after it for the experts) split into one
@@ -1002,7 +1025,7 @@ static gfs_err unstack(const gfs_layout *d, int64_t nlayers, const char *idir, c
 		uint64_t slice;
 		size_t ti;
 
-		if (strncmp(t->name, "optimizer.", 10) == 0) {
+		if (optimizer_key(t->name)) {
 			err = gfs_layout_add_omitted(l, t->name, "optimizer state");
 			continue;
 		}
@@ -1075,14 +1098,40 @@ static gfs_err import_dist(const char *idir, gfs_arch *arch, char *src, bool *ha
 	return err;
 }
 
+/*
+ * import_torch_dcp(): the Megatron view of the Megatron-LM torch_dcp
+ * iteration directory idir (--ckpt-format torch_dcp, as with
+ * --use-torch-fsdp2: torch.distributed.checkpoint.save of the state dict
+ * save_checkpoint builds, no metadata.json, no common.pt): the model's
+ * tensors, under their module names past "model.".  Its args are a pickled
+ * object inside the .distcp files, not read here.
+ */
+static gfs_err import_torch_dcp(const char *idir, gfs_layout **out)
+{
+	gfs_layout *d = NULL;
+	gfs_err err = gfs_import_dcp(idir, "model.", &d);
+
+	if (err == GFS_ERR_NOTFOUND)
+		err = gfs_fail(GFS_ERR_FORMAT,
+			       "%s/.metadata: no model.* keys and no metadata.json: neither a torch_dcp nor a torch_dist Megatron-LM checkpoint",
+			       idir);
+	if (!err)
+		err = unstack(d, 0, idir, "Megatron-LM torch_dcp checkpoint (args not read)", out);
+	gfs_layout_free(d);
+	return err;
+}
+
 /* ---------------------------------------------------------------- the views */
 
 /*
  * choose_view(): the layout to serve: mg itself (the Megatron view) or its
- * Hugging Face view, as opts and the architecture say.  Takes mg.
+ * Hugging Face view, as opts and the architecture say.  Without args
+ * (!have_args), noargs says why and noargs_how how the save was made.
+ * Takes mg.
  */
 static gfs_err choose_view(gfs_layout *mg, const gfs_import_opts *opts, gfs_arch *args_arch,
-			   bool have_args, const char *idir, gfs_layout **out)
+			   bool have_args, const char *noargs, const char *noargs_how,
+			   const char *idir, gfs_layout **out)
 {
 	const char *naming = opts && opts->naming && strcmp(opts->naming, "auto") != 0
 				     ? opts->naming : NULL;
@@ -1108,11 +1157,12 @@ static gfs_err choose_view(gfs_layout *mg, const gfs_import_opts *opts, gfs_arch
 	} else if (!err && !have_args) {
 		if (naming)
 			err = gfs_fail(GFS_ERR_INVAL,
-				       "%s: common.pt holds no args (a bare dist_checkpointing.save): give the model's config with -o hf_config=DIR",
-				       idir);
+				       "%s: %s (%s): give the model's config with -o hf_config=DIR",
+				       idir, noargs, noargs_how);
 		else
 			snprintf(note, sizeof(note),
-				 "Megatron view: common.pt holds no args; -o hf_config=DIR (the model's config.json) gives the Hugging Face view");
+				 "Megatron view: %s; -o hf_config=DIR (the model's config.json) gives the Hugging Face view",
+				 noargs);
 	} else if (!err && !a->family) {
 		if (naming)
 			err = gfs_fail(GFS_ERR_UNSUPPORTED,
@@ -1147,18 +1197,26 @@ gfs_err gfs_import_megatron(const char *dir, const gfs_import_opts *opts, gfs_la
 	gfs_layout *mg = NULL;
 	gfs_arch arch = { 0 };
 	char idir[PATH_MAX], src[PATH_MAX + 16];
-	bool have_args = true;
+	bool have_args = true, dcp = false;
 	gfs_err err;
 
 	*out = NULL;
 	err = iter_dir(dir, opts ? opts->tag : NULL, idir, sizeof(idir));
 	if (err)
 		return err;
-	if (has_entry(idir, ".metadata"))
+	if (has_entry(idir, ".metadata") && !has_entry(idir, "metadata.json")) {
+		dcp = true;
+		have_args = false;
+		err = import_torch_dcp(idir, &mg);
+	} else if (has_entry(idir, ".metadata")) {
 		err = import_dist(idir, &arch, src, &have_args, &mg);
-	else
+	} else {
 		err = import_legacy(idir, &arch, src, &mg);
+	}
 	if (err)
 		return err;
-	return choose_view(mg, opts, &arch, have_args, idir, out);
+	return choose_view(mg, opts, &arch, have_args,
+			   dcp ? "the args of a torch_dcp save are not read" : "common.pt holds no args",
+			   dcp ? "a pickled object in its .distcp files" : "a bare dist_checkpointing.save",
+			   idir, out);
 }

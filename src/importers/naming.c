@@ -154,8 +154,14 @@ static const char *unsupported(const gfs_pv *args, char *buf, size_t n)
 		{ "layernorm_zero_centered_gamma", "zero-centred norm weights (layernorm_zero_centered_gamma)" },
 		{ "apply_layernorm_1p", "zero-centred norm weights (apply_layernorm_1p)" },
 		{ "attention_output_gate", "a gated attention output (attention_output_gate)" },
+		{ "apply_residual_connection_post_layernorm",
+		  "residual connections taken after the layernorm (apply_residual_connection_post_layernorm)" },
+		{ "qk_l2_norm", "QK L2 normalization (qk_l2_norm)" },
+		{ "use_mup", "muP multipliers (use_mup)" },
 		{ "moe_router_pre_softmax", "a router softmax before top-k (moe_router_pre_softmax)" },
 		{ "moe_router_enable_expert_bias", "expert bias in the router (moe_router_enable_expert_bias)" },
+		{ "moe_router_force_load_balancing", "forced load-balanced routing (moe_router_force_load_balancing)" },
+		{ "moe_apply_probs_on_input", "router probabilities applied to the expert input (moe_apply_probs_on_input)" },
 	};
 	static const struct {
 		const char *arg, *what;
@@ -168,8 +174,15 @@ static const char *unsupported(const gfs_pv *args, char *buf, size_t n)
 		{ "heterogeneous_layers_config_path", "heterogeneous layers" },
 		{ "heterogeneous_layers_config_encoded_json", "heterogeneous layers" },
 		{ "moe_router_topk_scaling_factor", "scaled top-k routing (moe_router_topk_scaling_factor)" },
+		{ "no_rope_freq", "layers without RoPE (no_rope_freq)" },
+		{ "linear_attention_freq", "linear attention layers (linear_attention_freq)" },
+		{ "activation_func_clamp_value", "a clamped activation (activation_func_clamp_value)" },
+		{ "moe_router_num_groups", "group-limited routing (moe_router_num_groups)" },
+		{ "moe_router_topk_limited_devices", "device-limited routing (moe_router_topk_limited_devices)" },
+		{ "moe_latent_size", "latent expert projections (moe_latent_size)" },
 	};
-	double pct = 1.0, freq = 1.0;
+	double pct = 1.0, freq = 1.0, offset = 0.0;
+	const gfs_pv *softmax = arg(args, "softmax_type");
 	const gfs_pv *pe = arg(args, "position_embedding_type");
 	const gfs_pv *norm = arg(args, "normalization");
 	const gfs_pv *score = arg(args, "moe_router_score_function");
@@ -189,6 +202,10 @@ static const char *unsupported(const gfs_pv *args, char *buf, size_t n)
 		return "partial rotary (rotary_percent below 1)";
 	if (norm && !arg_str_is(args, "normalization", "RMSNorm"))
 		return "a normalization other than RMSNorm";
+	if (softmax && !arg_str_is(args, "softmax_type", "vanilla"))
+		return "an attention softmax other than the vanilla one (softmax_type)";
+	if (!arg_num(args, "glu_linear_offset", 0.0, &offset) || offset != 0.0)
+		return "an offset on the GLU's linear half (glu_linear_offset)";
 	if (!arg_true(args, "swiglu") && !arg_true(args, "gated_linear_unit"))
 		return "an activation other than SiLU with GLU (no swiglu)";
 	if (arg(args, "num_experts")) {

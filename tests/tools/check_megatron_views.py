@@ -141,9 +141,10 @@ want = hf_view(truth) if mode == "hf" else dist_view(truth)
 ST = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}
 
 got = torch.load(os.path.join(mnt, "pytorch_model.bin"))
-# the torch_dist Megatron view keeps the checkpoint's key order, which a
-# truth stacked here from the module names does not have
-order = list if mode == "hf" or os.path.exists(os.path.join(case, "truth_megatron.pt")) else sorted
+# the torch_dist Megatron view keeps the checkpoint's key order (its
+# .metadata's), which is neither the module order of a truth stacked here
+# nor, for Megatron-LM's save_checkpoint, the order of truth_megatron.pt
+order = list if mode == "hf" else sorted
 assert order(got) == order(want), ("keys or order", [k for k in got if k not in want][:5],
                                  [k for k in want if k not in got][:5])
 for k, v in want.items():

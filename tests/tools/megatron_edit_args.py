@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Rewrite a Megatron-LM model_optim_rng.pt with some args members changed.
 
-Usage: megatron_edit_args.py SRC DST NAME=True|False|None|INT...
+Usage: megatron_edit_args.py SRC DST NAME=True|False|None|INT|FLOAT|'STR'...
 
 The args Namespace's state is a dict in data.pkl; the value after each
 member name's string (past a memo put) is one opcode for the scalars edited
@@ -22,6 +22,11 @@ edits = dict(e.split("=", 1) for e in sys.argv[3:])
 def opcode(v):
     if v in ("True", "False", "None"):
         return {"True": b"\x88", "False": b"\x89", "None": b"N"}[v]
+    if v[:1] == "'" and v[-1:] == "'":
+        b = v[1:-1].encode()
+        return b"X" + struct.pack("<I", len(b)) + b
+    if "." in v:
+        return b"G" + struct.pack(">d", float(v))
     return b"J" + struct.pack("<i", int(v))
 
 
