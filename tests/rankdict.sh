@@ -3,20 +3,25 @@
 # Per-rank state dicts (docs/rankdict.md): verl's FSDPCheckpointManager
 # layout, real FSDP runs in tests/data/fsdp_rank (README.md there):
 #  - FSDP2 DTensors at world sizes 1, 2 (tied embeddings), 3 (uneven
-#    Shard(0), untied) and 4 (a 2 x 2 HSDP mesh: Replicate, Shard(0)),
-#    FSDP1 ShardedTensors at world size 2, and a 1-rank save of plain
+#    Shard(0), untied), 4 (a 2 x 2 HSDP mesh: Replicate, Shard(0)) and 6
+#    (a tiny model with biases: rows fewer than ranks, empty shards),
+#    FSDP1 ShardedTensors at world size 2, FSDP1 with a device mesh (as
+#    verl runs it: DTensors, empty shards) at 3, and a 1-rank save of plain
 #    tensors (made here from the truth, tied by storage, with an optimizer
 #    state naming its parameters by param_names): the verl root,
 #    its global_step_2 and its actor/ directory mounted; pytorch_model.bin
 #    (torch.load) and model.safetensors compared bit for bit with truth.pt;
 #    config.json passed through; gatherfs-inspect ls and verify.
-#  - optim/ of FSDP2 saves (ws 2 tied, ws 3 untied) equal to truth_optim.pt;
-#    refused with a note, the model still served: FSDP1's optimizer files,
+#  - optim/ of FSDP2 saves (ws 2 tied, ws 3 untied, ws 6 with empty
+#    shards) equal to truth_optim.pt;
+#    refused with a note, the model still served: FSDP1's optimizer files
+#    (ShardedTensor models, and DTensor ones by fsdp_config.json),
 #    a missing optimizer rank, parameter counts that disagree, a moment
 #    whose global shape disagrees with its TensorMeta.
 #  - in the compat root (torch 2.14, transformers), when present: the
 #    loaders of tests/compat/check_loaders.py, from_pretrained(MNT) logits
-#    equal to the run's reference logits (fsdp2_ws2, fsdp2_ws4_hsdp2x2).
+#    equal to the run's reference logits (fsdp2_ws2, fsdp2_ws4_hsdp2x2,
+#    fsdp2_ws6_empty, fsdp1_ws3_mesh).
 #  - refusals, one line naming the file: a missing rank, a duplicated rank
 #    (a file copied under another rank's name), ranks of two world sizes,
 #    a truncated file, fsdp_config.json of another world size, a tag on
@@ -44,21 +49,26 @@ check_mount() {
 	gfs_umount "$T/mnt" || fail "unmount"
 }
 
-for c in fsdp2_ws1 fsdp2_ws2 fsdp2_ws3_untied fsdp2_ws4_hsdp2x2 fsdp1_ws2; do
+for c in fsdp2_ws1 fsdp2_ws2 fsdp2_ws3_untied fsdp2_ws4_hsdp2x2 fsdp2_ws6_empty fsdp1_ws3_mesh fsdp1_ws2; do
 	echo "== $c"
 	root="$DATA/$c"
 	actor="$root/global_step_2/actor"
 	ties=$TIE
 	case $c in
-	*untied*|fsdp1_*) ties= ;;
+	*untied*|*empty|fsdp1_*) ties= ;;
+	esac
+	nls=22
+	case $c in
+	fsdp2_ws6_empty|fsdp1_ws3_mesh) nls=36 ;;
 	esac
 	check_mount "$root" "$root/truth.pt" "$ties"
 	check_mount "$root/global_step_2" "$root/truth.pt" "$ties"
 	check_mount "$actor" "$root/truth.pt" "$ties" -o format=rankdict
 	timeout 60 "$INSPECT" ls "$root" >"$T/ls" 2>"$T/err" || fail "inspect ls $c: $(cat "$T/err")"
-	[ "$(grep -c . "$T/ls")" -eq 22 ] || fail "inspect ls $c: $(cat "$T/ls")"
+	[ "$(grep -c . "$T/ls")" -eq "$nls" ] || fail "inspect ls $c: $(cat "$T/ls")"
 	grep -q "per-rank state dicts" "$T/err" || fail "inspect ls $c: $(cat "$T/err")"
 	timeout 120 "$INSPECT" verify "$root" >"$T/v" 2>&1 || fail "inspect verify $c: $(cat "$T/v")"
+	[ "$c" != fsdp1_ws3_mesh ] || grep -q "(FSDP1 DTensor), world size 3" "$T/err" || fail "$c: $(cat "$T/err")"
 done
 grep -q "FSDP1 ShardedTensor), world size 2" "$T/err" || fail "fsdp1_ws2: $(cat "$T/err")"
 
@@ -90,7 +100,7 @@ grep -q "1 of 40 replicas differ from the copy served" "$T/err" || fail "verify:
 check_mount "$T/hsdp" "$DATA/fsdp2_ws4_hsdp2x2/truth.pt" "$TIE"
 
 echo "== optim/ (FSDP2: states by parameter index, tied pair counted once)"
-for c in fsdp2_ws2 fsdp2_ws3_untied; do
+for c in fsdp2_ws2 fsdp2_ws3_untied fsdp2_ws6_empty; do
 	gfs_mount "$DATA/$c" "$T/mnt" 2>"$T/note" || fail "mount $c: $(cat "$T/note")"
 	timeout 300 "$PYTHON3" "$top_srcdir/tests/tools/check_rankdict_optim.py" "$T/mnt" \
 		"$DATA/$c/truth_optim.pt" || fail "$c: optim/ differs from truth_optim.pt"
@@ -110,6 +120,8 @@ optim_refused() {
 rm -rf "$T/o"; cp -r "$DATA/fsdp1_ws2" "$T/o"; chmod -R u+w "$T/o"
 : >"$T/o/global_step_2/actor/optim_world_size_2_rank_0.pt"
 optim_refused "$T/o" "FSDP1's optimizer files hold flat-parameter shards"
+# FSDP1 with a device mesh: DTensor values, flat-parameter optimizer files (3 for 35 keys)
+optim_refused "$DATA/fsdp1_ws3_mesh" "FSDP1's optimizer files hold flat-parameter shards, .* (fsdp_config.json: FSDP_version 1)"
 rm -rf "$T/o"; cp -r "$DATA/fsdp2_ws2" "$T/o"; chmod -R u+w "$T/o"
 rm "$T/o/global_step_2/actor/optim_world_size_2_rank_1.pt"
 optim_refused "$T/o" ".*optim_world_size_2_rank_1.pt: missing (rank 1 of 2)"
@@ -160,7 +172,7 @@ grep -q "(plain tensors), world size 1" "$T/err" || fail "plain: $(cat "$T/err")
 echo "== from_pretrained in the compat root (torch 2.x, transformers)"
 COMPAT_ROOT=${GATHERFS_COMPAT_ROOT:-/var/cache/gatherfs/compat-root}
 if [ "$(id -u)" = 0 ] && [ -x "$COMPAT_ROOT/usr/bin/python3" ]; then
-	for c in fsdp2_ws2 fsdp2_ws4_hsdp2x2; do
+	for c in fsdp2_ws2 fsdp2_ws4_hsdp2x2 fsdp2_ws6_empty fsdp1_ws3_mesh; do
 		timeout 120 "$PYTHON3" - "$DATA/$c/truth.pt" "$T/$c.tsv" <<'PY' || fail "$c: expected table"
 import hashlib, json, sys, torch
 with open(sys.argv[2], "w") as f:
@@ -169,7 +181,12 @@ with open(sys.argv[2], "w") as f:
         f.write(f"{k}\t{str(v.dtype).replace('torch.', '')}\t{json.dumps(list(v.shape))}\t{hashlib.sha256(b).hexdigest()}\n")
 PY
 		gfs_mount "$DATA/$c" "$T/mnt" 2>"$T/note" || fail "mount $c: $(cat "$T/note")"
-		COMPAT_BINDS="$top_srcdir $T" timeout 600 "$top_srcdir/tests/compat/compat-run.sh" \
+		# untied, or FSDP1 (its tied keys saved apart): no alias in the files
+		case $c in
+		fsdp2_ws6_empty|fsdp1_*) untied=1 ;;
+		*) untied= ;;
+		esac
+		GFS_EXPECT_UNTIED=$untied COMPAT_BINDS="$top_srcdir $T" timeout 600 "$top_srcdir/tests/compat/compat-run.sh" \
 			"$COMPAT_ROOT" python3 "$top_srcdir/tests/compat/check_loaders.py" "$T/mnt" \
 			"$T/$c.tsv" "$DATA/$c" >"$T/compat.log" 2>&1 || fail "$c: compat loaders: $(grep -v '^ok' "$T/compat.log")"
 		tail -1 "$T/compat.log"

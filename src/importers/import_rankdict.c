@@ -80,6 +80,7 @@ typedef struct rd_import {
 	uint32_t mesh_ndim;
 	int64_t mesh[GFS_PV_MAX_MESH];
 	bool any_dtensor, any_stensor;
+	uint64_t fsdp_version; /* fsdp_config.json's FSDP_version, 0 without one */
 } rd_import;
 
 static bool is_dir(const char *dir, const char *name)
@@ -309,8 +310,13 @@ static gfs_err list_ranks(const char *dir, uint32_t *world, char ***names)
 	return GFS_OK;
 }
 
-/* check_config(): fsdp_config.json, when present, names world size W. */
-static gfs_err check_config(const char *dir, uint32_t world)
+/*
+ * check_config(): fsdp_config.json, when present, names world size W;
+ * *version is its FSDP_version (1: FSDP1, whose optimizer files hold
+ * flat-parameter shards even when the model's values are DTensors, as with
+ * verl's device_mesh), 0 without one.
+ */
+static gfs_err check_config(const char *dir, uint32_t world, uint64_t *version)
 {
 	char path[PATH_MAX];
 	char buf[RD_MAX_CONFIG];
@@ -320,6 +326,7 @@ static gfs_err check_config(const char *dir, uint32_t world)
 	FILE *f;
 	gfs_err err;
 
+	*version = 0;
 	if ((size_t)snprintf(path, sizeof(path), "%s/fsdp_config.json", dir) >= sizeof(path))
 		return gfs_fail(GFS_ERR_INVAL, "%s: path too long", dir);
 	f = fopen(path, "re");
@@ -336,6 +343,8 @@ static gfs_err check_config(const char *dir, uint32_t world)
 	if (!err && gfs_json_get(j, "world_size") && ws != world)
 		err = gfs_fail(GFS_ERR_FORMAT, "%s: world_size %llu, but the rank files are of a world of %u",
 			       path, (unsigned long long)ws, world);
+	if (!err && gfs_json_get(j, "FSDP_version"))
+		err = gfs_json_u64(gfs_json_get(j, "FSDP_version"), path, "FSDP_version", version);
 	cJSON_Delete(j);
 	return err;
 }
@@ -1083,9 +1092,10 @@ static gfs_err read_optim(rd_import *ri)
 		return gfs_fail(GFS_ERR_INVAL, "%s: path too long", ri->dir);
 	if (access(path, F_OK) != 0)
 		return gfs_fail(GFS_ERR_NOTFOUND, "no optim_world_size_%u_rank_0.pt", ri->world);
-	if (ri->any_stensor)
+	if (ri->any_stensor || ri->fsdp_version == 1)
 		return gfs_fail(GFS_ERR_UNSUPPORTED,
-				"FSDP1's optimizer files hold flat-parameter shards, which cannot be mapped to parameter names from the files alone");
+				"FSDP1's optimizer files hold flat-parameter shards, which cannot be mapped to parameter names from the files alone%s",
+				ri->any_stensor ? "" : " (fsdp_config.json: FSDP_version 1)");
 	ri->params = gfs_calloc(ri->nkeys ? ri->nkeys : 1, sizeof(*ri->params));
 	if (!ri->params)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
@@ -1153,7 +1163,7 @@ gfs_err gfs_import_rankdict(const char *dir, const char *tag, gfs_layout **out)
 		return err;
 	ri.dir = rdir;
 	ri.names = names;
-	err = check_config(rdir, ri.world);
+	err = check_config(rdir, ri.world, &ri.fsdp_version);
 	if (!err) {
 		ri.coords = gfs_calloc(ri.world, GFS_PV_MAX_MESH * sizeof(*ri.coords));
 		ri.has_coord = gfs_calloc(ri.world, sizeof(*ri.has_coord));
@@ -1184,7 +1194,8 @@ gfs_err gfs_import_rankdict(const char *dir, const char *tag, gfs_layout **out)
 	}
 	if (!err) {
 		snprintf(info, sizeof(info), "per-rank state dicts (%s), world size %u",
-			 ri.any_dtensor ? (ri.any_stensor ? "DTensor and ShardedTensor" : "FSDP2 DTensor")
+			 ri.any_dtensor ? (ri.any_stensor ? "DTensor and ShardedTensor"
+					  : ri.fsdp_version == 1 ? "FSDP1 DTensor" : "FSDP2 DTensor")
 					: (ri.any_stensor ? "FSDP1 ShardedTensor" : "plain tensors"),
 			 ri.world);
 		err = gfs_layout_set_info(ri.l, info);
