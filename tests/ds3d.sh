@@ -22,7 +22,10 @@
 #    layout JSON (which round-trips);
 #  - mixture of experts (expert files, expert parallel 2, ZeRO-2): the same,
 #    keys compared as a set (truth.pt's order is the harness's), each MoE
-#    layer's experts right after its gate in global id order;
+#    layer's experts right after its gate in global id order; with a head
+#    tied to the embedding and a buffer (the optimizer's
+#    param_slice_mappings say which `module` entries are params): the head
+#    an alias of the embedding, the buffer the module's tensor, no states;
 #  - tensor parallelism (TP 2, ZeRO-1) with universal_checkpoint_info
 #    patterns: the same, each param's slices put together as the patterns
 #    say (replicated: rank 0's; row parallel: on dim 1; else dim 0), the
@@ -155,6 +158,32 @@ timeout 60 "$INSPECT" ls "$ck" >/dev/null 2>"$T/err" || fail "inspect ls moe: $(
 grep -q "DeepSpeed mixture of experts (8 experts in 2 MoE layers, expert-parallel size 2), ZeRO-2, 2 ranks" "$T/err" ||
 	fail "inspect ls moe: $(cat "$T/err")"
 timeout 120 "$INSPECT" verify "$ck" >"$T/v" 2>&1 || fail "inspect verify moe: $(cat "$T/v")"
+
+echo "== moe_tied_buf_ep2_dp2_z2_fp32: MoE with a tied head and a buffer (param_slice_mappings: which entries are params)"
+c=moe_tied_buf_ep2_dp2_z2_fp32
+ck="$DATA/$c/checkpoint"
+gfs_mount "$ck" "$T/mnt" 2>"$T/log" || fail "mount $c: $(cat "$T/log")"
+# keys as a set (truth.pt's order is the harness's); head.weight an alias
+# of embed.weight, the buffer `scale` the module's tensor
+timeout 300 "$PYTHON3" - "$T/mnt/pytorch_model.bin" "$DATA/$c/truth.pt" <<'PY' || fail "$c: pytorch_model.bin"
+import sys, torch
+got, want = torch.load(sys.argv[1]), torch.load(sys.argv[2])
+assert set(got) == set(want), set(got) ^ set(want)
+for k, v in want.items():
+    assert got[k].dtype == v.dtype and got[k].shape == v.shape, k
+    assert torch.equal(got[k].view(torch.int32), v.view(torch.int32)), k
+assert got["head.weight"].data_ptr() == got["embed.weight"].data_ptr(), "head.weight is not embed.weight"
+assert list(got)[0] == "scale" and torch.equal(got["scale"], torch.full((32,), 0.5)), "scale"
+print("ok:", sys.argv[1], len(want), "keys")
+PY
+for s in exp_avg exp_avg_sq step; do
+	[ "$(ls "$T/mnt/optim/$s" | wc -l)" -eq 65 ] || fail "$c: optim/$s: $(ls "$T/mnt/optim/$s")"
+done
+[ -e "$T/mnt/optim/exp_avg/scale" ] && fail "$c: optimizer states for the buffer"
+timeout 300 "$PYTHON3" "$OPTIM" "$T/mnt" "$ck/global_step3" moe || fail "$c: optim/"
+gfs_umount "$T/mnt" || fail "unmount"
+timeout 120 "$INSPECT" verify "$ck" >"$T/v" 2>&1 || fail "inspect verify $c: $(cat "$T/v")"
+grep -q "^OK: 67 entries (1 aliases)" "$T/v" || fail "inspect verify $c: $(cat "$T/v")"
 
 echo "== tp2_dp2_z1_fp32_uci: tensor parallel 2, ZeRO-1, universal_checkpoint_info patterns"
 ck="$DATA/tp2_dp2_z1_fp32_uci/checkpoint"

@@ -2958,6 +2958,8 @@ typedef struct moe_param {
 	const gfs_pv *value; /* its module tensor */
 	size_t flat;         /* 0: the dense flat; 1 + e: expert-parallel rank e's */
 	uint64_t off;        /* element offset in that flat */
+	const char *alias;   /* a second name of this param (a tied weight), or NULL */
+	bool module_value;   /* no optimizer holds it (a buffer, a frozen param): the module tensor */
 	uint64_t numel;
 	uint32_t ndim;
 	uint64_t shape[GFS_MAX_DIMS];
@@ -3181,6 +3183,99 @@ static gfs_err moe_fits(const ds_ckpt *c, const flat *fl, size_t g, uint64_t r0,
 	return GFS_OK;
 }
 
+/*
+ * moe_dense_names(): the names of the dense group's params in the order
+ * of its flat, from the ranks' param_slice_mappings (rank by rank, a param
+ * split between ranks once), in *names (to free; *n of them).  *names is
+ * NULL when a rank records none (DeepSpeed before 0.10): every `module`
+ * entry is then taken for a param.
+ */
+static gfs_err moe_dense_names(const ds_ckpt *c, const char ***names, size_t *n)
+{
+	size_t cap = 0;
+
+	*names = NULL;
+	*n = 0;
+	for (uint64_t r = 0; r < c->ws; r++) {
+		const gfs_pv *g = gfs_pv_seq_at(gfs_pv_dict_get(osd_of(&c->optim[r]),
+								"param_slice_mappings"), c->gdense);
+
+		if (!g || g->kind != GFS_PV_DICT)
+			return GFS_OK;
+		cap += g->u.dict.len;
+	}
+	*names = gfs_calloc(cap ? cap : 1, sizeof(**names));
+	if (!*names)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (uint64_t r = 0; r < c->ws; r++) {
+		const gfs_pv *g = gfs_pv_seq_at(gfs_pv_dict_get(osd_of(&c->optim[r]),
+								"param_slice_mappings"), c->gdense);
+
+		for (size_t k = 0; k < g->u.dict.len; k++) {
+			const char *name = gfs_pv_name(g->u.dict.items[k].key);
+
+			if (!name)
+				return gfs_pv_name_fail(c->optim[r].path, "param_slice_mappings key", k,
+							g->u.dict.items[k].key);
+			if (*n == 0 || strcmp((*names)[*n - 1], name) != 0)
+				(*names)[(*n)++] = name;
+		}
+	}
+	return GFS_OK;
+}
+
+/* same_tensor(): do pickled tensors a and b view the same elements of one storage? */
+static bool same_tensor(const gfs_pv *a, const gfs_pv *b)
+{
+	const gfs_pv_tensor *x = a->u.tensor, *y = b->u.tensor;
+
+	if (x->offset != y->offset || x->ndim != y->ndim || !x->storage.key || !y->storage.key ||
+	    strcmp(x->storage.key, y->storage.key) != 0)
+		return false;
+	for (uint32_t d = 0; d < x->ndim; d++)
+		if (x->size[d] != y->size[d] || x->stride[d] != y->stride[d])
+			return false;
+	return true;
+}
+
+/*
+ * moe_dense(): `module`'s entries as the dense params of c->mparams, in
+ * order; with the dense group's names (moe_dense_names(), n of them, in
+ * the same order), an entry not among them is a second name of an earlier
+ * param when it is the same tensor (a tied weight), else served as the
+ * module holds it (a buffer, a frozen param).
+ */
+static gfs_err moe_dense(ds_ckpt *c, const gfs_pv *module, const char **names, size_t n,
+			 uint64_t *off)
+{
+	const ds_file *m0 = &c->model[0];
+	size_t j = 0;
+	gfs_err err = GFS_OK;
+
+	for (size_t k = 0; !err && k < module->u.dict.len; k++) {
+		moe_param *p = &c->mparams[c->nmparams];
+
+		err = moe_push(c, m0, module, k, 0, off);
+		if (err || !names)
+			continue;
+		if (j < n && strcmp(p->name, names[j]) == 0) {
+			j++;
+			continue;
+		}
+		*off -= p->numel;
+		p->module_value = true;
+		for (size_t i = 0; i + 1 < c->nmparams && !p->alias; i++)
+			if (!c->mparams[i].module_value && !c->mparams[i].alias &&
+			    same_tensor(c->mparams[i].value, p->value))
+				p->alias = c->mparams[i].name;
+	}
+	if (!err && names && j < n)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: param %s of the optimizer's param_slice_mappings is not in `module` (or not in its order)",
+				m0->path, names[j]);
+	return err;
+}
+
 /* expert_id(): is key an entry of expert gid (...experts.deepspeed_experts.GID.NAME)? */
 static bool expert_id(const char *key, uint64_t gid)
 {
@@ -3194,8 +3289,8 @@ static bool expert_id(const char *key, uint64_t gid)
 }
 
 /*
- * moe_plan(): the params in c->mparams: `module`'s entries (the dense
- * params, in order, the dense flat), then the experts, MoE layer by layer
+ * moe_plan(): the params in c->mparams: `module`'s entries (moe_dense():
+ * the dense params, in order, the dense flat), then the experts, MoE layer by layer
  * in global id order, each in its expert-parallel rank's flat (rank e
  * holds experts e * n/ep .. (e + 1) * n/ep - 1 of each layer, layer by
  * layer).
@@ -3205,7 +3300,8 @@ static gfs_err moe_plan(ds_ckpt *c)
 	const ds_file *m0 = &c->model[0];
 	const gfs_pv *module = gfs_pv_dict_get(m0->root, "module");
 	uint64_t *eoff;
-	size_t count;
+	const char **names = NULL;
+	size_t count, nnames = 0;
 	uint64_t off = 0;
 	gfs_err err;
 
@@ -3222,8 +3318,11 @@ static gfs_err moe_plan(ds_ckpt *c)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	}
 	err = moe_flats(c, moe_fp32_part, NULL, c->mflats);
-	for (size_t k = 0; !err && k < module->u.dict.len; k++)
-		err = moe_push(c, m0, module, k, 0, &off);
+	if (!err)
+		err = moe_dense_names(c, &names, &nnames);
+	if (!err)
+		err = moe_dense(c, module, names, nnames, &off);
+	free(names);
 	if (!err)
 		err = moe_fits(c, &c->mflats[0], c->gdense, 0, 1, off, "the dense params (`module`)");
 	for (size_t L = 0, base = 0; !err && L < c->nmoe; base += c->moe_n[L++]) {
@@ -3257,7 +3356,8 @@ static gfs_err moe_plan(ds_ckpt *c)
 /*
  * moe_emit_one(): param p as a model tensor (state NULL) or as optimizer
  * state `state`: its elements of flats fl, or, a 0-d state, the value of
- * its flat in scal.
+ * its flat in scal.  A second name of a param is an alias of it, and an
+ * entry no optimizer holds is the module's tensor (it has no states).
  */
 static gfs_err moe_emit_one(ds_ckpt *c, const moe_param *p, const flat *fl, const tview *scal,
 			    const char *state)
@@ -3265,6 +3365,12 @@ static gfs_err moe_emit_one(ds_ckpt *c, const moe_param *p, const flat *fl, cons
 	size_t ti;
 	gfs_err err;
 
+	if (p->module_value && state)
+		return GFS_OK;
+	if (p->alias)
+		return gfs_layout_add_alias(c->l, p->name, p->alias);
+	if (p->module_value)
+		return emit_module(c, p->name, p->value, true);
 	if (scal) {
 		const tview *tv = &scal[p->flat];
 
