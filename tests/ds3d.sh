@@ -43,7 +43,8 @@
 #    whose tied weight's name is not recorded, a missing or extra expert
 #    file, tensor parallelism without universal_checkpoint_info patterns, a
 #    pattern gatherfs does not evaluate, a param made by averaging, a
-#    missing tensor rank.
+#    missing tensor rank, a buffer no universal_checkpoint_info pattern
+#    matches (served as a pattern or -o tp_split says).
 . "${top_srcdir:-.}/tests/lib.sh"
 . "$top_srcdir/tests/mount-lib.sh"
 mount_setup
@@ -349,6 +350,29 @@ fresh tp2_dp2_z1_fp32_uci; rm "$G/mp_rank_01_model_states.pt"
 expect_refused "global_step3/mp_rank_01_model_states.pt is missing (tensor rank 1)" "$T/bad"
 fresh tp2_dp2_z1_fp32_uci; rm "$G"/*mp_rank_01*
 expect_refused "global_step3/mp_rank_01_model_states.pt is missing: mp_rank_00_model_states.pt says 2 model-parallel ranks" "$T/bad"
+
+echo "== tp2_buf_dp1_z1_fp32_uci: a buffer no universal_checkpoint_info pattern matches"
+c=tp2_buf_dp1_z1_fp32_uci
+expect_refused "buffer inv_freq matches no universal_checkpoint_info pattern: whether it is split between the tensor ranks is not recorded" \
+	"$DATA/$c/checkpoint"
+cat >"$T/bsplit.json" <<'EOF'
+{
+  ".*qkv\\.": 0,
+  ".*fc1\\.": 0,
+  ".*proj\\.weight": 1,
+  ".*fc2\\.weight": 1,
+  ".*": "replicated"
+}
+EOF
+gfs_mount "$DATA/$c/checkpoint" "$T/mnt" -o tp_split="$T/bsplit.json" 2>/dev/null || fail "mount $c -o tp_split"
+timeout 300 "$PYTHON3" "$CHECK" "$T/mnt/pytorch_model.bin" "$DATA/$c/truth.pt" || fail "$c: tp_split: pytorch_model.bin"
+gfs_umount "$T/mnt" || fail "unmount"
+fresh $c
+uci "$G/mp_rank_00_model_states.pt" "u['tp_replicated_parameter_patterns'].append('inv_freq')"
+gfs_mount "$T/bad" "$T/mnt" 2>/dev/null || fail "mount $c with a pattern for the buffer"
+timeout 300 "$PYTHON3" "$CHECK" "$T/mnt/pytorch_model.bin" "$DATA/$c/truth.pt" || fail "$c: pytorch_model.bin"
+check_st "$T/mnt/model.safetensors" "$DATA/$c/truth.pt"
+gfs_umount "$T/mnt" || fail "unmount"
 
 echo "== -o tp_split=FILE: tensor parallelism without universal_checkpoint_info"
 fresh tp2_dp2_z1_fp32_uci; uci "$G/mp_rank_00_model_states.pt" "u = None"

@@ -4015,6 +4015,8 @@ typedef struct tp_how {
  * sub-params (refused: not a view of the slices, but two sub-params on
  * dim 0), else concatenated on dim 1 (row parallelism) or 0; a vocabulary
  * param cut to original_vocab_size rows.  The full shape in out_shape.
+ * A buffer (buffer_names) no pattern matches is refused: the dim 0 rule
+ * is ds_to_universal.py's for params, which it applies to no buffer.
  */
 static gfs_err tp_classify(const ds_ckpt *c, tp_info *ti, const char *name, uint32_t ndim,
 			   const uint64_t *shape, tp_how *how, uint64_t *out_shape)
@@ -4035,6 +4037,16 @@ static gfs_err tp_classify(const ds_ckpt *c, tp_info *ti, const char *name, uint
 				return gfs_fail(GFS_ERR_UNSUPPORTED,
 						"%s: param %s: matching the universal_checkpoint_info %s takes too long",
 						c->tagdir, name, tp_keys[k]);
+	}
+	if (!ti->file && in_list(gfs_pv_dict_get(c->stages[0].model[0].root, "buffer_names"), name)) {
+		bool any = false;
+
+		for (int k = 0; k < TP_NKINDS; k++)
+			any = any || m[k];
+		if (!any)
+			return gfs_fail(GFS_ERR_UNSUPPORTED,
+					"%s: buffer %s matches no universal_checkpoint_info pattern: whether it is split between the tensor ranks is not recorded (refused, not guessed; -o tp_split=FILE gives it)",
+					c->tagdir, name);
 	}
 	memset(how, 0, sizeof(*how));
 	memcpy(out_shape, shape, ndim * sizeof(*shape));
