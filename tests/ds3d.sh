@@ -22,7 +22,13 @@
 #    layout JSON (which round-trips);
 #  - mixture of experts (expert files, expert parallel 2, ZeRO-2): the same,
 #    keys compared as a set (truth.pt's order is the harness's), each MoE
-#    layer's experts right after its gate in global id order;
+#    layer's experts right after its gate in global id order; with a head
+#    tied to the embedding and a buffer (the optimizer's
+#    param_slice_mappings say which `module` entries are params): the head
+#    an alias of the embedding, the buffer the module's tensor, no states;
+#    without ZeRO (expp_rank_* files hold the torch optimizer's state):
+#    the module's and the expert files' tensors, no optim/ view; in 16
+#    bits refused (the fp32 masters are in that optimizer state);
 #  - tensor parallelism (TP 2, ZeRO-1) with universal_checkpoint_info
 #    patterns: the same, each param's slices put together as the patterns
 #    say (replicated: rank 0's; row parallel: on dim 1; else dim 0), the
@@ -37,7 +43,8 @@
 #    whose tied weight's name is not recorded, a missing or extra expert
 #    file, tensor parallelism without universal_checkpoint_info patterns, a
 #    pattern gatherfs does not evaluate, a param made by averaging, a
-#    missing tensor rank.
+#    missing tensor rank, a buffer no universal_checkpoint_info pattern
+#    matches (served as a pattern or -o tp_split says).
 . "${top_srcdir:-.}/tests/lib.sh"
 . "$top_srcdir/tests/mount-lib.sh"
 mount_setup
@@ -156,6 +163,59 @@ grep -q "DeepSpeed mixture of experts (8 experts in 2 MoE layers, expert-paralle
 	fail "inspect ls moe: $(cat "$T/err")"
 timeout 120 "$INSPECT" verify "$ck" >"$T/v" 2>&1 || fail "inspect verify moe: $(cat "$T/v")"
 
+echo "== moe_tied_buf_ep2_dp2_z2_fp32: MoE with a tied head and a buffer (param_slice_mappings: which entries are params)"
+c=moe_tied_buf_ep2_dp2_z2_fp32
+ck="$DATA/$c/checkpoint"
+gfs_mount "$ck" "$T/mnt" 2>"$T/log" || fail "mount $c: $(cat "$T/log")"
+# keys as a set (truth.pt's order is the harness's); head.weight an alias
+# of embed.weight, the buffer `scale` the module's tensor
+timeout 300 "$PYTHON3" - "$T/mnt/pytorch_model.bin" "$DATA/$c/truth.pt" <<'PY' || fail "$c: pytorch_model.bin"
+import sys, torch
+got, want = torch.load(sys.argv[1]), torch.load(sys.argv[2])
+assert set(got) == set(want), set(got) ^ set(want)
+for k, v in want.items():
+    assert got[k].dtype == v.dtype and got[k].shape == v.shape, k
+    assert torch.equal(got[k].view(torch.int32), v.view(torch.int32)), k
+assert got["head.weight"].data_ptr() == got["embed.weight"].data_ptr(), "head.weight is not embed.weight"
+assert list(got)[0] == "scale" and torch.equal(got["scale"], torch.full((32,), 0.5)), "scale"
+print("ok:", sys.argv[1], len(want), "keys")
+PY
+for s in exp_avg exp_avg_sq step; do
+	[ "$(ls "$T/mnt/optim/$s" | wc -l)" -eq 65 ] || fail "$c: optim/$s: $(ls "$T/mnt/optim/$s")"
+done
+[ -e "$T/mnt/optim/exp_avg/scale" ] && fail "$c: optimizer states for the buffer"
+timeout 300 "$PYTHON3" "$OPTIM" "$T/mnt" "$ck/global_step3" moe || fail "$c: optim/"
+gfs_umount "$T/mnt" || fail "unmount"
+timeout 120 "$INSPECT" verify "$ck" >"$T/v" 2>&1 || fail "inspect verify $c: $(cat "$T/v")"
+grep -q "^OK: 67 entries (1 aliases)" "$T/v" || fail "inspect verify $c: $(cat "$T/v")"
+
+echo "== moe_ep2_dp2_z0_fp32: MoE without ZeRO (no *_optim_states.pt but expp_rank_*): the module's tensors"
+c=moe_ep2_dp2_z0_fp32
+ck="$DATA/$c/checkpoint"
+gfs_mount "$ck" "$T/mnt" 2>"$T/log" || fail "mount $c: $(cat "$T/log")"
+timeout 300 "$PYTHON3" - "$T/mnt/pytorch_model.bin" "$DATA/$c/truth.pt" <<'PY' || fail "$c: pytorch_model.bin"
+import sys, torch
+got, want = torch.load(sys.argv[1]), torch.load(sys.argv[2])
+assert set(got) == set(want), set(got) ^ set(want)
+for k, v in want.items():
+    assert got[k].dtype == v.dtype and got[k].shape == v.shape, k
+    assert torch.equal(got[k].view(torch.int32), v.view(torch.int32)), k
+keys = list(got)
+for b in (1, 2):
+    gate = keys.index(f"blocks.{b}.moe.deepspeed_moe.gate.wg.weight")
+    exp = [f"blocks.{b}.moe.deepspeed_moe.experts.deepspeed_experts.{e}.{n}"
+           for e in range(4) for n in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")]
+    assert keys[gate + 1:gate + 17] == exp, keys[gate:gate + 17]
+print("ok:", sys.argv[1], len(want), "keys")
+PY
+check_st "$T/mnt/model.safetensors" "$DATA/$c/truth.pt"
+[ -e "$T/mnt/optim" ] && fail "$c: an optim/ view without the optimizer's states"
+gfs_umount "$T/mnt" || fail "unmount"
+timeout 60 "$INSPECT" ls "$ck" >/dev/null 2>"$T/err" || fail "inspect ls $c: $(cat "$T/err")"
+grep -q "DeepSpeed mixture of experts (8 experts in 2 MoE layers), no ZeRO, tag global_step3" "$T/err" ||
+	fail "inspect ls $c: $(cat "$T/err")"
+timeout 120 "$INSPECT" verify "$ck" >"$T/v" 2>&1 || fail "inspect verify $c: $(cat "$T/v")"
+
 echo "== tp2_dp2_z1_fp32_uci: tensor parallel 2, ZeRO-1, universal_checkpoint_info patterns"
 ck="$DATA/tp2_dp2_z1_fp32_uci/checkpoint"
 truth="$DATA/tp2_dp2_z1_fp32_uci/truth.pt"
@@ -253,6 +313,16 @@ fresh moe_ep2_dp2_z2_fp32; rm "$G/layer_1_expert_2_mp_rank_00_model_states.pt"
 expect_refused "global_step3/layer_1_expert_2_mp_rank_00_model_states.pt is missing: expert 2 of MoE layer 1 (num_experts in mp_rank_00_model_states.pt)" "$T/bad"
 fresh moe_ep2_dp2_z2_fp32; cp "$G/layer_1_expert_2_mp_rank_00_model_states.pt" "$G/layer_1_expert_4_mp_rank_00_model_states.pt"
 expect_refused "global_step3: 9 expert files, but num_experts in mp_rank_00_model_states.pt says 8: expert files of two saves" "$T/bad"
+fresh moe_ep2_dp2_z0_fp32; rm "$G/layer_1_expert_3_mp_rank_00_model_states.pt"
+expect_refused "global_step3/layer_1_expert_3_mp_rank_00_model_states.pt is missing: expert 3 of MoE layer 1" "$T/bad"
+fresh moe_ep2_dp2_z0_fp32
+timeout 120 "$PYTHON3" -c "
+import sys, torch
+ck = torch.load(sys.argv[1])
+ck['module']['embed.weight'] = ck['module']['embed.weight'].bfloat16()
+torch.save(ck, sys.argv[1])
+" "$G/mp_rank_00_model_states.pt" || fail "rewrite mp_rank_00_model_states.pt"
+expect_refused "mp_rank_00_model_states.pt: embed.weight is bfloat16 in a mixture-of-experts checkpoint without ZeRO: its fp32 master is in the torch optimizer state of the expp_rank_" "$T/bad"
 fresh moe_ep2_dp2_z2_fp32; rm "$G/zero_pp_rank_1_mp_rank_00_optim_states.pt"
 expect_refused "optimizer states file of rank 1 (of 2) is missing" "$T/bad"
 # uci FILE PYTHON: re-save mp_rank file FILE with real torch.save after
@@ -280,6 +350,29 @@ fresh tp2_dp2_z1_fp32_uci; rm "$G/mp_rank_01_model_states.pt"
 expect_refused "global_step3/mp_rank_01_model_states.pt is missing (tensor rank 1)" "$T/bad"
 fresh tp2_dp2_z1_fp32_uci; rm "$G"/*mp_rank_01*
 expect_refused "global_step3/mp_rank_01_model_states.pt is missing: mp_rank_00_model_states.pt says 2 model-parallel ranks" "$T/bad"
+
+echo "== tp2_buf_dp1_z1_fp32_uci: a buffer no universal_checkpoint_info pattern matches"
+c=tp2_buf_dp1_z1_fp32_uci
+expect_refused "buffer inv_freq matches no universal_checkpoint_info pattern: whether it is split between the tensor ranks is not recorded" \
+	"$DATA/$c/checkpoint"
+cat >"$T/bsplit.json" <<'EOF'
+{
+  ".*qkv\\.": 0,
+  ".*fc1\\.": 0,
+  ".*proj\\.weight": 1,
+  ".*fc2\\.weight": 1,
+  ".*": "replicated"
+}
+EOF
+gfs_mount "$DATA/$c/checkpoint" "$T/mnt" -o tp_split="$T/bsplit.json" 2>/dev/null || fail "mount $c -o tp_split"
+timeout 300 "$PYTHON3" "$CHECK" "$T/mnt/pytorch_model.bin" "$DATA/$c/truth.pt" || fail "$c: tp_split: pytorch_model.bin"
+gfs_umount "$T/mnt" || fail "unmount"
+fresh $c
+uci "$G/mp_rank_00_model_states.pt" "u['tp_replicated_parameter_patterns'].append('inv_freq')"
+gfs_mount "$T/bad" "$T/mnt" 2>/dev/null || fail "mount $c with a pattern for the buffer"
+timeout 300 "$PYTHON3" "$CHECK" "$T/mnt/pytorch_model.bin" "$DATA/$c/truth.pt" || fail "$c: pytorch_model.bin"
+check_st "$T/mnt/model.safetensors" "$DATA/$c/truth.pt"
+gfs_umount "$T/mnt" || fail "unmount"
 
 echo "== -o tp_split=FILE: tensor parallelism without universal_checkpoint_info"
 fresh tp2_dp2_z1_fp32_uci; uci "$G/mp_rank_00_model_states.pt" "u = None"

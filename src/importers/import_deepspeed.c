@@ -156,6 +156,7 @@ typedef struct ds_ckpt {
 	struct moe_param *mparams; /* [nmparams]: dense ones in `module` order, then experts */
 	size_t nmparams;
 	flat *mflats;        /* [1 + ep]: dense masters, then each expert-parallel rank's */
+	ds_file *zip_held;   /* the expert file whose zip moe_zip() read again, or NULL */
 } ds_ckpt;
 
 /*
@@ -2384,6 +2385,23 @@ static gfs_err open_files(ds_ckpt *c, const ds_listing *ls)
 }
 
 /*
+ * moe_plain_open(): the mp_rank file alone of a mixture-of-experts
+ * checkpoint without ZeRO (listing ls, no *_optim_states.pt but the
+ * expp_rank_* ones).
+ */
+static gfs_err moe_plain_open(ds_ckpt *c, const ds_listing *ls)
+{
+	if (!ls->mpmodel)
+		return gfs_fail(GFS_ERR_NOTFOUND, "%s/mp_rank_00_model_states.pt is missing", c->tagdir);
+	c->model = calloc(1, sizeof(*c->model));
+	if (!c->model)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	c->model[0].fd = -1;
+	c->nmodel = 1;
+	return file_open(&c->model[0], c->tagdir, ls->mpmodel);
+}
+
+/*
  * anon_note(): *note (resolve_tagdir()'s, or NULL; to free) extended with
  * a line on the files whose zip folder is archive/, whose names
  * name_check() could not check.
@@ -2954,10 +2972,12 @@ static void ckpt_free(ds_ckpt *c)
  */
 typedef struct moe_param {
 	const char *name;    /* borrowed from a pickle */
-	const ds_file *f;    /* the file holding its module tensor */
+	ds_file *f;          /* the file holding its module tensor */
 	const gfs_pv *value; /* its module tensor */
 	size_t flat;         /* 0: the dense flat; 1 + e: expert-parallel rank e's */
 	uint64_t off;        /* element offset in that flat */
+	const char *alias;   /* a second name of this param (a tied weight), or NULL */
+	bool module_value;   /* no optimizer holds it (a buffer, a frozen param): the module tensor */
 	uint64_t numel;
 	uint32_t ndim;
 	uint64_t shape[GFS_MAX_DIMS];
@@ -3124,7 +3144,7 @@ static gfs_err moe_flats(ds_ckpt *c, moe_part_fn part, const char *state, flat *
 }
 
 /* moe_push(): entry k of dict of tensors sd in file f as a param of flat fl at *off. */
-static gfs_err moe_push(ds_ckpt *c, const ds_file *f, const gfs_pv *sd, size_t k, size_t fl,
+static gfs_err moe_push(ds_ckpt *c, ds_file *f, const gfs_pv *sd, size_t k, size_t fl,
 			uint64_t *off)
 {
 	const gfs_pv_item *it = &sd->u.dict.items[k];
@@ -3181,6 +3201,99 @@ static gfs_err moe_fits(const ds_ckpt *c, const flat *fl, size_t g, uint64_t r0,
 	return GFS_OK;
 }
 
+/*
+ * moe_dense_names(): the names of the dense group's params in the order
+ * of its flat, from the ranks' param_slice_mappings (rank by rank, a param
+ * split between ranks once), in *names (to free; *n of them).  *names is
+ * NULL when a rank records none (DeepSpeed before 0.10): every `module`
+ * entry is then taken for a param.
+ */
+static gfs_err moe_dense_names(const ds_ckpt *c, const char ***names, size_t *n)
+{
+	size_t cap = 0;
+
+	*names = NULL;
+	*n = 0;
+	for (uint64_t r = 0; r < c->ws; r++) {
+		const gfs_pv *g = gfs_pv_seq_at(gfs_pv_dict_get(osd_of(&c->optim[r]),
+								"param_slice_mappings"), c->gdense);
+
+		if (!g || g->kind != GFS_PV_DICT)
+			return GFS_OK;
+		cap += g->u.dict.len;
+	}
+	*names = gfs_calloc(cap ? cap : 1, sizeof(**names));
+	if (!*names)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (uint64_t r = 0; r < c->ws; r++) {
+		const gfs_pv *g = gfs_pv_seq_at(gfs_pv_dict_get(osd_of(&c->optim[r]),
+								"param_slice_mappings"), c->gdense);
+
+		for (size_t k = 0; k < g->u.dict.len; k++) {
+			const char *name = gfs_pv_name(g->u.dict.items[k].key);
+
+			if (!name)
+				return gfs_pv_name_fail(c->optim[r].path, "param_slice_mappings key", k,
+							g->u.dict.items[k].key);
+			if (*n == 0 || strcmp((*names)[*n - 1], name) != 0)
+				(*names)[(*n)++] = name;
+		}
+	}
+	return GFS_OK;
+}
+
+/* same_tensor(): do pickled tensors a and b view the same elements of one storage? */
+static bool same_tensor(const gfs_pv *a, const gfs_pv *b)
+{
+	const gfs_pv_tensor *x = a->u.tensor, *y = b->u.tensor;
+
+	if (x->offset != y->offset || x->ndim != y->ndim || !x->storage.key || !y->storage.key ||
+	    strcmp(x->storage.key, y->storage.key) != 0)
+		return false;
+	for (uint32_t d = 0; d < x->ndim; d++)
+		if (x->size[d] != y->size[d] || x->stride[d] != y->stride[d])
+			return false;
+	return true;
+}
+
+/*
+ * moe_dense(): `module`'s entries as the dense params of c->mparams, in
+ * order; with the dense group's names (moe_dense_names(), n of them, in
+ * the same order), an entry not among them is a second name of an earlier
+ * param when it is the same tensor (a tied weight), else served as the
+ * module holds it (a buffer, a frozen param).
+ */
+static gfs_err moe_dense(ds_ckpt *c, const gfs_pv *module, const char **names, size_t n,
+			 uint64_t *off)
+{
+	ds_file *m0 = &c->model[0];
+	size_t j = 0;
+	gfs_err err = GFS_OK;
+
+	for (size_t k = 0; !err && k < module->u.dict.len; k++) {
+		moe_param *p = &c->mparams[c->nmparams];
+
+		err = moe_push(c, m0, module, k, 0, off);
+		if (err || !names)
+			continue;
+		if (j < n && strcmp(p->name, names[j]) == 0) {
+			j++;
+			continue;
+		}
+		*off -= p->numel;
+		p->module_value = true;
+		for (size_t i = 0; i + 1 < c->nmparams && !p->alias; i++)
+			if (!c->mparams[i].module_value && !c->mparams[i].alias &&
+			    same_tensor(c->mparams[i].value, p->value))
+				p->alias = c->mparams[i].name;
+	}
+	if (!err && names && j < n)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: param %s of the optimizer's param_slice_mappings is not in `module` (or not in its order)",
+				m0->path, names[j]);
+	return err;
+}
+
 /* expert_id(): is key an entry of expert gid (...experts.deepspeed_experts.GID.NAME)? */
 static bool expert_id(const char *key, uint64_t gid)
 {
@@ -3194,8 +3307,8 @@ static bool expert_id(const char *key, uint64_t gid)
 }
 
 /*
- * moe_plan(): the params in c->mparams: `module`'s entries (the dense
- * params, in order, the dense flat), then the experts, MoE layer by layer
+ * moe_plan(): the params in c->mparams: `module`'s entries (moe_dense():
+ * the dense params, in order, the dense flat), then the experts, MoE layer by layer
  * in global id order, each in its expert-parallel rank's flat (rank e
  * holds experts e * n/ep .. (e + 1) * n/ep - 1 of each layer, layer by
  * layer).
@@ -3205,7 +3318,8 @@ static gfs_err moe_plan(ds_ckpt *c)
 	const ds_file *m0 = &c->model[0];
 	const gfs_pv *module = gfs_pv_dict_get(m0->root, "module");
 	uint64_t *eoff;
-	size_t count;
+	const char **names = NULL;
+	size_t count, nnames = 0;
 	uint64_t off = 0;
 	gfs_err err;
 
@@ -3222,15 +3336,18 @@ static gfs_err moe_plan(ds_ckpt *c)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	}
 	err = moe_flats(c, moe_fp32_part, NULL, c->mflats);
-	for (size_t k = 0; !err && k < module->u.dict.len; k++)
-		err = moe_push(c, m0, module, k, 0, &off);
+	if (!err)
+		err = moe_dense_names(c, &names, &nnames);
+	if (!err)
+		err = moe_dense(c, module, names, nnames, &off);
+	free(names);
 	if (!err)
 		err = moe_fits(c, &c->mflats[0], c->gdense, 0, 1, off, "the dense params (`module`)");
 	for (size_t L = 0, base = 0; !err && L < c->nmoe; base += c->moe_n[L++]) {
 		const uint64_t nlocal = c->moe_n[L] / c->ep;
 
 		for (uint64_t gid = 0; !err && gid < c->moe_n[L]; gid++) {
-			const ds_file *f = &c->experts[base + gid];
+			ds_file *f = &c->experts[base + gid];
 			const uint64_t e = gid / nlocal;
 
 			for (size_t k = 0; !err && k < f->root->u.dict.len; k++) {
@@ -3255,9 +3372,33 @@ static gfs_err moe_plan(ds_ckpt *c)
 }
 
 /*
+ * moe_zip(): file f's zip directory read again when moe_open() closed it
+ * (an expert file), closing the one read before: one expert's fd at a time.
+ */
+static gfs_err moe_zip(ds_ckpt *c, ds_file *f)
+{
+	if (f->zip)
+		return GFS_OK;
+	if (c->zip_held) {
+		gfs_tzip_close(c->zip_held->zip);
+		c->zip_held->zip = NULL;
+		close(c->zip_held->fd);
+		c->zip_held->fd = -1;
+		c->zip_held = NULL;
+	}
+	f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+	if (f->fd < 0)
+		return gfs_fail(errno == ENOENT ? GFS_ERR_NOTFOUND : GFS_ERR_IO, "%s: cannot open: %s",
+				f->path, strerror(errno));
+	c->zip_held = f;
+	return gfs_tzip_open(f->fd, 0, f->size, f->path, NULL, &f->zip);
+}
+
+/*
  * moe_emit_one(): param p as a model tensor (state NULL) or as optimizer
  * state `state`: its elements of flats fl, or, a 0-d state, the value of
- * its flat in scal.
+ * its flat in scal.  A second name of a param is an alias of it, and an
+ * entry no optimizer holds is the module's tensor (it has no states).
  */
 static gfs_err moe_emit_one(ds_ckpt *c, const moe_param *p, const flat *fl, const tview *scal,
 			    const char *state)
@@ -3265,6 +3406,18 @@ static gfs_err moe_emit_one(ds_ckpt *c, const moe_param *p, const flat *fl, cons
 	size_t ti;
 	gfs_err err;
 
+	if (p->module_value && state)
+		return GFS_OK;
+	if (p->alias)
+		return gfs_layout_add_alias(c->l, p->name, p->alias);
+	if (p->module_value) {
+		tview tv;
+
+		err = moe_zip(c, p->f);
+		if (!err)
+			err = tensor_view(c, p->f, p->value, p->name, &tv);
+		return err ? err : emit_view(c, p->name, &tv, tv.numel, tv.ndim, tv.shape);
+	}
 	if (scal) {
 		const tview *tv = &scal[p->flat];
 
@@ -3370,6 +3523,71 @@ static gfs_err moe_states(ds_ckpt *c)
 		free(scal);
 	}
 	return err;
+}
+
+/*
+ * moe_build_plain(): the layout of a mixture-of-experts checkpoint without
+ * ZeRO (no *_optim_states.pt but the expp_rank_* files, holding the torch
+ * optimizer's state by param index): every entry as `module` and the
+ * expert files hold it, in moe_emit()'s order; no optimizer states.  A
+ * model in 16 bits is refused: its fp32 masters are in that optimizer
+ * state.
+ */
+static gfs_err moe_build_plain(ds_ckpt *c)
+{
+	ds_file *m0 = &c->model[0];
+	const gfs_pv *module = gfs_pv_dict_get(m0->root, "module");
+	const char *slash = strrchr(c->tagdir, '/');
+	size_t count;
+	uint64_t off = 0, total = 0;
+	char info[256];
+	gfs_err err = GFS_OK;
+
+	if (!module || module->kind != GFS_PV_DICT)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: no `module` state dict", m0->path);
+	count = module->u.dict.len;
+	for (size_t i = 0; i < c->nexperts; i++)
+		count += c->experts[i].root->u.dict.len;
+	c->mparams = gfs_calloc(count ? count : 1, sizeof(*c->mparams));
+	if (!c->mparams)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t k = 0; !err && k < module->u.dict.len; k++)
+		err = moe_push(c, m0, module, k, 0, &off);
+	for (size_t L = 0, base = 0; !err && L < c->nmoe; base += c->moe_n[L++])
+		for (uint64_t gid = 0; !err && gid < c->moe_n[L]; gid++) {
+			ds_file *f = &c->experts[base + gid];
+
+			for (size_t k = 0; !err && k < f->root->u.dict.len; k++) {
+				err = moe_push(c, f, f->root, k, 0, &off);
+				if (!err && !expert_id(c->mparams[c->nmparams - 1].name, gid))
+					err = gfs_fail(GFS_ERR_FORMAT, "%s: %s is not a key of expert %llu",
+						       f->path, c->mparams[c->nmparams - 1].name,
+						       (unsigned long long)gid);
+			}
+		}
+	for (size_t i = 0; !err && i < c->nmparams; i++) {
+		const char *dt = c->mparams[i].value->u.tensor->dtype;
+		const char *cls = c->mparams[i].value->u.tensor->storage.cls;
+		const gfs_dtype d = dt ? gfs_dtype_parse(dt) : gfs_dtype_from_storage_class(cls);
+
+		c->mparams[i].module_value = true;
+		if (d == GFS_DT_F16 || d == GFS_DT_BF16)
+			err = gfs_fail(GFS_ERR_UNSUPPORTED,
+				       "%s: %s is %s in a mixture-of-experts checkpoint without ZeRO: its fp32 master is in the torch optimizer state of the expp_rank_*_optim_states.pt files, which gatherfs does not read",
+				       c->mparams[i].f->path, c->mparams[i].name, gfs_dtype_name(d));
+	}
+	for (size_t i = 0; !err && i < c->nexperts; i++)
+		err = gfs_layout_add_metafile(c->l, c->experts[i].path);
+	if (!err)
+		err = moe_emit(c, NULL, NULL, NULL);
+	if (err)
+		return err;
+	for (size_t L = 0; L < c->nmoe; L++)
+		total += c->moe_n[L];
+	snprintf(info, sizeof(info),
+		 "DeepSpeed mixture of experts (%llu experts in %zu MoE layers), no ZeRO, tag %s",
+		 (unsigned long long)total, c->nmoe, slash ? slash + 1 : c->tagdir);
+	return gfs_layout_set_info(c->l, info);
 }
 
 /* moe_build(): the layout of a mixture-of-experts checkpoint. */
@@ -3797,6 +4015,8 @@ typedef struct tp_how {
  * sub-params (refused: not a view of the slices, but two sub-params on
  * dim 0), else concatenated on dim 1 (row parallelism) or 0; a vocabulary
  * param cut to original_vocab_size rows.  The full shape in out_shape.
+ * A buffer (buffer_names) no pattern matches is refused: the dim 0 rule
+ * is ds_to_universal.py's for params, which it applies to no buffer.
  */
 static gfs_err tp_classify(const ds_ckpt *c, tp_info *ti, const char *name, uint32_t ndim,
 			   const uint64_t *shape, tp_how *how, uint64_t *out_shape)
@@ -3817,6 +4037,16 @@ static gfs_err tp_classify(const ds_ckpt *c, tp_info *ti, const char *name, uint
 				return gfs_fail(GFS_ERR_UNSUPPORTED,
 						"%s: param %s: matching the universal_checkpoint_info %s takes too long",
 						c->tagdir, name, tp_keys[k]);
+	}
+	if (!ti->file && in_list(gfs_pv_dict_get(c->stages[0].model[0].root, "buffer_names"), name)) {
+		bool any = false;
+
+		for (int k = 0; k < TP_NKINDS; k++)
+			any = any || m[k];
+		if (!any)
+			return gfs_fail(GFS_ERR_UNSUPPORTED,
+					"%s: buffer %s matches no universal_checkpoint_info pattern: whether it is split between the tensor ranks is not recorded (refused, not guessed; -o tp_split=FILE gives it)",
+					c->tagdir, name);
 	}
 	memset(how, 0, sizeof(*how));
 	memcpy(out_shape, shape, ndim * sizeof(*shape));
@@ -4150,7 +4380,8 @@ gfs_err gfs_import_deepspeed(const char *dir, const char *tag, const char *tp_sp
 	if (pipe) {
 		err = pipe_open(&c, &d);
 	} else {
-		err = open_files(&c, &d.mp[0]);
+		err = d.expert && d.mp[0].count_optim == 0 ? moe_plain_open(&c, &d.mp[0])
+							   : open_files(&c, &d.mp[0]);
 		if (!err)
 			err = mp_one(&c);
 		if (!err && d.expert)
@@ -4175,7 +4406,7 @@ gfs_err gfs_import_deepspeed(const char *dir, const char *tag, const char *tp_sp
 	if (!err)
 		err = gfs_layout_set_note(c.l, note);
 	if (!err && c.nexperts) {
-		err = moe_build(&c);
+		err = c.noptim ? moe_build(&c) : moe_build_plain(&c);
 		goto finish;
 	}
 	if (!err)

@@ -142,6 +142,11 @@ def expected_moe(tagdir):
     exp = [g for g, d in enumerate(groups) if d.get("moe")][0]
     ep = int(groups[exp]["name"][len("ep_size_"):])
     nexp = load(os.path.join(tagdir, "mp_rank_00_model_states.pt"))["num_experts"]
+    # each MoE layer's expert count, by the prefix its expert 0's keys have
+    nlocal = {}
+    for L, n in enumerate(nexp):
+        for k in load(os.path.join(tagdir, f"layer_{L}_expert_0_mp_rank_00_model_states.pt")):
+            nlocal[k.split(".deepspeed_experts.")[0]] = n // ep
     want = {}
     for what in ("fp32", "exp_avg", "exp_avg_sq"):
         for n, t in join(ranks, dense, what).items():
@@ -150,8 +155,8 @@ def expected_moe(tagdir):
         for e in range(ep):
             for n, t in join(ranks[e::ep], exp, what).items():
                 m = re.match(r"(.*\.deepspeed_experts\.)(\d+)(\..*)", n)
-                nlocal = nexp[0] // ep
-                gn = f"{m.group(1)}{e * nlocal + int(m.group(2))}{m.group(3)}"
+                nl = nlocal[m.group(1)[:-len(".deepspeed_experts.")]]
+                gn = f"{m.group(1)}{e * nl + int(m.group(2))}{m.group(3)}"
                 assert (what, gn) not in want, gn
                 want[(what, gn)] = t
                 want[("step", gn)] = states_of(ranks[e][0], exp)["step"]
