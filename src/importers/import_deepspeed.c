@@ -3144,6 +3144,16 @@ static gfs_err moe_flats(ds_ckpt *c, moe_part_fn part, const char *state, flat *
 }
 
 /* moe_push(): entry k of dict of tensors sd in file f as a param of flat fl at *off. */
+/* moe_nentries(): the entries of module and of every expert file's state dict. */
+static size_t moe_nentries(const ds_ckpt *c, const gfs_pv *module)
+{
+	size_t count = module->u.dict.len;
+
+	for (size_t i = 0; i < c->nexperts; i++)
+		count += c->experts[i].root->u.dict.len;
+	return count;
+}
+
 static gfs_err moe_push(ds_ckpt *c, ds_file *f, const gfs_pv *sd, size_t k, size_t fl,
 			uint64_t *off)
 {
@@ -3325,9 +3335,7 @@ static gfs_err moe_plan(ds_ckpt *c)
 
 	if (!module || module->kind != GFS_PV_DICT)
 		return gfs_fail(GFS_ERR_FORMAT, "%s: no `module` state dict", m0->path);
-	count = module->u.dict.len;
-	for (size_t i = 0; i < c->nexperts; i++)
-		count += c->experts[i].root->u.dict.len;
+	count = moe_nentries(c, module);
 	c->mparams = gfs_calloc(count ? count : 1, sizeof(*c->mparams));
 	c->mflats = gfs_calloc((size_t)c->ep + 1, sizeof(*c->mflats));
 	eoff = gfs_calloc((size_t)c->ep, sizeof(*eoff));
@@ -3545,9 +3553,7 @@ static gfs_err moe_build_plain(ds_ckpt *c)
 
 	if (!module || module->kind != GFS_PV_DICT)
 		return gfs_fail(GFS_ERR_FORMAT, "%s: no `module` state dict", m0->path);
-	count = module->u.dict.len;
-	for (size_t i = 0; i < c->nexperts; i++)
-		count += c->experts[i].root->u.dict.len;
+	count = moe_nentries(c, module);
 	c->mparams = gfs_calloc(count ? count : 1, sizeof(*c->mparams));
 	if (!c->mparams)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
