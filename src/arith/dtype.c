@@ -156,11 +156,7 @@ static uint32_t f32_bits(float f)
 
 static uint16_t f32_to_bf16(float f)
 {
-	const uint32_t u = f32_bits(f);
-
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN, sign kept */
-	return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+	return gfs_bf16_round(f);
 }
 
 static float bf16_to_f32(uint16_t h)

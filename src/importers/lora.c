@@ -395,7 +395,7 @@ static gfs_err add_merged(lbuild *b, const char *name, lmod *m, bool bias, const
 	const gfs_tensor *W = gfs_layout_target(wl, wi);
 	const bool emb = m->l[R_EA] != NULL;
 	const int ra = emb ? R_EA : R_A, rb = emb ? R_EB : R_B;
-	gfs_compute c = { .op = GFS_OP_LORA, .in = { -1, -1, -1, -1 } };
+	gfs_compute c = { .op = GFS_OP_LORA, .in = GFS_OPIN_NONE };
 	const gfs_tensor *A = &m->l[ra]->tensors[m->idx[ra]];
 	size_t k;
 	gfs_err err;

@@ -5,6 +5,8 @@
 #ifndef GATHERFS_DTYPE_H
 #define GATHERFS_DTYPE_H
 
+#include <string.h>
+
 #include "gatherfs/util/common.h"
 
 typedef enum gfs_dtype {
@@ -58,6 +60,20 @@ bool gfs_dtype_is_fp8(gfs_dtype dt);
  * quiet NaN with b's sign, E5M2 infinities infinity).
  */
 float gfs_fp8_to_f32(gfs_dtype dt, uint8_t b);
+
+/*
+ * gfs_bf16_round(): the bits of float32 f rounded once to bfloat16 (nearest,
+ * ties to even; NaN stays a quiet NaN with its sign and top payload bits).
+ */
+static inline uint16_t gfs_bf16_round(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, sizeof(u));
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x0040u);
+	return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
 
 /*
  * gfs_f32_round(): float32 f rounded once to floating-point dtype dt (F32,

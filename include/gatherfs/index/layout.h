@@ -178,22 +178,32 @@ typedef struct gfs_piece_ref {
  *   LORA_BIAS  W + s * A, all of shape [n] (a bias and lora_B.bias)
  *   DORA       (M / ||V||) * V with V as for LORA: the norm of each output
  *              feature, M [R] per row, or with GFS_OPF_T M [C] per column
+ *   DEQUANT    FP8 weight W [..., R, C] (F8_E4M3 or F8_E5M2) times the scale
+ *              S of its block: out[e, i, j] = float32(W[e, i, j]) *
+ *              float32(S[e, i / BM, j / BN]) (a float32 product, as torch
+ *              and DeepSeek's fp8_cast_bf16.py compute it), rounded once to
+ *              the output dtype; S (F32, BF16 or F8_E8M0) holds the grid
+ *              [..., ceil(R / BM), ceil(C / BN)] (edge blocks ragged), or is
+ *              one value (0-d or [1]) when the grid is 1 x 1; block = {BM, BN}
  */
 typedef enum gfs_op {
 	GFS_OP_LORA = 1,
 	GFS_OP_LORA_BIAS = 2,
 	GFS_OP_DORA = 3,
+	GFS_OP_DEQUANT = 4,
 } gfs_op;
 
 #define GFS_OPF_T 1u /* the delta is (B @ A)^T */
 #define GFS_MAX_LORA_RANK 65536
 
-enum { GFS_OPIN_W, GFS_OPIN_A, GFS_OPIN_B, GFS_OPIN_M, GFS_OPIN_COUNT };
+enum { GFS_OPIN_W, GFS_OPIN_A, GFS_OPIN_B, GFS_OPIN_M, GFS_OPIN_S, GFS_OPIN_COUNT };
+#define GFS_OPIN_NONE { -1, -1, -1, -1, -1 }
 
 typedef struct gfs_compute {
 	gfs_op op;
 	uint32_t flags;                /* GFS_OPF_* */
-	double scale;                  /* s, finite */
+	double scale;                  /* s, finite (LORA, DORA; 0 for DEQUANT) */
+	uint32_t block[2];             /* DEQUANT: BM, BN >= 1; else 0 */
 	int64_t in[GFS_OPIN_COUNT];    /* indices into the inputs table, -1: unused */
 } gfs_compute;
 
@@ -665,7 +675,7 @@ gfs_err gfs_layout_set_compute(gfs_layout *l, size_t ti, const gfs_compute *c);
  */
 gfs_err gfs_layout_check_computed(gfs_layout *l, const char *label);
 
-/* gfs_op_name(): "lora", "lora_bias", "dora". */
+/* gfs_op_name(): "lora", "lora_bias", "dora", "dequant". */
 const char *gfs_op_name(gfs_op op);
 
 /* gfs_op_parse(): the op named s, or 0. */
