@@ -22,6 +22,7 @@
 #include "gatherfs/importers/import_plain.h"
 #include "gatherfs/server/integrity.h"
 #include "gatherfs/util/json.h"
+#include "gatherfs/importers/fp8.h"
 #include "gatherfs/importers/lora.h"
 #include "gatherfs/server/server.h"
 #include "gatherfs/views/shards.h"
@@ -43,8 +44,9 @@ enum {
 	OPT_HF_CONFIG = 1 << 10,
 	OPT_ALL = 1 << 11,
 	OPT_TP_SPLIT = 1 << 12,
+	OPT_DEQUANT = 1 << 13,
 	OPT_IMPORT = OPT_TAG | OPT_INPUT_FORMAT | OPT_PREFIX | OPT_LAYOUT | OPT_NAMING | OPT_HF_CONFIG |
-		     OPT_TP_SPLIT,
+		     OPT_TP_SPLIT | OPT_DEQUANT,
 };
 
 /* Each command and the options it takes; any other option is refused. */
@@ -69,7 +71,7 @@ static const struct option_name {
 	{ OPT_FORMAT, "--format" }, { OPT_SHARD_SIZE, "--shard-size" },
 	{ OPT_OPTIM, "--optim" },   { OPT_NAMING, "--naming" },
 	{ OPT_HF_CONFIG, "--hf-config" }, { OPT_ALL, "--all" },
-	{ OPT_TP_SPLIT, "--tp-split" },
+	{ OPT_TP_SPLIT, "--tp-split" }, { OPT_DEQUANT, "--dequant" },
 };
 
 /*
@@ -107,6 +109,7 @@ typedef struct inspect_opts {
 	const char *tp_split;
 	const char *layout;
 	gfs_dtype dtype;
+	gfs_dtype dequant;      /* --dequant: the FP8 model dequantized to it, else INVALID */
 	bool json;
 	bool all;               /* ls --all: the entries no view shows too */
 	gfs_format format;
@@ -197,6 +200,8 @@ static int usage(FILE *out)
 	      "  --merge lora       merge the adapter of a PEFT-wrapped checkpoint\n"
 	      "  --base DIR         (with --merge) the base model of an adapter-only checkpoint\n"
 	      "  --lora-tied peft   a targeted tied embedding changes its head too (PEFT)\n"
+	      "  --dequant DTYPE    an FP8 checkpoint as the model it quantizes, in bf16,\n"
+	      "                     fp16 or fp32 (scales left out; see gatherfs -o dequant=)\n"
 	      "  -h, --help         show this help\n"
 	      "  -V, --version      show the version\n"
 	      "\n"
@@ -255,7 +260,19 @@ static gfs_err load(const inspect_opts *o, const char *dir, gfs_layout **l)
 
 	if (err)
 		return err;
-	err = gfs_lora_apply(&o->lora, l, &untied);
+	if (o->dequant != GFS_DT_INVALID) {
+		gfs_layout *d;
+
+		err = gfs_fp8_dequant(*l, o->dequant, &d);
+		if (!err) {
+			gfs_layout_free(*l);
+			*l = d;
+		}
+	}
+	if (!err)
+		err = gfs_lora_apply(&o->lora, l, &untied);
+	if (!err)
+		err = gfs_fp8_check_dtype(*l, o->dtype);
 	if (err) {
 		gfs_layout_free(*l);
 		*l = NULL;
@@ -290,13 +307,15 @@ static void say_source(const inspect_opts *o, const char *dir, const gfs_layout 
 }
 
 /*
- * kind_of(): what ls shows of entry t: "merged:OP" for a computed tensor,
+ * kind_of(): what ls shows of entry t: "merged:OP" for a computed tensor
+ * ("dequant" for an FP8 dequantized one),
  * "lora" for a LoRA tensor of an unmerged PEFT model, else "-".
  */
 static const char *kind_of(const gfs_tensor *t, char *buf, size_t n)
 {
 	if (t->comp) {
-		snprintf(buf, n, "merged:%s", gfs_op_name(t->comp->op));
+		snprintf(buf, n, "%s%s", t->comp->op == GFS_OP_DEQUANT ? "" : "merged:",
+			 gfs_op_name(t->comp->op));
 		return buf;
 	}
 	return strstr(t->name, ".lora_") ? "lora" : "-";
@@ -863,11 +882,12 @@ int main(int argc, char **argv)
 		{ "merge", required_argument, NULL, 'M' },
 		{ "base", required_argument, NULL, 'B' },
 		{ "lora-tied", required_argument, NULL, 'T' },
+		{ "dequant", required_argument, NULL, 'Q' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	inspect_opts o = { .dtype = GFS_DT_INVALID };
+	inspect_opts o = { .dtype = GFS_DT_INVALID, .dequant = GFS_DT_INVALID };
 	const struct command *command = NULL;
 	const char *cmd, *dir = NULL, *name = NULL;
 	gfs_layout *l = NULL;
@@ -908,6 +928,15 @@ int main(int argc, char **argv)
 			o.dtype = gfs_dtype_parse(optarg);
 			if (!gfs_dtype_is_float(o.dtype) || o.dtype == GFS_DT_F64) {
 				fprintf(stderr, "gatherfs-inspect: --dtype must be bf16, fp16 or fp32, not '%s'\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case 'Q':
+			o.given |= OPT_DEQUANT;
+			o.dequant = gfs_dtype_parse(optarg);
+			if (!gfs_dtype_is_float(o.dequant) || o.dequant == GFS_DT_F64) {
+				fprintf(stderr, "gatherfs-inspect: --dequant must be bf16, fp16 or fp32, not '%s'\n",
 					optarg);
 				return 2;
 			}

@@ -548,6 +548,8 @@ gfs_err gfs_fp8_config(const gfs_layout *l, const char *text, gfs_dtype out, cha
 
 gfs_err gfs_fp8_check_dtype(const gfs_layout *l, gfs_dtype want)
 {
+	const char *sn = want == GFS_DT_F32 ? "fp32" : want == GFS_DT_F16 ? "fp16" : "bf16";
+
 	if (want == GFS_DT_INVALID)
 		return GFS_OK;
 	for (size_t i = 0; i < l->ntensors; i++) {
@@ -555,9 +557,8 @@ gfs_err gfs_fp8_check_dtype(const gfs_layout *l, gfs_dtype want)
 
 		if (t->alias_of < 0 && gfs_dtype_is_fp8(t->dtype))
 			return gfs_fail(GFS_ERR_UNSUPPORTED,
-					"tensor %s is %s: -o dtype=%s does not convert FP8 (-o dequant=%s dequantizes it)",
-					t->name, gfs_dtype_st_name(t->dtype), gfs_dtype_name(want),
-					want == GFS_DT_F32 ? "fp32" : want == GFS_DT_F16 ? "fp16" : "bf16");
+					"tensor %s is %s: FP8 is not converted to %s (dequantize the model instead: -o dequant=%s, --dequant %s)",
+					t->name, gfs_dtype_st_name(t->dtype), gfs_dtype_name(want), sn, sn);
 	}
 	return GFS_OK;
 }
