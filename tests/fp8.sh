@@ -1,0 +1,121 @@
+#!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+# FP8 checkpoints (tests/data/fp8, README there; docs/fp8.md) on real mounts:
+#  - as stored: model.safetensors of the mount equals the source's tensors (float8 dtypes);
+#  - -o dequant=bf16: model.safetensors holds exactly truth_bf16.safetensors' tensors, bit for
+#    bit; config.json has no quantization_config and says bfloat16; a sharded view's index
+#    names them; gatherfs-inspect export --dequant bf16 writes the same tensors;
+#  - -o dequant=fp32: each weight is float32(q) * float32(scale), computed by fp8_check.py;
+#  - in the compat root (skipped without it): torch.load of the as-stored pytorch_model.bin
+#    holds float8 tensors equal to the source, from_pretrained of the dequantized mount gives
+#    truth_logits.pt bit for bit;
+#  - hostile copies refused with one line naming the tensor or config and the file.
+. "${top_srcdir:-.}/tests/lib.sh"
+. "$top_srcdir/tests/mount-lib.sh"
+mount_setup
+D="$top_srcdir/tests/data/fp8"
+CHECK="$PYTHON3 $top_srcdir/tests/fp8_check.py"
+COMPAT_ROOT=${GATHERFS_COMPAT_ROOT:-/var/cache/gatherfs/compat-root}
+
+n=0 TRIPLES="" MNTS=""
+for case in "$D"/*/; do
+	case=${case%/}
+	name=$(basename "$case")
+	case $name in *.truth) continue ;; esac
+	truth="$case.truth/truth_bf16.safetensors"
+	echo "== $name"
+	gfs_mount "$case" "$T/s-$name" || fail "mount $name"
+	$CHECK same "$T/s-$name/model.safetensors" "$case" || fail "$name: as stored"
+	gfs_mount "$case" "$T/d-$name" -o dequant=bf16 || fail "mount $name -o dequant=bf16"
+	$CHECK same "$T/d-$name/model.safetensors" "$truth" || fail "$name: dequant=bf16"
+	$CHECK config "$T/d-$name/config.json" bfloat16 || fail "$name: config.json"
+	TRIPLES="$TRIPLES $T/s-$name $T/d-$name $case" MNTS="$MNTS $T/s-$name $T/d-$name"
+	gfs_mount "$case" "$T/f-$name" -o dequant=fp32 || fail "mount $name -o dequant=fp32"
+	$CHECK fp32 "$T/f-$name/model.safetensors" "$case" || fail "$name: dequant=fp32"
+	gfs_umount "$T/f-$name" || fail "unmount"
+	gfs_mount "$case" "$T/h-$name" -o dequant=bf16,shard_size=200K || fail "mount $name sharded"
+	$CHECK same "$T/h-$name" "$truth" || fail "$name: sharded dequant=bf16"
+	$CHECK index "$T/h-$name/model.safetensors.index.json" "$truth" || fail "$name: index"
+	gfs_umount "$T/h-$name" || fail "unmount"
+	timeout 60 "$INSPECT" export --dequant bf16 "$case" "$T/x.safetensors" ||
+		fail "$name: inspect export --dequant bf16"
+	$CHECK same "$T/x.safetensors" "$truth" || fail "$name: export --dequant bf16"
+	rm -f "$T/x.safetensors"
+	n=$((n + 1))
+done
+[ $n -eq 5 ] || fail "$n cases, expected 5"
+
+if [ "$(id -u)" = 0 ] && [ -x "$COMPAT_ROOT/usr/bin/python3" ]; then
+	# shellcheck disable=SC2086
+	COMPAT_BINDS="$top_srcdir $T" timeout 600 "$top_srcdir/tests/compat/compat-run.sh" \
+		"$COMPAT_ROOT" python3 "$top_srcdir/tests/compat/check_fp8.py" $TRIPLES ||
+		fail "compat root: see the FAIL lines above"
+else
+	echo "skip: torch.load and from_pretrained checks (no compat root at $COMPAT_ROOT, or not root)"
+fi
+for mnt in $MNTS; do
+	gfs_umount "$mnt" || fail "unmount $mnt"
+done
+
+# Refusals: hostile copies of qwen3_block128, each one line naming what is wrong and where.
+B="$T/bad"
+mkdir "$T/mnt"
+S="model.layers.0.mlp.down_proj.weight_scale_inv"
+fresh() {
+	rm -rf "$B"
+	cp -r "$D/qwen3_block128" "$B"
+	chmod -R u+w "$B"
+}
+cfg() { # cfg OLD NEW: replace OLD by NEW in config.json
+	sed "s/$1/$2/" "$B/config.json" >"$B/c" && mv "$B/c" "$B/config.json"
+}
+fresh
+expect_mount_fail "down_proj.weight is F8_E4M3: FP8 is not converted" "$B" "$T/mnt" -o dtype=bf16
+cfg '"quant_method": "fp8"' '"quant_method": "bitsandbytes"'
+expect_mount_fail 'config.json: quantization_config: quant_method "bitsandbytes" is not supported' \
+	"$B" "$T/mnt" -o dequant=bf16
+fresh
+cfg '"fmt": "e4m3"' '"fmt": "e3m4"'
+expect_mount_fail 'config.json: quantization_config: fmt "e3m4" is not supported' "$B" "$T/mnt" -o dequant=bf16
+fresh
+cfg '"activation_scheme"' '"scale_fmt": "ue4m3", "activation_scheme"'
+expect_mount_fail 'scale_fmt "ue4m3" is not supported' "$B" "$T/mnt" -o dequant=bf16
+fresh
+cfg '"quantization_config"' '"no_quantization_config"'
+expect_mount_fail 'config.json: no quantization_config' "$B" "$T/mnt" -o dequant=bf16
+fresh
+tr -d '\n' <"$B/config.json" | sed 's/"weight_block_size": *\[ *128, *128 *\]/"weight_block_size": [64, 128]/' >"$B/c"
+mv "$B/c" "$B/config.json"
+grep -q '\[64, 128\]' "$B/config.json" || fail "config edit"
+expect_mount_fail "model.safetensors: scale model.layers.0.[a-z_.]*weight_scale_inv \[.*\] is not the block grid of weight .*block size \[64, 128\]" \
+	"$B" "$T/mnt" -o dequant=bf16
+fresh
+$CHECK edit "$B/model.safetensors" "\"$S\":{\"dtype\":\"F32\",\"shape\":[1,2]" "\"$S\":{\"dtype\":\"F32\",\"shape\":[2,1]" || fail "edit"
+expect_mount_fail "model.safetensors: scale $S \[2, 1\] is not the block grid of weight model.layers.0.mlp.down_proj.weight \[128, 256\]" \
+	"$B" "$T/mnt" -o dequant=bf16
+fresh
+$CHECK edit "$B/model.safetensors" "\"$S\":{\"dtype\":\"F32\"" "\"$S\":{\"dtype\":\"I32\"" || fail "edit"
+expect_mount_fail "model.safetensors: scale $S is I32: not supported (F32, BF16, F8_E8M0)" "$B" "$T/mnt" -o dequant=bf16
+fresh
+$CHECK edit "$B/model.safetensors" "\"$S\"" "\"model.layers.0.mlp.down_proj.weight_scale_inX\"" || fail "edit"
+expect_mount_fail "model.safetensors: FP8 weight model.layers.0.mlp.down_proj.weight has no scale $S" \
+	"$B" "$T/mnt" -o dequant=bf16
+fresh
+$CHECK edit "$B/model.safetensors" "\"model.layers.0.mlp.down_proj.weight\"" "\"model.layers.0.mlp.down_proj.weighX\"" || fail "edit"
+expect_mount_fail "model.safetensors: scale $S has no FP8 weight model.layers.0.mlp.down_proj.weight" \
+	"$B" "$T/mnt" -o dequant=bf16
+$CHECK edit "$B/model.safetensors" "\"$S\"" "\"model.layers.0.mlp.down_proj.weighX_scale_inv\"" || fail "edit"
+expect_mount_fail "model.safetensors: tensor model.layers.0.mlp.down_proj.weighX is F8_E4M3 but no quantized weight" \
+	"$B" "$T/mnt" -o dequant=bf16
+if timeout 60 "$INSPECT" ls --dequant bf16 "$B" >/dev/null 2>"$T/ierr"; then
+	fail "inspect ls --dequant accepted a stray FP8 tensor"
+fi
+[ "$(wc -l <"$T/ierr")" -eq 1 ] && grep -q "down_proj.weighX is F8_E4M3" "$T/ierr" ||
+	fail "inspect: $(cat "$T/ierr")"
+# compressed-tensors: an ignored module stored as FP8
+rm -rf "$B" && cp -r "$D/llama_channel_bf16" "$B" && chmod -R u+w "$B"
+tr -d '\n' <"$B/config.json" | sed 's/"ignore": *\[ *"lm_head" *\]/"ignore": ["lm_head", "re:.*layers[.]1[.]mlp[.]up_proj"]/' >"$B/c"
+mv "$B/c" "$B/config.json"
+expect_mount_fail "model.safetensors: weight model.layers.1.mlp.up_proj.weight is FP8, but .*config.json ignores its module" \
+	"$B" "$T/mnt" -o dequant=bf16
+echo "PASS: $n FP8 cases"

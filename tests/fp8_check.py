@@ -1,0 +1,176 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Checks of FP8 mounts for tests/fp8.sh (Python stdlib only: safetensors read by hand).
+
+  fp8_check.py same A B           the tensors of safetensors files/dirs A and B are equal:
+                                  names, dtypes, shapes, bytes (a dir: all its *.safetensors)
+  fp8_check.py fp32 MNT SRC       MNT (mounted -o dequant=fp32) holds, for each FP8 weight X of
+                                  SRC, float32(q) * float32(scale) computed here (a float32
+                                  product), no scale tensors, and the other tensors as stored
+  fp8_check.py config FILE DTYPE  config.json FILE has no quantization_config and dtype DTYPE
+  fp8_check.py index FILE TRUTH   the weight_map of index FILE names the tensors of TRUTH
+  fp8_check.py edit FILE OLD NEW  rewrite the header of safetensors FILE: the first OLD (a
+                                  JSON text fragment) replaced by NEW (same data, header
+                                  padded to its old length)
+"""
+import glob
+import json
+import math
+import os
+import struct
+import sys
+
+
+def read_st(path):
+    """{name: (dtype, shape, bytes)} of one safetensors file."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    hdr = json.loads(data[8:8 + n])
+    base = 8 + n
+    out = {}
+    for k, v in hdr.items():
+        if k == "__metadata__":
+            continue
+        b, e = v["data_offsets"]
+        out[k] = (v["dtype"], tuple(v["shape"]), data[base + b:base + e])
+    return out
+
+
+def read_any(path):
+    if os.path.isdir(path):
+        out = {}
+        files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
+        if not files:
+            sys.exit("FAIL: no safetensors in %s" % path)
+        for f in files:
+            out.update(read_st(f))
+        return out
+    return read_st(path)
+
+
+def cmp_tensors(a, b, la, lb):
+    if set(a) != set(b):
+        sys.exit("FAIL: names differ: only in %s: %s; only in %s: %s" % (
+            la, sorted(set(a) - set(b))[:5], lb, sorted(set(b) - set(a))[:5]))
+    for k in sorted(a):
+        if a[k][:2] != b[k][:2]:
+            sys.exit("FAIL: %s: %s %s in %s, %s %s in %s" % (k, a[k][0], a[k][1], la, b[k][0], b[k][1], lb))
+        if a[k][2] != b[k][2]:
+            sys.exit("FAIL: %s: bytes differ" % k)
+    print("ok: %d tensors equal (%s, %s)" % (len(a), la, lb))
+
+
+def f32(x):
+    """x rounded to float32 (nearest, ties to even)."""
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def e4m3(b):
+    s = -1.0 if b & 0x80 else 1.0
+    e, m = (b >> 3) & 15, b & 7
+    if e == 15 and m == 7:
+        return math.nan
+    return s * (math.ldexp(8 + m, e - 10) if e else math.ldexp(m, -9))
+
+
+def scales(dtype, raw):
+    if dtype == "F32":
+        return list(struct.unpack("<%df" % (len(raw) // 4), raw))
+    if dtype == "BF16":
+        return [struct.unpack("<f", b"\0\0" + raw[i:i + 2])[0] for i in range(0, len(raw), 2)]
+    if dtype == "F8_E8M0":
+        return [math.ldexp(1.0, b - 127) for b in raw]
+    sys.exit("FAIL: scale dtype %s" % dtype)
+
+
+def check_fp32(mnt, src):
+    got = read_any(mnt)
+    s = read_any(src)
+    qc = json.load(open(os.path.join(src, "config.json")))["quantization_config"]
+    suffix = "weight_scale_inv" if qc["quant_method"] == "fp8" else "weight_scale"
+    bs = qc.get("weight_block_size")
+    nq = 0
+    for k, (dt, shape, raw) in s.items():
+        if k.endswith("." + suffix) or k.endswith(".input_scale"):
+            if k in got:
+                sys.exit("FAIL: %s is still in the dequantized model" % k)
+            continue
+        if dt != "F8_E4M3":
+            if got.get(k) != (dt, shape, raw):
+                sys.exit("FAIL: %s not as stored" % k)
+            continue
+        sdt, sshape, sraw = s[k[:-len("weight")] + suffix]
+        sv = scales(sdt, sraw)
+        M, N = shape[-2], shape[-1]
+        if bs:
+            bm, bn = bs
+        elif len(sshape) == 2 and sshape[1] == 1:
+            bm, bn = 1, N
+        else:
+            bm, bn = M, N
+        gn = -(-N // bn)
+        lut = [e4m3(b) for b in range(256)]
+        want = bytearray()
+        for i in range(M):
+            srow = (i // bm) * gn
+            for j in range(N):
+                want += struct.pack("<f", f32(lut[raw[i * N + j]] * sv[srow + j // bn]))
+        if got.get(k) != ("F32", shape, bytes(want)):
+            g = got.get(k)
+            sys.exit("FAIL: %s: %s %s, not float32(q) * scale" % (k, g[0] if g else None, g[1] if g else None))
+        nq += 1
+    if nq == 0 or len(got) != len([k for k in s if not (k.endswith("." + suffix) or k.endswith(".input_scale"))]):
+        sys.exit("FAIL: %d dequantized weights, %d tensors" % (nq, len(got)))
+    print("ok: %d weights = float32(q) * scale, %d tensors" % (nq, len(got)))
+
+
+def check_config(path, dtype):
+    c = json.load(open(path))
+    if "quantization_config" in c:
+        sys.exit("FAIL: %s has quantization_config" % path)
+    if c.get("dtype") != dtype or c.get("torch_dtype", dtype) != dtype:
+        sys.exit("FAIL: %s: dtype %s, torch_dtype %s" % (path, c.get("dtype"), c.get("torch_dtype")))
+    print("ok: config.json without quantization_config, dtype %s" % dtype)
+
+
+def check_index(path, truth):
+    wm = json.load(open(path))["weight_map"]
+    names = set(read_any(truth))
+    if set(wm) != names:
+        sys.exit("FAIL: %s: weight_map differs: %s" % (path, sorted(set(wm) ^ names)[:5]))
+    print("ok: %s names the %d tensors" % (path, len(names)))
+
+
+def edit(path, old, new):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    hdr = data[8:8 + n].decode()
+    if old not in hdr:
+        sys.exit("FAIL: %s not in the header of %s" % (old, path))
+    hdr = hdr.replace(old, new, 1)
+    if len(hdr) > n:
+        sys.exit("FAIL: the edited header is longer")
+    hdr = hdr + " " * (n - len(hdr))
+    with open(path, "wb") as f:
+        f.write(data[:8] + hdr.encode() + data[8 + n:])
+
+
+def main():
+    a = sys.argv[1:]
+    if a[:1] == ["same"] and len(a) == 3:
+        cmp_tensors(read_any(a[1]), read_any(a[2]), a[1], a[2])
+    elif a[:1] == ["fp32"] and len(a) == 3:
+        check_fp32(a[1], a[2])
+    elif a[:1] == ["config"] and len(a) == 3:
+        check_config(a[1], a[2])
+    elif a[:1] == ["index"] and len(a) == 3:
+        check_index(a[1], a[2])
+    elif a[:1] == ["edit"] and len(a) == 4:
+        edit(a[1], a[2], a[3])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
