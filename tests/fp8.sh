@@ -6,6 +6,7 @@
 #    bit; config.json has no quantization_config and says bfloat16; a sharded view's index
 #    names them; gatherfs-inspect export --dequant bf16 writes the same tensors;
 #  - -o dequant=fp32: each weight is float32(q) * float32(scale), computed by fp8_check.py;
+#  - the same for MoE experts stacked [E, M, N] (fp8_check.py stack);
 #  - in the compat root (skipped without it): torch.load of the as-stored pytorch_model.bin
 #    holds float8 tensors equal to the source, from_pretrained of the dequantized mount gives
 #    truth_logits.pt bit for bit;
@@ -44,6 +45,17 @@ for case in "$D"/*/; do
 	n=$((n + 1))
 done
 [ $n -eq 5 ] || fail "$n cases, expected 5"
+
+# Stacked experts (transformers' fused naming): mlp.experts.P [E, M, N] with P_scale_inv
+# [E, gm, gn], made from qwen3_moe_ue8m0 and its truth by stacking the per-expert tensors.
+$CHECK stack "$D/qwen3_moe_ue8m0" "$T/stacked" || fail "stack"
+gfs_mount "$T/stacked" "$T/d-stacked" -o dequant=bf16 || fail "mount stacked"
+$CHECK same "$T/d-stacked/model.safetensors" "$T/stacked.truth/truth_bf16.safetensors" ||
+	fail "stacked: dequant=bf16"
+gfs_umount "$T/d-stacked" || fail "unmount"
+gfs_mount "$T/stacked" "$T/f-stacked" -o dequant=fp32 || fail "mount stacked fp32"
+$CHECK fp32 "$T/f-stacked/model.safetensors" "$T/stacked" || fail "stacked: dequant=fp32"
+gfs_umount "$T/f-stacked" || fail "unmount"
 
 if [ "$(id -u)" = 0 ] && [ -x "$COMPAT_ROOT/usr/bin/python3" ]; then
 	# shellcheck disable=SC2086

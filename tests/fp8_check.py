@@ -8,6 +8,10 @@
                                   product), no scale tensors, and the other tensors as stored
   fp8_check.py config FILE DTYPE  config.json FILE has no quantization_config and dtype DTYPE
   fp8_check.py index FILE TRUTH   the weight_map of index FILE names the tensors of TRUTH
+  fp8_check.py stack SRC OUT      a copy of the MoE dir SRC (and of SRC.truth's truth) with the
+                                  experts of each layer stacked: mlp.experts.P [E, M, N] and
+                                  mlp.experts.P_scale_inv [E, gm, gn] for P gate_proj, up_proj,
+                                  down_proj (transformers' fused naming), into OUT and OUT.truth
   fp8_check.py edit FILE OLD NEW  rewrite the header of safetensors FILE: the first OLD (a
                                   JSON text fragment) replaced by NEW (same data, header
                                   padded to its old length)
@@ -46,6 +50,48 @@ def read_any(path):
             out.update(read_st(f))
         return out
     return read_st(path)
+
+
+def write_st(path, tensors):
+    hdr, off, blobs = {}, 0, []
+    for k in sorted(tensors):
+        dt, shape, raw = tensors[k]
+        hdr[k] = {"dtype": dt, "shape": list(shape), "data_offsets": [off, off + len(raw)]}
+        off += len(raw)
+        blobs.append(raw)
+    h = json.dumps(hdr, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def stack(tensors):
+    """tensors with model.layers.L.mlp.experts.E.P.weight[_scale_inv] stacked per (L, P)."""
+    out, groups = {}, {}
+    for k, v in tensors.items():
+        parts = k.split(".")
+        if len(parts) == 8 and parts[3:5] == ["mlp", "experts"] and parts[5].isdigit():
+            base = ".".join(parts[:5] + [parts[6]])
+            sfx = {"weight": "", "weight_scale_inv": "_scale_inv"}[parts[7]]
+            groups.setdefault(base + sfx, {})[int(parts[5])] = v
+        else:
+            out[k] = v
+    for k, g in groups.items():
+        es = [g[e] for e in range(len(g))]
+        out[k] = (es[0][0], (len(es),) + es[0][1], b"".join(e[2] for e in es))
+    return out
+
+
+def make_stacked(src, dst):
+    import shutil
+    os.makedirs(dst)
+    shutil.copy(os.path.join(src, "config.json"), dst)
+    t = stack(read_any(src))
+    write_st(os.path.join(dst, "model.safetensors"), t)
+    os.makedirs(dst + ".truth")
+    write_st(os.path.join(dst + ".truth", "truth_bf16.safetensors"),
+             stack(read_any(os.path.join(src + ".truth", "truth_bf16.safetensors"))))
+    print("ok: %s: %d tensors, %d stacked" % (dst, len(t), sum(1 for v in t.values() if len(v[1]) == 3)))
 
 
 def cmp_tensors(a, b, la, lb):
@@ -91,7 +137,7 @@ def check_fp32(mnt, src):
     bs = qc.get("weight_block_size")
     nq = 0
     for k, (dt, shape, raw) in s.items():
-        if k.endswith("." + suffix) or k.endswith(".input_scale"):
+        if k.endswith("." + suffix) or k.endswith(".input_scale") or k.endswith("_scale_inv"):
             if k in got:
                 sys.exit("FAIL: %s is still in the dequantized model" % k)
             continue
@@ -99,27 +145,28 @@ def check_fp32(mnt, src):
             if got.get(k) != (dt, shape, raw):
                 sys.exit("FAIL: %s not as stored" % k)
             continue
-        sdt, sshape, sraw = s[k[:-len("weight")] + suffix]
+        sdt, sshape, sraw = s[k[:-len("weight")] + suffix if k.endswith(".weight") else k + "_scale_inv"]
         sv = scales(sdt, sraw)
         M, N = shape[-2], shape[-1]
+        E = len(raw) // (M * N)
         if bs:
             bm, bn = bs
         elif len(sshape) == 2 and sshape[1] == 1:
             bm, bn = 1, N
         else:
             bm, bn = M, N
-        gn = -(-N // bn)
+        gm, gn = -(-M // bm), -(-N // bn)
         lut = [e4m3(b) for b in range(256)]
         want = bytearray()
-        for i in range(M):
-            srow = (i // bm) * gn
+        for i in range(E * M):
+            srow = ((i // M) * gm + (i % M) // bm) * gn
             for j in range(N):
                 want += struct.pack("<f", f32(lut[raw[i * N + j]] * sv[srow + j // bn]))
         if got.get(k) != ("F32", shape, bytes(want)):
             g = got.get(k)
             sys.exit("FAIL: %s: %s %s, not float32(q) * scale" % (k, g[0] if g else None, g[1] if g else None))
         nq += 1
-    if nq == 0 or len(got) != len([k for k in s if not (k.endswith("." + suffix) or k.endswith(".input_scale"))]):
+    if nq == 0 or len(got) != len([k for k in s if not (k.endswith("." + suffix) or k.endswith(".input_scale") or k.endswith("_scale_inv"))]):
         sys.exit("FAIL: %d dequantized weights, %d tensors" % (nq, len(got)))
     print("ok: %d weights = float32(q) * scale, %d tensors" % (nq, len(got)))
 
@@ -166,6 +213,8 @@ def main():
         check_config(a[1], a[2])
     elif a[:1] == ["index"] and len(a) == 3:
         check_index(a[1], a[2])
+    elif a[:1] == ["stack"] and len(a) == 3:
+        make_stacked(a[1], a[2])
     elif a[:1] == ["edit"] and len(a) == 4:
         edit(a[1], a[2], a[3])
     else:

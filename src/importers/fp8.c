@@ -241,7 +241,7 @@ static const char *file_of(const gfs_layout *l, const gfs_tensor *t)
 static bool is_activation(const char *name)
 {
 	static const char *const sfx[] = { ".input_scale", ".output_scale", ".k_scale",
-					   ".v_scale", ".input_zero_point" };
+					   ".v_scale", ".input_zero_point", "_activation_scale" };
 
 	for (size_t i = 0; i < sizeof(sfx) / sizeof(sfx[0]); i++)
 		if (ends(name, sfx[i], NULL))
@@ -299,15 +299,15 @@ static const char *shape_str(const gfs_tensor *t, char *buf, size_t n)
 }
 
 /*
- * add_dequant(): the computed tensor for FP8 weight W (stem: its name
- * without "weight") with its scale, after the checks of fp8.h.
+ * add_dequant(): the computed tensor for FP8 weight W with its scale: the
+ * first stem bytes of W's name followed by sfx, after the checks of fp8.h.
  */
-static gfs_err add_dequant(dqb *b, const gfs_tensor *W, size_t stem)
+static gfs_err add_dequant(dqb *b, const gfs_tensor *W, size_t stem, const char *sfx)
 {
 	const gfs_layout *l = b->base;
 	const qcfg *q = b->q;
 	gfs_compute c = { .op = GFS_OP_DEQUANT, .in = GFS_OPIN_NONE };
-	const size_t sl = strlen(q->suffix);
+	const size_t sl = strlen(sfx);
 	char *sname = malloc(stem + sl + 1);
 	char ws[96], ss[96];
 	const gfs_tensor *S;
@@ -319,7 +319,7 @@ static gfs_err add_dequant(dqb *b, const gfs_tensor *W, size_t stem)
 	if (!sname)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	memcpy(sname, W->name, stem);
-	memcpy(sname + stem, q->suffix, sl + 1);
+	memcpy(sname + stem, sfx, sl + 1);
 	si = gfs_layout_find(l, sname);
 	if (si < 0) {
 		err = gfs_fail(GFS_ERR_FORMAT, "%s: FP8 weight %s has no scale %s", file_of(l, W),
@@ -401,6 +401,15 @@ static gfs_err add_entry(dqb *b, size_t i)
 
 	if (is_activation(e->name))
 		return GFS_OK;
+	if (!b->q->ct && ends(e->name, "_scale_inv", &stem) && !ends(e->name, ".weight_scale_inv", NULL)) {
+		/* the scale of stacked experts X (X_scale_inv) is taken with X */
+		char *wname = gfs_strndup(e->name, stem);
+		const int64_t wi = wname ? gfs_layout_find(l, wname) : -1;
+
+		free(wname);
+		if (wi >= 0 && gfs_dtype_is_fp8(gfs_layout_target(l, (size_t)wi)->dtype))
+			return GFS_OK;
+	}
 	if (ends(e->name, b->q->suffix, &stem) && stem > 0 && e->name[stem - 1] == '.') {
 		char *wname = malloc(stem + sizeof("weight"));
 		int64_t wi;
@@ -421,9 +430,12 @@ static gfs_err add_entry(dqb *b, size_t i)
 	if (e->alias_of >= 0)
 		return gfs_layout_add_alias(b->out, e->name, t->name);
 	if (t->dtype == GFS_DT_F8_E4M3 || t->dtype == GFS_DT_F8_E5M2) {
-		if (!ends(t->name, ".weight", &stem))
-			return gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s is %s but no quantized weight (X.weight)",
+		if (!ends(t->name, ".weight", &stem)) {
+			if (t->ndim == 3 && !b->q->ct) /* stacked experts X [E, M, N], X_scale_inv */
+				return add_dequant(b, t, strlen(t->name), "_scale_inv");
+			return gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s is %s but no quantized weight (X.weight, or stacked experts X [E, M, N] with X_scale_inv)",
 					file_of(l, t), t->name, gfs_dtype_st_name(t->dtype));
+		}
 		if (b->q->ct) {
 			char *mod = gfs_strndup(t->name, stem);
 			const bool ign = mod && ignored(b->q, mod);
@@ -435,7 +447,7 @@ static gfs_err add_entry(dqb *b, size_t i)
 				return gfs_fail(GFS_ERR_FORMAT, "%s: weight %s is FP8, but %s ignores its module",
 						file_of(l, t), t->name, b->q->path);
 		}
-		return add_dequant(b, t, stem + 1);
+		return add_dequant(b, t, stem + 1, b->q->suffix);
 	}
 	err = gfs_layout_add_tensor(b->out, e->name, t->dtype, t->ndim, t->shape, &k);
 	return err ? err : copy_pieces(b->out, k, t, b->remap);

@@ -9,14 +9,15 @@
  *     F8_E5M2 with fmt "e5m2") and X.weight_scale_inv of the block grid
  *     ceil(M / BM) x ceil(N / BN), weight_block_size [BM, BN] (no block
  *     size: one scale per tensor); scale F32, BF16 or F8_E8M0 (scale_fmt
- *     "ue8m0" or none);
+ *     "ue8m0" or none); stacked experts X [E, M, N] (F8) take X_scale_inv
+ *     [E, gm, gn] (transformers' fused naming, e.g. mlp.experts.down_proj);
  *   quant_method "compressed-tensors", format "float-quantized": X.weight
  *     and X.weight_scale per output channel ([M, 1]), per tensor (0-d or
  *     [1]) or per block (strategy "block", block_structure), as its
  *     config_groups say; modules of its ignore list (names, "re:" regular
  *     expressions) are left as stored.
  * Scales and activation parameters (input_scale, output_scale, k_scale,
- * v_scale) leave the model; every other tensor stays as stored.
+ * v_scale, X_activation_scale) leave the model; every other tensor stays as stored.
  */
 #ifndef GATHERFS_FP8_H
 #define GATHERFS_FP8_H
