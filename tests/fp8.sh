@@ -7,6 +7,7 @@
 #    names them; gatherfs-inspect export --dequant bf16 writes the same tensors;
 #  - -o dequant=fp32: each weight is float32(q) * float32(scale), computed by fp8_check.py;
 #  - the same for MoE experts stacked [E, M, N] (fp8_check.py stack);
+#  - a LoRA adapter merged onto the dequantized weights (fp8_check.py lora);
 #  - in the compat root (skipped without it): torch.load of the as-stored pytorch_model.bin
 #    holds float8 tensors equal to the source, from_pretrained of the dequantized mount gives
 #    truth_logits.pt bit for bit;
@@ -67,6 +68,20 @@ else
 fi
 for mnt in $MNTS; do
 	gfs_umount "$mnt" || fail "unmount $mnt"
+done
+
+# A LoRA adapter merged onto dequantized FP8 weights (-o dequant=bf16,lora=DIR): each target
+# W + 2 (B @ A), W the float32 dequantized value, rounded once (fp8_check.py lora), on a
+# per-channel and a 128x128-block checkpoint (v_proj 64 rows: ragged); the other weights stay the dequantized truth.
+for c in llama_channel_bf16 qwen3_block128; do
+	$CHECK adapter "$D/$c" "$T/ad-$c" || fail "adapter"
+	gfs_mount "$D/$c" "$T/l-$c" -o "dequant=bf16,lora=$T/ad-$c" || fail "mount $c lora"
+	$CHECK lora "$T/l-$c/model.safetensors" "$D/$c" "$T/ad-$c" || fail "$c: lora on dequant"
+	timeout 60 "$INSPECT" export --dequant bf16 --lora "$T/ad-$c" "$D/$c" "$T/x.safetensors" ||
+		fail "$c: inspect export --dequant --lora"
+	$CHECK same "$T/x.safetensors" "$T/l-$c/model.safetensors" || fail "$c: export differs"
+	rm -f "$T/x.safetensors"
+	gfs_umount "$T/l-$c" || fail "unmount"
 done
 
 # Refusals: hostile copies of qwen3_block128, each one line naming what is wrong and where.

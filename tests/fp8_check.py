@@ -12,6 +12,10 @@
                                   experts of each layer stacked: mlp.experts.P [E, M, N] and
                                   mlp.experts.P_scale_inv [E, gm, gn] for P gate_proj, up_proj,
                                   down_proj (transformers' fused naming), into OUT and OUT.truth
+  fp8_check.py adapter SRC OUT     a PEFT LoRA adapter (r 4, alpha 8) for q_proj and v_proj of
+                                  SRC, with values of few bits (every product and sum exact)
+  fp8_check.py lora MNT SRC AD    MNT (mounted -o dequant=bf16,lora=AD) holds for each target
+                                  W + 2 * (B @ A) rounded once to bf16, W = float32(q) * scale
   fp8_check.py edit FILE OLD NEW  rewrite the header of safetensors FILE: the first OLD (a
                                   JSON text fragment) replaced by NEW (same data, header
                                   padded to its old length)
@@ -129,12 +133,89 @@ def scales(dtype, raw):
     sys.exit("FAIL: scale dtype %s" % dtype)
 
 
+def deq32(s, k, qc):
+    """The float32 values of FP8 weight k of tensors s: float32(q) * float32(scale)."""
+    suffix = "weight_scale_inv" if qc["quant_method"] == "fp8" else "weight_scale"
+    bs = qc.get("weight_block_size")
+    dt, shape, raw = s[k]
+    sdt, sshape, sraw = s[k[:-len("weight")] + suffix if k.endswith(".weight") else k + "_scale_inv"]
+    sv = scales(sdt, sraw)
+    M, N = shape[-2], shape[-1]
+    E = len(raw) // (M * N)
+    if bs:
+        bm, bn = bs
+    elif len(sshape) == 2 and sshape[1] == 1:
+        bm, bn = 1, N
+    else:
+        bm, bn = M, N
+    gm, gn = -(-M // bm), -(-N // bn)
+    lut = [e4m3(b) for b in range(256)]
+    out = []
+    for i in range(E * M):
+        srow = ((i // M) * gm + (i % M) // bm) * gn
+        out += [f32(lut[raw[i * N + j]] * sv[srow + j // bn]) for j in range(N)]
+    return out
+
+
+def bf16_bits(v):
+    """float v rounded once to bfloat16 (nearest, ties to even; normal range), its bits."""
+    if v == 0:
+        return 0x8000 if math.copysign(1, v) < 0 else 0
+    m, e = math.frexp(v)
+    r = math.ldexp(round(math.ldexp(m, 8)), e - 8)
+    return struct.unpack("<I", struct.pack("<f", r))[0] >> 16
+
+
+def make_adapter(src, out):
+    import random
+    random.seed(5)
+    t = read_any(src)
+    os.makedirs(out)
+    ad, r = {}, 4
+    for k, (dt, shape, raw) in sorted(t.items()):
+        if dt != "F8_E4M3" or not (k.endswith("q_proj.weight") or k.endswith("v_proj.weight")):
+            continue
+        M, N = shape
+        p = "base_model.model." + k[:-len(".weight")]
+        vals = lambda n: [random.randint(-16, 16) / 64.0 for _ in range(n)]
+        ad[p + ".lora_A.weight"] = ("F32", (r, N), struct.pack("<%df" % (r * N), *vals(r * N)))
+        ad[p + ".lora_B.weight"] = ("F32", (M, r), struct.pack("<%df" % (M * r), *vals(M * r)))
+    write_st(os.path.join(out, "adapter_model.safetensors"), ad)
+    json.dump({"peft_type": "LORA", "r": r, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"]},
+              open(os.path.join(out, "adapter_config.json"), "w"))
+    print("ok: adapter for %d modules" % (len(ad) // 2))
+
+
+def check_lora(mnt, src, adir):
+    got = read_any(mnt)
+    s = read_any(src)
+    ad = read_any(adir)
+    qc = json.load(open(os.path.join(src, "config.json")))["quantization_config"]
+    n = 0
+    for k in sorted(ad):
+        if not k.endswith(".lora_A.weight"):
+            continue
+        name = k[len("base_model.model."):-len(".lora_A.weight")] + ".weight"
+        _, (r, N), araw = ad[k]
+        _, (M, _), braw = ad[k.replace("lora_A", "lora_B")]
+        A = struct.unpack("<%df" % (r * N), araw)
+        B = struct.unpack("<%df" % (M * r), braw)
+        W = deq32(s, name, qc)
+        want = b"".join(struct.pack("<H", bf16_bits(W[i * N + j] + 2.0 * sum(B[i * r + q] * A[q * N + j] for q in range(r))))
+                        for i in range(M) for j in range(N))
+        if got.get(name) != ("BF16", (M, N), want):
+            sys.exit("FAIL: %s: not W + 2 (B @ A) rounded once" % name)
+        n += 1
+    if n == 0:
+        sys.exit("FAIL: no LoRA target")
+    print("ok: %d merged FP8 weights = W + 2 (B @ A), rounded once" % n)
+
+
 def check_fp32(mnt, src):
     got = read_any(mnt)
     s = read_any(src)
     qc = json.load(open(os.path.join(src, "config.json")))["quantization_config"]
     suffix = "weight_scale_inv" if qc["quant_method"] == "fp8" else "weight_scale"
-    bs = qc.get("weight_block_size")
     nq = 0
     for k, (dt, shape, raw) in s.items():
         if k.endswith("." + suffix) or k.endswith(".input_scale") or k.endswith("_scale_inv"):
@@ -145,24 +226,9 @@ def check_fp32(mnt, src):
             if got.get(k) != (dt, shape, raw):
                 sys.exit("FAIL: %s not as stored" % k)
             continue
-        sdt, sshape, sraw = s[k[:-len("weight")] + suffix if k.endswith(".weight") else k + "_scale_inv"]
-        sv = scales(sdt, sraw)
-        M, N = shape[-2], shape[-1]
-        E = len(raw) // (M * N)
-        if bs:
-            bm, bn = bs
-        elif len(sshape) == 2 and sshape[1] == 1:
-            bm, bn = 1, N
-        else:
-            bm, bn = M, N
-        gm, gn = -(-M // bm), -(-N // bn)
-        lut = [e4m3(b) for b in range(256)]
-        want = bytearray()
-        for i in range(E * M):
-            srow = ((i // M) * gm + (i % M) // bm) * gn
-            for j in range(N):
-                want += struct.pack("<f", f32(lut[raw[i * N + j]] * sv[srow + j // bn]))
-        if got.get(k) != ("F32", shape, bytes(want)):
+        w = deq32(s, k, qc)
+        want = struct.pack("<%df" % len(w), *w)
+        if got.get(k) != ("F32", shape, want):
             g = got.get(k)
             sys.exit("FAIL: %s: %s %s, not float32(q) * scale" % (k, g[0] if g else None, g[1] if g else None))
         nq += 1
@@ -213,6 +279,10 @@ def main():
         check_config(a[1], a[2])
     elif a[:1] == ["index"] and len(a) == 3:
         check_index(a[1], a[2])
+    elif a[:1] == ["adapter"] and len(a) == 3:
+        make_adapter(a[1], a[2])
+    elif a[:1] == ["lora"] and len(a) == 4:
+        check_lora(a[1], a[2], a[3])
     elif a[:1] == ["stack"] and len(a) == 3:
         make_stacked(a[1], a[2])
     elif a[:1] == ["edit"] and len(a) == 4:

@@ -170,19 +170,23 @@ static gfs_err check_one(const gfs_layout *l, const gfs_tensor *t, const char *l
 				label, t->name, c->scale);
 	if (c->flags & ~GFS_OPF_T || (dq && c->flags))
 		return gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s: unknown flags", label, t->name);
-	if (!dq && (c->block[0] || c->block[1]))
+	/* LORA, DORA: an FP8 weight comes with its scale (and block), as DEQUANT's */
+	const bool fp8w = dq || (c->op != GFS_OP_LORA_BIAS && input(l, c, GFS_OPIN_S));
+
+	if (!fp8w && (c->block[0] || c->block[1]))
 		return gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s: %s has no block size", label,
 				t->name, gfs_op_name(c->op));
 	for (int k = 0; k < GFS_OPIN_COUNT; k++) {
 		const bool want = dq ? k == GFS_OPIN_W || k == GFS_OPIN_S
-				     : k < need;
+				     : k < need || (fp8w && k == GFS_OPIN_S);
 
 		in[k] = input(l, c, k);
 		if (want != (in[k] != NULL))
 			return gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s: %s: %s operand %s", label,
 					t->name, gfs_op_name(c->op), want ? "missing" : "unexpected",
 					roles[k]);
-		if (in[k] && !dq && !gfs_dtype_is_float(in[k]->dtype))
+		if (in[k] && !(fp8w && (k == GFS_OPIN_W || k == GFS_OPIN_S)) &&
+		    !gfs_dtype_is_float(in[k]->dtype))
 			return gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s: operand %s (%s) is %s, not floating point",
 					label, t->name, roles[k], in[k]->name,
 					gfs_dtype_name(in[k]->dtype));
@@ -190,8 +194,15 @@ static gfs_err check_one(const gfs_layout *l, const gfs_tensor *t, const char *l
 	if (!gfs_dtype_is_float(t->dtype))
 		return gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s: a computed tensor must be floating point",
 				label, t->name);
-	if (dq)
-		return check_dequant(t, in[GFS_OPIN_W], in[GFS_OPIN_S], c, label);
+	if (fp8w) {
+		const gfs_err err = check_dequant(t, in[GFS_OPIN_W], in[GFS_OPIN_S], c, label);
+
+		if (err || dq)
+			return err;
+		if (t->ndim != 2)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s: %s of an FP8 weight needs it 2-D",
+					label, t->name, gfs_op_name(c->op));
+	}
 	if (in[0]->ndim != t->ndim || memcmp(in[0]->shape, t->shape, t->ndim * sizeof(t->shape[0])))
 		return gfs_fail(GFS_ERR_FORMAT, "%s: tensor %s: its shape differs from its weight %s",
 				label, t->name, in[0]->name);

@@ -90,7 +90,7 @@ static cJSON *compute_json(const gfs_layout *l, const gfs_compute *c)
 		  cJSON_AddNumberToObject(o, "scale", c->scale) &&
 		  cJSON_AddBoolToObject(o, "transpose", (c->flags & GFS_OPF_T) != 0);
 
-	if (ok && c->op == GFS_OP_DEQUANT) {
+	if (ok && c->block[0]) { /* DEQUANT, or LORA/DORA of an FP8 weight */
 		const double bs[2] = { c->block[0], c->block[1] };
 		cJSON *b = cJSON_CreateDoubleArray(bs, 2);
 

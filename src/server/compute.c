@@ -225,6 +225,35 @@ static double *pack(double *R, size_t r, size_t cols)
 
 static gfs_err compute_block_f64(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
 				 const prep *p, uint64_t block, bool dora, scratch *w);
+static void dequant_rows(const prep *p, size_t i0, size_t n, const uint8_t *q, gfs_dtype out,
+			 uint8_t *data);
+
+/*
+ * read_w(): rows [i0, i0 + n) of the weight of LORA/DORA tensor t into
+ * w->raw, in dtype *wdt: as stored, or an FP8 weight (with a scale operand)
+ * dequantized to float32 (its FP8 bytes read behind the float32 values,
+ * which overtake none of them).
+ */
+static gfs_err read_w(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
+		      const prep *p, size_t i0, size_t n, scratch *w, gfs_dtype *wdt)
+{
+	const gfs_compute *c = t->comp;
+	const gfs_tensor *W = &l->inputs->tensors[c->in[GFS_OPIN_W]];
+	const size_t ne = n * p->cols;
+	gfs_err err;
+
+	assert(ne <= w->cap);
+	if (c->in[GFS_OPIN_S] < 0) {
+		*wdt = W->dtype;
+		return gfs_tensor_read_raw(l, s, W, (uint64_t)i0 * p->cols * gfs_dtype_size(W->dtype),
+					   w->raw, ne * gfs_dtype_size(W->dtype));
+	}
+	*wdt = GFS_DT_F32;
+	err = gfs_tensor_read_raw(l, s, W, (uint64_t)i0 * p->cols, w->raw + 4 * ne, ne);
+	if (!err)
+		dequant_rows(p, i0, n, w->raw + 4 * ne, GFS_DT_F32, w->raw);
+	return err;
+}
 
 /*
  * check_inputs(): the checksummed records holding bytes of t's inputs are
@@ -360,6 +389,8 @@ static gfs_err build_prep(const gfs_layout *l, const gfs_srcset *s, const gfs_te
 		if (!err && c->op == GFS_OP_DORA)
 			err = read_input(l, s, &in[c->in[GFS_OPIN_M]], &p->m);
 	}
+	if (!err && c->in[GFS_OPIN_S] >= 0) /* an FP8 weight: dequantized first */
+		err = prep_dequant(l, s, t, p);
 	if (!err && !(p->R = pack(p->R, p->r, p->cols)))
 		err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	if (!err && p->exact && c->op == GFS_OP_LORA)
@@ -433,18 +464,14 @@ static gfs_err compute_block_f64(const gfs_layout *l, const gfs_srcset *s, const
 				 const prep *p, uint64_t block, bool dora, scratch *w)
 {
 	const gfs_compute *c = t->comp;
-	const gfs_tensor *W = &l->inputs->tensors[c->in[GFS_OPIN_W]];
-	const size_t es = gfs_dtype_size(W->dtype);
 	const size_t i0 = (size_t)block * p->rb;
 	const size_t n = p->rows - i0 < p->rb ? p->rows - i0 : p->rb;
 	double *v = w->v;
-	void *raw = w->raw;
-	gfs_err err;
+	gfs_dtype wdt;
+	gfs_err err = read_w(l, s, t, p, i0, n, w, &wdt);
 
-	assert(n * p->cols <= w->cap && es <= sizeof(double));
-	err = gfs_tensor_read_raw(l, s, W, (uint64_t)i0 * p->cols * es, raw, n * p->cols * es);
 	if (!err) {
-		gfs_merge_widen(W->dtype, raw, v, n * p->cols);
+		gfs_merge_widen(wdt, w->raw, v, n * p->cols);
 		gfs_merge_lora_rows(n, p->cols, p->r, c->scale, p->C + i0 * p->r, p->R, v,
 				    p->exact);
 		if (dora && p->colf)
@@ -500,9 +527,9 @@ static gfs_err compute_block(const gfs_layout *l, const gfs_srcset *s, const gfs
 {
 	const gfs_compute *c = t->comp;
 	const gfs_tensor *W = &l->inputs->tensors[c->in[GFS_OPIN_W]];
-	const size_t es = gfs_dtype_size(W->dtype);
 	const size_t i0 = (size_t)block * p->rb;
 	const size_t n = p->rows - i0 < p->rb ? p->rows - i0 : p->rb;
+	gfs_dtype wdt;
 	gfs_err err;
 
 	if (c->op == GFS_OP_DEQUANT) {
@@ -518,10 +545,9 @@ static gfs_err compute_block(const gfs_layout *l, const gfs_srcset *s, const gfs
 			gfs_merge_round(out, w->v, data, n * p->cols);
 		return err;
 	}
-	assert(n * p->cols <= w->cap && es <= sizeof(double));
-	err = gfs_tensor_read_raw(l, s, W, (uint64_t)i0 * p->cols * es, w->raw, n * p->cols * es);
+	err = read_w(l, s, t, p, i0, n, w, &wdt);
 	if (!err)
-		gfs_merge_lora_round(W->dtype, w->raw, n, p->cols, p->r, c->scale,
+		gfs_merge_lora_round(wdt, w->raw, n, p->cols, p->r, c->scale,
 				     p->C + i0 * p->r, p->R, p->R32, p->exact, out, data);
 	return err;
 }

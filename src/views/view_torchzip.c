@@ -841,7 +841,7 @@ static void kh_compute(keyhash *h, const gfs_layout *l, const gfs_compute *c)
 	kh_u64(h, (uint64_t)c->op);
 	kh_u64(h, c->flags);
 	kh_u64(h, scale);
-	if (c->op == GFS_OP_DEQUANT)
+	if (c->block[0]) /* DEQUANT, or LORA/DORA of an FP8 weight */
 		kh_u64(h, (uint64_t)c->block[0] << 32 | c->block[1]);
 	for (int k = 0; k < GFS_OPIN_COUNT; k++) {
 		const gfs_tensor *in = c->in[k] >= 0 ? &l->inputs->tensors[c->in[k]] : NULL;

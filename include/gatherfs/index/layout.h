@@ -185,6 +185,10 @@ typedef struct gfs_piece_ref {
  *              the output dtype; S (F32, BF16 or F8_E8M0) holds the grid
  *              [..., ceil(R / BM), ceil(C / BN)] (edge blocks ragged), or is
  *              one value (0-d or [1]) when the grid is 1 x 1; block = {BM, BN}
+ *
+ * LORA and DORA may take an FP8 weight W (2-D) with its scale S and block
+ * as DEQUANT's: W is then DEQUANT's float32 value (a LoRA adapter merged
+ * onto a dequantized base).
  */
 typedef enum gfs_op {
 	GFS_OP_LORA = 1,
@@ -203,7 +207,7 @@ typedef struct gfs_compute {
 	gfs_op op;
 	uint32_t flags;                /* GFS_OPF_* */
 	double scale;                  /* s, finite (LORA, DORA; 0 for DEQUANT) */
-	uint32_t block[2];             /* DEQUANT: BM, BN >= 1; else 0 */
+	uint32_t block[2];             /* DEQUANT, or with an FP8 weight: BM, BN >= 1; else 0 */
 	int64_t in[GFS_OPIN_COUNT];    /* indices into the inputs table, -1: unused */
 } gfs_compute;
 
