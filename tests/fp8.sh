@@ -7,7 +7,7 @@
 #    names them; gatherfs-inspect export --dequant bf16 writes the same tensors;
 #  - -o dequant=fp32: each weight is float32(q) * float32(scale), computed by fp8_check.py;
 #  - the same for MoE experts stacked [E, M, N] (fp8_check.py stack);
-#  - a LoRA adapter merged onto the dequantized weights (fp8_check.py lora);
+#  - a LoRA adapter merged onto the dequantized weights (fp8_check.py lora); an HF cache snapshot;
 #  - in the compat root (skipped without it): torch.load of the as-stored pytorch_model.bin
 #    holds float8 tensors equal to the source, from_pretrained of the dequantized mount gives
 #    truth_logits.pt bit for bit;
@@ -69,6 +69,23 @@ fi
 for mnt in $MNTS; do
 	gfs_umount "$mnt" || fail "unmount $mnt"
 done
+
+# A Hugging Face cache snapshot (links into blobs/) of the sharded qwen3_moe_ue8m0: dequantized
+# the same, config.json (a link to a blob) served without quantization_config.
+R="$T/hub/models--org--fp8"
+REV=0123456789abcdef0123456789abcdef01234567
+mkdir -p "$R/blobs" "$R/refs" "$R/snapshots/$REV"
+for f in "$D/qwen3_moe_ue8m0"/*; do
+	h=$(sha256sum <"$f" | cut -c1-64)
+	cp "$f" "$R/blobs/$h"
+	ln -s "../../blobs/$h" "$R/snapshots/$REV/${f##*/}"
+done
+printf '%s' $REV >"$R/refs/main"
+gfs_mount "$R" "$T/hf" -o dequant=bf16 || fail "mount the HF cache repository"
+$CHECK same "$T/hf/model.safetensors" "$D/qwen3_moe_ue8m0.truth/truth_bf16.safetensors" ||
+	fail "HF cache: dequant=bf16"
+$CHECK config "$T/hf/config.json" bfloat16 || fail "HF cache: config.json"
+gfs_umount "$T/hf" || fail "unmount"
 
 # A LoRA adapter merged onto dequantized FP8 weights (-o dequant=bf16,lora=DIR): each target
 # W + 2 (B @ A), W the float32 dequantized value, rounded once (fp8_check.py lora), on a
