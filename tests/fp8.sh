@@ -4,7 +4,8 @@
 #  - as stored: model.safetensors of the mount equals the source's tensors (float8 dtypes);
 #  - -o dequant=bf16: model.safetensors holds exactly truth_bf16.safetensors' tensors, bit for
 #    bit; config.json has no quantization_config and says bfloat16; a sharded view's index
-#    names them; gatherfs-inspect export --dequant bf16 writes the same tensors;
+#    names them; gatherfs-inspect export --dequant bf16 writes the same tensors; tensors/ and
+#    gatherfs-inspect cat give a weight's bytes, as stored and dequantized;
 #  - -o dequant=fp32: each weight is float32(q) * float32(scale), computed by fp8_check.py;
 #  - the same for MoE experts stacked [E, M, N] (fp8_check.py stack);
 #  - a LoRA adapter merged onto the dequantized weights (fp8_check.py lora); an HF cache snapshot;
@@ -31,6 +32,12 @@ for case in "$D"/*/; do
 	gfs_mount "$case" "$T/d-$name" -o dequant=bf16 || fail "mount $name -o dequant=bf16"
 	$CHECK same "$T/d-$name/model.safetensors" "$truth" || fail "$name: dequant=bf16"
 	$CHECK config "$T/d-$name/config.json" bfloat16 || fail "$name: config.json"
+	# one FP8 weight through tensors/ and gatherfs-inspect cat, as stored and dequantized
+	w=$(cd "$T/s-$name/tensors" && ls | grep -m1 'proj\.weight$')
+	$CHECK raw "$T/s-$name/tensors/$w" "$case" "$w" || fail "$name: tensors/$w as stored"
+	$CHECK raw "$T/d-$name/tensors/$w" "$truth" "$w" || fail "$name: tensors/$w dequantized"
+	timeout 60 "$INSPECT" cat --dequant bf16 "$case" "$w" >"$T/cat" || fail "$name: inspect cat"
+	$CHECK raw "$T/cat" "$truth" "$w" || fail "$name: inspect cat --dequant bf16 $w"
 	TRIPLES="$TRIPLES $T/s-$name $T/d-$name $case" MNTS="$MNTS $T/s-$name $T/d-$name"
 	gfs_mount "$case" "$T/f-$name" -o dequant=fp32 || fail "mount $name -o dequant=fp32"
 	$CHECK fp32 "$T/f-$name/model.safetensors" "$case" || fail "$name: dequant=fp32"

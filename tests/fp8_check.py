@@ -16,6 +16,7 @@
                                   SRC, with values of few bits (every product and sum exact)
   fp8_check.py lora MNT SRC AD    MNT (mounted -o dequant=bf16,lora=AD) holds for each target
                                   W + 2 * (B @ A) rounded once to bf16, W = float32(q) * scale
+  fp8_check.py raw FILE ST NAME    FILE holds the bytes of tensor NAME of safetensors file/dir ST
   fp8_check.py edit FILE OLD NEW  rewrite the header of safetensors FILE: the first OLD (a
                                   JSON text fragment) replaced by NEW (same data, header
                                   padded to its old length)
@@ -283,6 +284,10 @@ def main():
         make_adapter(a[1], a[2])
     elif a[:1] == ["lora"] and len(a) == 4:
         check_lora(a[1], a[2], a[3])
+    elif a[:1] == ["raw"] and len(a) == 4:
+        if open(a[1], "rb").read() != read_any(a[2])[a[3]][2]:
+            sys.exit("FAIL: %s differs from %s in %s" % (a[1], a[3], a[2]))
+        print("ok: %s = %s" % (a[1], a[3]))
     elif a[:1] == ["stack"] and len(a) == 3:
         make_stacked(a[1], a[2])
     elif a[:1] == ["edit"] and len(a) == 4:
