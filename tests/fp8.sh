@@ -11,7 +11,7 @@
 #  - a LoRA adapter merged onto the dequantized weights (fp8_check.py lora); an HF cache snapshot;
 #  - in the compat root (skipped without it): torch.load of the as-stored pytorch_model.bin
 #    holds float8 tensors equal to the source, from_pretrained of the dequantized mount gives
-#    truth_logits.pt bit for bit;
+#    truth_logits.pt bit for bit; a pytorch_model.bin written by torch.save mounts dequantized;
 #  - hostile copies refused with one line naming the tensor or config and the file.
 . "${top_srcdir:-.}/tests/lib.sh"
 . "$top_srcdir/tests/mount-lib.sh"
@@ -70,6 +70,19 @@ if [ "$(id -u)" = 0 ] && [ -x "$COMPAT_ROOT/usr/bin/python3" ]; then
 	COMPAT_BINDS="$top_srcdir $T" timeout 600 "$top_srcdir/tests/compat/compat-run.sh" \
 		"$COMPAT_ROOT" python3 "$top_srcdir/tests/compat/check_fp8.py" $TRIPLES ||
 		fail "compat root: see the FAIL lines above"
+	# a pytorch_model.bin that torch 2.14 itself wrote (float8 through _rebuild_tensor_v3 and
+	# torch.storage.UntypedStorage) as the source, dequantized
+	mkdir "$T/bin-src"
+	cp "$D/qwen3_moe_ue8m0/config.json" "$T/bin-src/"
+	COMPAT_BINDS="$top_srcdir $T" timeout 300 "$top_srcdir/tests/compat/compat-run.sh" \
+		"$COMPAT_ROOT" python3 -c 'import sys, glob, torch; from safetensors.torch import load_file
+d = {}
+[d.update(load_file(f)) for f in sorted(glob.glob(sys.argv[1] + "/*.safetensors"))]
+torch.save(d, sys.argv[2])' "$D/qwen3_moe_ue8m0" "$T/bin-src/pytorch_model.bin" || fail "torch.save"
+	gfs_mount "$T/bin-src" "$T/d-bin" -o dequant=bf16 || fail "mount torch.save source"
+	$CHECK same "$T/d-bin/model.safetensors" "$D/qwen3_moe_ue8m0.truth/truth_bf16.safetensors" ||
+		fail "torch.save source: dequant=bf16"
+	gfs_umount "$T/d-bin" || fail "unmount"
 else
 	echo "skip: torch.load and from_pretrained checks (no compat root at $COMPAT_ROOT, or not root)"
 fi
