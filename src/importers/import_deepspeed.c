@@ -30,7 +30,6 @@
 #include "config.h"
 
 #include <assert.h>
-#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -46,6 +45,7 @@
 #include "gatherfs/readers/torchzip.h"
 #include "gatherfs/util/json.h"
 #include "gatherfs/util/pfor.h"
+#include "gatherfs/util/pyre.h"
 
 #define DS_MAX_PICKLE ((uint64_t)1 << 30)
 #define DS_MAX_RANKS 65536
@@ -3631,206 +3631,6 @@ static gfs_err moe_build(ds_ckpt *c)
 
 /* ------------------------------------------------------ tensor parallelism */
 
-/*
- * A subset of Python's regular expressions, as ds_to_universal.py applies
- * universal_checkpoint_info's patterns (re.match: anchored at the start
- * only): literal characters, '.', the escapes \d \w \s \D \W \S and an
- * escaped non-alphanumeric character, classes [...] (negated, ranges,
- * those escapes), the quantifiers * + ? (greedy or lazy: the same for
- * whether a match exists), '^' first and '$' last.  Anything else (groups,
- * alternation, {m,n}, other escapes) is refused.
- */
-#define RX_MAX_ATOMS 256
-#define RX_MAX_STEPS 1000000
-
-typedef struct rx_atom {
-	char kind;       /* 'c' a character, '.' any, '\\' an escape class, '[' a class */
-	char c;          /* 'c': the character; '\\': d w s D W S */
-	const char *cls; /* '[': the text between [ (or [^) and ] */
-	size_t clen;
-	bool neg;        /* '[': [^...] */
-	char q;          /* 0 once, '*', '+', '?' */
-} rx_atom;
-
-typedef struct rx {
-	rx_atom a[RX_MAX_ATOMS];
-	size_t n;
-	bool end;        /* '$' last */
-	unsigned long steps;
-} rx;
-
-/* rx_esc_class(): is e the letter of an escape class (d w s, or D W S negated)? */
-static bool rx_esc_class(char e)
-{
-	return strchr("dwsDWS", e) != NULL;
-}
-
-/* rx_esc(): does character x fall in escape class e (d w s D W S)? */
-static bool rx_esc(char e, unsigned char x)
-{
-	bool in;
-
-	switch (e | 0x20) {
-	case 'd':
-		in = x >= '0' && x <= '9';
-		break;
-	case 'w':
-		in = (x >= '0' && x <= '9') || ((x | 0x20) >= 'a' && (x | 0x20) <= 'z') || x == '_' ||
-		     x >= 0x80;
-		break;
-	default:
-		in = x == ' ' || (x >= '\t' && x <= '\r');
-		break;
-	}
-	return (e >= 'a') == in;
-}
-
-/* rx_class(): does x match class atom t? */
-static bool rx_class(const rx_atom *t, unsigned char x)
-{
-	bool in = false;
-
-	for (size_t i = 0; i < t->clen && !in;) {
-		unsigned char lo = (unsigned char)t->cls[i], hi;
-
-		if (lo == '\\' && rx_esc_class(t->cls[i + 1])) {
-			in = rx_esc(t->cls[i + 1], x);
-			i += 2;
-			continue;
-		}
-		if (lo == '\\')
-			lo = (unsigned char)t->cls[++i];
-		i++;
-		hi = lo;
-		if (i + 1 < t->clen && t->cls[i] == '-') {
-			hi = (unsigned char)t->cls[i + 1];
-			if (hi == '\\')
-				hi = (unsigned char)t->cls[i + 2], i++;
-			i += 2;
-		}
-		in = x >= lo && x <= hi;
-	}
-	return in != t->neg;
-}
-
-/* rx_compile(): pattern p into r; false if it uses a feature outside the subset. */
-static bool rx_compile(const char *p, rx *r)
-{
-	memset(r, 0, sizeof(*r));
-	if (*p == '^')
-		p++;
-	while (*p) {
-		rx_atom *t;
-
-		if (*p == '$' && p[1] == '\0') {
-			r->end = true;
-			break;
-		}
-		if (strchr("*+?", *p)) {
-			if (r->n == 0)
-				return false;
-			t = &r->a[r->n - 1];
-			if (t->q == 0)
-				t->q = *p;
-			else if (*p != '?' || p[-1] == '?')
-				return false; /* a*+ (possessive), a??? */
-			p++;
-			continue;
-		}
-		if (r->n == RX_MAX_ATOMS || strchr("()|{}^$", *p))
-			return false;
-		t = &r->a[r->n++];
-		if (*p == '\\') {
-			if (!p[1] || (isalnum((unsigned char)p[1]) && !rx_esc_class(p[1])))
-				return false;
-			t->kind = rx_esc_class(p[1]) ? '\\' : 'c';
-			t->c = p[1];
-			p += 2;
-		} else if (*p == '[') {
-			const char *q = ++p;
-
-			t->kind = '[';
-			if (*q == '^')
-				t->neg = true, q++, p++;
-			if (*q == ']')
-				q++;
-			for (; *q && *q != ']'; q++)
-				if (*q == '\\' && (!q[1] || (isalnum((unsigned char)q[1]) &&
-							     !rx_esc_class(q[1]))))
-					return false;
-				else if (*q == '\\')
-					q++;
-				else if (*q == '[')
-					return false;
-			if (!*q)
-				return false;
-			t->cls = p;
-			t->clen = (size_t)(q - p);
-			p = q + 1;
-		} else {
-			t->kind = *p == '.' ? '.' : 'c';
-			t->c = *p++;
-		}
-	}
-	return true;
-}
-
-/* rx_one(): does atom t (its quantifier aside) match the character at s? */
-static bool rx_one(const rx_atom *t, const char *s)
-{
-	const unsigned char x = (unsigned char)*s;
-
-	if (!x)
-		return false;
-	switch (t->kind) {
-	case '.':
-		return x != '\n';
-	case '\\':
-		return rx_esc(t->c, x);
-	case '[':
-		return rx_class(t, x);
-	default:
-		return x == (unsigned char)t->c;
-	}
-}
-
-/* rx_at(): do atoms i.. match at s?  -1: too many steps. */
-static int rx_at(rx *r, size_t i, const char *s)
-{
-	const rx_atom *t;
-	size_t n = 0, lo, hi;
-
-	if (++r->steps > RX_MAX_STEPS)
-		return -1;
-	if (i == r->n)
-		return !r->end || *s == '\0';
-	t = &r->a[i];
-	lo = t->q == '+' ? 1 : t->q == 0 ? 1 : 0;
-	hi = t->q == '*' || t->q == '+' ? (size_t)-1 : 1;
-	while (n < hi && rx_one(t, s + n))
-		n++;
-	if (n < lo)
-		return 0;
-	for (;; n--) {
-		const int m = rx_at(r, i + 1, s + n);
-
-		if (m)
-			return m;
-		if (n == lo)
-			return 0;
-	}
-}
-
-/*
- * rx_match(): re.match(pattern, name) of a pattern rx_compile() took:
- * 1 a match, 0 none, -1 too costly to tell.
- */
-static int rx_match(rx *r, const char *name)
-{
-	r->steps = 0;
-	return rx_at(r, 0, name);
-}
-
 /* What universal_checkpoint_info (TP_COL: a tp_split file only) says of a param. */
 enum { TP_REP, TP_AVG, TP_SUB2, TP_SUB, TP_ROW, TP_VOCAB, TP_NKINDS, TP_COL = TP_NKINDS };
 
@@ -3846,7 +3646,7 @@ static const char *const tp_keys[TP_NKINDS] = {
 
 /* The compiled patterns of universal_checkpoint_info, or of a tp_split file. */
 typedef struct tp_info {
-	rx *pats;        /* [npats] */
+	gfs_pyre *pats;  /* [npats] */
 	int *kind;       /* [npats]: TP_* */
 	size_t npats;
 	int64_t vocab;   /* original_vocab_size, or -1 */
@@ -3862,7 +3662,7 @@ static void tp_info_free(tp_info *ti)
 
 /*
  * tp_info_read(): the patterns of universal_checkpoint_info in file f (a
- * dict of lists of strings), each compiled; a pattern outside rx's subset
+ * dict of lists of strings), each compiled; a pattern outside pyre.h's subset
  * is refused.  No universal_checkpoint_info: refused (the split dimension
  * is never guessed).
  */
@@ -3897,7 +3697,7 @@ static gfs_err tp_info_read(const ds_ckpt *c, const ds_file *f, tp_info *ti)
 				return gfs_fail(GFS_ERR_FORMAT,
 						"%s: universal_checkpoint_info %s[%zu] is not a string",
 						f->path, tp_keys[k], i);
-			if (!rx_compile(p, &ti->pats[ti->npats]))
+			if (!gfs_pyre_compile(p, &ti->pats[ti->npats]))
 				return gfs_fail(GFS_ERR_UNSUPPORTED,
 						"%s: universal_checkpoint_info %s pattern %s uses a regular-expression feature gatherfs does not evaluate (groups, alternation, {m,n}, or an escape other than \\d \\w \\s)",
 						f->path, tp_keys[k], printable(p, shown, sizeof(shown)));
@@ -3914,7 +3714,7 @@ static gfs_err tp_info_read(const ds_ckpt *c, const ds_file *f, tp_info *ti)
 
 /*
  * tp_split_read(): the patterns of the tp_split file at path: a JSON object
- * whose members map a pattern (re.match, rx's subset) to 0 or 1 (the
+ * whose members map a pattern (re.match, pyre.h's subset) to 0 or 1 (the
  * dimension the slices are joined on) or "replicated", in file order.
  * Anything else is refused with one line naming the file.
  */
@@ -3952,7 +3752,7 @@ static gfs_err tp_split_read(const char *path, tp_info *ti)
 
 		if (err)
 			break;
-		if (!rx_compile(it->string, &ti->pats[ti->npats])) {
+		if (!gfs_pyre_compile(it->string, &ti->pats[ti->npats])) {
 			err = gfs_fail(GFS_ERR_UNSUPPORTED,
 				       "%s: tp_split pattern %s uses a regular-expression feature gatherfs does not evaluate (groups, alternation, {m,n}, or an escape other than \\d \\w \\s)",
 				       path, printable(it->string, shown, sizeof(shown)));
@@ -3977,7 +3777,7 @@ static gfs_err tp_split_read(const char *path, tp_info *ti)
 static gfs_err tp_split_classify(const ds_ckpt *c, tp_info *ti, const char *name, int *kind)
 {
 	for (size_t i = 0; i < ti->npats; i++) {
-		const int m = rx_match(&ti->pats[i], name);
+		const int m = gfs_pyre_match(&ti->pats[i], name);
 
 		if (m < 0)
 			return gfs_fail(GFS_ERR_UNSUPPORTED,
@@ -4001,7 +3801,7 @@ static int tp_matches(tp_info *ti, int k, const char *name)
 
 		if (ti->kind[i] != k)
 			continue;
-		m = rx_match(&ti->pats[i], name);
+		m = gfs_pyre_match(&ti->pats[i], name);
 		if (m)
 			return m;
 	}
