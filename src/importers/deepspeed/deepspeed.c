@@ -30,9 +30,7 @@
  */
 #include "config.h"
 
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "ds_internal.h"
 
@@ -108,19 +106,6 @@ static gfs_err not_dense(const char *tagdir, const ds_dir *d)
 				"%s/%s: a layer file of tensor-parallel rank > 0: tensor parallelism is not supported (DeepSpeed does not record which dimension a param is split on)",
 				tagdir, d->tp_layer);
 	return GFS_OK;
-}
-
-gfs_err ds_set_info(const ds_ckpt *c, const char *what, const ds_ckpt *z, const char *ranks)
-{
-	const char *slash = strrchr(c->tagdir, '/');
-	char zero[96] = "no ZeRO", info[256];
-
-	if (z)
-		snprintf(zero, sizeof(zero), "ZeRO-%d%s, %llu %s", z->stage,
-			 z->bf16_optimizer ? " (BF16_Optimizer)" : "", (unsigned long long)z->ws, ranks);
-	snprintf(info, sizeof(info), "DeepSpeed %s%s%s, tag %s", what ? what : "", what ? ", " : "",
-		 zero, slash ? slash + 1 : c->tagdir);
-	return gfs_layout_set_info(c->l, info);
 }
 
 gfs_err gfs_import_deepspeed(const char *dir, const char *tag, const char *tp_split,

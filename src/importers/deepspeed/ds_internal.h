@@ -4,10 +4,11 @@
  * header: src/importers/deepspeed/ only).
  *
  *   deepspeed.c  the entry, gfs_import_deepspeed(): which kind of checkpoint,
- *                which pieces build it, the info line
+ *                which pieces build it
  *   rankfile.c   one rank file: open, identity of its zip folder, tensors
  *   ranks.c      a tag's rank files: listing, the tag, opening, the vote
- *   zero.c       ZeRO 1/2/3 and BF16_Optimizer partitions, entries, states
+ *   zero.c       ZeRO 1/2/3 and BF16_Optimizer partitions, entries, states,
+ *                the info line (ds_set_info())
  *   pipeline.c   pipeline parallelism: layer_* files, stages, tied weights
  *   moe.c        mixture of experts: expert files, dense and expert groups
  *   tp.c         tensor parallelism: universal_checkpoint_info, tp_split

@@ -10,7 +10,7 @@
  * param split into ceil(numel / ws) elements per rank); emitting trainable,
  * frozen, buffer and alias entries in rank 0's `module` order; and the
  * torch optimizer's states (per-element flats, scalar steps) and
- * param_groups for the optim/ view.
+ * param_groups for the optim/ view; the layout's info line.
  */
 #include "config.h"
 
@@ -1108,4 +1108,19 @@ gfs_err ds_build_optim(ds_ckpt *c)
 		o->nmodel_srcs++;
 	}
 	return read_param_groups(c, o);
+}
+
+/* ------------------------------------------------------------ info line */
+
+gfs_err ds_set_info(const ds_ckpt *c, const char *what, const ds_ckpt *z, const char *ranks)
+{
+	const char *slash = strrchr(c->tagdir, '/');
+	char zero[96] = "no ZeRO", info[256];
+
+	if (z)
+		snprintf(zero, sizeof(zero), "ZeRO-%d%s, %llu %s", z->stage,
+			 z->bf16_optimizer ? " (BF16_Optimizer)" : "", (unsigned long long)z->ws, ranks);
+	snprintf(info, sizeof(info), "DeepSpeed %s%s%s, tag %s", what ? what : "", what ? ", " : "",
+		 zero, slash ? slash + 1 : c->tagdir);
+	return gfs_layout_set_info(c->l, info);
 }
