@@ -1,0 +1,291 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * gatherfs — streaming reductions over tensors (see reduce.h).
+ */
+#include "config.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gatherfs/cli/reduce.h"
+#include "gatherfs/util/sha256.h"
+
+/* Values per chunk: 1 MiB of fp64, at most 1 MiB of source bytes. */
+#define CHUNK_VALUES ((size_t)1 << 17)
+
+size_t gfs_reduce_chunk_bytes(void)
+{
+	return 2 * CHUNK_VALUES * sizeof(double);
+}
+
+static gfs_dtype out_dtype(const gfs_rside *x, size_t i)
+{
+	return gfs_dtype_out(gfs_layout_target(x->l, i)->dtype, x->want);
+}
+
+static bool is_complex(gfs_dtype dt)
+{
+	return dt == GFS_DT_C64 || dt == GFS_DT_C128;
+}
+
+uint64_t gfs_reduce_values(const gfs_rside *x, size_t i)
+{
+	return x->l->tensors[i].numel * (is_complex(out_dtype(x, i)) ? 2 : 1);
+}
+
+/* A reader of one entry's values, chunk by chunk. */
+typedef struct vreader {
+	const gfs_rside *x;
+	size_t i;
+	gfs_dtype dt;   /* presented dtype */
+	size_t es;      /* its element size */
+	uint64_t nbytes, off;
+	uint8_t *raw;
+	double *v;
+} vreader;
+
+static gfs_err vreader_open(vreader *r, const gfs_rside *x, size_t i)
+{
+	*r = (vreader){ .x = x, .i = i, .dt = out_dtype(x, i) };
+	r->es = gfs_dtype_size(r->dt);
+	r->nbytes = gfs_tensor_out_nbytes(x->l, i, x->want);
+	r->raw = malloc(CHUNK_VALUES * sizeof(double));
+	r->v = malloc(CHUNK_VALUES * sizeof(double));
+	if (!r->raw || !r->v) {
+		free(r->raw);
+		free(r->v);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	return GFS_OK;
+}
+
+static void vreader_close(vreader *r)
+{
+	free(r->raw);
+	free(r->v);
+}
+
+/* widen(): n elements of dtype dt at p as fp64 values in v; @return the value count. */
+static size_t widen(gfs_dtype dt, const uint8_t *p, size_t n, double *v)
+{
+	switch (dt) {
+	case GFS_DT_F64:
+	case GFS_DT_F32:
+	case GFS_DT_F16:
+	case GFS_DT_BF16:
+		if (dt == GFS_DT_F64)
+			memcpy(v, p, n * 8);
+		else
+			gfs_dtype_convert(dt, GFS_DT_F64, p, v, n);
+		return n;
+	case GFS_DT_C128:
+		memcpy(v, p, n * 16);
+		return 2 * n;
+	case GFS_DT_C64:
+		gfs_dtype_convert(GFS_DT_F32, GFS_DT_F64, p, v, 2 * n);
+		return 2 * n;
+	case GFS_DT_I64:
+		for (size_t k = 0; k < n; k++)
+			v[k] = (double)(int64_t)gfs_le64(p + 8 * k);
+		return n;
+	case GFS_DT_I32:
+		for (size_t k = 0; k < n; k++)
+			v[k] = (double)(int32_t)gfs_le32(p + 4 * k);
+		return n;
+	case GFS_DT_I16:
+		for (size_t k = 0; k < n; k++)
+			v[k] = (double)(int16_t)gfs_le16(p + 2 * k);
+		return n;
+	case GFS_DT_I8:
+		for (size_t k = 0; k < n; k++)
+			v[k] = (double)(int8_t)p[k];
+		return n;
+	default: /* U8, BOOL */
+		for (size_t k = 0; k < n; k++)
+			v[k] = (double)p[k];
+		return n;
+	}
+}
+
+/* vreader_next(): the next chunk of values in r->v; *n 0 at the end. */
+static gfs_err vreader_next(vreader *r, size_t *n)
+{
+	const size_t per = is_complex(r->dt) ? CHUNK_VALUES / 2 : CHUNK_VALUES;
+	const uint64_t left = (r->nbytes - r->off) / r->es;
+	const size_t elems = left < per ? (size_t)left : per;
+	gfs_err err;
+
+	*n = 0;
+	if (!elems)
+		return GFS_OK;
+	err = gfs_tensor_read(r->x->l, r->x->s, r->i, r->x->want, r->off, r->raw, elems * r->es);
+	if (err)
+		return gfs_fail_prefix(err, "%s", r->x->what);
+	r->off += elems * r->es;
+	*n = widen(r->dt, r->raw, elems, r->v);
+	return GFS_OK;
+}
+
+gfs_err gfs_reduce_stats(const gfs_rside *x, size_t i, gfs_tstats *out)
+{
+	vreader r;
+	double mean = 0, m2 = 0, sq = 0;
+	size_t n;
+	gfs_err err = vreader_open(&r, x, i);
+
+	*out = (gfs_tstats){ .numel = gfs_reduce_values(x, i), .min = NAN, .max = NAN,
+			     .absmax = NAN };
+	while (!err && !(err = vreader_next(&r, &n)) && n) {
+		double cmin = INFINITY, cmax = -INFINITY, csum = 0, cm2 = 0, cmean;
+		uint64_t cn = 0;
+
+		for (size_t k = 0; k < n; k++) {
+			const double v = r.v[k];
+
+			if (isnan(v)) {
+				out->nan++;
+				continue;
+			}
+			if (isinf(v)) {
+				out->inf++;
+				continue;
+			}
+			out->zeros += v == 0;
+			cmin = v < cmin ? v : cmin;
+			cmax = v > cmax ? v : cmax;
+			csum += v;
+			sq += v * v;
+			cn++;
+		}
+		if (!cn)
+			continue;
+		cmean = csum / (double)cn;
+		for (size_t k = 0; k < n; k++)
+			if (isfinite(r.v[k]))
+				cm2 += (r.v[k] - cmean) * (r.v[k] - cmean);
+		/* Chan et al.: merge this chunk's (count, mean, M2) into the total */
+		if (!out->finite) {
+			mean = cmean;
+			m2 = cm2;
+			out->min = cmin;
+			out->max = cmax;
+		} else {
+			const double tot = (double)(out->finite + cn), d = cmean - mean;
+
+			mean += d * (double)cn / tot;
+			m2 += cm2 + d * d * (double)out->finite * (double)cn / tot;
+			out->min = cmin < out->min ? cmin : out->min;
+			out->max = cmax > out->max ? cmax : out->max;
+		}
+		out->finite += cn;
+	}
+	vreader_close(&r);
+	if (err)
+		return err;
+	out->l2 = sqrt(sq);
+	if (out->finite) {
+		out->mean = mean;
+		out->std = sqrt(m2 / (double)out->finite);
+		out->absmax = fabs(out->min) > fabs(out->max) ? fabs(out->min) : fabs(out->max);
+	} else {
+		out->mean = out->std = NAN;
+	}
+	return GFS_OK;
+}
+
+static bool same_bits(double a, double b)
+{
+	return memcmp(&a, &b, sizeof(a)) == 0 || (isnan(a) && isnan(b));
+}
+
+gfs_err gfs_reduce_diff(const gfs_rside *a, size_t ia, const gfs_rside *b, size_t ib,
+			double atol, double rtol, gfs_tdiff *out)
+{
+	vreader ra, rb;
+	double dot = 0, sq_b = 0, sum_abs = 0;
+	size_t na, nb;
+	gfs_err err = vreader_open(&ra, a, ia);
+
+	*out = (gfs_tdiff){ .numel = gfs_reduce_values(a, ia) };
+	assert(out->numel == gfs_reduce_values(b, ib));
+	if (err)
+		return err;
+	err = vreader_open(&rb, b, ib);
+	if (err) {
+		vreader_close(&ra);
+		return err;
+	}
+	while (!(err = vreader_next(&ra, &na)) && !(err = vreader_next(&rb, &nb)) && na) {
+		assert(na == nb);
+		for (size_t k = 0; k < na; k++) {
+			const double x = ra.v[k], y = rb.v[k];
+			double d, m;
+
+			out->nan_a += isnan(x) != 0;
+			out->nan_b += isnan(y) != 0;
+			out->inf_a += isinf(x) != 0;
+			out->inf_b += isinf(y) != 0;
+			if (isfinite(x) && isfinite(y)) {
+				dot += x * y;
+				out->sq_a += x * x;
+				sq_b += y * y;
+				out->sq_diff += (x - y) * (x - y);
+			}
+			if (same_bits(x, y))
+				continue;
+			out->ndiff++;
+			if (isnan(x) || isnan(y)) {
+				out->nfar++;
+				continue;
+			}
+			d = fabs(x - y);
+			m = fabs(x) > fabs(y) ? fabs(x) : fabs(y);
+			sum_abs += d;
+			out->max_abs = d > out->max_abs ? d : out->max_abs;
+			if (m > 0 && d / m > out->max_rel)
+				out->max_rel = d / m;
+			if (!(d <= atol + rtol * m))
+				out->nfar++;
+		}
+	}
+	vreader_close(&ra);
+	vreader_close(&rb);
+	if (err)
+		return err;
+	out->mean_abs = out->numel ? sum_abs / (double)out->numel : 0;
+	if (out->sq_a == 0 && sq_b == 0)
+		out->cosine = 1;
+	else if (out->sq_a == 0 || sq_b == 0)
+		out->cosine = 0;
+	else
+		out->cosine = dot / (sqrt(out->sq_a) * sqrt(sq_b));
+	return GFS_OK;
+}
+
+gfs_err gfs_reduce_sha256(const gfs_rside *x, size_t i, uint8_t digest[32])
+{
+	const uint64_t size = gfs_tensor_out_nbytes(x->l, i, x->want);
+	uint8_t *buf = malloc(CHUNK_VALUES * sizeof(double));
+	const size_t chunk = CHUNK_VALUES * sizeof(double);
+	gfs_sha256 c;
+	gfs_err err = GFS_OK;
+
+	if (!buf)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	gfs_sha256_init(&c);
+	for (uint64_t off = 0; !err && off < size; off += chunk) {
+		const size_t n = size - off < chunk ? (size_t)(size - off) : chunk;
+
+		err = gfs_tensor_read(x->l, x->s, i, x->want, off, buf, n);
+		if (err)
+			err = gfs_fail_prefix(err, "%s", x->what);
+		else
+			gfs_sha256_update(&c, buf, n);
+	}
+	free(buf);
+	if (!err)
+		gfs_sha256_final(&c, digest);
+	return err;
+}
