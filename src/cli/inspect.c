@@ -47,9 +47,10 @@ enum {
 	OPT_ALL = 1 << 11,
 	OPT_TP_SPLIT = 1 << 12,
 	OPT_HTML = 1 << 13,
-	OPT_TOL = 1 << 14,    /* --atol, --rtol */
+	OPT_ATOL = 1 << 14,
 	OPT_SIDE = 1 << 15,   /* --a-OPTION, --b-OPTION */
 	OPT_SHA256 = 1 << 16,
+	OPT_RTOL = 1 << 17,
 	OPT_IMPORT = OPT_TAG | OPT_INPUT_FORMAT | OPT_PREFIX | OPT_LAYOUT | OPT_NAMING | OPT_HF_CONFIG |
 		     OPT_TP_SPLIT,
 };
@@ -64,7 +65,7 @@ static const struct command {
 	{ "layout", OPT_IMPORT },
 	{ "verify", OPT_IMPORT },
 	{ "export", OPT_IMPORT | OPT_DTYPE | OPT_FORMAT | OPT_SHARD_SIZE },
-	{ "diff", OPT_IMPORT | OPT_DTYPE | OPT_JSON | OPT_HTML | OPT_TOL | OPT_SIDE },
+	{ "diff", OPT_IMPORT | OPT_DTYPE | OPT_JSON | OPT_HTML | OPT_ATOL | OPT_RTOL | OPT_SIDE },
 	{ "stats", OPT_IMPORT | OPT_DTYPE | OPT_JSON | OPT_HTML },
 	{ "check", OPT_IMPORT | OPT_DTYPE | OPT_JSON },
 };
@@ -80,7 +81,7 @@ static const struct option_name {
 	{ OPT_OPTIM, "--optim" },   { OPT_NAMING, "--naming" },
 	{ OPT_HF_CONFIG, "--hf-config" }, { OPT_ALL, "--all" },
 	{ OPT_TP_SPLIT, "--tp-split" }, { OPT_HTML, "--html" },
-	{ OPT_TOL, "--atol/--rtol" }, { OPT_SIDE, "--a-OPTION/--b-OPTION" },
+	{ OPT_ATOL, "--atol" }, { OPT_RTOL, "--rtol" }, { OPT_SIDE, "--a-OPTION/--b-OPTION" },
 	{ OPT_SHA256, "--sha256" },
 };
 
@@ -135,6 +136,7 @@ typedef struct inspect_opts {
 static int usage(FILE *out)
 {
 	return fputs("Usage: gatherfs-inspect COMMAND [OPTIONS] (DIR | --layout FILE) [NAME | OUT]\n"
+	      "       gatherfs-inspect diff [OPTIONS] A B\n"
 	      "\n"
 	      "Look at a sharded checkpoint (a DeepSpeed ZeRO 1/2/3 save or tag directory,\n"
 	      "a PyTorch DCP directory, plain model files: model.safetensors,\n"
@@ -164,6 +166,20 @@ static int usage(FILE *out)
 	      "                     be new or a regular file (a directory with\n"
 	      "                     --shard-size): a device, FIFO or symlink is refused\n"
 	      "                     [--dtype] [--format] [--shard-size]\n"
+	      "  diff A B           compare the tensors of two checkpoints (any formats)\n"
+	      "                     by name: equal, close, differs, only_a, only_b or\n"
+	      "                     mismatch (shape), with ndiff, max_abs, max_rel,\n"
+	      "                     mean_abs, cosine and NaN/Inf counts; exit 0 when the\n"
+	      "                     names match and every tensor is equal or close\n"
+	      "                     [--json] [--html] [--atol] [--rtol] [--dtype]\n"
+	      "                     [--a-OPTION] [--b-OPTION]\n"
+	      "  stats DIR          per tensor min, max, mean, std, absmax, l2 and the\n"
+	      "                     NaN, Inf and zero counts, in fp64\n"
+	      "                     [--json] [--html] [--dtype]\n"
+	      "  check DIR          findings: nan, inf, zero (a matrix of zeros),\n"
+	      "                     identical (two matrices with the same bytes), config\n"
+	      "                     (tensors against config.json); exit 1 on a finding\n"
+	      "                     [--json] [--dtype]\n"
 	      "ls and verify say on stderr what they read (format, tag).  An option a\n"
 	      "command does not take is refused.\n"
 	      "\n"
@@ -200,7 +216,20 @@ static int usage(FILE *out)
 	      "  --dtype DTYPE      (ls, cat, export) present floating-point tensors as\n"
 	      "                     bf16, fp16 or fp32 (round to nearest even; integers\n"
 	      "                     never change)\n"
-	      "  --json             (ls) print a JSON array instead of a table\n"
+	      "  --json             (ls) print a JSON array instead of a table; (diff,\n"
+	      "                     stats, check) JSON Lines, one object per line\n"
+	      "  --sha256           (ls) add the SHA-256 of each tensor's bytes (as cat\n"
+	      "                     writes them; user.gatherfs.sha256 of a mount)\n"
+	      "  --html FILE        (diff, stats) also write a self-contained HTML page\n"
+	      "                     with a per-layer chart and the table\n"
+	      "  --atol X, --rtol X (diff) values are close when |a-b| <= atol +\n"
+	      "                     rtol * max(|a|, |b|) (default 0: only equal)\n"
+	      "  --a-OPTION V       (diff) a reading option (tag, input-format, prefix,\n"
+	      "  --b-OPTION V       naming, hf-config, tp-split, layout, dtype, lora,\n"
+	      "                     merge, base, lora-tied) for A or B only, e.g.\n"
+	      "                     --a-tag global_step3 --b-naming megatron; the plain\n"
+	      "                     option applies to both sides; a side read with\n"
+	      "                     --a-layout FILE or --b-layout FILE takes no A or B\n"
 	      "  --optim            (ls) list the optimizer state instead: state, param\n"
 	      "                     name, dtype, shape, bytes\n"
 	      "  --optim=STATE      (cat) write NAME's optimizer state STATE (exp_avg,\n"
@@ -216,7 +245,8 @@ static int usage(FILE *out)
 	      "  -V, --version      show the version\n"
 	      "\n"
 	      "Exit status: 0 on success, 1 if the checkpoint is unusable or an output\n"
-	      "cannot be written, 2 on bad usage.\n"
+	      "cannot be written (diff: the models differ; check: findings), 2 on bad\n"
+	      "usage.\n"
 	      "See gatherfs-inspect(1).\n",
 	      out);
 }
@@ -1162,7 +1192,7 @@ int main(int argc, char **argv)
 					c == 'A' ? "atol" : "rtol", optarg);
 				return 2;
 			}
-			o.given |= OPT_TOL;
+			o.given |= c == 'A' ? OPT_ATOL : OPT_RTOL;
 			*(c == 'A' ? &o.atol : &o.rtol) = v;
 			break;
 		}

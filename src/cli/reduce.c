@@ -255,12 +255,12 @@ gfs_err gfs_reduce_diff(const gfs_rside *a, size_t ia, const gfs_rside *b, size_
 	if (err)
 		return err;
 	out->mean_abs = out->numel ? sum_abs / (double)out->numel : 0;
-	if (out->sq_a == 0 && sq_b == 0)
-		out->cosine = 1;
+	if ((out->sq_a == 0 && sq_b == 0) || out->ndiff == 0)
+		out->cosine = 1; /* the same values: exactly 1, not a rounding of it */
 	else if (out->sq_a == 0 || sq_b == 0)
 		out->cosine = 0;
 	else
-		out->cosine = dot / (sqrt(out->sq_a) * sqrt(sq_b));
+		out->cosine = fmax(-1, fmin(1, dot / (sqrt(out->sq_a) * sqrt(sq_b))));
 	return GFS_OK;
 }
 

@@ -58,7 +58,7 @@ gfs_err gfs_reduce_stats(const gfs_rside *x, size_t i, gfs_tstats *out);
  * |a - b| <= atol + rtol * max(|a|, |b|); max_rel is the largest
  * |a - b| / max(|a|, |b|) (0 where both are 0); mean_abs is the sum of
  * |a - b| over the pairs of numbers, divided by numel; cosine is over the
- * finite pairs (1 when both are all zero, 0 when one is).
+ * finite pairs (1 when no value differs or both are all zero, 0 when one is).
  */
 gfs_err gfs_reduce_diff(const gfs_rside *a, size_t ia, const gfs_rside *b, size_t ib,
 			double atol, double rtol, gfs_tdiff *out);
