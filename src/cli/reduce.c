@@ -109,23 +109,63 @@ static size_t widen(gfs_dtype dt, const uint8_t *p, size_t n, double *v)
 	}
 }
 
-/* vreader_next(): the next chunk of values in r->v; *n 0 at the end. */
-static gfs_err vreader_next(vreader *r, size_t *n)
+/*
+ * count_special(): how many of the n elements of dtype dt at p are NaN
+ * (*nan) and infinite (*inf), from their bits (a complex element: both
+ * parts); integers have none.
+ */
+static void count_special(gfs_dtype dt, const uint8_t *p, size_t n, uint64_t *nan, uint64_t *inf)
+{
+	uint64_t e = 0, m = 0, nn = 0, ni = 0;
+	size_t w;
+
+	switch (dt) {
+	case GFS_DT_F64: case GFS_DT_C128: e = 0x7ff0000000000000u; m = 0x000fffffffffffffu; w = 8; break;
+	case GFS_DT_F32: case GFS_DT_C64: e = 0x7f800000u; m = 0x007fffffu; w = 4; break;
+	case GFS_DT_F16: e = 0x7c00u; m = 0x03ffu; w = 2; break;
+	case GFS_DT_BF16: e = 0x7f80u; m = 0x007fu; w = 2; break;
+	default: *nan = *inf = 0; return;
+	}
+	if (is_complex(dt))
+		n *= 2;
+	for (size_t k = 0; k < n; k++) {
+		const uint64_t v = w == 8 ? gfs_le64(p + 8 * k) : w == 4 ? gfs_le32(p + 4 * k)
+								: gfs_le16(p + 2 * k);
+
+		if ((v & e) == e) {
+			nn += (v & m) != 0;
+			ni += (v & m) == 0;
+		}
+	}
+	*nan = nn;
+	*inf = ni;
+}
+
+/* vreader_raw(): the next chunk's bytes in r->raw, *elems elements (0 at the end). */
+static gfs_err vreader_raw(vreader *r, size_t *elems)
 {
 	const size_t per = is_complex(r->dt) ? CHUNK_VALUES / 2 : CHUNK_VALUES;
 	const uint64_t left = (r->nbytes - r->off) / r->es;
-	const size_t elems = left < per ? (size_t)left : per;
 	gfs_err err;
 
-	*n = 0;
-	if (!elems)
+	*elems = left < per ? (size_t)left : per;
+	if (!*elems)
 		return GFS_OK;
-	err = gfs_tensor_read(r->x->l, r->x->s, r->i, r->x->want, r->off, r->raw, elems * r->es);
+	err = gfs_tensor_read(r->x->l, r->x->s, r->i, r->x->want, r->off, r->raw, *elems * r->es);
 	if (err)
 		return gfs_fail_prefix(err, "%s", r->x->what);
-	r->off += elems * r->es;
-	*n = widen(r->dt, r->raw, elems, r->v);
+	r->off += *elems * r->es;
 	return GFS_OK;
+}
+
+/* vreader_next(): the next chunk of values in r->v; *n 0 at the end. */
+static gfs_err vreader_next(vreader *r, size_t *n)
+{
+	size_t elems;
+	const gfs_err err = vreader_raw(r, &elems);
+
+	*n = err || !elems ? 0 : widen(r->dt, r->raw, elems, r->v);
+	return err;
 }
 
 gfs_err gfs_reduce_stats(const gfs_rside *x, size_t i, gfs_tstats *out)
@@ -208,8 +248,10 @@ gfs_err gfs_reduce_diff(const gfs_rside *a, size_t ia, const gfs_rside *b, size_
 	size_t na, nb;
 	gfs_err err = vreader_open(&ra, a, ia);
 
-	*out = (gfs_tdiff){ .numel = gfs_reduce_values(a, ia) };
-	assert(out->numel == gfs_reduce_values(b, ib));
+	bool full = false;    /* every chunk's sums are needed: some value differs */
+	bool skipped = false; /* a chunk of equal bytes was only counted */
+
+	assert(gfs_reduce_values(a, ia) == gfs_reduce_values(b, ib));
 	if (err)
 		return err;
 	err = vreader_open(&rb, b, ib);
@@ -217,7 +259,56 @@ gfs_err gfs_reduce_diff(const gfs_rside *a, size_t ia, const gfs_rside *b, size_
 		vreader_close(&ra);
 		return err;
 	}
-	while (!(err = vreader_next(&ra, &na)) && !(err = vreader_next(&rb, &nb)) && na) {
+restart:
+	*out = (gfs_tdiff){ .numel = gfs_reduce_values(a, ia) };
+	dot = sq_b = sum_abs = 0;
+	ra.off = rb.off = 0;
+	while (!(err = vreader_raw(&ra, &na)) && !(err = vreader_raw(&rb, &nb)) && na) {
+		const bool same = ra.dt == rb.dt && memcmp(ra.raw, rb.raw, na * ra.es) == 0;
+
+		if (same && !full) {
+			/* the same bytes, nothing differed so far (the common case):
+			 * only the NaN and Inf counts; the sums matter only once a
+			 * value differs, and then the tensor is read again */
+			uint64_t nan, inf;
+
+			count_special(ra.dt, ra.raw, na, &nan, &inf);
+			out->nan_a += nan;
+			out->nan_b += nan;
+			out->inf_a += inf;
+			out->inf_b += inf;
+			skipped = true;
+			continue;
+		}
+		if (!same && !full) {
+			full = true;
+			if (skipped)
+				goto restart;
+		}
+		if (same) {
+			double sq = 0;
+
+			na = widen(ra.dt, ra.raw, na, ra.v);
+			for (size_t k = 0; k < na; k++) {
+				const double x = ra.v[k];
+
+				if (isfinite(x)) {
+					sq += x * x;
+				} else if (isnan(x)) {
+					out->nan_a++;
+					out->nan_b++;
+				} else {
+					out->inf_a++;
+					out->inf_b++;
+				}
+			}
+			dot += sq;
+			out->sq_a += sq;
+			sq_b += sq;
+			continue;
+		}
+		na = widen(ra.dt, ra.raw, na, ra.v);
+		nb = widen(rb.dt, rb.raw, nb, rb.v);
 		assert(na == nb);
 		for (size_t k = 0; k < na; k++) {
 			const double x = ra.v[k], y = rb.v[k];

@@ -118,6 +118,26 @@ def variant(name, edit, base=None):
     return d
 
 
+def big_pair():
+    """Two files of one 2-D fp32 tensor of 400000 values (several chunks of
+    the reductions): NaN, Inf, -0 and a large mean in the first chunk; B
+    differs from A in one value of the last chunk."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(400, 1000, generator=g, dtype=torch.float32) * 0.02 + 3.0
+    x.view(-1)[10] = float("nan")
+    x.view(-1)[11] = float("inf")
+    x.view(-1)[12] = -0.0
+    y = x.clone()
+    y.view(-1)[399_990] += 0.5
+    out = []
+    for name, t in (("big_a", x), ("big_b", y)):
+        d = os.path.join(TMP, name)
+        st_save(os.path.join(d, "model.safetensors"),
+                {"model.layers.0.big.weight": ["F32", [400, 1000], bytearray(t.numpy().tobytes())]})
+        out.append(d)
+    return x, y, out
+
+
 def ndiff_of(a, b):
     x, y = as_tensor(a).double().flatten(), as_tensor(b).double().flatten()
     same = (x == y) & ~((x == 0) & (torch.signbit(x) != torch.signbit(y)))
@@ -191,6 +211,20 @@ def test_diff():
     st = {x["name"]: x["status"] for x in jsonl(p.stdout)[:-1]}
     check(st[ulp] == "close" and st[e1 + "w1.weight"] == "differs", "--atol: the ulp is close")
 
+    # a tensor of several chunks that differs in its last one: the sums of
+    # every chunk count (cosine, nan/inf), as torch computes them in fp64
+    x, y, (da, db) = big_pair()
+    r = jsonl(run("diff", "--json", da, db, want=1).stdout)[0]
+    fin = torch.isfinite(x.double()) & torch.isfinite(y.double())
+    xd, yd = x.double()[fin], y.double()[fin]
+    cos = float((xd * yd).sum() / (xd.norm() * yd.norm()))
+    d = float((y.double() - x.double()).view(-1)[399_990].abs())
+    check(r["ndiff"] == 1 and r["max_abs"] == d and abs(r["mean_abs"] - d / 400000) < 1e-18
+          and abs(r["cosine"] - cos) < 1e-12 and (r["nan_a"], r["nan_b"], r["inf_a"], r["inf_b"])
+          == (1, 1, 1, 1), f"a difference in the last chunk: {r}, cosine {cos!r}")
+    r = jsonl(run("diff", "--json", da, da, want=0).stdout)[0]
+    check(r["status"] == "equal" and (r["nan_a"], r["inf_b"]) == (1, 1), f"equal big: {r}")
+
     # bf16 against the same values widened to fp32, and against the fp32 it came from
     fp32 = os.path.join(DATA, "plain", "llama_fp32")
     bf = os.path.join(TMP, "bf16")
@@ -252,7 +286,7 @@ def test_stats():
         k[2] = bytearray(struct.pack(f"<{n}f", *[v + 1000.0 for v in vals]))
 
     planted = variant("stats_planted", plant)
-    for d in (LLAMA, base_moe(), planted):
+    for d in (LLAMA, base_moe(), planted, big_pair()[2][0]):
         t = st_load(os.path.join(d, "model.safetensors"))
         rows = jsonl(run("stats", "--json", d, want=0).stdout)
         check([r["name"] for r in rows] == list(t), f"stats {d}: every tensor in order")
