@@ -67,25 +67,46 @@ static void vreader_close(vreader *r)
 	free(r->v);
 }
 
+/* widen_f32(): n fp32 values at p as doubles in v (exact). */
+static void widen_f32(const uint8_t *p, size_t n, double *v)
+{
+	for (size_t k = 0; k < n; k++) {
+		const uint32_t bits = gfs_le32(p + 4 * k);
+		float f;
+
+		memcpy(&f, &bits, 4);
+		v[k] = f;
+	}
+}
+
 /* widen(): n elements of dtype dt at p as fp64 values in v; @return the value count. */
 static size_t widen(gfs_dtype dt, const uint8_t *p, size_t n, double *v)
 {
 	switch (dt) {
 	case GFS_DT_F64:
-	case GFS_DT_F32:
-	case GFS_DT_F16:
-	case GFS_DT_BF16:
-		if (dt == GFS_DT_F64)
-			memcpy(v, p, n * 8);
-		else
-			gfs_dtype_convert(dt, GFS_DT_F64, p, v, n);
+		memcpy(v, p, n * 8);
 		return n;
 	case GFS_DT_C128:
 		memcpy(v, p, n * 16);
 		return 2 * n;
-	case GFS_DT_C64:
-		gfs_dtype_convert(GFS_DT_F32, GFS_DT_F64, p, v, 2 * n);
+	case GFS_DT_C64: /* its parts are fp32 */
+		widen_f32(p, 2 * n, v);
 		return 2 * n;
+	case GFS_DT_F32:
+		widen_f32(p, n, v);
+		return n;
+	case GFS_DT_BF16:
+		for (size_t k = 0; k < n; k++) {
+			const uint32_t bits = (uint32_t)gfs_le16(p + 2 * k) << 16;
+			float f;
+
+			memcpy(&f, &bits, 4);
+			v[k] = f;
+		}
+		return n;
+	case GFS_DT_F16:
+		gfs_dtype_convert(dt, GFS_DT_F64, p, v, n);
+		return n;
 	case GFS_DT_I64:
 		for (size_t k = 0; k < n; k++)
 			v[k] = (double)(int64_t)gfs_le64(p + 8 * k);
@@ -116,21 +137,41 @@ static size_t widen(gfs_dtype dt, const uint8_t *p, size_t n, double *v)
  */
 static void count_special(gfs_dtype dt, const uint8_t *p, size_t n, uint64_t *nan, uint64_t *inf)
 {
-	uint64_t e = 0, m = 0, nn = 0, ni = 0;
-	size_t w;
+	uint64_t nn = 0, ni = 0, hit = 0;
 
-	switch (dt) {
-	case GFS_DT_F64: case GFS_DT_C128: e = 0x7ff0000000000000u; m = 0x000fffffffffffffu; w = 8; break;
-	case GFS_DT_F32: case GFS_DT_C64: e = 0x7f800000u; m = 0x007fffffu; w = 4; break;
-	case GFS_DT_F16: e = 0x7c00u; m = 0x03ffu; w = 2; break;
-	case GFS_DT_BF16: e = 0x7f80u; m = 0x007fu; w = 2; break;
-	default: *nan = *inf = 0; return;
-	}
 	if (is_complex(dt))
 		n *= 2;
-	for (size_t k = 0; k < n; k++) {
+	/* a first pass without branches: most chunks have no such value */
+	switch (dt) {
+	case GFS_DT_F64:
+	case GFS_DT_C128:
+		for (size_t k = 0; k < n; k++)
+			hit |= (gfs_le64(p + 8 * k) & 0x7ff0000000000000u) == 0x7ff0000000000000u;
+		break;
+	case GFS_DT_F32:
+	case GFS_DT_C64:
+		for (size_t k = 0; k < n; k++)
+			hit |= (gfs_le32(p + 4 * k) & 0x7f800000u) == 0x7f800000u;
+		break;
+	case GFS_DT_F16:
+		for (size_t k = 0; k < n; k++)
+			hit |= (gfs_le16(p + 2 * k) & 0x7c00u) == 0x7c00u;
+		break;
+	case GFS_DT_BF16:
+		for (size_t k = 0; k < n; k++)
+			hit |= (gfs_le16(p + 2 * k) & 0x7f80u) == 0x7f80u;
+		break;
+	default:
+		break;
+	}
+	for (size_t k = 0; hit && k < n; k++) {
+		const size_t w = gfs_dtype_size(dt) / (is_complex(dt) ? 2 : 1);
 		const uint64_t v = w == 8 ? gfs_le64(p + 8 * k) : w == 4 ? gfs_le32(p + 4 * k)
 								: gfs_le16(p + 2 * k);
+		const uint64_t e = w == 8 ? 0x7ff0000000000000u : w == 4 ? 0x7f800000u
+					   : dt == GFS_DT_F16 ? 0x7c00u : 0x7f80u;
+		const uint64_t m = w == 8 ? 0x000fffffffffffffu : w == 4 ? 0x007fffffu
+					   : dt == GFS_DT_F16 ? 0x03ffu : 0x007fu;
 
 		if ((v & e) == e) {
 			nn += (v & m) != 0;
@@ -158,14 +199,60 @@ static gfs_err vreader_raw(vreader *r, size_t *elems)
 	return GFS_OK;
 }
 
-/* vreader_next(): the next chunk of values in r->v; *n 0 at the end. */
-static gfs_err vreader_next(vreader *r, size_t *n)
+/*
+ * finite_moments(): min, max, sum of n finite values (into *mn, *mx, *sum),
+ * their squares added to *sq, their zeros to *zeros; four independent
+ * accumulators, then combined in a fixed order (the same result every run).
+ */
+static void finite_moments(const double *v, size_t n, double *mn, double *mx, double *sum,
+			   double *sq, uint64_t *zeros)
 {
-	size_t elems;
-	const gfs_err err = vreader_raw(r, &elems);
+	double s[4] = { 0 }, q[4] = { 0 }, lo[4], hi[4];
+	uint64_t z[4] = { 0 };
+	size_t k = 0;
 
-	*n = err || !elems ? 0 : widen(r->dt, r->raw, elems, r->v);
-	return err;
+	for (int j = 0; j < 4; j++) {
+		lo[j] = INFINITY;
+		hi[j] = -INFINITY;
+	}
+	for (; k + 4 <= n; k += 4)
+		for (int j = 0; j < 4; j++) {
+			const double x = v[k + j];
+
+			s[j] += x;
+			q[j] += x * x;
+			lo[j] = x < lo[j] ? x : lo[j];
+			hi[j] = x > hi[j] ? x : hi[j];
+			z[j] += x == 0;
+		}
+	for (; k < n; k++) {
+		s[0] += v[k];
+		q[0] += v[k] * v[k];
+		lo[0] = v[k] < lo[0] ? v[k] : lo[0];
+		hi[0] = v[k] > hi[0] ? v[k] : hi[0];
+		z[0] += v[k] == 0;
+	}
+	*sum = (s[0] + s[1]) + (s[2] + s[3]);
+	*sq += (q[0] + q[1]) + (q[2] + q[3]);
+	*zeros += z[0] + z[1] + z[2] + z[3];
+	for (int j = 0; j < 4; j++) {
+		*mn = lo[j] < *mn ? lo[j] : *mn;
+		*mx = hi[j] > *mx ? hi[j] : *mx;
+	}
+}
+
+/* finite_m2(): the sum of squared deviations from mean of n finite values. */
+static double finite_m2(const double *v, size_t n, double mean)
+{
+	double m[4] = { 0 };
+	size_t k = 0;
+
+	for (; k + 4 <= n; k += 4)
+		for (int j = 0; j < 4; j++)
+			m[j] += (v[k + j] - mean) * (v[k + j] - mean);
+	for (; k < n; k++)
+		m[0] += (v[k] - mean) * (v[k] - mean);
+	return (m[0] + m[1]) + (m[2] + m[3]);
 }
 
 gfs_err gfs_reduce_stats(const gfs_rside *x, size_t i, gfs_tstats *out)
@@ -177,11 +264,17 @@ gfs_err gfs_reduce_stats(const gfs_rside *x, size_t i, gfs_tstats *out)
 
 	*out = (gfs_tstats){ .numel = gfs_reduce_values(x, i), .min = NAN, .max = NAN,
 			     .absmax = NAN };
-	while (!err && !(err = vreader_next(&r, &n)) && n) {
+	while (!err && !(err = vreader_raw(&r, &n)) && n) {
 		double cmin = INFINITY, cmax = -INFINITY, csum = 0, cm2 = 0, cmean;
-		uint64_t cn = 0;
+		uint64_t cn = 0, nan, inf;
 
-		for (size_t k = 0; k < n; k++) {
+		count_special(r.dt, r.raw, n, &nan, &inf);
+		n = widen(r.dt, r.raw, n, r.v);
+		if (!nan && !inf) {
+			finite_moments(r.v, n, &cmin, &cmax, &csum, &sq, &out->zeros);
+			cn = n;
+		}
+		for (size_t k = 0; (nan || inf) && k < n; k++) {
 			const double v = r.v[k];
 
 			if (isnan(v)) {
@@ -202,7 +295,9 @@ gfs_err gfs_reduce_stats(const gfs_rside *x, size_t i, gfs_tstats *out)
 		if (!cn)
 			continue;
 		cmean = csum / (double)cn;
-		for (size_t k = 0; k < n; k++)
+		if (!nan && !inf)
+			cm2 = finite_m2(r.v, n, cmean);
+		for (size_t k = 0; (nan || inf) && k < n; k++)
 			if (isfinite(r.v[k]))
 				cm2 += (r.v[k] - cmean) * (r.v[k] - cmean);
 		/* Chan et al.: merge this chunk's (count, mean, M2) into the total */
