@@ -171,6 +171,109 @@ static long expert_of(const char *name)
 	return !errno && *end == '.' && v < 1000000 ? v : -1;
 }
 
+/* A tensor of a layer: its layer and its name after the layer number, expert numbers as '*'. */
+typedef struct lsuffix {
+	long layer;
+	char *suffix;
+	const char *name;
+} lsuffix;
+
+static int cmp_lsuffix(const void *pa, const void *pb)
+{
+	const lsuffix *a = pa, *b = pb;
+	const int c = strcmp(a->suffix, b->suffix);
+
+	return c ? c : (a->layer > b->layer) - (a->layer < b->layer);
+}
+
+/* suffix_of(): name after ".L." (the layer number li), ".experts.N." written ".experts.*.". */
+static char *suffix_of(const char *name, long li)
+{
+	char num[32], *out, *e;
+	const char *p;
+
+	snprintf(num, sizeof(num), ".%ld.", li);
+	p = strstr(name, num);
+	out = strdup(p ? p + strlen(num) : name);
+	e = out ? strstr(out, "experts.") : NULL;
+	if (e && (e == out || e[-1] == '.') && e[8] >= '0' && e[8] <= '9') {
+		char *d = e + 8, *end = d;
+
+		while (*end >= '0' && *end <= '9')
+			end++;
+		*d = '*';
+		memmove(d + 1, end, strlen(end) + 1);
+	}
+	return out;
+}
+
+/*
+ * check_layer_tensors(): a tensor that other layers hold and a layer lacks
+ * (the config implies every layer alike, unless it says the layers differ:
+ * dense and MoE layers mixed, hybrid layer types).
+ */
+static void check_layer_tensors(const gfs_layout *l, const cJSON *cfg, const char *prefix,
+				const gfs_report_opts *o)
+{
+	static const char *const mixed[] = { "first_k_dense_replace", "moe_layer_freq",
+					     "decoder_sparse_step", "mlp_only_layers", "layer_types",
+					     "interleave_moe_layer_step", "moe_layer_start_index",
+					     "hybrid_override_pattern", "no_rope_layers", NULL };
+	lsuffix *v = calloc(l->ntensors ? l->ntensors : 1, sizeof(*v));
+	size_t n = 0, nlayers = 0;
+	long *layers = calloc(l->ntensors ? l->ntensors : 1, sizeof(*layers));
+
+	for (const char *const *k = mixed; *k; k++)
+		if (gfs_json_get(cfg, *k))
+			goto out;
+	for (size_t i = 0; v && layers && i < l->ntensors; i++) {
+		const long li = gfs_layer_of(l->tensors[i].name);
+		char *sfx;
+
+		if (li < 0 || !(sfx = suffix_of(l->tensors[i].name, li)))
+			continue;
+		v[n++] = (lsuffix){ .layer = li, .suffix = sfx, .name = l->tensors[i].name };
+		if (!nlayers || layers[nlayers - 1] != li) {
+			bool known = false;
+
+			for (size_t k = 0; k < nlayers && !known; k++)
+				known = layers[k] == li;
+			if (!known)
+				layers[nlayers++] = li;
+		}
+	}
+	qsort(v, n, sizeof(*v), cmp_lsuffix);
+	for (size_t a = 0; a < n;) {
+		size_t b = a, have = 0;
+
+		while (b < n && strcmp(v[a].suffix, v[b].suffix) == 0) {
+			have += b == a || v[b].layer != v[b - 1].layer;
+			b++;
+		}
+		for (size_t k = 0; have < nlayers && k < nlayers; k++) {
+			bool found = false;
+
+			for (size_t j = a; j < b && !found; j++)
+				found = v[j].layer == layers[k];
+			if (!found) {
+				char miss[600];
+				const char *nm[1] = { miss };
+
+				snprintf(miss, sizeof(miss), "%s%ld.%s", prefix, layers[k], v[a].suffix);
+				finding(o, "config", nm, 1,
+					"%zu of %zu layers hold it, layer %ld does not", have, nlayers,
+					layers[k]);
+			}
+		}
+		a = b;
+	}
+out:
+	for (size_t k = 0; k < n; k++)
+		free(v[k].suffix);
+	free(v);
+	free(layers);
+}
+
 static void check_config(const gfs_rside *x, const cJSON *cfg, const gfs_report_opts *o)
 {
 	static const char *const k_layers[] = { "num_hidden_layers", "n_layer", "num_layers", NULL };
@@ -259,6 +362,7 @@ static void check_config(const gfs_rside *x, const cJSON *cfg, const gfs_report_
 		finding(o, "config", nm, 1, "the config has %ld experts per MoE layer, layer %ld holds %ld",
 			ne, li, nexp[li]);
 	}
+	check_layer_tensors(l, cfg, prefix[0] ? prefix : "layers.", o);
 	for (size_t i = 0; i < l->ntensors; i++) {
 		const gfs_tensor *t = &l->tensors[i];
 		const char *nm[1] = { t->name };

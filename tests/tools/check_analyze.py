@@ -346,8 +346,12 @@ def test_check():
         for k in [k for k in t if k.startswith(E + "3.")]:
             del t[k]
 
+    def drop_tensor(t):
+        del t["model.layers.2.self_attn.k_proj.weight"]
+
     cases = [
         ("plant_nan", plant_nan, [("nan", [nan_t])]),
+        ("drop_tensor", drop_tensor, [("config", ["model.layers.2.self_attn.k_proj.weight"])]),
         ("zero_expert", zero_expert, [("zero", [E + "3.w2.weight"])]),
         ("copy_expert", copy_expert,
          [("identical", [E + "0." + w + ".weight", E + "2." + w + ".weight"])
