@@ -30,8 +30,8 @@ I="$B/gatherfs-inspect"
 cat "$W/m/pytorch_model.bin" "$W/pytorch_model.bin" >/dev/null
 "$I" stats "$C" >/dev/null 2>&1
 
-# median3 CMD...: the median wall time of 3 runs of CMD (output discarded);
-# RSS: the peak RSS (KiB) of the last run
+# median3 CMD...: T, the median wall time of 3 runs of CMD (output
+# discarded), and RSS, that run's peak RSS (KiB)
 median3() {
 	for k in 1 2 3; do
 		/usr/bin/time -f '%e %M' -o "$W/time" "$@" >/dev/null 2>"$W/err" || {
@@ -41,16 +41,18 @@ median3() {
 		}
 		cat "$W/time"
 	done | sort -n | sed -n 2p >"$W/med"
+	T=$(cut -d' ' -f1 "$W/med")
 	RSS=$(cut -d' ' -f2 "$W/med")
-	cut -d' ' -f1 "$W/med"
 }
 
-t_cmp=$(median3 cmp "$W/m/pytorch_model.bin" "$W/pytorch_model.bin")
-t_diff=$(median3 "$I" diff "$C" "$W/pytorch_model.bin")
-r_diff=$RSS
-t_cat=$(median3 cat "$W/m/pytorch_model.bin")
-t_stats=$(median3 "$I" stats "$C")
-r_stats=$RSS
+median3 cmp "$W/m/pytorch_model.bin" "$W/pytorch_model.bin"
+t_cmp=$T
+median3 "$I" diff "$C" "$W/pytorch_model.bin"
+t_diff=$T r_diff=$RSS
+median3 cat "$W/m/pytorch_model.bin"
+t_cat=$T
+median3 "$I" stats "$C"
+t_stats=$T r_stats=$RSS
 size=$(stat -c %s "$W/pytorch_model.bin")
 
 verdict() { # RATIO LIMIT
