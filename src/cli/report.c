@@ -150,12 +150,14 @@ void gfs_html_chart(FILE *f, const char *title, const char *ylabel, char *const 
 		lo = v < lo ? v : lo;
 		hi = v > hi ? v : hi;
 	}
-	if (!(lo <= hi)) {
+	const bool none = !(lo <= hi); /* nothing to draw: all zero (log) or none */
+
+	if (none) {
 		lo = 0;
 		hi = 1;
 	}
 	if (log) {
-		lo = floor(lo) - 1;
+		lo = floor(lo);
 		hi = ceil(hi);
 	} else {
 		lo = lo > 0 ? 0 : lo;
@@ -164,8 +166,10 @@ void gfs_html_chart(FILE *f, const char *title, const char *ylabel, char *const 
 		hi = lo + 1;
 	fputs("<h2>", f);
 	gfs_html_str(f, title);
-	fprintf(f, "</h2>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-		"role=\"img\">\n", w, h + bottom);
+	fprintf(f, "</h2>\n<svg width=\"%.0f\" height=\"%.0f\" role=\"img\">\n", w, h + bottom);
+	if (none)
+		fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"14\">%s</text>\n", left + 20, h / 2,
+			log ? "no change: every value equal" : "nothing to show");
 	fprintf(f, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"#888\"/>\n", left,
 		top, left, h);
 	fprintf(f, "<text x=\"12\" y=\"%.0f\" font-size=\"12\" transform=\"rotate(-90 12 %.0f)\">",
@@ -178,7 +182,7 @@ void gfs_html_chart(FILE *f, const char *title, const char *ylabel, char *const 
 		fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" font-size=\"10\" text-anchor=\"end\">",
 			left - 4, y + 3);
 		if (log)
-			fprintf(f, "1e%.1f", v);
+			fprintf(f, "1e%.3g", v);
 		else
 			fprintf(f, "%.3g", v);
 		fputs("</text>\n", f);
