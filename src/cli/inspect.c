@@ -498,10 +498,13 @@ static char (*ls_hashes(const inspect_opts *o, const gfs_layout *l))[65]
 		       .hex = calloc(l->ntensors ? l->ntensors : 1, 65) };
 	gfs_srcset *s = NULL;
 	gfs_err err = h.hex ? gfs_srcset_open(l, &s) : gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	uint64_t total = 0;
 
+	for (size_t i = 0; i < l->ntensors; i++)
+		total += gfs_tensor_out_nbytes(l, i, o->dtype);
 	h.x.s = s;
 	if (!err)
-		err = gfs_report_run(&ro, l->ntensors, 0, hash_one, &h);
+		err = gfs_report_run(&ro, l->ntensors, total, hash_one, &h);
 	gfs_srcset_close(s);
 	if (err) {
 		fail();

@@ -138,6 +138,25 @@ def big_pair():
     return x, y, out
 
 
+def dtypes_file():
+    """One tensor of each float dtype (and int64) with NaN, Inf, -0 planted."""
+    g = torch.Generator().manual_seed(3)
+    out = {}
+    for st, dt in (("F64", torch.float64), ("F16", torch.float16), ("BF16", torch.bfloat16),
+                   ("F32", torch.float32)):
+        x = (torch.randn(300, 7, generator=g) * 5).to(dt)
+        x.view(-1)[3] = float("nan")
+        x.view(-1)[4] = float("-inf")
+        x.view(-1)[5] = -0.0
+        raw = x.view(torch.int16).numpy().tobytes() if dt == torch.bfloat16 else x.numpy().tobytes()
+        out["model.layers.0.%s.weight" % st.lower()] = [st, [300, 7], bytearray(raw)]
+    i = torch.arange(-500, 1600, dtype=torch.int64).reshape(30, 70)
+    out["model.layers.0.i64.weight"] = ["I64", [30, 70], bytearray(i.numpy().tobytes())]
+    d = os.path.join(TMP, "dtypes")
+    st_save(os.path.join(d, "model.safetensors"), out)
+    return d
+
+
 def ndiff_of(a, b):
     x, y = as_tensor(a).double().flatten(), as_tensor(b).double().flatten()
     same = (x == y) & ~((x == 0) & (torch.signbit(x) != torch.signbit(y)))
@@ -225,6 +244,12 @@ def test_diff():
     r = jsonl(run("diff", "--json", da, da, want=0).stdout)[0]
     check(r["status"] == "equal" and (r["nan_a"], r["inf_b"]) == (1, 1), f"equal big: {r}")
 
+    # every float dtype against itself: equal, NaN and Inf counted from the bits
+    rows = jsonl(run("diff", "--json", dtypes_file(), dtypes_file(), want=0).stdout)
+    check(all((r["nan_a"], r["nan_b"], r["inf_a"], r["inf_b"]) == (1, 1, 1, 1)
+              for r in rows[:-1] if "i64" not in r["name"]) and len(rows) == 6,
+          f"every dtype: equal, one NaN and one Inf each: {rows}")
+
     # bf16 against the same values widened to fp32, and against the fp32 it came from
     fp32 = os.path.join(DATA, "plain", "llama_fp32")
     bf = os.path.join(TMP, "bf16")
@@ -286,7 +311,7 @@ def test_stats():
         k[2] = bytearray(struct.pack(f"<{n}f", *[v + 1000.0 for v in vals]))
 
     planted = variant("stats_planted", plant)
-    for d in (LLAMA, base_moe(), planted, big_pair()[2][0]):
+    for d in (LLAMA, base_moe(), planted, big_pair()[2][0], dtypes_file()):
         t = st_load(os.path.join(d, "model.safetensors"))
         rows = jsonl(run("stats", "--json", d, want=0).stdout)
         check([r["name"] for r in rows] == list(t), f"stats {d}: every tensor in order")
