@@ -19,6 +19,9 @@
 #include "gatherfs/util/json.h"
 
 #define CONFIG_MAX ((size_t)16 << 20)
+/* The config checks follow layers 0 to LAYER_MAX - 1 and experts 0 to EXPERT_MAX - 1. */
+#define LAYER_MAX 16384
+#define EXPERT_MAX 4096
 
 typedef struct cctx {
 	const gfs_rside *x;
@@ -213,57 +216,47 @@ static char *suffix_of(const char *name, long li)
  * dense and MoE layers mixed, hybrid layer types).
  */
 static void check_layer_tensors(const gfs_layout *l, const cJSON *cfg, const char *prefix,
-				const gfs_report_opts *o)
+				const bool *seen, size_t cap, const gfs_report_opts *o)
 {
 	static const char *const mixed[] = { "first_k_dense_replace", "moe_layer_freq",
 					     "decoder_sparse_step", "mlp_only_layers", "layer_types",
 					     "interleave_moe_layer_step", "moe_layer_start_index",
 					     "hybrid_override_pattern", "no_rope_layers", NULL };
 	lsuffix *v = calloc(l->ntensors ? l->ntensors : 1, sizeof(*v));
+	size_t *mark = calloc(cap + 1, sizeof(*mark)); /* the group (+ 1) that last saw a layer */
 	size_t n = 0, nlayers = 0;
-	long *layers = calloc(l->ntensors ? l->ntensors : 1, sizeof(*layers));
 
 	for (const char *const *k = mixed; *k; k++)
 		if (gfs_json_get(cfg, *k))
 			goto out;
-	for (size_t i = 0; v && layers && i < l->ntensors; i++) {
+	for (size_t li = 0; li < cap; li++)
+		nlayers += seen[li];
+	for (size_t i = 0; v && mark && i < l->ntensors; i++) {
 		const long li = gfs_layer_of(l->tensors[i].name);
 		char *sfx;
 
-		if (li < 0 || !(sfx = suffix_of(l->tensors[i].name, li)))
+		if (li < 0 || (size_t)li >= cap || !(sfx = suffix_of(l->tensors[i].name, li)))
 			continue;
 		v[n++] = (lsuffix){ .layer = li, .suffix = sfx, .name = l->tensors[i].name };
-		if (!nlayers || layers[nlayers - 1] != li) {
-			bool known = false;
-
-			for (size_t k = 0; k < nlayers && !known; k++)
-				known = layers[k] == li;
-			if (!known)
-				layers[nlayers++] = li;
-		}
 	}
 	qsort(v, n, sizeof(*v), cmp_lsuffix);
 	for (size_t a = 0; a < n;) {
 		size_t b = a, have = 0;
 
 		while (b < n && strcmp(v[a].suffix, v[b].suffix) == 0) {
-			have += b == a || v[b].layer != v[b - 1].layer;
+			have += mark[v[b].layer] != a + 1;
+			mark[v[b].layer] = a + 1;
 			b++;
 		}
-		for (size_t k = 0; have < nlayers && k < nlayers; k++) {
-			bool found = false;
+		for (size_t li = 0; have < nlayers && li < cap; li++) {
+			char miss[600];
+			const char *nm[1] = { miss };
 
-			for (size_t j = a; j < b && !found; j++)
-				found = v[j].layer == layers[k];
-			if (!found) {
-				char miss[600];
-				const char *nm[1] = { miss };
-
-				snprintf(miss, sizeof(miss), "%s%ld.%s", prefix, layers[k], v[a].suffix);
-				finding(o, "config", nm, 1,
-					"%zu of %zu layers hold it, layer %ld does not", have, nlayers,
-					layers[k]);
-			}
+			if (!seen[li] || mark[li] == a + 1)
+				continue;
+			snprintf(miss, sizeof(miss), "%s%zu.%s", prefix, li, v[a].suffix);
+			finding(o, "config", nm, 1, "%zu of %zu layers hold it, layer %zu does not",
+				have, nlayers, li);
 		}
 		a = b;
 	}
@@ -271,7 +264,7 @@ out:
 	for (size_t k = 0; k < n; k++)
 		free(v[k].suffix);
 	free(v);
-	free(layers);
+	free(mark);
 }
 
 static void check_config(const gfs_rside *x, const cJSON *cfg, const gfs_report_opts *o)
@@ -282,14 +275,15 @@ static void check_config(const gfs_rside *x, const cJSON *cfg, const gfs_report_
 	static const char *const k_vocab[] = { "vocab_size", "padded_vocab_size", NULL };
 	static const char *const k_hidden[] = { "hidden_size", "n_embd", "d_model", NULL };
 	const gfs_layout *l = x->l;
-	const long nl = cfg_int(cfg, k_layers), ne = cfg_int(cfg, k_experts);
+	const long ne = cfg_int(cfg, k_experts);
+	long nl = cfg_int(cfg, k_layers);
 	const long vocab = cfg_int(cfg, k_vocab), hidden = cfg_int(cfg, k_hidden);
 	long maxl = -1;
 	size_t cap;
 	char prefix[256] = "";
 	bool *seen;
-	uint64_t *experts; /* per layer: a bit per expert seen (the first 64), and a count */
-	long *nexp;
+	uint64_t *experts; /* per layer: a bit per expert seen (EXPERT_MAX bits) */
+	long *nexp;        /* per layer: how many experts seen */
 
 	for (size_t i = 0; i < l->ntensors; i++) {
 		const long li = gfs_layer_of(l->tensors[i].name);
@@ -297,11 +291,16 @@ static void check_config(const gfs_rside *x, const cJSON *cfg, const gfs_report_
 		if (li > maxl)
 			maxl = li;
 	}
+	if (maxl >= LAYER_MAX || nl > LAYER_MAX) {
+		fprintf(stderr, "gatherfs-inspect: note: layer numbers up to %ld: layer and expert "
+				"checks skipped (at most %d layers)\n", maxl > nl ? maxl : nl, LAYER_MAX);
+		maxl = nl = -1;
+	}
 	cap = (size_t)(maxl > nl ? maxl : nl) + 1;
 
-	seen = calloc(cap, sizeof(*seen));
-	nexp = calloc(cap, sizeof(*nexp));
-	experts = calloc(cap * 1024, sizeof(*experts));
+	seen = calloc(cap + 1, sizeof(*seen));
+	nexp = calloc(cap + 1, sizeof(*nexp));
+	experts = calloc((cap + 1) * (EXPERT_MAX / 64), sizeof(*experts));
 	if (!seen || !nexp || !experts) {
 		fputs("gatherfs-inspect: out of memory: config not checked\n", stderr);
 		goto out;
@@ -310,7 +309,7 @@ static void check_config(const gfs_rside *x, const cJSON *cfg, const gfs_report_
 		const char *name = l->tensors[i].name;
 		const long li = gfs_layer_of(name), e = expert_of(name);
 
-		if (li < 0)
+		if (li < 0 || (size_t)li >= cap)
 			continue;
 		if (!seen[li] && !prefix[0]) {
 			/* the name up to the layer number: "model.layers." */
@@ -323,8 +322,8 @@ static void check_config(const gfs_rside *x, const cJSON *cfg, const gfs_report_
 				snprintf(prefix, sizeof(prefix), "%.*s", (int)(p - name + 1), name);
 		}
 		seen[li] = true;
-		if (e >= 0 && e < 65536) {
-			uint64_t *bits = &experts[(size_t)li * 1024];
+		if (e >= 0 && e < EXPERT_MAX) {
+			uint64_t *bits = &experts[(size_t)li * (EXPERT_MAX / 64)];
 
 			if (!(bits[e / 64] >> (e % 64) & 1)) {
 				bits[e / 64] |= (uint64_t)1 << (e % 64);
@@ -362,7 +361,7 @@ static void check_config(const gfs_rside *x, const cJSON *cfg, const gfs_report_
 		finding(o, "config", nm, 1, "the config has %ld experts per MoE layer, layer %ld holds %ld",
 			ne, li, nexp[li]);
 	}
-	check_layer_tensors(l, cfg, prefix[0] ? prefix : "layers.", o);
+	check_layer_tensors(l, cfg, prefix[0] ? prefix : "layers.", seen, cap, o);
 	for (size_t i = 0; i < l->ntensors; i++) {
 		const gfs_tensor *t = &l->tensors[i];
 		const char *nm[1] = { t->name };
