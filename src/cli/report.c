@@ -176,8 +176,11 @@ void gfs_html_chart(FILE *f, const char *title, const char *ylabel, char *const 
 		h / 2, h / 2);
 	gfs_html_str(f, ylabel);
 	fputs("</text>\n", f);
-	for (int t = 0; t <= 4; t++) {
-		const double v = lo + (hi - lo) * t / 4, y = h - (h - top) * t / 4;
+	/* log: a tick per decade (at most 10); linear: 5 ticks */
+	const int nt = log && hi - lo <= 10 ? (int)(hi - lo) : 4;
+
+	for (int t = 0; t <= nt; t++) {
+		const double v = lo + (hi - lo) * t / nt, y = h - (h - top) * t / nt;
 
 		fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" font-size=\"10\" text-anchor=\"end\">",
 			left - 4, y + 3);
