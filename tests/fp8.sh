@@ -5,7 +5,8 @@
 #  - -o dequant=bf16: model.safetensors holds exactly truth_bf16.safetensors' tensors, bit for
 #    bit; config.json has no quantization_config and says bfloat16; a sharded view's index
 #    names them; gatherfs-inspect export --dequant bf16 writes the same tensors; tensors/ and
-#    gatherfs-inspect cat give a weight's bytes, as stored and dequantized;
+#    gatherfs-inspect cat give a weight's bytes, as stored and dequantized; gatherfs-inspect
+#    diff --a-dequant bf16 finds the checkpoint SAME as the truth; stats decodes FP8;
 #  - -o dequant=fp32: each weight is float32(q) * float32(scale), computed by fp8_check.py;
 #  - the same for MoE experts stacked [E, M, N] (fp8_check.py stack);
 #  - a LoRA adapter merged onto the dequantized weights (fp8_check.py lora); an HF cache snapshot;
@@ -38,6 +39,11 @@ for case in "$D"/*/; do
 	$CHECK raw "$T/d-$name/tensors/$w" "$truth" "$w" || fail "$name: tensors/$w dequantized"
 	timeout 60 "$INSPECT" cat --dequant bf16 "$case" "$w" >"$T/cat" || fail "$name: inspect cat"
 	$CHECK raw "$T/cat" "$truth" "$w" || fail "$name: inspect cat --dequant bf16 $w"
+	# gatherfs-inspect diff of the dequantized checkpoint against the truth file
+	timeout 60 "$INSPECT" diff --a-dequant bf16 "$case" "$truth" >"$T/diff" ||
+		fail "$name: inspect diff --a-dequant bf16: $(tail -1 "$T/diff")"
+	grep -q "^SAME: [0-9]* tensors: [0-9]* equal, 0 close, 0 differ, 0 only in A, 0 only in B" "$T/diff" ||
+		fail "$name: inspect diff: $(tail -1 "$T/diff")"
 	TRIPLES="$TRIPLES $T/s-$name $T/d-$name $case" MNTS="$MNTS $T/s-$name $T/d-$name"
 	gfs_mount "$case" "$T/f-$name" -o dequant=fp32 || fail "mount $name -o dequant=fp32"
 	$CHECK fp32 "$T/f-$name/model.safetensors" "$case" || fail "$name: dequant=fp32"
@@ -53,6 +59,11 @@ for case in "$D"/*/; do
 	n=$((n + 1))
 done
 [ $n -eq 5 ] || fail "$n cases, expected 5"
+# stats decodes FP8: block-quantized E4M3 weights reach +-448 (the block maxima), UE8M0 scales
+# are powers of two
+timeout 60 "$INSPECT" stats "$D/qwen3_block128" >"$T/stats" || fail "inspect stats"
+grep -q "^model.layers.0.mlp.down_proj.weight  *float8_e4m3fn  *-448  *448 " "$T/stats" ||
+	fail "stats of an E4M3 weight: $(grep down_proj.weight "$T/stats")"
 
 # Stacked experts (transformers' fused naming): mlp.experts.P [E, M, N] with P_scale_inv
 # [E, gm, gn], made from qwen3_moe_ue8m0 and its truth by stacking the per-expert tensors.

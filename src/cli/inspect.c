@@ -229,7 +229,7 @@ static int usage(FILE *out)
 	      "                     rtol * max(|a|, |b|) (default 0: only equal)\n"
 	      "  --a-OPTION V       (diff) a reading option (tag, input-format, prefix,\n"
 	      "  --b-OPTION V       naming, hf-config, tp-split, layout, dtype, lora,\n"
-	      "                     merge, base, lora-tied) for A or B only, e.g.\n"
+	      "                     merge, base, lora-tied, dequant) for A or B only, e.g.\n"
 	      "                     --a-tag global_step3 --b-naming megatron; the plain\n"
 	      "                     option applies to both sides; a side read with\n"
 	      "                     --a-layout FILE or --b-layout FILE takes no A or B\n"
