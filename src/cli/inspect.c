@@ -363,25 +363,15 @@ static cJSON *json_entry(cJSON *arr, const gfs_tensor *t, bool state, gfs_dtype 
  */
 static const char *ls_name(const char *name, char *buf)
 {
-	static const char hex[] = "0123456789ABCDEF";
-	char *p = buf;
+	const size_t n = strlen(name);
 	bool ctl = false;
 
-	for (const unsigned char *c = (const unsigned char *)name; *c && !ctl; c++)
-		ctl = *c < 0x20 || *c == 0x7f;
+	for (size_t i = 0; i < n && !ctl; i++)
+		ctl = gfs_escape_has(GFS_ESC_CONTROL, (unsigned char)name[i]);
 	if (!ctl)
 		return name;
-	for (const unsigned char *c = (const unsigned char *)name; *c; c++) {
-		assert((size_t)(p - buf) + 4 <= LS_NAME_BUF);
-		if (*c < 0x20 || *c == 0x7f) {
-			*p++ = '%';
-			*p++ = hex[*c >> 4];
-			*p++ = hex[*c & 15];
-		} else {
-			*p++ = (char)*c;
-		}
-	}
-	*p = '\0';
+	assert(3 * n + 1 <= LS_NAME_BUF);
+	(void)gfs_escape(name, n, GFS_ESC_CONTROL, buf);
 	return buf;
 }
 
