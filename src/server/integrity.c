@@ -799,3 +799,32 @@ uint64_t gfs_integrity_unsummed(const gfs_layout *l, bool *unsummed, size_t *nte
 		*ntensors = nt;
 	return bytes;
 }
+
+bool gfs_unsummed_init(gfs_unsummed *u, const gfs_layout *l)
+{
+	assert(u && l);
+	memset(u, 0, sizeof(*u));
+	u->src = gfs_calloc(l->nsources ? l->nsources : 1, sizeof(*u->src));
+	if (!u->src)
+		return false;
+	u->l = l;
+	u->bytes = gfs_integrity_unsummed(l, u->src, &u->ntensors);
+	return true;
+}
+
+const gfs_source *gfs_unsummed_next(gfs_unsummed *u)
+{
+	assert(u);
+	while (u->bytes && u->next < u->l->nsources)
+		if (u->src[u->next++])
+			return &u->l->sources[u->next - 1];
+	return NULL;
+}
+
+void gfs_unsummed_free(gfs_unsummed *u)
+{
+	if (u) {
+		free(u->src);
+		u->src = NULL;
+	}
+}
