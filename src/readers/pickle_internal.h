@@ -130,7 +130,7 @@ gfs_err gfs_pk_new_bool(vm *m, bool b, gfs_pv **out);
 gfs_err gfs_pk_new_int(vm *m, int64_t i, gfs_pv **out);
 gfs_err gfs_pk_new_float(vm *m, double f, gfs_pv **out);
 /* gfs_pk_new_blob(), gfs_pk_seal_blob(): a STR or BYTES node of len bytes
- * to fill at *data, then sealed (NUL-terminated, hashed). */
+ * to fill at *data, then its final length set and the node hashed. */
 gfs_err gfs_pk_new_blob(vm *m, gfs_pv_kind kind, size_t len, gfs_pv **out, char **data);
 void gfs_pk_seal_blob(const vm *m, gfs_pv *v, char *data, size_t len, bool mutable_bytes);
 gfs_err gfs_pk_new_bytes(vm *m, gfs_pv_kind kind, const void *src, size_t len,
@@ -141,14 +141,14 @@ gfs_err gfs_pk_new_seq(vm *m, gfs_pv_kind kind, size_t cap, gfs_pv **out);
 gfs_err gfs_pk_new_tuple(vm *m, gfs_pv *const *items, size_t n, gfs_pv **out);
 gfs_err gfs_pk_new_dict(vm *m, gfs_pv **out);
 gfs_err gfs_pk_new_set(vm *m, bool frozen, gfs_pv **out);
-/* gfs_pk_new_global(): GLOBAL module.name (both checked text). */
+/* gfs_pk_new_global(): GLOBAL module.name (one buffer "module.name\0module\0"). */
 gfs_err gfs_pk_new_global(vm *m, const char *mod, size_t ml, const char *name, size_t nl,
 			  gfs_pv **out);
 /* gfs_pk_new_object(): an inert OBJECT cls(*args). */
 gfs_err gfs_pk_new_object(vm *m, const gfs_pv *cls, gfs_pv *args, gfs_pv **out);
 gfs_err gfs_pk_new_persid(vm *m, gfs_pv *id, gfs_pv **out);
 /* gfs_pk_seq_push(), gfs_pk_dict_set(), gfs_pk_set_add(): add to a list,
- * dict (a key already there keeps its place, takes val) or set. */
+ * dict (d[key] = val, in insertion order) or set. */
 gfs_err gfs_pk_seq_push(vm *m, gfs_pv *seq, gfs_pv *item);
 gfs_err gfs_pk_dict_set(vm *m, gfs_pv *d, gfs_pv *key, gfs_pv *val);
 gfs_err gfs_pk_set_add(vm *m, gfs_pv *s, gfs_pv *item);
