@@ -427,25 +427,15 @@ static cJSON *json_entry(cJSON *arr, const gfs_tensor *t, bool state, gfs_dtype 
  */
 static const char *ls_name(const char *name, char *buf)
 {
-	static const char hex[] = "0123456789ABCDEF";
-	char *p = buf;
+	const size_t n = strlen(name);
 	bool ctl = false;
 
-	for (const unsigned char *c = (const unsigned char *)name; *c && !ctl; c++)
-		ctl = *c < 0x20 || *c == 0x7f;
+	for (size_t i = 0; i < n && !ctl; i++)
+		ctl = gfs_escape_has(GFS_ESC_CONTROL, (unsigned char)name[i]);
 	if (!ctl)
 		return name;
-	for (const unsigned char *c = (const unsigned char *)name; *c; c++) {
-		assert((size_t)(p - buf) + 4 <= LS_NAME_BUF);
-		if (*c < 0x20 || *c == 0x7f) {
-			*p++ = '%';
-			*p++ = hex[*c >> 4];
-			*p++ = hex[*c & 15];
-		} else {
-			*p++ = (char)*c;
-		}
-	}
-	*p = '\0';
+	assert(3 * n + 1 <= LS_NAME_BUF);
+	(void)gfs_escape(name, n, GFS_ESC_CONTROL, buf);
 	return buf;
 }
 
@@ -803,31 +793,26 @@ static size_t report_bad(const gfs_layout *l, const gfs_srcset *s)
  */
 static bool report_unsummed(const gfs_layout *l)
 {
-	bool *un = gfs_calloc(l->nsources ? l->nsources : 1, sizeof(*un));
-	size_t nt = 0;
-	uint64_t bytes;
+	gfs_unsummed u;
+	const gfs_source *src;
 
-	if (!un) {
+	if (!gfs_unsummed_init(&u, l)) {
 		fputs("gatherfs-inspect: out of memory\n", stderr);
 		return false;
 	}
-	bytes = gfs_integrity_unsummed(l, un, &nt);
-	for (size_t i = 0; bytes && i < l->nsources; i++) {
-		if (!un[i])
-			continue;
+	while ((src = gfs_unsummed_next(&u)) != NULL) {
 		out_ok(printf("UNVERIFIED: %s: no stored checksum covers its tensor bytes\n",
-			      l->sources[i].abspath));
+			      src->abspath));
 		if (strcmp(l->format, "zero3") == 0) /* its manifest has no CRC-32s */
-			out_ok(printf("%s: no checksums (saved by an older save_zero3)\n",
-				      l->sources[i].path));
+			out_ok(printf("%s: no checksums (saved by an older save_zero3)\n", src->path));
 	}
-	if (bytes)
+	if (u.bytes)
 		out_ok(printf("note: %" PRIu64 " bytes of %zu tensors lie in no checksummed record "
 			      "(safetensors, raw or layout JSON sources): not verified, but for the "
 			      "content checksum of a zstd frame that has one\n",
-			      bytes, nt));
-	free(un);
-	return bytes != 0;
+			      u.bytes, u.ntensors));
+	gfs_unsummed_free(&u);
+	return u.bytes != 0;
 }
 
 /*

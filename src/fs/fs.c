@@ -222,11 +222,10 @@ static gfs_err add_note(gfs_fs *fs, const char *fmt, ...)
 /* escape_full(): the escaped key, whatever its length. */
 static gfs_err escape_full(const char *name, char **out)
 {
-	static const char hex[] = "0123456789ABCDEF";
 	static const char *const reserved[][2] = {
 		{ ".", "%2E" }, { "..", "%2E%2E" }, { INDEX_NAME, "%49NDEX" },
 	};
-	char *s, *p;
+	char *s;
 
 	for (size_t i = 0; i < ARRAY_LEN(reserved); i++) {
 		if (strcmp(name, reserved[i][0]) == 0) {
@@ -237,17 +236,7 @@ static gfs_err escape_full(const char *name, char **out)
 	s = malloc(3 * strlen(name) + 1);
 	if (!s)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	p = s;
-	for (const unsigned char *c = (const unsigned char *)name; *c; c++) {
-		if (*c == '%' || *c == '/' || *c < 0x20 || *c == 0x7f) {
-			*p++ = '%';
-			*p++ = hex[*c >> 4];
-			*p++ = hex[*c & 15];
-		} else {
-			*p++ = (char)*c;
-		}
-	}
-	*p = '\0';
+	(void)gfs_escape(name, strlen(name), GFS_ESC_CONTROL | GFS_ESC_PATH, s);
 	*out = s;
 	return GFS_OK;
 }

@@ -402,24 +402,23 @@ static bool parse_verify(int bare, const char *mode, verify_mode *out)
  */
 static void note_unsummed(const gfs_layout *l)
 {
-	bool *un = gfs_calloc(l->nsources ? l->nsources : 1, sizeof(*un));
-	size_t nt = 0, nfiles = 0;
-	uint64_t bytes;
+	gfs_unsummed u;
+	const gfs_source *src;
+	size_t nfiles = 0;
 
-	if (!un)
+	if (!gfs_unsummed_init(&u, l))
 		return;
-	bytes = gfs_integrity_unsummed(l, un, &nt);
-	if (bytes) {
+	if (u.bytes) {
 		fprintf(stderr, "gatherfs: -o verify=mount: %llu bytes of %zu tensors have no stored checksum and could not be checked:",
-			(unsigned long long)bytes, nt);
-		for (size_t i = 0; i < l->nsources; i++)
-			if (un[i] && nfiles++ < 8)
-				fprintf(stderr, " %s", l->sources[i].abspath);
+			(unsigned long long)u.bytes, u.ntensors);
+		while ((src = gfs_unsummed_next(&u)) != NULL)
+			if (nfiles++ < 8)
+				fprintf(stderr, " %s", src->abspath);
 		if (nfiles > 8)
 			fprintf(stderr, " (and %zu more files)", nfiles - 8);
 		fputc('\n', stderr);
 	}
-	free(un);
+	gfs_unsummed_free(&u);
 }
 
 /*

@@ -870,13 +870,30 @@ static gfs_err check_tiles(const rd_import *ri, const rd_key *k)
 	return GFS_OK;
 }
 
+/*
+ * add_key(): key k as a layout entry with its pieces: the tensor k->name,
+ * or (optim) the optimizer state k->state of parameter k->name.
+ */
+static gfs_err add_key(rd_import *ri, const rd_key *k, bool optim)
+{
+	uint64_t shape[GFS_MAX_DIMS];
+	size_t ti;
+	gfs_err err;
+
+	for (uint32_t d = 0; d < k->ndim; d++)
+		shape[d] = (uint64_t)k->shape[d];
+	err = optim ? gfs_layout_add_state(ri->l, k->state, k->name, k->dtype, k->ndim, shape, &ti)
+		    : gfs_layout_add_tensor(ri->l, k->name, k->dtype, k->ndim, shape, &ti);
+	for (size_t j = 0; !err && j < k->nparts; j++)
+		err = add_box(ri, k, ti, &k->parts[j]);
+	return err;
+}
+
 /* build(): one tensor (or alias) per key, in rank 0's order. */
 static gfs_err build(rd_import *ri)
 {
 	for (size_t i = 0; i < ri->nkeys; i++) {
 		const rd_key *k = &ri->keys[i];
-		uint64_t shape[GFS_MAX_DIMS];
-		size_t ti;
 		gfs_err err;
 
 		if (k->tied >= 0) {
@@ -885,14 +902,10 @@ static gfs_err build(rd_import *ri)
 				return err;
 			continue;
 		}
-		for (uint32_t d = 0; d < k->ndim; d++)
-			shape[d] = (uint64_t)k->shape[d];
 		err = check_tiles(ri, k);
 		if (err)
 			return err;
-		err = gfs_layout_add_tensor(ri->l, k->name, k->dtype, k->ndim, shape, &ti);
-		for (size_t j = 0; !err && j < k->nparts; j++)
-			err = add_box(ri, k, ti, &k->parts[j]);
+		err = add_key(ri, k, false);
 		if (err)
 			return gfs_fail_prefix(err, "%s", ri->dir);
 	}
@@ -1130,16 +1143,8 @@ static gfs_err read_optim(rd_import *ri)
 static gfs_err add_optim(rd_import *ri)
 {
 	for (size_t i = 0; i < ri->nokeys; i++) {
-		const rd_key *k = &ri->okeys[i];
-		uint64_t shape[GFS_MAX_DIMS];
-		size_t ti;
-		gfs_err err;
+		const gfs_err err = add_key(ri, &ri->okeys[i], true);
 
-		for (uint32_t d = 0; d < k->ndim; d++)
-			shape[d] = (uint64_t)k->shape[d];
-		err = gfs_layout_add_state(ri->l, k->state, k->name, k->dtype, k->ndim, shape, &ti);
-		for (size_t j = 0; !err && j < k->nparts; j++)
-			err = add_box(ri, k, ti, &k->parts[j]);
 		if (err)
 			return err;
 	}

@@ -931,8 +931,7 @@ static gfs_err check_records(const gfs_layout *l, const gfs_srcset *s, const gfs
 			bytes = 0;
 		}
 		recs[n++] = pc.rec;
-		bytes += l->records[pc.rec].kind == GFS_PIECE_ZSTD ? l->records[pc.rec].frame_len
-								 : l->records[pc.rec].len;
+		bytes += gfs_record_src_len(&l->records[pc.rec]);
 	}
 	if (!err && n && (require || !atomic_load(&s->rt->stop)))
 		err = check_batch(l, s, t, recs, n, bytes, want, require);

@@ -77,16 +77,22 @@ gfs_err gfs_fail_prefix(gfs_err err, const char *fmt, ...)
 	return err;
 }
 
-const char *gfs_shown_key(const char *s, size_t n, char *buf)
+bool gfs_escape_has(unsigned set, unsigned char c)
+{
+	return ((set & GFS_ESC_CONTROL) && (c < 0x20 || c == 0x7f)) ||
+	       ((set & GFS_ESC_PATH) && (c == '%' || c == '/'));
+}
+
+size_t gfs_escape(const char *s, size_t n, unsigned set, char *out)
 {
 	static const char hex[] = "0123456789ABCDEF";
-	char *p = buf;
+	char *p = out;
 
-	assert(s && buf);
-	for (size_t i = 0; i < n && i < GFS_SHOWN_KEY_MAX; i++) {
+	assert((s || !n) && out);
+	for (size_t i = 0; i < n; i++) {
 		const unsigned char c = (unsigned char)s[i];
 
-		if (c == '%' || c == '/' || c < 0x20 || c == 0x7f) {
+		if (gfs_escape_has(set, c)) {
 			*p++ = '%';
 			*p++ = hex[c >> 4];
 			*p++ = hex[c & 15];
@@ -94,12 +100,20 @@ const char *gfs_shown_key(const char *s, size_t n, char *buf)
 			*p++ = (char)c;
 		}
 	}
-	if (n > GFS_SHOWN_KEY_MAX) {
-		memcpy(p, "...", 3);
-		p += 3;
-	}
 	*p = '\0';
-	assert((size_t)(p - buf) < GFS_SHOWN_KEY_BUF);
+	return (size_t)(p - out);
+}
+
+const char *gfs_shown_key(const char *s, size_t n, char *buf)
+{
+	size_t k;
+
+	assert(s && buf);
+	k = gfs_escape(s, n < GFS_SHOWN_KEY_MAX ? n : GFS_SHOWN_KEY_MAX,
+		       GFS_ESC_CONTROL | GFS_ESC_PATH, buf);
+	if (n > GFS_SHOWN_KEY_MAX)
+		memcpy(buf + k, "...", 4);
+	assert(strlen(buf) < GFS_SHOWN_KEY_BUF);
 	return buf;
 }
 

@@ -158,6 +158,15 @@ typedef struct gfs_record {
 } gfs_record;
 
 /*
+ * gfs_record_src_len(): the bytes of its source a check of r reads: the
+ * whole zstd frame (frame_len) of a ZSTD record, else its len bytes.
+ */
+static inline uint64_t gfs_record_src_len(const gfs_record *r)
+{
+	return r->kind == GFS_PIECE_ZSTD ? r->frame_len : r->len;
+}
+
+/*
  * Piece p of tensor ti (a finished layout has fewer than UINT32_MAX entries,
  * each of fewer than UINT32_MAX pieces).
  */

@@ -89,6 +89,20 @@ char *gfs_strndup(const char *s, size_t n);
 #define GFS_IOBUF_ALIGN 64
 void *gfs_iobuf(size_t n);
 
+/* Byte sets of gfs_escape(): the bytes it writes %XX. */
+#define GFS_ESC_CONTROL 1u /* control bytes: 0x00-0x1f and 0x7f */
+#define GFS_ESC_PATH 2u    /* '%' and '/' (a tensors/ file name escapes both sets) */
+
+/* gfs_escape_has(): byte c is in the byte set `set` (GFS_ESC_* or'ed). */
+bool gfs_escape_has(unsigned set, unsigned char c);
+
+/*
+ * gfs_escape(): the n bytes of s into out, each byte of `set` written %XX
+ * (upper-case hex), and a NUL; out holds at least 3 * n + 1 bytes.
+ * Returns the length written, the NUL not counted.
+ */
+size_t gfs_escape(const char *s, size_t n, unsigned set, char *out);
+
 /*
  * gfs_shown_key(): the n bytes of key s (NULs included) for a one-line
  * message, written as tensors/ file names write keys: '%', '/' and control
