@@ -194,4 +194,13 @@ tr -d '\n' <"$B/config.json" | sed 's/"ignore": *\[ *"lm_head" *\]/"ignore": ["l
 mv "$B/c" "$B/config.json"
 expect_mount_fail "model.safetensors: weight model.layers.1.mlp.up_proj.weight is FP8, but .*config.json ignores its module" \
 	"$B" "$T/mnt" -o dequant=bf16
+sed 's/"symmetric": true/"symmetric": false/' "$D/llama_channel_bf16/config.json" >"$B/config.json"
+grep -q '"symmetric": false' "$B/config.json" || fail "config edit"
+expect_mount_fail "config.json: quantization_config: group group_0: only symmetric 8-bit float weights" \
+	"$B" "$T/mnt" -o dequant=bf16
+cp "$D/llama_channel_bf16/config.json" "$B/config.json"
+$CHECK edit "$B/model.safetensors" '"model.layers.0.post_attention_layernorm.weight"' \
+	'"model.layers.0.post_attn.weight_zero_point"' || fail "edit"
+expect_mount_fail "model.safetensors: model.layers.0.post_attn.weight_zero_point: asymmetric quantization (a zero point) is not supported" \
+	"$B" "$T/mnt" -o dequant=bf16
 echo "PASS: $n FP8 cases"

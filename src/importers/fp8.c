@@ -118,13 +118,14 @@ static gfs_err parse_ct(qcfg *q, const cJSON *qc)
 		const char *type = str_of(w, "type", &bad), *st = str_of(w, "strategy", &bad);
 		const char *gf = str_of(g, "format", &bad);
 		const cJSON *nb = gfs_json_get(w, "num_bits");
+		const cJSON *sym = gfs_json_get(w, "symmetric");
 		int strategy;
 		uint32_t bm = 0, bn = 0;
 
 		if (!cJSON_IsObject(w) || bad || !type || strcmp(type, "float") != 0 ||
-		    !cJSON_IsNumber(nb) || nb->valuedouble != 8 ||
+		    !cJSON_IsNumber(nb) || nb->valuedouble != 8 || cJSON_IsFalse(sym) ||
 		    (gf && strcmp(gf, "float-quantized") != 0))
-			return gfs_fail(GFS_ERR_UNSUPPORTED, "%s: quantization_config: group %s: only 8-bit float weights (float-quantized) are supported",
+			return gfs_fail(GFS_ERR_UNSUPPORTED, "%s: quantization_config: group %s: only symmetric 8-bit float weights (float-quantized) are supported",
 					q->path, g->string ? g->string : "?");
 		if (st && strcmp(st, "channel") == 0)
 			strategy = ST_CHANNEL;
@@ -401,6 +402,9 @@ static gfs_err add_entry(dqb *b, size_t i)
 
 	if (is_activation(e->name))
 		return GFS_OK;
+	if (ends(e->name, ".weight_zero_point", NULL))
+		return gfs_fail(GFS_ERR_UNSUPPORTED, "%s: %s: asymmetric quantization (a zero point) is not supported",
+				file_of(l, t), e->name);
 	if (!b->q->ct && ends(e->name, "_scale_inv", &stem) && !ends(e->name, ".weight_scale_inv", NULL)) {
 		/* the scale of stacked experts X (X_scale_inv) is taken with X */
 		char *wname = gfs_strndup(e->name, stem);

@@ -32,7 +32,8 @@
  * format, strategy), an FP8 weight without its scale, a scale without its
  * weight, a scale dtype other than F32, BF16, F8_E8M0, a scale whose shape
  * is not the block grid of its weight (or a block size the grid disagrees
- * with), an FP8 tensor that is no weight, an ignored module stored as FP8.
+ * with), an FP8 tensor that is no weight, an ignored module stored as FP8,
+ * a zero point (weight_zero_point, or symmetric: false).
  * @return GFS_OK and a finished layout in *res (root_dir of base).
  */
 gfs_err gfs_fp8_dequant(const gfs_layout *base, gfs_dtype out, gfs_layout **res);
