@@ -120,7 +120,8 @@ echo "  (e) layout.json sized without writing it: 4 layouts, sizes exact"
 
 # (d) a private checkpoint, listed by root first
 if [ "$(id -u)" -ne 0 ] || ! command -v setpriv >/dev/null 2>&1; then
-	echo "  (d) skipped: needs root and setpriv"
+	skip_part private-checkpoint "(d) a private checkpoint listed by root first: needs root and setpriv"
+	echo "mount-namespace: OK"
 	exit 0
 fi
 chmod 755 "$T"

@@ -193,7 +193,7 @@ PY
 		gfs_umount "$T/mnt" || fail "unmount"
 	done
 else
-	echo "skipped: no compat root at $COMPAT_ROOT (or not root)"
+	skip_part compat-root "from_pretrained: no compat root at $COMPAT_ROOT (or not root)"
 fi
 
 echo "== refusals"
