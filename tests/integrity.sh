@@ -112,8 +112,8 @@ n=0
 for t in $("$INSPECT" ls "$T/ck" | awk 'NR > 1 && $5 == "-" { print $1 }'); do
 	case " $TENSORS " in *" $t "*) continue ;; esac
 	f=$(tensor_file "$t")
-	"$INSPECT" cat "$case/checkpoint" "$t" >"$T/want" || fail "cat $t"
-	cmp -s "$T/mnt/tensors/$f" "$T/want" || fail "tensors/$f (not in the corrupt record) is not served"
+	is_truth "$T/mnt/tensors/$f" "$case/.expected-default.tsv" "$t" ||
+		fail "tensors/$f (not in the corrupt record) is not served, or not the fixture's"
 	n=$((n + 1))
 done
 [ $n -gt 0 ] || fail "no tensor outside the corrupt record"
@@ -186,8 +186,8 @@ cmp -s "$T/mnt/pytorch_model.bin" "$T/pytorch_model.bin" || fail "pytorch_model.
 rm -f "$T/pytorch_model.bin"
 n=0
 for t in $("$INSPECT" ls "$T/ck" | awk 'NR > 1 && $5 == "-" { print $1 }'); do
-	"$INSPECT" cat "$case/checkpoint" "$t" >"$T/want" || fail "cat $t"
-	cmp -s "$T/mnt/tensors/$(tensor_file "$t")" "$T/want" || fail "tensors/$t (clean record) differs"
+	is_truth "$T/mnt/tensors/$(tensor_file "$t")" "$case/.expected-default.tsv" "$t" ||
+		fail "tensors/$t (clean record) differs from the fixture's"
 	n=$((n + 1))
 done
 "$INSPECT" export --format safetensors "$T/ck" "$T/m.safetensors" || fail "export of the model (its records are clean)"
@@ -224,8 +224,8 @@ gfs_umount "$T/mnt" || fail "unmount"
 gfs_mount "$T/ck" "$T/mnt" -o nocrccache -o verify=off 2>"$T/off.err" || fail "mount -o verify=off"
 grep -q -- "-o verify=off: source bytes are served without checking" "$T/off.err" ||
 	fail "-o verify=off says nothing: $(cat "$T/off.err")"
-"$INSPECT" cat "$case/checkpoint" layers.0.qkv.weight >"$T/want" || fail "cat"
-cmp -s "$T/mnt/tensors/$f" "$T/want" || fail "tensors/$f with -o verify=off"
+is_truth "$T/mnt/tensors/$f" "$case/.expected-default.tsv" layers.0.qkv.weight ||
+	fail "tensors/$f with -o verify=off is not the fixture's"
 gfs_umount "$T/mnt" || fail "unmount"
 echo "ok: -o verify=off serves unchecked bytes, with a warning"
 for bad in verify=sometimes "verify,verify=off"; do

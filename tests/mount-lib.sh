@@ -163,6 +163,27 @@ gfs_umount() {
 	fusermount3 -u "$1" && wait_unmounted "$1" && wrapped_wait "$1"
 }
 
+# want_sha TSV NAME: the sha256 an .expected-*.tsv table gives tensor NAME
+# (as the table writes it); exit 1 when it has no row for NAME.
+want_sha() {
+	awk -F'\t' -v n="$2" '$1 == n { print $4; f = 1 } END { exit !f }' "$1"
+}
+
+# is_truth FILE TSV NAME: FILE's sha256 is the one TSV gives tensor NAME.
+is_truth() {
+	it_want=$(want_sha "$2" "$3") || fail "$2: no row for $3"
+	[ "$(sha256sum <"$1" | cut -d' ' -f1)" = "$it_want" ]
+}
+
+# truth_bytes TSV CKPT NAME OUT: gatherfs-inspect cat of tensor NAME of the
+# clean checkpoint CKPT into OUT, its sha256 the one TSV gives: the bytes a
+# test compares parts of, taken from the truth table.
+truth_bytes() {
+	tb_want=$(want_sha "$1" "$3") || fail "$1: no row for $3"
+	timeout 60 "$INSPECT" cat "$2" "$3" >"$4" || fail "gatherfs-inspect cat $3"
+	[ "$(sha256sum <"$4" | cut -d' ' -f1)" = "$tb_want" ] || fail "$2: $3 is not $1's"
+}
+
 # check_cat MNT TSV: cat every tensors/ file of the mount at MNT through
 # sha256sum against an .expected-*.tsv table (name, dtype, shape, sha256);
 # names are escaped as tensors/ shows them (% and / as %25 and %2F).
