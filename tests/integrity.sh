@@ -190,6 +190,7 @@ for t in $("$INSPECT" ls "$T/ck" | awk 'NR > 1 && $5 == "-" { print $1 }'); do
 		fail "tensors/$t (clean record) differs from the fixture's"
 	n=$((n + 1))
 done
+[ $n -gt 0 ] || fail "no clean tensor checked"
 "$INSPECT" export --format safetensors "$T/ck" "$T/m.safetensors" || fail "export of the model (its records are clean)"
 "$INSPECT" export --format safetensors "$case/checkpoint" "$T/want.safetensors" || fail "export (clean)"
 cmp -s "$T/m.safetensors" "$T/want.safetensors" || fail "export of the clean records differs"

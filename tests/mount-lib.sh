@@ -186,15 +186,19 @@ truth_bytes() {
 
 # check_cat MNT TSV: cat every tensors/ file of the mount at MNT through
 # sha256sum against an .expected-*.tsv table (name, dtype, shape, sha256);
-# names are escaped as tensors/ shows them (% and / as %25 and %2F).
+# names are escaped as tensors/ shows them (% and / as %25 and %2F). A
+# missing or empty table, or a row without a sha256, fails.
 check_cat() {
+	[ -s "$2" ] || fail "check_cat: no table $2, or an empty one"
 	n=0
 	while IFS="$(printf '\t')" read -r name dtype shape sha; do
+		[ -n "$sha" ] || fail "check_cat: $2: a row without a sha256: $name"
 		file=$(printf '%s' "$name" | sed 's/%/%25/g; s|/|%2F|g')
 		got=$(cat "$1/tensors/$file" | sha256sum | cut -d' ' -f1)
 		[ "$got" = "$sha" ] || fail "cat tensors/$file: sha256 $got, want $sha"
 		n=$((n + 1))
 	done < "$2"
+	[ $n -gt 0 ] || fail "check_cat: no tensor in $2"
 	echo "  cat | sha256sum: $n tensors OK"
 }
 
