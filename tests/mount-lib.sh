@@ -232,9 +232,10 @@ expect_mount_fail() {
 	pattern=$1
 	shift
 	before=$(our_mounts)
-	if timeout 60 "$GATHERFS" "$@" >"$T/out" 2>"$T/err"; then
-		fail "gatherfs $* succeeded"
-	fi
+	emf_rc=0
+	timeout 60 "$GATHERFS" "$@" >"$T/out" 2>"$T/err" || emf_rc=$?
+	[ $emf_rc -ne 0 ] || fail "gatherfs $* succeeded"
+	[ $emf_rc -lt 124 ] || fail "gatherfs $*: exit status $emf_rc (a crash or a hang): $(cat "$T/err")"
 	[ "$(wc -l < "$T/err")" -eq 1 ] || fail "gatherfs $*: not one line: $(cat "$T/err")"
 	grep -q -- "$pattern" "$T/err" || fail "gatherfs $*: '$(cat "$T/err")' lacks '$pattern'"
 	is_mounted "$T/mnt" && fail "gatherfs $*: left a mount"
@@ -246,8 +247,9 @@ expect_mount_fail() {
 # both refuse DIR with one line matching PATTERN
 expect_refused() {
 	expect_mount_fail "$1" "$2" "$T/mnt"
-	if timeout 60 "$INSPECT" ls "$2" >/dev/null 2>"$T/ierr"; then
-		fail "inspect ls $2 succeeded"
-	fi
+	emf_rc=0
+	timeout 60 "$INSPECT" ls "$2" >/dev/null 2>"$T/ierr" || emf_rc=$?
+	[ $emf_rc -ne 0 ] || fail "inspect ls $2 succeeded"
+	[ $emf_rc -lt 124 ] || fail "inspect ls $2: exit status $emf_rc (a crash or a hang): $(cat "$T/ierr")"
 	[ "$(wc -l <"$T/ierr")" -eq 1 ] && grep -q -- "$1" "$T/ierr" || fail "inspect: $(cat "$T/ierr")"
 }
