@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gatherfs/cli/analyze.h"
 #include "gatherfs/cli/export.h"
 #include "gatherfs/importers/import.h"
 #include "gatherfs/importers/import_plain.h"
@@ -24,6 +26,7 @@
 #include "gatherfs/util/json.h"
 #include "gatherfs/importers/lora.h"
 #include "gatherfs/server/server.h"
+#include "gatherfs/util/sha256.h"
 #include "gatherfs/views/shards.h"
 
 #define IO_CHUNK ((size_t)1 << 20)
@@ -43,6 +46,11 @@ enum {
 	OPT_HF_CONFIG = 1 << 10,
 	OPT_ALL = 1 << 11,
 	OPT_TP_SPLIT = 1 << 12,
+	OPT_HTML = 1 << 13,
+	OPT_ATOL = 1 << 14,
+	OPT_SIDE = 1 << 15,   /* --a-OPTION, --b-OPTION */
+	OPT_SHA256 = 1 << 16,
+	OPT_RTOL = 1 << 17,
 	OPT_IMPORT = OPT_TAG | OPT_INPUT_FORMAT | OPT_PREFIX | OPT_LAYOUT | OPT_NAMING | OPT_HF_CONFIG |
 		     OPT_TP_SPLIT,
 };
@@ -52,11 +60,14 @@ static const struct command {
 	const char *name;
 	unsigned opts;
 } commands[] = {
-	{ "ls", OPT_IMPORT | OPT_DTYPE | OPT_JSON | OPT_OPTIM | OPT_ALL },
+	{ "ls", OPT_IMPORT | OPT_DTYPE | OPT_JSON | OPT_OPTIM | OPT_ALL | OPT_SHA256 },
 	{ "cat", OPT_IMPORT | OPT_DTYPE | OPT_OPTIM },
 	{ "layout", OPT_IMPORT },
 	{ "verify", OPT_IMPORT },
 	{ "export", OPT_IMPORT | OPT_DTYPE | OPT_FORMAT | OPT_SHARD_SIZE },
+	{ "diff", OPT_IMPORT | OPT_DTYPE | OPT_JSON | OPT_HTML | OPT_ATOL | OPT_RTOL | OPT_SIDE },
+	{ "stats", OPT_IMPORT | OPT_DTYPE | OPT_JSON | OPT_HTML },
+	{ "check", OPT_IMPORT | OPT_DTYPE | OPT_JSON },
 };
 
 static const struct option_name {
@@ -69,7 +80,9 @@ static const struct option_name {
 	{ OPT_FORMAT, "--format" }, { OPT_SHARD_SIZE, "--shard-size" },
 	{ OPT_OPTIM, "--optim" },   { OPT_NAMING, "--naming" },
 	{ OPT_HF_CONFIG, "--hf-config" }, { OPT_ALL, "--all" },
-	{ OPT_TP_SPLIT, "--tp-split" },
+	{ OPT_TP_SPLIT, "--tp-split" }, { OPT_HTML, "--html" },
+	{ OPT_ATOL, "--atol" }, { OPT_RTOL, "--rtol" }, { OPT_SIDE, "--a-OPTION/--b-OPTION" },
+	{ OPT_SHA256, "--sha256" },
 };
 
 /*
@@ -81,7 +94,7 @@ static int check_options(const struct command *cmd, unsigned given)
 	const unsigned extra = given & ~cmd->opts;
 
 	for (size_t i = 0; i < sizeof(option_names) / sizeof(option_names[0]); i++) {
-		char takers[64] = "";
+		char takers[96] = "";
 		size_t used = 0;
 
 		if (!(extra & option_names[i].bit))
@@ -112,6 +125,9 @@ typedef struct inspect_opts {
 	gfs_format format;
 	uint64_t shard_size;
 	bool optim;             /* --optim: optimizer state instead of model tensors */
+	bool sha256;            /* ls --sha256 */
+	const char *html;       /* diff, stats: --html FILE */
+	double atol, rtol;      /* diff */
 	const char *state;      /* --optim=STATE (cat): which state */
 	gfs_lora_cli lora;
 } inspect_opts;
@@ -120,6 +136,7 @@ typedef struct inspect_opts {
 static int usage(FILE *out)
 {
 	return fputs("Usage: gatherfs-inspect COMMAND [OPTIONS] (DIR | --layout FILE) [NAME | OUT]\n"
+	      "       gatherfs-inspect diff [OPTIONS] A B\n"
 	      "\n"
 	      "Look at a sharded checkpoint (a DeepSpeed ZeRO 1/2/3 save or tag directory,\n"
 	      "a PyTorch DCP directory, plain model files: model.safetensors,\n"
@@ -149,6 +166,20 @@ static int usage(FILE *out)
 	      "                     be new or a regular file (a directory with\n"
 	      "                     --shard-size): a device, FIFO or symlink is refused\n"
 	      "                     [--dtype] [--format] [--shard-size]\n"
+	      "  diff A B           compare the tensors of two checkpoints (any formats)\n"
+	      "                     by name: equal, close, differs, only_a, only_b or\n"
+	      "                     mismatch (shape), with ndiff, max_abs, max_rel,\n"
+	      "                     mean_abs, cosine and NaN/Inf counts; exit 0 when the\n"
+	      "                     names match and every tensor is equal or close\n"
+	      "                     [--json] [--html] [--atol] [--rtol] [--dtype]\n"
+	      "                     [--a-OPTION] [--b-OPTION]\n"
+	      "  stats DIR          per tensor min, max, mean, std, absmax, l2 and the\n"
+	      "                     NaN, Inf and zero counts, in fp64\n"
+	      "                     [--json] [--html] [--dtype]\n"
+	      "  check DIR          findings: nan, inf, zero (a matrix of zeros),\n"
+	      "                     identical (two matrices with the same bytes), config\n"
+	      "                     (tensors against config.json); exit 1 on a finding\n"
+	      "                     [--json] [--dtype]\n"
 	      "ls and verify say on stderr what they read (format, tag).  An option a\n"
 	      "command does not take is refused.\n"
 	      "\n"
@@ -185,7 +216,20 @@ static int usage(FILE *out)
 	      "  --dtype DTYPE      (ls, cat, export) present floating-point tensors as\n"
 	      "                     bf16, fp16 or fp32 (round to nearest even; integers\n"
 	      "                     never change)\n"
-	      "  --json             (ls) print a JSON array instead of a table\n"
+	      "  --json             (ls) print a JSON array instead of a table; (diff,\n"
+	      "                     stats, check) JSON Lines, one object per line\n"
+	      "  --sha256           (ls) add the SHA-256 of each tensor's bytes (as cat\n"
+	      "                     writes them; user.gatherfs.sha256 of a mount)\n"
+	      "  --html FILE        (diff, stats) also write a self-contained HTML page\n"
+	      "                     with a per-layer chart and the table\n"
+	      "  --atol X, --rtol X (diff) values are close when |a-b| <= atol +\n"
+	      "                     rtol * max(|a|, |b|) (default 0: only equal)\n"
+	      "  --a-OPTION V       (diff) a reading option (tag, input-format, prefix,\n"
+	      "  --b-OPTION V       naming, hf-config, tp-split, layout, dtype, lora,\n"
+	      "                     merge, base, lora-tied) for A or B only, e.g.\n"
+	      "                     --a-tag global_step3 --b-naming megatron; the plain\n"
+	      "                     option applies to both sides; a side read with\n"
+	      "                     --a-layout FILE or --b-layout FILE takes no A or B\n"
 	      "  --optim            (ls) list the optimizer state instead: state, param\n"
 	      "                     name, dtype, shape, bytes\n"
 	      "  --optim=STATE      (cat) write NAME's optimizer state STATE (exp_avg,\n"
@@ -201,7 +245,8 @@ static int usage(FILE *out)
 	      "  -V, --version      show the version\n"
 	      "\n"
 	      "Exit status: 0 on success, 1 if the checkpoint is unusable or an output\n"
-	      "cannot be written, 2 on bad usage.\n"
+	      "cannot be written (diff: the models differ; check: findings), 2 on bad\n"
+	      "usage.\n"
 	      "See gatherfs-inspect(1).\n",
 	      out);
 }
@@ -424,12 +469,60 @@ static int cmd_ls_optim(const inspect_opts *o, const gfs_layout *l)
 	return 0;
 }
 
+typedef struct hash_ctx {
+	gfs_rside x;
+	char (*hex)[65];
+} hash_ctx;
+
+static gfs_err hash_one(void *ctx, size_t i, uint64_t *bytes)
+{
+	hash_ctx *h = ctx;
+	uint8_t d[32];
+	const gfs_err err = gfs_reduce_sha256(&h->x, i, d);
+
+	*bytes = gfs_tensor_out_nbytes(h->x.l, i, h->x.want);
+	if (!err)
+		gfs_sha256_hex(d, h->hex[i]);
+	return err;
+}
+
+/*
+ * ls_hashes(): ls --sha256: the hex SHA-256 of every model tensor's bytes
+ * as cat (and the tensors/ file of a mount with the same dtype) serves
+ * them.  @return the array (free() it), or NULL after one line on stderr.
+ */
+static char (*ls_hashes(const inspect_opts *o, const gfs_layout *l))[65]
+{
+	const gfs_report_opts ro = { .progress = isatty(STDERR_FILENO) };
+	hash_ctx h = { .x = { .l = l, .want = o->dtype, .what = o->layout ? o->layout : "" },
+		       .hex = calloc(l->ntensors ? l->ntensors : 1, 65) };
+	gfs_srcset *s = NULL;
+	gfs_err err = h.hex ? gfs_srcset_open(l, &s) : gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	uint64_t total = 0;
+
+	for (size_t i = 0; i < l->ntensors; i++)
+		total += gfs_tensor_out_nbytes(l, i, o->dtype);
+	h.x.s = s;
+	if (!err)
+		err = gfs_report_run(&ro, l->ntensors, total, hash_one, &h);
+	gfs_srcset_close(s);
+	if (err) {
+		fail();
+		free(h.hex);
+		return NULL;
+	}
+	return h.hex;
+}
+
 static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 {
 	const bool kinds = !o->optim && has_kinds(l); /* O(tensors): once */
+	char (*hex)[65] = NULL;
 
 	if (o->optim)
 		return cmd_ls_optim(o, l);
+	if (o->sha256 && !(hex = ls_hashes(o, l)))
+		return 1;
 	if (o->json) {
 		cJSON *arr = cJSON_CreateArray();
 		char *text;
@@ -446,7 +539,8 @@ static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 
 				ok = cJSON_AddStringToObject(e, "kind", kind_of(t, kb, sizeof(kb))) != NULL;
 			}
-			ok = ok && gfs_json_add_u64(e, "nbytes", t->numel * gfs_dtype_size(dt)) &&
+			ok = ok && (!hex || cJSON_AddStringToObject(e, "sha256", hex[i])) &&
+			     gfs_json_add_u64(e, "nbytes", t->numel * gfs_dtype_size(dt)) &&
 			     (t->alias_of >= 0
 				      ? cJSON_AddStringToObject(e, "alias_of",
 								l->tensors[t->alias_of].name) != NULL
@@ -468,6 +562,7 @@ static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 		}
 		text = ok ? cJSON_Print(arr) : NULL;
 		cJSON_Delete(arr);
+		free(hex);
 		if (!text) {
 			fputs("gatherfs-inspect: out of memory\n", stderr);
 			return 1;
@@ -476,8 +571,8 @@ static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 		free(text);
 		return 0;
 	}
-	out_ok(printf("%-48s %-9s %-20s %14s  %s%s\n", "NAME", "DTYPE", "SHAPE", "BYTES", "ALIAS_OF",
-		      kinds ? "  KIND" : ""));
+	out_ok(printf("%-48s %-9s %-20s %14s  %s%s%s\n", "NAME", "DTYPE", "SHAPE", "BYTES", "ALIAS_OF",
+		      kinds ? "  KIND" : "", hex ? "  SHA256" : ""));
 	for (size_t i = 0; i < l->ntensors && !out_errno; i++) {
 		const gfs_tensor *t = &l->tensors[i];
 		const gfs_dtype dt = gfs_dtype_out(t->dtype, o->dtype);
@@ -485,11 +580,13 @@ static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 		char shape[512], kb[32];
 
 		format_shape(t, shape, sizeof(shape));
-		out_ok(printf("%-48s %-9s %-20s %14" PRIu64 "  %s%s%s\n", ls_name(t->name, nb),
+		out_ok(printf("%-48s %-9s %-20s %14" PRIu64 "  %s%s%s%s%s\n", ls_name(t->name, nb),
 			      gfs_dtype_name(dt), shape, t->numel * gfs_dtype_size(dt),
 			      t->alias_of >= 0 ? ls_name(l->tensors[t->alias_of].name, ab) : "-",
-			      kinds ? "  " : "", kinds ? kind_of(t, kb, sizeof(kb)) : ""));
+			      kinds ? "  " : "", kinds ? kind_of(t, kb, sizeof(kb)) : "",
+			      hex ? "  " : "", hex ? hex[i] : ""));
 	}
+	free(hex);
 	/* non-tensor entries (DCP bytes): listed, never served as tensors */
 	for (size_t i = 0; i < l->nobjects && !out_errno; i++)
 		out_ok(printf("%-48s %-9s %-20s %14" PRIu64 "  %s\n", l->objects[i].name, "object",
@@ -843,9 +940,191 @@ static int cmd_verify(const gfs_layout *l)
 	return unsummed ? 3 : 0;
 }
 
+/*
+ * The options that say how to read a checkpoint: every command takes them;
+ * diff also takes each as --a-OPTION and --b-OPTION for one side only.
+ */
+static const struct read_opt {
+	const char *name;
+	int code;
+} read_opts[] = {
+	{ "tag", 't' },    { "input-format", 'i' }, { "prefix", 'p' },  { "layout", 'l' },
+	{ "naming", 'N' }, { "hf-config", 'H' },    { "tp-split", 'S' }, { "dtype", 'd' },
+	{ "lora", 'L' },   { "merge", 'M' },        { "base", 'B' },     { "lora-tied", 'T' },
+};
+#define N_READ_OPTS (sizeof(read_opts) / sizeof(read_opts[0]))
+/* getopt codes of --a-OPTION (side 0) and --b-OPTION (side 1): SIDE_CODE | side << 8 | code */
+#define SIDE_CODE 0x10000
+
+/*
+ * set_read_opt(): apply the reading option of getopt code c with argument
+ * arg to o.  @return 0, 2 (usage error, after one line on stderr), or -1
+ * when c is no reading option.
+ */
+static int set_read_opt(inspect_opts *o, int c, const char *arg)
+{
+	switch (c) {
+	case 't':
+		o->given |= OPT_TAG;
+		o->tag = arg;
+		break;
+	case 'i':
+		o->given |= OPT_INPUT_FORMAT;
+		o->input_format = arg;
+		break;
+	case 'p':
+		o->given |= OPT_PREFIX;
+		o->prefix = arg;
+		break;
+	case 'l':
+		o->given |= OPT_LAYOUT;
+		o->layout = arg;
+		break;
+	case 'N':
+		o->given |= OPT_NAMING;
+		o->naming = arg;
+		break;
+	case 'H':
+		o->given |= OPT_HF_CONFIG;
+		o->hf_config = arg;
+		break;
+	case 'S':
+		o->given |= OPT_TP_SPLIT;
+		o->tp_split = arg;
+		break;
+	case 'd':
+		o->given |= OPT_DTYPE;
+		o->dtype = gfs_dtype_parse(arg);
+		if (!gfs_dtype_is_float(o->dtype) || o->dtype == GFS_DT_F64) {
+			fprintf(stderr, "gatherfs-inspect: --dtype must be bf16, fp16 or fp32, not '%s'\n",
+				arg);
+			return 2;
+		}
+		break;
+	case 'L':
+		o->lora.lora = arg;
+		break;
+	case 'M':
+		o->lora.merge = arg;
+		break;
+	case 'B':
+		o->lora.base = arg;
+		break;
+	case 'T':
+		o->lora.tied = arg;
+		break;
+	default:
+		return -1;
+	}
+	return 0;
+}
+
+/* side_opts(): o's reading options overridden by those given for one side (s). */
+static inspect_opts side_opts(const inspect_opts *o, const inspect_opts *s)
+{
+	inspect_opts r = *o;
+
+	r.given |= s->given;
+	r.tag = s->tag ? s->tag : o->tag;
+	r.input_format = s->input_format ? s->input_format : o->input_format;
+	r.prefix = s->prefix ? s->prefix : o->prefix;
+	r.naming = s->naming ? s->naming : o->naming;
+	r.hf_config = s->hf_config ? s->hf_config : o->hf_config;
+	r.tp_split = s->tp_split ? s->tp_split : o->tp_split;
+	r.layout = s->layout ? s->layout : o->layout;
+	r.dtype = s->dtype != GFS_DT_INVALID ? s->dtype : o->dtype;
+	r.lora.lora = s->lora.lora ? s->lora.lora : o->lora.lora;
+	r.lora.merge = s->lora.merge ? s->lora.merge : o->lora.merge;
+	r.lora.base = s->lora.base ? s->lora.base : o->lora.base;
+	r.lora.tied = s->lora.tied ? s->lora.tied : o->lora.tied;
+	return r;
+}
+
+/* layout_conflict(): 2 after one line if o has --layout and an import option, else 0. */
+static int layout_conflict(const inspect_opts *o)
+{
+	if (o->layout && (o->tag || o->prefix || o->naming || o->hf_config || o->tp_split ||
+			  (o->input_format && strcmp(o->input_format, "layout") != 0 &&
+			   strcmp(o->input_format, "auto") != 0))) {
+		fprintf(stderr, "gatherfs-inspect: %s applies to a checkpoint directory, not to --layout FILE\n",
+			o->tag ? "--tag" : o->prefix ? "--prefix" : o->naming ? "--naming"
+			: o->hf_config ? "--hf-config" : o->tp_split ? "--tp-split" : "--input-format");
+		return 2;
+	}
+	return 0;
+}
+
+static gfs_report_opts report_opts(const inspect_opts *o)
+{
+	return (gfs_report_opts){ .json = o->json, .html = o->html, .atol = o->atol,
+				  .rtol = o->rtol, .progress = isatty(STDERR_FILENO) };
+}
+
+/*
+ * cmd_diff(): diff A B, A read with o's options overridden by side[0]'s
+ * (--a-OPTION), B with side[1]'s.  pos: the npos positional arguments.
+ * @return the exit status, or -1 on bad usage (after one line).
+ */
+static int cmd_diff(const inspect_opts *o, const inspect_opts side[2], char **pos, int npos)
+{
+	const inspect_opts so[2] = { side_opts(o, &side[0]), side_opts(o, &side[1]) };
+	const int need = !so[0].layout + !so[1].layout;
+	const char *dirs[2] = { NULL, NULL };
+	gfs_layout *l[2] = { NULL, NULL };
+	gfs_srcset *s[2] = { NULL, NULL };
+	gfs_rside x[2];
+	gfs_report_opts ro;
+	int rc = 1, p = 0;
+
+	if (npos != need) {
+		fprintf(stderr, "gatherfs-inspect: usage: diff [OPTIONS] A B (a side read with "
+				"--a-layout/--b-layout FILE takes no positional argument)\n");
+		return -1;
+	}
+	for (int k = 0; k < 2; k++) {
+		if (layout_conflict(&so[k]))
+			return -1;
+		dirs[k] = so[k].layout ? NULL : pos[p++];
+	}
+	for (int k = 0; k < 2; k++) {
+		if (load(&so[k], dirs[k], &l[k]) || gfs_srcset_open(l[k], &s[k])) {
+			fprintf(stderr, "gatherfs-inspect: %c: %s\n", 'A' + k, gfs_errmsg());
+			goto out;
+		}
+		say_source(&so[k], dirs[k], l[k], false);
+		x[k] = (gfs_rside){ .l = l[k], .s = s[k], .want = so[k].dtype,
+				    .what = so[k].layout ? so[k].layout : dirs[k] };
+	}
+	ro = report_opts(o);
+	rc = gfs_cli_diff(&x[0], &x[1], &ro);
+out:
+	for (int k = 0; k < 2; k++) {
+		gfs_srcset_close(s[k]);
+		gfs_layout_free(l[k]);
+	}
+	return rc;
+}
+
+/* cmd_analyze(): stats or check (cmd) of l, read from dir. */
+static int cmd_analyze(const inspect_opts *o, const gfs_layout *l, const char *dir, const char *cmd)
+{
+	const gfs_report_opts ro = report_opts(o);
+	gfs_rside x = { .l = l, .want = o->dtype, .what = o->layout ? o->layout : dir };
+	gfs_srcset *s = NULL;
+	int rc;
+
+	if (gfs_srcset_open(l, &s))
+		return fail();
+	x.s = s;
+	rc = strcmp(cmd, "stats") == 0 ? gfs_cli_stats(&x, &ro)
+				       : gfs_cli_check(&x, o->hf_config ? o->hf_config : dir, &ro);
+	gfs_srcset_close(s);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
-	static const struct option longopts[] = {
+	static const struct option base_opts[] = {
 		{ "tag", required_argument, NULL, 't' },
 		{ "input-format", required_argument, NULL, 'i' },
 		{ "prefix", required_argument, NULL, 'p' },
@@ -863,54 +1142,66 @@ int main(int argc, char **argv)
 		{ "merge", required_argument, NULL, 'M' },
 		{ "base", required_argument, NULL, 'B' },
 		{ "lora-tied", required_argument, NULL, 'T' },
+		{ "html", required_argument, NULL, 'W' },
+		{ "atol", required_argument, NULL, 'A' },
+		{ "rtol", required_argument, NULL, 'R' },
+		{ "sha256", no_argument, NULL, 'D' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
-		{ NULL, 0, NULL, 0 },
 	};
+	enum { NBASE = sizeof(base_opts) / sizeof(base_opts[0]) };
+	static char side_names[2 * N_READ_OPTS][32];
+	struct option longopts[NBASE + 2 * N_READ_OPTS + 1];
 	inspect_opts o = { .dtype = GFS_DT_INVALID };
+	inspect_opts side[2] = { { .dtype = GFS_DT_INVALID }, { .dtype = GFS_DT_INVALID } };
 	const struct command *command = NULL;
 	const char *cmd, *dir = NULL, *name = NULL;
 	gfs_layout *l = NULL;
 	int c, rc, npos;
 
+	memcpy(longopts, base_opts, sizeof(base_opts));
+	for (size_t k = 0; k < 2 * N_READ_OPTS; k++) {
+		const struct read_opt *r = &read_opts[k % N_READ_OPTS];
+
+		snprintf(side_names[k], sizeof(side_names[k]), "%c-%s", k < N_READ_OPTS ? 'a' : 'b',
+			 r->name);
+		longopts[NBASE + k] = (struct option){ side_names[k], required_argument, NULL,
+						       SIDE_CODE | (k >= N_READ_OPTS) << 8 | r->code };
+	}
+	longopts[NBASE + 2 * N_READ_OPTS] = (struct option){ NULL, 0, NULL, 0 };
 	while ((c = getopt_long(argc, argv, "hV", longopts, NULL)) != -1) {
+		rc = set_read_opt(c & SIDE_CODE ? &side[(c >> 8) & 1] : &o, c & ~(SIDE_CODE | 0x100),
+				  optarg);
+		if (rc > 0)
+			return rc;
+		if (rc == 0) {
+			o.given |= c & SIDE_CODE ? OPT_SIDE : 0;
+			continue;
+		}
 		switch (c) {
-		case 't':
-			o.given |= OPT_TAG;
-			o.tag = optarg;
+		case 'W':
+			o.given |= OPT_HTML;
+			o.html = optarg;
 			break;
-		case 'i':
-			o.given |= OPT_INPUT_FORMAT;
-			o.input_format = optarg;
-			break;
-		case 'p':
-			o.given |= OPT_PREFIX;
-			o.prefix = optarg;
-			break;
-		case 'l':
-			o.given |= OPT_LAYOUT;
-			o.layout = optarg;
-			break;
-		case 'N':
-			o.given |= OPT_NAMING;
-			o.naming = optarg;
-			break;
-		case 'H':
-			o.given |= OPT_HF_CONFIG;
-			o.hf_config = optarg;
-			break;
-		case 'S':
-			o.given |= OPT_TP_SPLIT;
-			o.tp_split = optarg;
-			break;
-		case 'd':
-			o.given |= OPT_DTYPE;
-			o.dtype = gfs_dtype_parse(optarg);
-			if (!gfs_dtype_is_float(o.dtype) || o.dtype == GFS_DT_F64) {
-				fprintf(stderr, "gatherfs-inspect: --dtype must be bf16, fp16 or fp32, not '%s'\n",
-					optarg);
+		case 'A':
+		case 'R': {
+			char *end;
+			double v;
+
+			errno = 0;
+			v = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(v >= 0) || v == INFINITY) {
+				fprintf(stderr, "gatherfs-inspect: --%s must be a number >= 0, not '%s'\n",
+					c == 'A' ? "atol" : "rtol", optarg);
 				return 2;
 			}
+			o.given |= c == 'A' ? OPT_ATOL : OPT_RTOL;
+			*(c == 'A' ? &o.atol : &o.rtol) = v;
+			break;
+		}
+		case 'D':
+			o.given |= OPT_SHA256;
+			o.sha256 = true;
 			break;
 		case 'j':
 			o.given |= OPT_JSON;
@@ -941,18 +1232,6 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
-		case 'L':
-			o.lora.lora = optarg;
-			break;
-		case 'M':
-			o.lora.merge = optarg;
-			break;
-		case 'B':
-			o.lora.base = optarg;
-			break;
-		case 'T':
-			o.lora.tied = optarg;
-			break;
 		case 'h':
 			errno = 0;
 			out_ok(usage(stdout));
@@ -981,14 +1260,13 @@ int main(int argc, char **argv)
 	rc = check_options(command, o.given);
 	if (rc)
 		return rc;
-	if (o.layout && (o.tag || o.prefix || o.naming || o.hf_config || o.tp_split ||
-			 (o.input_format && strcmp(o.input_format, "layout") != 0 &&
-			  strcmp(o.input_format, "auto") != 0))) {
-		fprintf(stderr, "gatherfs-inspect: %s applies to a checkpoint directory, not to --layout FILE\n",
-			o.tag ? "--tag" : o.prefix ? "--prefix" : o.naming ? "--naming"
-			: o.hf_config ? "--hf-config" : o.tp_split ? "--tp-split" : "--input-format");
-		return 2;
+	if (strcmp(cmd, "diff") == 0) {
+		rc = cmd_diff(&o, side, argv + optind, npos);
+		return rc < 0 ? 2 : finish_stdout(rc);
 	}
+	rc = layout_conflict(&o);
+	if (rc)
+		return rc;
 	if (strcmp(cmd, "cat") == 0 || strcmp(cmd, "export") == 0) {
 		if (npos != (o.layout ? 1 : 2)) {
 			fprintf(stderr, "gatherfs-inspect: usage: %s (DIR | --layout FILE) %s\n", cmd,
@@ -1015,6 +1293,8 @@ int main(int argc, char **argv)
 		rc = cmd_layout(l);
 	else if (strcmp(cmd, "export") == 0)
 		rc = cmd_export(&o, l, name);
+	else if (strcmp(cmd, "stats") == 0 || strcmp(cmd, "check") == 0)
+		rc = cmd_analyze(&o, l, dir, cmd);
 	else
 		rc = cmd_verify(l);
 	gfs_layout_free(l);

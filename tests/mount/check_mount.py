@@ -189,7 +189,8 @@ def main():
         if name not in aliases:
             attrs = {a: os.getxattr(p, a) for a in os.listxattr(p)}
             want = {"user.gatherfs.dtype": dtype.encode(), "user.gatherfs.shape": shape.encode(),
-                    "user.gatherfs.name": name.encode()}
+                    "user.gatherfs.name": name.encode(),
+                    "user.gatherfs.sha256": hashlib.sha256(data).hexdigest().encode()}
             if attrs != want:
                 bad(f"tensors/{name}: xattrs {attrs}")
             # outside user.*: not supported (ENOTSUP: ls -l stops asking); a
