@@ -109,7 +109,17 @@ expect_mount_fail "no snapshot or ref 'nope'" "$R" "$T/mnt" -o tag=nope
 printf '../%s' $REV1 > "$R/refs/evil"
 expect_mount_fail "refs/evil: does not name a revision" "$R" "$T/mnt" -o tag=evil
 printf 'deadbeef' > "$R/refs/gone"
-expect_mount_fail "refs/gone names deadbeef, which is no directory in snapshots/" "$R" "$T/mnt" -o tag=gone
+expect_mount_fail "refs/gone names a revision that is no directory in snapshots/" "$R" "$T/mnt" -o tag=gone
+# a ref that is a link (to a token file, say) is refused, its text never shown
+printf 'hf_SECRETxyz' > "$T/token"
+ln -s "$T/token" "$R/refs/leak"
+expect_mount_fail "refs/leak: a symbolic link: refused" "$R" "$T/mnt" -o tag=leak
+grep -q SECRET "$T/err" && fail "a ref's text in a message: $(cat "$T/err")"
+printf 'hf_SECRETxyz' > "$R/refs/gone"
+expect_mount_fail "refs/gone names a revision that is no directory" "$R" "$T/mnt" -o tag=gone
+grep -q SECRET "$T/err" && fail "a ref's text in a message: $(cat "$T/err")"
+mkfifo "$R/refs/fifo"
+expect_mount_fail "refs/fifo: not a regular file" "$R" "$T/mnt" -o tag=fifo
 mv "$R/refs/main" "$R/refs/main.away"
 expect_mount_fail "no refs/main: pick a snapshot with a tag" "$R" "$T/mnt"
 mv "$R/refs/main.away" "$R/refs/main"
