@@ -353,6 +353,42 @@ static gfs_err tp_emit(const ds_ckpt *c, size_t ti, const flat *const *fl, const
 }
 
 /*
+ * tp_govern(): entry ti (slices of shape ndim/shape, put together as how
+ * says) follows the declarations: its replicas (tp_emit()) must equal the
+ * copy served; a split entry's slices must not be byte-identical unless
+ * constant (a replicated tensor declared split).  A vocabulary param cut
+ * to fewer rows has no split claim (its last slice is cut).
+ */
+static gfs_err tp_govern(const ds_ckpt *c, size_t ti, uint32_t ndim, const uint64_t *shape,
+			 const tp_how *how)
+{
+	const uint64_t es = gfs_dtype_size(c->l->tensors[ti].dtype);
+	uint64_t numel = 1, outer = 1;
+	gfs_split_claim sc = { .ti = ti, .nparts = (uint32_t)c->nstages };
+
+	for (uint32_t d = 0; d < ndim; d++)
+		numel *= shape[d];
+	if (how->dim < 0 || numel == 0 ||
+	    (ndim && how->rows != shape[0] * (how->dim == 0 ? c->nstages : 1)))
+		return gfs_layout_govern(c->l, ti, NULL);
+	if (how->sub2) { /* slice y: its two halves, each after the other slices' */
+		sc.len = sc.step = numel / 2 * es;
+		sc.count = 2;
+		sc.stride = sc.len * c->nstages;
+	} else if (how->dim == 0) {
+		sc.len = sc.step = numel * es;
+		sc.count = 1;
+	} else { /* slice y: run y of each of the outer rows */
+		for (uint32_t d = 0; d < (uint32_t)how->dim; d++)
+			outer *= shape[d];
+		sc.len = sc.step = numel / outer * es;
+		sc.count = outer;
+		sc.stride = sc.len * c->nstages;
+	}
+	return gfs_layout_govern(c->l, ti, &sc);
+}
+
+/*
  * tp_slices(): the slices of param name (rank 0's `module` entry v0) on
  * every tensor rank: fl[y] from element off[y], of shape ndim/shape, the
  * same on every rank.  A trainable param (in rank 0's param_shapes): each
@@ -455,6 +491,8 @@ static gfs_err tp_entry(ds_ckpt *c, tp_info *ti, const char *name, int state)
 					    ndim, full, &idx);
 	if (!err)
 		err = tp_emit(c, idx, fl, off, ndim, shape, &how);
+	if (!err)
+		err = tp_govern(c, idx, ndim, shape, &how);
 	free(fl);
 	free(off);
 	ds_flats_free(own, own ? c->nstages : 0);
@@ -475,6 +513,13 @@ gfs_err ds_tp_build(ds_ckpt *c, char **note)
 		ti.budget = names > (ULONG_MAX - TP_PYRE_BUDGET_BASE) / TP_PYRE_BUDGET_PER_NAME
 				    ? ULONG_MAX
 				    : TP_PYRE_BUDGET_BASE + TP_PYRE_BUDGET_PER_NAME * names;
+	}
+	if (!err) {
+		char decl[PATH_MAX + 64];
+
+		snprintf(decl, sizeof(decl),
+			 ti.file ? "the tp_split file %s" : "universal_checkpoint_info of %s", ti.from);
+		err = gfs_layout_declare(c->l, decl, "tensor rank");
 	}
 	for (size_t y = 0; !err && y < c->nstages; y++)
 		err = ds_anon_note(&c->stages[y], note);
