@@ -17,6 +17,8 @@
 enum { DC_CHUNK = 1 << 16 };
 
 /* dc_line(): *why = the malloc'd line fmt makes; GFS_OK, or out of memory. */
+static gfs_err dc_line(char **why, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 static gfs_err dc_line(char **why, const char *fmt, ...)
 {
 	va_list ap;
