@@ -22,6 +22,7 @@
 #include "gatherfs/cli/export.h"
 #include "gatherfs/importers/import.h"
 #include "gatherfs/importers/import_plain.h"
+#include "gatherfs/server/declcheck.h"
 #include "gatherfs/server/integrity.h"
 #include "gatherfs/util/json.h"
 #include "gatherfs/importers/fp8.h"
@@ -889,6 +890,17 @@ static int cmd_verify(const gfs_layout *l)
 			l->nrecords);
 		return 1;
 	}
+	if (!err && l->decls.what) {
+		err = gfs_srcset_decls_require(s);
+		if (err && gfs_srcset_decls_wrong(s)) {
+			out_ok(printf("DECLARATION WRONG: %s\n", gfs_errmsg()));
+			free(buf);
+			gfs_srcset_close(s);
+			fprintf(stderr, "gatherfs-inspect: the entries %s governs are not served\n",
+				l->decls.what);
+			return 1;
+		}
+	}
 	for (size_t i = 0; !err && i < gfs_layout_nentries(l); i++) {
 		const gfs_tensor *t = &l->tensors[i];
 		const size_t es = gfs_dtype_size(t->dtype);
@@ -938,6 +950,9 @@ static int cmd_verify(const gfs_layout *l)
 	if (l->nreplicas)
 		out_ok(printf("OK: %zu replicas equal the copy served (%" PRIu64 " bytes compared)\n",
 			      l->nreplicas, rbytes));
+	if (l->decls.what)
+		out_ok(printf("OK: %s holds: %zu split tensors' slices are not byte-identical copies (or are constant), the replicated ones' copies are equal\n",
+			      l->decls.what, l->decls.nsplits));
 	unsummed = report_unsummed(l);
 	if (nonfinite)
 		out_ok(printf("note: %" PRIu64 " NaN or infinite floating-point values\n", nonfinite));

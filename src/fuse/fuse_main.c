@@ -32,6 +32,7 @@
 #include "fuse_ll.h"
 #include "gatherfs/importers/import.h"
 #include "gatherfs/importers/import_plain.h"
+#include "gatherfs/server/declcheck.h"
 #include "gatherfs/server/integrity.h"
 #include "gatherfs/importers/fp8.h"
 #include "gatherfs/importers/lora.h"
@@ -423,8 +424,9 @@ static void note_unsummed(const gfs_layout *l)
 
 /*
  * verify_sources(): -o verify=MODE on the open sources: mount: every
- * source record against its stored CRC-32 now; read: on first use; off:
- * never (a warning).
+ * source record against its stored CRC-32, and the layout's declarations
+ * against the data (declcheck.h), now; read: on first use; off: never (a
+ * warning).
  */
 static gfs_err verify_sources(const gfs_layout *l, gfs_srcset *s, verify_mode mode)
 {
@@ -439,6 +441,8 @@ static gfs_err verify_sources(const gfs_layout *l, gfs_srcset *s, verify_mode mo
 	if (mode != VERIFY_MOUNT)
 		return GFS_OK;
 	err = gfs_integrity_require(l, s, NULL, 0, 0);
+	if (!err && l->decls.what)
+		err = gfs_srcset_decls_require(s);
 	if (err)
 		return gfs_fail_prefix(err, "-o verify: not mounting");
 	note_unsummed(l);

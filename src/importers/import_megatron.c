@@ -32,9 +32,10 @@
 #define MG_MAX_PICKLE ((uint64_t)1 << 30)
 #define MG_MAX_RANKS 4096   /* bound on each parallel size */
 #define MG_MAX_INDEX 1000000 /* bound on layer and expert numbers */
+#define MG_MAX_ARG_STR (1 << 20) /* bound on a string in args */
 #define MG_FILE "model_optim_rng.pt"
 #define MG_LATEST "latest_checkpointed_iteration.txt"
-#define MG_MARK '\x01' /* a number's place in a template (keys hold no control character) */
+#define MG_MARK '\x01' /* a number's place in a template (a key holding it is refused) */
 
 /* How the shards of one parameter merge over tensor ranks. */
 typedef enum mg_split {
@@ -67,7 +68,9 @@ typedef struct mg_import {
 	mg_ent *ents;
 	size_t nents, cap;
 	char **tmpls;     /* names with MG_MARK for the layer and expert numbers */
-	size_t ntmpls;
+	size_t ntmpls, cap_tmpls;
+	uint32_t *thash;  /* open addressing over tmpls: index + 1, 0 = empty */
+	size_t thash_cap; /* a power of two, more than twice ntmpls */
 	int64_t tp, pp, ep, nexperts;
 	bool gated;
 	bool tied;        /* the last stage's output_layer.weight is a copy of the embedding */
@@ -104,6 +107,36 @@ static gfs_err arg_int(const gfs_pv *args, const char *name, int64_t dflt, const
 }
 
 /*
+ * args_sane(): no string of the args state dict args (nor of a list or
+ * tuple in it) is longer than MG_MAX_ARG_STR bytes: a real argument (a
+ * path, a name, an encoded config) never is.
+ */
+static gfs_err args_sane(const gfs_pv *args, const char *path)
+{
+	for (size_t i = 0; i < args->u.dict.len; i++) {
+		const gfs_pv *v = args->u.dict.items[i].value;
+		const bool seq = v && (v->kind == GFS_PV_LIST || v->kind == GFS_PV_TUPLE);
+		const size_t n = seq ? v->u.seq.len : 1;
+
+		for (size_t k = 0; k < n; k++) {
+			const gfs_pv *x = seq ? v->u.seq.items[k] : v;
+
+			if (x && (x->kind == GFS_PV_STR || x->kind == GFS_PV_BYTES) &&
+			    x->u.s.len > MG_MAX_ARG_STR) {
+				const char *name = gfs_pv_name(args->u.dict.items[i].key);
+				char shown[GFS_SHOWN_KEY_BUF];
+
+				return gfs_fail(GFS_ERR_LIMIT,
+						"%s: args.%s: a string of %zu bytes (more than %d): not an argument",
+						path, name ? gfs_shown_key(name, strlen(name), shown) : "?",
+						x->u.s.len, MG_MAX_ARG_STR);
+			}
+		}
+	}
+	return GFS_OK;
+}
+
+/*
  * read_args(): the parallel sizes of root's args (an argparse.Namespace
  * whose BUILD state is a dict).  Refuses what this importer cannot merge.
  */
@@ -118,7 +151,9 @@ static gfs_err read_args(const gfs_pv *root, const char *path, mg_args *a)
 		return gfs_fail(GFS_ERR_FORMAT,
 				"%s: no args namespace: not a Megatron-LM checkpoint file", path);
 	args = args->u.obj.state;
-	err = arg_int(args, "tensor_model_parallel_size", 1, path, &a->tp);
+	err = args_sane(args, path);
+	if (!err)
+		err = arg_int(args, "tensor_model_parallel_size", 1, path, &a->tp);
 	if (!err)
 		err = arg_int(args, "pipeline_model_parallel_size", 1, path, &a->pp);
 	if (!err)
@@ -250,24 +285,61 @@ static char *split_name(const char *key, int64_t *layer, int64_t *expert)
 	return t;
 }
 
-/* intern(): index of template t in mg->tmpls, added if new (t is taken or freed). */
+/* tmpl_hash(): FNV-1a of the template t. */
+static uint64_t tmpl_hash(const char *t)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (; *t; t++)
+		h = (h ^ (unsigned char)*t) * 0x100000001b3ull;
+	return h;
+}
+
+/* tmpl_slot(): the slot of t in mg->thash, or the empty one it would take. */
+static size_t tmpl_slot(const mg_import *mg, const char *t)
+{
+	size_t k = (size_t)tmpl_hash(t) & (mg->thash_cap - 1);
+
+	while (mg->thash[k] && strcmp(mg->tmpls[mg->thash[k] - 1], t) != 0)
+		k = (k + 1) & (mg->thash_cap - 1);
+	return k;
+}
+
+/*
+ * intern(): index of template t in mg->tmpls, added if new (t is taken or
+ * freed); hashed, so a file of many keys costs O(1) a key.
+ */
 static gfs_err intern(mg_import *mg, char *t, size_t *idx)
 {
-	char **n;
+	size_t k;
 
-	for (size_t i = 0; i < mg->ntmpls; i++)
-		if (strcmp(mg->tmpls[i], t) == 0) {
+	if (2 * (mg->ntmpls + 1) > mg->thash_cap) {
+		const size_t cap = mg->thash_cap ? 2 * mg->thash_cap : 256;
+		uint32_t *n = gfs_calloc(cap, sizeof(*n));
+
+		if (!n || mg->ntmpls >= UINT32_MAX / 2) {
+			free(n);
 			free(t);
-			*idx = i;
-			return GFS_OK;
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 		}
-	n = gfs_reallocarray(mg->tmpls, mg->ntmpls + 1, sizeof(*n));
-	if (!n) {
+		free(mg->thash);
+		mg->thash = n;
+		mg->thash_cap = cap;
+		for (size_t i = 0; i < mg->ntmpls; i++)
+			n[tmpl_slot(mg, mg->tmpls[i])] = (uint32_t)i + 1;
+	}
+	k = tmpl_slot(mg, t);
+	if (mg->thash[k]) {
+		free(t);
+		*idx = mg->thash[k] - 1;
+		return GFS_OK;
+	}
+	if (!gfs_grow((void **)&mg->tmpls, &mg->cap_tmpls, mg->ntmpls, sizeof(*mg->tmpls), 64)) {
 		free(t);
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	}
-	mg->tmpls = n;
-	n[mg->ntmpls] = t;
+	mg->tmpls[mg->ntmpls] = t;
+	mg->thash[k] = (uint32_t)mg->ntmpls + 1;
 	*idx = mg->ntmpls++;
 	return GFS_OK;
 }
@@ -433,6 +505,13 @@ static gfs_err read_file(mg_import *mg, const mg_args *a, int64_t tp, int64_t pp
 
 		if (!key) {
 			err = gfs_fail(GFS_ERR_FORMAT, "%s: model key %zu is not a plain string", path, i);
+			break;
+		}
+		if (strchr(key, MG_MARK)) {
+			char shown[GFS_SHOWN_KEY_BUF];
+
+			err = gfs_fail(GFS_ERR_FORMAT, "%s: model key %s holds byte 0x01: refused", path,
+				       gfs_shown_key(key, strlen(key), shown));
 			break;
 		}
 		if (ends_with(key, "._extra_state") || strcmp(key, "_extra_state") == 0 ||
@@ -677,22 +756,29 @@ static gfs_err build(mg_import *mg)
 	return GFS_OK;
 }
 
-/* read_small(): the first line of dir/name (at most 64 bytes), trimmed. */
+/*
+ * read_small(): the regular file dir/name (less than n bytes, no NUL),
+ * trimmed, into buf.
+ */
 static gfs_err read_small(const char *dir, const char *name, char *buf, size_t n)
 {
-	char path[PATH_MAX];
-	FILE *f;
+	char path[PATH_MAX], *text = NULL;
 	size_t len;
+	gfs_err err;
 
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	f = fopen(path, "re");
-	if (!f)
-		return gfs_fail(GFS_ERR_IO, "%s: %s", path, strerror(errno));
-	len = fread(buf, 1, n - 1, f);
-	fclose(f);
-	buf[len] = '\0';
-	while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r' || buf[len - 1] == ' '))
-		buf[--len] = '\0';
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, name) >= sizeof(path))
+		return gfs_fail(GFS_ERR_INVAL, "%s: path too long", dir);
+	err = gfs_read_meta(path, n - 1, 0, &text, &len);
+	if (err)
+		return err;
+	if (strlen(text) != len) {
+		free(text);
+		return gfs_fail(GFS_ERR_FORMAT, "%s: holds a NUL byte: not a tracker file", path);
+	}
+	while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' '))
+		text[--len] = '\0';
+	memcpy(buf, text, len + 1);
+	free(text);
 	return GFS_OK;
 }
 
@@ -729,6 +815,45 @@ bool gfs_megatron_detect(const char *dir)
 }
 
 /*
+ * rank_num(): the number of 1 to 7 digits at *s (after sep, unless sep is
+ * 0), advancing *s.  @return false if there is none.
+ */
+static bool rank_num(const char **s, char sep, int64_t *out)
+{
+	const char *p = *s;
+	int64_t v = 0;
+	int n = 0;
+
+	if (sep && *p++ != sep)
+		return false;
+	while (*p >= '0' && *p <= '9' && n < 7) {
+		v = v * 10 + (*p++ - '0');
+		n++;
+	}
+	*s = p;
+	*out = v;
+	return n > 0;
+}
+
+/*
+ * known_rank(): is name (an mp_rank_* entry) the directory of one of the
+ * T x P x E ranks a names?  Its numbers are parsed and the name made from
+ * them compared: O(1), whatever the sizes.
+ */
+static bool known_rank(const mg_args *a, const char *name)
+{
+	const char *s = name + 8;
+	int64_t t, p = 0, e = 0;
+	char want[64];
+
+	if (!rank_num(&s, 0, &t) || (a->pp > 1 && !rank_num(&s, '_', &p)) ||
+	    (a->ep > 1 && !rank_num(&s, '_', &e)) || *s || t >= a->tp || p >= a->pp || e >= a->ep)
+		return false;
+	rank_dir(a, t, p, e, want, sizeof(want));
+	return strcmp(want, name) == 0;
+}
+
+/*
  * check_dirs(): every mp_rank_* entry of the iteration directory is one of
  * the T x P x E ranks a names (a missing one is found when it is read).
  */
@@ -741,19 +866,9 @@ static gfs_err check_dirs(const char *dir, const mg_args *a)
 	if (!d)
 		return gfs_fail(GFS_ERR_IO, "%s: %s", dir, strerror(errno));
 	while (!err && (de = readdir(d))) {
-		bool known = false;
-
 		if (strncmp(de->d_name, "mp_rank_", 8) != 0)
 			continue;
-		for (int64_t t = 0; t < a->tp && !known; t++)
-			for (int64_t p = 0; p < a->pp && !known; p++)
-				for (int64_t e = 0; e < a->ep && !known; e++) {
-					char want[64];
-
-					rank_dir(a, t, p, e, want, sizeof(want));
-					known = strcmp(want, de->d_name) == 0;
-				}
-		if (!known)
+		if (!known_rank(a, de->d_name))
 			err = gfs_fail(GFS_ERR_FORMAT,
 				       "%s/%s: not a rank of this TP %lld x PP %lld x EP %lld save (its args say so)",
 				       dir, de->d_name, (long long)a->tp, (long long)a->pp,
@@ -883,6 +998,7 @@ static gfs_err import_legacy(const char *idir, gfs_arch *arch, char *src, gfs_la
 	for (size_t i = 0; i < mg.ntmpls; i++)
 		free(mg.tmpls[i]);
 	free(mg.tmpls);
+	free(mg.thash);
 	free(mg.ents);
 	if (err) {
 		gfs_layout_free(mg.l);
@@ -953,7 +1069,9 @@ static gfs_err dist_args(const char *idir, gfs_arch *arch, char *src, bool *have
 		if (args && args->kind == GFS_PV_OBJECT && args->u.obj.state &&
 		    args->u.obj.state->kind == GFS_PV_DICT) {
 			snprintf(src, PATH_MAX + 16, "the args of %s", path);
-			err = gfs_arch_from_args(args->u.obj.state, src, arch);
+			err = args_sane(args->u.obj.state, path);
+			if (!err)
+				err = gfs_arch_from_args(args->u.obj.state, src, arch);
 			*have = !err;
 		} else if (args && args->kind != GFS_PV_NONE) {
 			err = gfs_fail(GFS_ERR_FORMAT, "%s: args is not an argparse.Namespace", path);
@@ -1004,14 +1122,16 @@ static bool optimizer_key(const char *name)
  * unstack(): the Megatron view of the DCP layout d of a torch_dist
  * checkpoint: each key under decoder.layers. (stacked on a leading layer
  * axis, and an expert axis after it for the experts) split into one
- * tensor per layer (and expert); other keys as they are; optimizer state
- * left out.  nlayers: args.num_layers, or 0.
+ * tensor per layer (and expert), at most MG_MAX_INDEX of them in all (as
+ * the legacy form's numbers are bounded); other keys as they are;
+ * optimizer state left out.  nlayers: args.num_layers, or 0.
  */
 static gfs_err unstack(const gfs_layout *d, int64_t nlayers, const char *idir, const char *info,
 		       gfs_layout **out)
 {
 	gfs_layout *l = NULL;
 	int64_t layers = nlayers, experts = 0;
+	uint64_t made = 0; /* tensors unstacked so far: at most MG_MAX_INDEX */
 	char name[4096];
 	gfs_err err = gfs_layout_derive(d, "megatron", &l);
 
@@ -1052,6 +1172,15 @@ static gfs_err unstack(const gfs_layout *d, int64_t nlayers, const char *idir, c
 				       nlayers ? " (args.num_layers)" : "");
 			break;
 		}
+		if (layers > MG_MAX_INDEX || experts > MG_MAX_INDEX ||
+		    (uint64_t)layers * (uint64_t)(expert ? experts : 1) > MG_MAX_INDEX - made) {
+			err = gfs_fail(GFS_ERR_LIMIT,
+				       "%s/.metadata: %s: %lld layers x %lld experts: more than %d tensors unstacked",
+				       idir, t->name, (long long)layers, (long long)(expert ? experts : 1),
+				       MG_MAX_INDEX);
+			break;
+		}
+		made += (uint64_t)layers * (uint64_t)(expert ? experts : 1);
 		slice = t->nbytes / t->shape[0] / (expert ? t->shape[1] : 1);
 		for (int64_t k = 0; k < layers && !err; k++)
 			for (int64_t e = 0; e < (expert ? experts : 1) && !err; e++) {
@@ -1077,6 +1206,25 @@ static gfs_err unstack(const gfs_layout *d, int64_t nlayers, const char *idir, c
 	return GFS_OK;
 }
 
+/*
+ * dist_meta(): count metadata.json and common.pt (whose args give the
+ * generated config.json) among the metadata inputs of l, with .metadata:
+ * nothing served is wider than they are.
+ */
+static gfs_err dist_meta(gfs_layout *l, const char *idir)
+{
+	static const char *const names[2] = { "metadata.json", "common.pt" };
+	char path[PATH_MAX];
+	gfs_err err = GFS_OK;
+
+	for (int i = 0; i < 2 && !err; i++) {
+		if ((size_t)snprintf(path, sizeof(path), "%s/%s", idir, names[i]) >= sizeof(path))
+			return gfs_fail(GFS_ERR_INVAL, "%s: path too long", idir);
+		err = gfs_layout_add_metafile(l, path);
+	}
+	return err;
+}
+
 /* import_dist(): the Megatron view of the torch_dist iteration directory idir, and its arch. */
 static gfs_err import_dist(const char *idir, gfs_arch *arch, char *src, bool *have_arch,
 			   gfs_layout **out)
@@ -1095,6 +1243,10 @@ static gfs_err import_dist(const char *idir, gfs_arch *arch, char *src, bool *ha
 		err = unstack(d, *have_arch ? arch->layers : 0, idir, info, out);
 	}
 	gfs_layout_free(d);
+	if (!err && (err = dist_meta(*out, idir)) != GFS_OK) {
+		gfs_layout_free(*out);
+		*out = NULL;
+	}
 	return err;
 }
 
@@ -1122,6 +1274,31 @@ static gfs_err import_torch_dcp(const char *idir, gfs_layout **out)
 }
 
 /* ---------------------------------------------------------------- the views */
+
+/*
+ * hf_config_meta(): count hf_config's files (dir/config.json, and
+ * dir/generation_config.json when a holds it) among the metadata inputs of
+ * the HF view hf, after every file it already comes from (its sources, when
+ * it names no metafile): nothing served is wider than any of them.
+ */
+static gfs_err hf_config_meta(gfs_layout *hf, const char *dir, const gfs_arch *a)
+{
+	const bool none = hf->nmetafiles == 0;
+	char path[PATH_MAX];
+	gfs_err err = GFS_OK;
+
+	for (uint32_t i = 0; none && i < hf->nsources && !err; i++)
+		err = gfs_layout_add_metafile(hf, hf->sources[i].abspath);
+	if (!err && (size_t)snprintf(path, sizeof(path), "%s/config.json", dir) >= sizeof(path))
+		err = gfs_fail(GFS_ERR_INVAL, "%s: path too long", dir);
+	if (!err)
+		err = gfs_layout_add_metafile(hf, path);
+	if (!err && a->gen_config) {
+		snprintf(path, sizeof(path), "%s/generation_config.json", dir);
+		err = gfs_layout_add_metafile(hf, path);
+	}
+	return err;
+}
 
 /*
  * choose_view(): the layout to serve: mg itself (the Megatron view) or its
@@ -1182,6 +1359,10 @@ static gfs_err choose_view(gfs_layout *mg, const gfs_import_opts *opts, gfs_arch
 			       idir);
 	if (!err)
 		err = gfs_naming_to_hf(mg, a, idir, out);
+	if (!err && a == &cfg && (err = hf_config_meta(*out, opts->hf_config, a)) != GFS_OK) {
+		gfs_layout_free(*out);
+		*out = NULL;
+	}
 	if (!err) {
 		snprintf(note, sizeof(note), "Hugging Face view (%s naming; -o naming=megatron for Megatron's names)",
 			 a->family);

@@ -156,26 +156,24 @@ static bool sub_ranks(const char *dir, const char *name)
  */
 static bool latest_step(const char *dir, char *buf, size_t n)
 {
-	char path[PATH_MAX], line[32];
-	const char *s = line;
+	char path[PATH_MAX], *line = NULL;
+	const char *s;
 	uint32_t v;
 	size_t len;
-	FILE *f;
+	bool ok;
 
-	if ((size_t)snprintf(path, sizeof(path), "%s/" RD_LATEST, dir) >= sizeof(path))
+	if ((size_t)snprintf(path, sizeof(path), "%s/" RD_LATEST, dir) >= sizeof(path) ||
+	    gfs_read_meta(path, 31, 0, &line, &len) != GFS_OK)
 		return false;
-	f = fopen(path, "re");
-	if (!f)
-		return false;
-	len = fread(line, 1, sizeof(line) - 1, f);
-	fclose(f);
-	line[len] = '\0';
+	ok = strlen(line) == len; /* a NUL inside holds no number */
 	while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' '))
 		line[--len] = '\0';
-	if (!parse_num(&s, &v) || *s)
-		return false;
-	snprintf(buf, n, "global_step_%u", v);
-	return true;
+	s = line;
+	ok = ok && parse_num(&s, &v) && !*s;
+	free(line);
+	if (ok)
+		snprintf(buf, n, "global_step_%u", v);
+	return ok;
 }
 
 /* has_steps(): does dir hold a global_step_* directory? */
@@ -319,25 +317,20 @@ static gfs_err list_ranks(const char *dir, uint32_t *world, char ***names)
 static gfs_err check_config(const char *dir, uint32_t world, uint64_t *version)
 {
 	char path[PATH_MAX];
-	char buf[RD_MAX_CONFIG];
+	char *buf = NULL;
 	cJSON *j = NULL;
 	uint64_t ws = 0;
 	size_t len;
-	FILE *f;
 	gfs_err err;
 
 	*version = 0;
 	if ((size_t)snprintf(path, sizeof(path), "%s/fsdp_config.json", dir) >= sizeof(path))
 		return gfs_fail(GFS_ERR_INVAL, "%s: path too long", dir);
-	f = fopen(path, "re");
-	if (!f)
-		return errno == ENOENT ? GFS_OK : gfs_fail(GFS_ERR_IO, "%s: %s", path, strerror(errno));
-	len = fread(buf, 1, sizeof(buf), f);
-	fclose(f);
-	if (len == sizeof(buf))
-		return gfs_fail(GFS_ERR_LIMIT, "%s: larger than %llu bytes", path,
-				(unsigned long long)RD_MAX_CONFIG);
+	err = gfs_read_meta(path, RD_MAX_CONFIG - 1, 0, &buf, &len);
+	if (err)
+		return err == GFS_ERR_NOTFOUND ? GFS_OK : err;
 	err = gfs_json_parse(buf, len, path, &j);
+	free(buf);
 	if (!err && gfs_json_get(j, "world_size"))
 		err = gfs_json_u64(gfs_json_get(j, "world_size"), path, "world_size", &ws);
 	if (!err && gfs_json_get(j, "world_size") && ws != world)

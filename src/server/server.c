@@ -18,6 +18,7 @@
 #include <zstd.h>
 
 #include "gatherfs/server/compute.h"
+#include "gatherfs/server/declcheck.h"
 #include "gatherfs/server/integrity.h"
 #include "gatherfs/server/server.h"
 
@@ -56,7 +57,13 @@ typedef struct rec_table {
 	atomic_bool *bg;     /* [entries]: a background check of the entry was started */
 	unsigned nbg;        /* background checks running (under mu; cv signals the end of one) */
 	atomic_bool stop;    /* set by gfs_srcset_close(): background checks stop */
+	pthread_mutex_t decl_mu; /* held while the declarations are checked */
+	_Atomic int decl_state;  /* DECL_* */
+	char *decl_why;          /* DECL_WRONG: the line (set before decl_state) */
 } rec_table;
+
+/* The declarations' check in a srcset (gfs_srcset_decls_require()). */
+enum { DECL_UNCHECKED, DECL_RIGHT, DECL_WRONG };
 
 static void rec_table_free(rec_table *rt)
 {
@@ -64,6 +71,8 @@ static void rec_table_free(rec_table *rt)
 		return;
 	pthread_cond_destroy(&rt->cv);
 	pthread_mutex_destroy(&rt->mu);
+	pthread_mutex_destroy(&rt->decl_mu);
+	free(rt->decl_why);
 	free(rt->state);
 	free(rt->piece_base);
 	free(rt->piece_crc);
@@ -88,6 +97,13 @@ static rec_table *rec_table_new(const gfs_layout *l)
 		free(rt);
 		return NULL;
 	}
+	if (pthread_mutex_init(&rt->decl_mu, NULL) != 0) {
+		pthread_cond_destroy(&rt->cv);
+		pthread_mutex_destroy(&rt->mu);
+		free(rt);
+		return NULL;
+	}
+	atomic_init(&rt->decl_state, DECL_UNCHECKED);
 	atomic_init(&rt->nbad, 0);
 	atomic_init(&rt->stop, false);
 	rt->state = gfs_calloc(l->nrecords ? l->nrecords : 1, sizeof(*rt->state));
@@ -306,6 +322,42 @@ bool gfs_srcset_rec_servable(const gfs_srcset *s, uint32_t r)
 	assert(r < s->layout->nrecords);
 	return state == GFS_REC_OK ||
 	       (!s->verify && state != GFS_REC_BAD && !s->layout->records[r].lazy);
+}
+
+gfs_err gfs_srcset_decls_require(const gfs_srcset *s)
+{
+	rec_table *rt = s->rt;
+	gfs_err err = GFS_OK;
+
+	if (atomic_load(&rt->decl_state) == DECL_UNCHECKED) {
+		(void)pthread_mutex_lock(&rt->decl_mu);
+		if (atomic_load(&rt->decl_state) == DECL_UNCHECKED) {
+			char *why = NULL;
+
+			err = gfs_decl_check(s->layout, s, &why, NULL);
+			if (!err) {
+				rt->decl_why = why;
+				atomic_store(&rt->decl_state, why ? DECL_WRONG : DECL_RIGHT);
+			}
+		}
+		(void)pthread_mutex_unlock(&rt->decl_mu);
+	}
+	if (err)
+		return gfs_fail_prefix(err, "checking %s against the data", s->layout->decls.what);
+	if (atomic_load(&rt->decl_state) == DECL_WRONG)
+		return gfs_fail(GFS_ERR_IO, "%s", rt->decl_why);
+	return GFS_OK;
+}
+
+bool gfs_srcset_decls_wrong(const gfs_srcset *s)
+{
+	return atomic_load(&s->rt->decl_state) == DECL_WRONG;
+}
+
+bool gfs_srcset_entry_servable(const gfs_srcset *s, size_t i)
+{
+	return !s->verify || !s->layout->decls.ngoverned ||
+	       atomic_load(&s->rt->decl_state) == DECL_RIGHT || !gfs_layout_governed(s->layout, i);
 }
 
 size_t gfs_srcset_nbad(const gfs_srcset *s)
@@ -1131,6 +1183,12 @@ gfs_err gfs_tensor_read(const gfs_layout *l, const gfs_srcset *s, size_t i,
 
 	assert(s->layout == l);
 	assert(off + len <= t->numel * os);
+	if (!gfs_srcset_entry_servable(s, i)) {
+		const gfs_err err = gfs_srcset_decls_require(s);
+
+		if (err)
+			return gfs_fail_prefix(err, "tensor %s: not served", l->tensors[i].name);
+	}
 	if (t->comp)
 		return gfs_compute_read(l, s, s->cc, (size_t)(t - l->tensors), out, off, buf, len);
 	if (out == t->dtype)

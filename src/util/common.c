@@ -244,20 +244,47 @@ gfs_err gfs_pread_full(int fd, void *buf, size_t len, uint64_t off,
 	return GFS_OK;
 }
 
-gfs_err gfs_read_text(const char *path, uint64_t max, char **text, size_t *len)
+gfs_err gfs_open_regular(const char *path, unsigned flags, int *fd, struct stat *st)
+{
+	struct stat own;
+	const int fl = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK |
+		       ((flags & GFS_OPEN_NOFOLLOW) ? O_NOFOLLOW : 0);
+
+	assert(path && fd);
+	if (!st)
+		st = &own;
+	*fd = open(path, fl);
+	if (*fd < 0) {
+		if (errno == ENOENT)
+			return gfs_fail(GFS_ERR_NOTFOUND, "%s: cannot open: %s", path, strerror(errno));
+		if (errno == ELOOP && (flags & GFS_OPEN_NOFOLLOW))
+			return gfs_fail(GFS_ERR_FORMAT, "%s: a symbolic link: refused (give the file itself)",
+					path);
+		return gfs_fail(GFS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+	}
+	if (fstat(*fd, st) != 0 || !S_ISREG(st->st_mode) ||
+	    fcntl(*fd, F_SETFL, fcntl(*fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+		close(*fd);
+		*fd = -1;
+		return gfs_fail(GFS_ERR_FORMAT, "%s: not a regular file", path);
+	}
+	return GFS_OK;
+}
+
+gfs_err gfs_read_meta(const char *path, uint64_t max, unsigned flags, char **text, size_t *len)
 {
 	struct stat st;
+	int fd;
 	gfs_err err;
-	const int fd = open(path, O_RDONLY | O_CLOEXEC);
 
 	*text = NULL;
 	*len = 0;
-	if (fd < 0)
-		return gfs_fail(errno == ENOENT ? GFS_ERR_NOTFOUND : GFS_ERR_IO,
-				"%s: cannot open: %s", path, strerror(errno));
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > max) {
+	err = gfs_open_regular(path, flags, &fd, &st);
+	if (err)
+		return err;
+	if ((uint64_t)st.st_size > max) {
 		close(fd);
-		return gfs_fail(GFS_ERR_FORMAT, "%s: not a regular file of at most %llu bytes", path,
+		return gfs_fail(GFS_ERR_LIMIT, "%s: larger than %llu bytes: refused", path,
 				(unsigned long long)max);
 	}
 	*text = malloc((size_t)st.st_size + 1);
@@ -275,4 +302,9 @@ gfs_err gfs_read_text(const char *path, uint64_t max, char **text, size_t *len)
 	(*text)[st.st_size] = '\0';
 	*len = (size_t)st.st_size;
 	return GFS_OK;
+}
+
+gfs_err gfs_read_text(const char *path, uint64_t max, char **text, size_t *len)
+{
+	return gfs_read_meta(path, max, 0, text, len);
 }

@@ -396,6 +396,40 @@ typedef struct gfs_replica {
 	gfs_piece p;
 } gfs_replica;
 
+/*
+ * A split claim of the declarations (gfs_layout_declare()): entry ti is
+ * nparts slices put together; slice y is the count runs of len bytes at
+ * tensor bytes y * step + k * stride (k < count).  Slices that are all
+ * byte-identical and not constant prove the declaration wrong (a
+ * replicated tensor declared split).
+ */
+typedef struct gfs_split_claim {
+	size_t ti;
+	uint32_t nparts;
+	uint64_t step, len, count, stride;
+} gfs_split_claim;
+
+/*
+ * What an importer followed without being able to check it from the
+ * files' metadata alone (which tensors are copies of one another, which
+ * are slices of a larger one: a DeepSpeed tp_split file or
+ * universal_checkpoint_info), to be checked against the data before any
+ * entry it governs is served: every replica (gfs_replica) of a governed
+ * entry must equal the bytes served, every split claim must hold.  One
+ * proven wrong makes the declarations untrusted: no governed entry is
+ * served (server/declcheck.h).
+ */
+typedef struct gfs_decls {
+	char *what;           /* what declared ("the tp_split file F"); NULL: nothing */
+	char *part;           /* what one slice is ("tensor rank") */
+	size_t *governed;     /* entries the declarations govern, ascending */
+	size_t ngoverned;
+	size_t cap_governed;
+	gfs_split_claim *splits;
+	size_t nsplits;
+	size_t cap_splits;
+} gfs_decls;
+
 typedef struct gfs_layout {
 	char *format;   /* source format: "deepspeed", "json", ... */
 	char *info;     /* one line describing the checkpoint, may be NULL */
@@ -412,6 +446,7 @@ typedef struct gfs_layout {
 	gfs_replica *replicas; /* gfs_layout_add_replica(); not in the JSON, not derived */
 	size_t nreplicas;
 	size_t nreplicas_cap;
+	gfs_decls decls;  /* gfs_layout_declare(); not in the JSON, not derived */
 	size_t nomitted;
 	gfs_object *objects; /* non-tensor entries, listed but not served as tensors */
 	size_t nobjects;
@@ -511,6 +546,28 @@ gfs_err gfs_layout_add_omitted(gfs_layout *l, const char *name, const char *why)
  * an alias.
  */
 gfs_err gfs_layout_add_replica(gfs_layout *l, size_t ti, const gfs_piece *p);
+
+/*
+ * gfs_layout_declare(): say that the entries added from now on with
+ * gfs_layout_govern() follow declarations what (one line: "the tp_split
+ * file F"), whose slices are each called part ("tensor rank").  Once per
+ * layout, before it is finished.
+ */
+gfs_err gfs_layout_declare(gfs_layout *l, const char *what, const char *part);
+
+/*
+ * gfs_layout_govern(): entry ti (not an alias; entries in ascending order)
+ * follows the declarations; with split non-NULL (split->ti == ti, nparts >=
+ * 2, its runs inside the tensor, of whole elements), its slices must not
+ * be byte-identical unless constant.  After gfs_layout_declare().
+ */
+gfs_err gfs_layout_govern(gfs_layout *l, size_t ti, const gfs_split_claim *split);
+
+/*
+ * gfs_layout_governed(): does entry i (its alias target for an alias)
+ * follow the declarations?  O(log n).
+ */
+bool gfs_layout_governed(const gfs_layout *l, size_t i);
 
 /*
  * gfs_layout_derive(): a new, unfinished layout of format format over the
