@@ -76,7 +76,8 @@ typedef struct mg_import {
 /* mg_args: the parallel layout a file's args give. */
 typedef struct mg_args {
 	int64_t tp, pp, ep, nexperts, nlayers;
-	bool gated;
+	int64_t rank, world; /* args.rank and args.world_size of the process that saved it; -1: absent */
+	bool gated, tp_pp_dp; /* tp_pp_dp: args.use_tp_pp_dp_mapping (rank order tp-cp-ep-pp-dp) */
 } mg_args;
 
 /* ends_with(): does s end with suffix? */
@@ -110,7 +111,7 @@ static gfs_err arg_int(const gfs_pv *args, const char *name, int64_t dflt, const
 static gfs_err read_args(const gfs_pv *root, const char *path, mg_args *a)
 {
 	const gfs_pv *args = gfs_pv_dict_get(root, "args");
-	int64_t v, etp, swiglu;
+	int64_t v, etp, swiglu, order;
 	gfs_err err;
 
 	if (!args || args->kind != GFS_PV_OBJECT || !args->u.obj.state ||
@@ -131,6 +132,13 @@ static gfs_err read_args(const gfs_pv *root, const char *path, mg_args *a)
 		err = arg_int(args, "virtual_pipeline_model_parallel_size", 1, path, &v);
 	if (!err)
 		err = arg_int(args, "expert_tensor_parallel_size", a->tp, path, &etp);
+	if (!err)
+		err = arg_int(args, "rank", -1, path, &a->rank);
+	if (!err)
+		err = arg_int(args, "world_size", -1, path, &a->world);
+	if (!err)
+		err = arg_int(args, "use_tp_pp_dp_mapping", 0, path, &order);
+	a->tp_pp_dp = !err && order != 0;
 	if (!err)
 		err = arg_int(args, "swiglu", 0, path, &swiglu);
 	if (err)
@@ -167,6 +175,44 @@ static void rank_dir(const mg_args *a, int64_t tp, int64_t pp, int64_t ep, char 
 		k += snprintf(buf + k, n - (size_t)k, "_%03lld", (long long)pp);
 	if (a->ep > 1)
 		snprintf(buf + k, n - (size_t)k, "_%03lld", (long long)ep);
+}
+
+/*
+ * check_identity(): the file at path, read as tensor rank tp, pipeline
+ * stage pp, expert rank ep, against the rank its args say saved it (fa,
+ * under Megatron-Core's rank order: tensor ranks innermost, then context
+ * and expert ranks, data ranks, pipeline stages outermost; with
+ * use_tp_pp_dp_mapping only the tensor rank is checked), and against the
+ * world size of rank 0's args (a).  Args without a rank, or written by one
+ * process for every rank (a world size smaller than the T x P x E ranks, as
+ * a conversion tool's), cannot say: nothing is checked.
+ */
+static gfs_err check_identity(const char *path, const mg_args *a, const mg_args *fa, int64_t tp,
+			      int64_t pp, int64_t ep)
+{
+	const int64_t mp = a->tp * a->pp * a->ep;
+	int64_t rtp, rpp, rep;
+
+	if (fa->world != a->world)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: its args say a world size of %lld, the other ranks' %lld: not a file of this save",
+				path, (long long)fa->world, (long long)a->world);
+	if (fa->rank < 0 || fa->world < mp)
+		return GFS_OK;
+	if (fa->world % mp != 0 || fa->rank >= fa->world)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: its args say rank %lld of a world of %lld, which TP %lld x PP %lld x EP %lld do not divide",
+				path, (long long)fa->rank, (long long)fa->world, (long long)a->tp,
+				(long long)a->pp, (long long)a->ep);
+	rtp = fa->rank % a->tp;
+	rep = fa->tp_pp_dp ? ep : fa->rank / a->tp % a->ep;
+	rpp = fa->tp_pp_dp ? pp : fa->rank / (fa->world / a->pp);
+	if (rtp == tp && rpp == pp && rep == ep)
+		return GFS_OK;
+	return gfs_fail(GFS_ERR_FORMAT,
+			"%s: its args say rank %lld saved it (tensor rank %lld, pipeline stage %lld, expert rank %lld), not tensor rank %lld, pipeline stage %lld, expert rank %lld: another rank's file",
+			path, (long long)fa->rank, (long long)rtp, (long long)rpp, (long long)rep,
+			(long long)tp, (long long)pp, (long long)ep);
 }
 
 /*
@@ -412,6 +458,8 @@ static gfs_err read_file(mg_import *mg, const mg_args *a, int64_t tp, int64_t pp
 		     fa.nexperts != a->nexperts))
 		err = gfs_fail(GFS_ERR_FORMAT, "%s: its args disagree with the other ranks' (TP %lld x PP %lld x EP %lld)",
 			       path, (long long)fa.tp, (long long)fa.pp, (long long)fa.ep);
+	if (!err)
+		err = check_identity(path, a, &fa, tp, pp, ep);
 	if (err)
 		goto out;
 	model = gfs_pv_dict_get(gfs_pickle_root(pk), "model");
