@@ -4,6 +4,8 @@
 # made from the real runs of tests/data/megatron by copying or editing files:
 #  - a legacy rank file copied over another (tensor, pipeline or expert rank):
 #    its args say which rank saved it, the mount and verify refuse it.
+#  - -o hf_config= whose config.json contradicts the args: refused naming the
+#    field and both values; a config whose two RoPE theta forms disagree.
 . "${top_srcdir:-.}/tests/lib.sh"
 . "$top_srcdir/tests/mount-lib.sh"
 mount_setup
@@ -41,4 +43,48 @@ refused "mp_rank_01/model_optim_rng.pt: its args say rank 0 saved it" "$T/bad"
 for c in tp1_pp1 tp2_pp1 tp1_pp2 tp2_pp2 moe_ep2 moe_pp2_ep2 mqa_tie qwen_tie_bf16; do
 	timeout 120 "$INSPECT" verify "$DATA/$c/legacy_torch" >"$T/v" 2>&1 || fail "verify $c: $(cat "$T/v")"
 done
+
+echo "== -o hf_config= against the args"
+CFG="$DATA/tp1_pp2/hf_config/config.json"
+# cfg PY: $T/cfg/config.json is CFG after PY (python on the dict c)
+cfg() {
+	rm -rf "$T/cfg" && mkdir "$T/cfg"
+	timeout 60 "$PYTHON3" -c "
+import json, sys
+c = json.load(open(sys.argv[1]))
+exec(sys.argv[3])
+json.dump(c, open(sys.argv[2], 'w'))" "$CFG" "$T/cfg/config.json" "$1" || fail "cfg $1"
+}
+save="$DATA/tp1_pp1/legacy_torch"
+cfg 'pass'
+gfs_mount "$save" "$T/mnt" -o hf_config="$T/cfg" 2>"$T/err" || fail "an agreeing hf_config refused: $(cat "$T/err")"
+gfs_umount "$T/mnt" || fail "unmount"
+for e in 'c["vocab_size"] = 990:vocab_size is 990, but args.vocab_size is 1000' \
+	'c["hidden_size"] = 128:hidden_size is 128, but args.hidden_size is 64' \
+	'c["num_hidden_layers"] = 3:num_hidden_layers is 3, but args.num_layers is 4' \
+	'c["num_attention_heads"] = 2:num_attention_heads is 2, but args.num_attention_heads is 4' \
+	'c["num_key_value_heads"] = 4:num_key_value_heads is 4, but args.num_query_groups is 2' \
+	'c["head_dim"] = 8:head_dim is 8, but args.kv_channels is 16' \
+	'c["intermediate_size"] = 170:intermediate_size is 170, but args.ffn_hidden_size is 176' \
+	'c["rope_parameters"]["rope_theta"] = 500000.0:rope_theta is 500000, but args.rotary_base is 10000' \
+	'del c["rope_parameters"]; c["rope_theta"] = 20000.0:rope_theta is 20000, but args.rotary_base is 10000' \
+	'c["rms_norm_eps"] = 1e-6:rms_norm_eps is 1e-06, but args.norm_epsilon is 1e-05' \
+	'c["tie_word_embeddings"] = True:tie_word_embeddings is true, but args.untie_embeddings_and_output_weights is True' \
+	'c["model_type"] = "mixtral"; c["num_local_experts"] = 4; c["num_experts_per_tok"] = 2:num_local_experts is 4, but args.num_experts is 0'; do
+	cfg "${e%%:*}"
+	expect_mount_fail "the hf_config config.json's ${e#*:} (the args of " "$save" "$T/mnt" -o hf_config="$T/cfg"
+	timeout 60 "$INSPECT" ls --hf-config "$T/cfg" "$save" >/dev/null 2>"$T/err" && fail "inspect ls: ${e%%:*} accepted"
+	grep -q -- "${e#*:}" "$T/err" || fail "inspect ls: $(cat "$T/err")"
+done
+cfg 'c["rope_theta"] = 20000.0'
+expect_mount_fail "config.json: rope_theta 20000 and rope_parameters.rope_theta 10000 disagree" \
+	"$DATA/tp1_pp2/torch_dist" "$T/mnt" -o hf_config="$T/cfg"
+# the args lack the vocabulary: the config gives it
+cp -r "$save" "$T/novocab" && chmod -R u+w "$T/novocab"
+f="$T/novocab/iter_0000003/mp_rank_00/model_optim_rng.pt"
+timeout 60 "$PYTHON3" "$top_srcdir/tests/tools/megatron_edit_args.py" "$f" "$T/edited" vocab_size=None && mv "$T/edited" "$f" ||
+	fail "edit args"
+cfg 'c["vocab_size"] = 990'
+gfs_mount "$T/novocab" "$T/mnt" -o hf_config="$T/cfg" 2>"$T/err" || fail "hf_config filling the vocabulary: $(cat "$T/err")"
+gfs_umount "$T/mnt" || fail "unmount"
 echo "megatron-wrong: OK"

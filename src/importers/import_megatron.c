@@ -1172,6 +1172,65 @@ static gfs_err import_torch_dcp(const char *idir, gfs_layout **out)
 /* ---------------------------------------------------------------- the views */
 
 /*
+ * agree_config(): every number both the args (a, possibly incomplete: 0 is
+ * a size they lack) and the hf_config (c) give must be equal, or the
+ * mount is refused naming the field and both values; the config only
+ * fills what the args lack.
+ */
+static gfs_err agree_config(const gfs_arch *a, const gfs_arch *c, const char *idir)
+{
+	const struct {
+		const char *field, *arg;
+		int64_t have, want;
+	} ints[] = {
+		{ "vocab_size", "vocab_size", c->vocab, a->vocab },
+		{ "hidden_size", "hidden_size", c->hidden, a->hidden },
+		{ "num_hidden_layers", "num_layers", c->layers, a->layers },
+		{ "num_attention_heads", "num_attention_heads", c->heads, a->heads },
+		{ "num_key_value_heads", "num_query_groups", c->groups, a->groups },
+		{ "head_dim", "kv_channels", c->kv_channels, a->kv_channels },
+		{ "intermediate_size", c->experts ? "moe_ffn_hidden_size" : "ffn_hidden_size",
+		  c->experts ? c->moe_ffn : c->ffn, a->experts ? a->moe_ffn : a->ffn },
+		{ "num_local_experts", "num_experts", c->experts, a->experts },
+		{ "num_experts_per_tok", "moe_router_topk", c->topk, a->topk },
+	};
+	const struct {
+		const char *field, *arg;
+		double have, want;
+	} nums[] = {
+		{ "rms_norm_eps", "norm_epsilon", c->eps, a->eps },
+		{ "rope_theta", "rotary_base", c->theta, a->theta },
+	};
+
+	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
+		if ((ints[i].want != 0 ||
+		     (!a->incomplete && strcmp(ints[i].field, "num_local_experts") == 0)) &&
+		    ints[i].have != ints[i].want)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: the hf_config config.json's %s is %lld, but args.%s is %lld (%s): they must agree",
+					idir, ints[i].field, (long long)ints[i].have, ints[i].arg,
+					(long long)ints[i].want, a->source);
+	for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++)
+		if (nums[i].want > 0 && nums[i].have != nums[i].want) {
+			char have[32], want[32];
+			int prec = 6;
+
+			do { /* the shortest precision that tells them apart */
+				snprintf(have, sizeof(have), "%.*g", prec, nums[i].have);
+				snprintf(want, sizeof(want), "%.*g", prec, nums[i].want);
+			} while (strcmp(have, want) == 0 && ++prec <= 17);
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: the hf_config config.json's %s is %s, but args.%s is %s (%s): they must agree",
+					idir, nums[i].field, have, nums[i].arg, want, a->source);
+		}
+	if (c->tied != a->tied)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: the hf_config config.json's tie_word_embeddings is %s, but args.untie_embeddings_and_output_weights is %s (%s): they must agree",
+				idir, c->tied ? "true" : "false", a->tied ? "False" : "True", a->source);
+	return GFS_OK;
+}
+
+/*
  * choose_view(): the layout to serve: mg itself (the Megatron view) or its
  * Hugging Face view, as opts and the architecture say.  Without args
  * (!have_args), noargs says why and noargs_how how the save was made.
@@ -1201,6 +1260,8 @@ static gfs_err choose_view(gfs_layout *mg, const gfs_import_opts *opts, gfs_arch
 			err = gfs_fail(GFS_ERR_UNSUPPORTED,
 				       "%s: the Hugging Face naming cannot express %s (%s): mount with -o naming=megatron",
 				       idir, args_arch->why, args_arch->source);
+		if (!err && have_args)
+			err = agree_config(args_arch, &cfg, idir);
 		a = &cfg;
 	} else if (!err && !have_args) {
 		if (naming)

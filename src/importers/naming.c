@@ -405,8 +405,16 @@ static gfs_err read_arch(const cJSON *c, const char *path, gfs_arch *a)
 		err = cfg_num(c, path, "rms_norm_eps", 1e-6, &a->eps);
 	if (!err)
 		err = cfg_num(c, path, "rope_theta", 10000.0, &a->theta);
-	if (!err && cJSON_IsObject(rp))
-		err = cfg_num(rp, path, "rope_theta", a->theta, &a->theta);
+	if (!err && cJSON_IsObject(rp)) {
+		double theta;
+
+		err = cfg_num(rp, path, "rope_theta", a->theta, &theta);
+		if (!err && gfs_json_get(c, "rope_theta") && theta != a->theta)
+			err = gfs_fail(GFS_ERR_FORMAT,
+				       "%s: rope_theta %.17g and rope_parameters.rope_theta %.17g disagree",
+				       path, a->theta, theta);
+		a->theta = theta;
+	}
 	if (err)
 		return err;
 	a->tied = cfg_true(c, "tie_word_embeddings");
