@@ -6,6 +6,8 @@
 #    its args say which rank saved it, the mount and verify refuse it.
 #  - -o hf_config= whose config.json contradicts the args: refused naming the
 #    field and both values; a config whose two RoPE theta forms disagree.
+#  - a Megatron or verl save directory without its tracker file: the only
+#    iteration (step) directory with a note, several listed; --tag N.
 . "${top_srcdir:-.}/tests/lib.sh"
 . "$top_srcdir/tests/mount-lib.sh"
 mount_setup
@@ -87,4 +89,40 @@ timeout 60 "$PYTHON3" "$top_srcdir/tests/tools/megatron_edit_args.py" "$f" "$T/e
 cfg 'c["vocab_size"] = 990'
 gfs_mount "$T/novocab" "$T/mnt" -o hf_config="$T/cfg" 2>"$T/err" || fail "hf_config filling the vocabulary: $(cat "$T/err")"
 gfs_umount "$T/mnt" || fail "unmount"
+
+echo "== no latest_checkpointed_iteration.txt"
+rm -rf "$T/nt" && cp -r "$DATA/tp1_pp2/legacy_torch" "$T/nt" && chmod -R u+w "$T/nt" && rm "$T/nt/latest_checkpointed_iteration.txt" ||
+	fail "copy"
+gfs_mount "$T/nt" "$T/mnt" 2>"$T/err" || fail "a save without its tracker file: $(cat "$T/err")"
+grep -q "gatherfs: note: .*nt has no latest_checkpointed_iteration.txt: using its only iteration directory, iter_0000003" "$T/err" ||
+	fail "no note: $(cat "$T/err")"
+timeout 300 "$PYTHON3" "$top_srcdir/tests/tools/check_megatron_views.py" hf "$T/mnt" "$DATA/tp1_pp2" || fail "hf view"
+gfs_umount "$T/mnt" || fail "unmount"
+for tag in 3 iter_0000003; do
+	timeout 60 "$INSPECT" ls --tag $tag "$T/nt" >"$T/ls" 2>"$T/err" || fail "--tag $tag: $(cat "$T/err")"
+	grep -q "legacy Megatron-LM checkpoint, TP 1 x PP 2" "$T/err" || fail "--tag $tag: $(cat "$T/err")"
+done
+cmp -s "$T/ls" "$(timeout 60 "$INSPECT" ls "$DATA/tp1_pp2/legacy_torch" >"$T/ls0" 2>/dev/null; echo "$T/ls0")" || fail "--tag: another listing"
+mv "$T/nt/iter_0000003" "$T/nt/iter_0000009"
+gfs_mount "$T/nt" "$T/mnt" -o tag=9 2>"$T/err" || fail "-o tag=9: $(cat "$T/err")"
+gfs_umount "$T/mnt" || fail "unmount"
+cp -r "$T/nt/iter_0000009" "$T/nt/iter_0000012"
+expect_refused "nt: no latest_checkpointed_iteration.txt and 2 iteration directories (iter_00000" "$T/nt"
+grep -q "iter_0000009" "$T/err" && grep -q "iter_0000012" "$T/err" || fail "not both listed: $(cat "$T/err")"
+timeout 60 "$INSPECT" ls --tag 12 "$T/nt" >/dev/null 2>&1 || fail "--tag 12"
+expect_mount_fail "tag 'it9': not iter_NNNNNNN or release (or the iteration's number)" "$T/nt" "$T/mnt" -o tag=it9
+# verl
+rm -rf "$T/verl" && cp -r "$top_srcdir/tests/data/fsdp_rank/fsdp2_ws2" "$T/verl" && chmod -R u+w "$T/verl" &&
+	rm "$T/verl/latest_checkpointed_iteration.txt" || fail "copy verl"
+timeout 60 "$INSPECT" ls "$T/verl" >/dev/null 2>"$T/err" || fail "verl without its tracker file: $(cat "$T/err")"
+grep -q "note: read .*verl/global_step_2/actor (no latest_checkpointed_iteration.txt: the only step directory)" "$T/err" ||
+	fail "verl: no note: $(cat "$T/err")"
+cp -r "$T/verl/global_step_2" "$T/verl/global_step_4"
+expect_refused "verl: no latest_checkpointed_iteration.txt and 2 step directories (global_step_" "$T/verl"
+# the list of formats looked for names every format
+mkdir "$T/empty"
+expect_refused "no known checkpoint format" "$T/empty"
+for f in DeepSpeed DCP zero3 Megatron verl layout.json safetensors; do
+	grep -q "$f" "$T/ierr" || fail "looked-for list lacks $f: $(cat "$T/ierr")"
+done
 echo "megatron-wrong: OK"

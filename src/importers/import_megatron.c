@@ -35,6 +35,7 @@
 #define MG_FILE "model_optim_rng.pt"
 #define MG_LATEST "latest_checkpointed_iteration.txt"
 #define MG_MARK '\x01' /* a number's place in a template (keys hold no control character) */
+#define MG_TAG_MAX 64 /* bound on an iteration directory's name */
 
 /* How the shards of one parameter merge over tensor ranks. */
 typedef enum mg_split {
@@ -767,13 +768,57 @@ static bool has_entry(const char *dir, const char *rel)
 	       stat(path, &st) == 0;
 }
 
-bool gfs_megatron_detect(const char *dir)
+/* is_iteration(): does dir look like a Megatron iteration directory (either form)? */
+static bool is_iteration(const char *dir)
 {
-	return has_entry(dir, MG_LATEST) ||
-	       (has_entry(dir, ".metadata") && has_entry(dir, "metadata.json") &&
+	return (has_entry(dir, ".metadata") && has_entry(dir, "metadata.json") &&
 		has_entry(dir, "common.pt")) || has_entry(dir, "mp_rank_00/" MG_FILE) ||
 	       has_entry(dir, "mp_rank_00_000/" MG_FILE) ||
 	       has_entry(dir, "mp_rank_00_000_000/" MG_FILE);
+}
+
+/*
+ * iterations(): how many iter_NNNNNNN (or release) directories of dir look
+ * like Megatron iteration directories; the first one's name in first
+ * (MG_TAG_MAX bytes), their names, comma-separated, in list (n bytes, cut
+ * short with "...").
+ */
+static size_t iterations(const char *dir, char *first, char *list, size_t n)
+{
+	DIR *d = opendir(dir);
+	const struct dirent *de;
+	size_t count = 0, k = 0;
+
+	first[0] = list[0] = '\0';
+	if (!d)
+		return 0;
+	while ((de = readdir(d))) {
+		char path[PATH_MAX];
+
+		if (!valid_tag(de->d_name) || strlen(de->d_name) >= MG_TAG_MAX ||
+		    (size_t)snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) >= sizeof(path) ||
+		    !is_iteration(path))
+			continue;
+		if (count++ == 0)
+			snprintf(first, MG_TAG_MAX, "%s", de->d_name);
+		if (k < n) {
+			const int w = snprintf(list + k, n - k, "%s%s", k ? ", " : "", de->d_name);
+
+			k = w < 0 || (size_t)w >= n - k ? n : k + (size_t)w;
+			if (k == n && n > 4)
+				snprintf(list + n - 4, 4, "...");
+		}
+	}
+	closedir(d);
+	return count;
+}
+
+bool gfs_megatron_detect(const char *dir)
+{
+	char first[MG_TAG_MAX], list[8];
+
+	return has_entry(dir, MG_LATEST) || is_iteration(dir) ||
+	       iterations(dir, first, list, sizeof(list)) > 0;
 }
 
 /*
@@ -845,25 +890,56 @@ static gfs_err first_args(const char *dir, mg_args *a, gfs_arch *arch, char *src
 			dir, "");
 }
 
-/* iter_dir(): the iteration directory of dir and tag into buf. */
-static gfs_err iter_dir(const char *dir, const char *tag, char *buf, size_t n)
+/*
+ * iter_dir(): the iteration directory of dir and tag into buf.  A tag is
+ * iter_NNNNNNN, release, or the iteration's number.  A save directory
+ * without the tracker file: its only iteration directory (*note says so;
+ * n bytes), or a refusal listing them.
+ */
+static gfs_err iter_dir(const char *dir, const char *tag, char *buf, size_t n, char *note,
+			size_t nn)
 {
-	char it[80];
+	char it[80], first[MG_TAG_MAX], list[512];
+	size_t count;
 	gfs_err err;
 
-	if (!has_entry(dir, MG_LATEST)) {
-		if (tag)
-			return gfs_fail(GFS_ERR_INVAL,
-					"%s: a tag picks an iteration of a save directory (one holding " MG_LATEST ")",
-					dir);
-		snprintf(buf, n, "%s", dir);
-		return GFS_OK;
-	}
+	note[0] = '\0';
 	if (tag) {
-		if (!valid_tag(tag))
-			return gfs_fail(GFS_ERR_INVAL, "tag '%s': not iter_NNNNNNN or release", tag);
-		snprintf(it, sizeof(it), "%s", tag);
-	} else {
+		bool digits = tag[0] != '\0' && strlen(tag) <= 10;
+
+		for (const char *c = tag; digits && *c; c++)
+			digits = *c >= '0' && *c <= '9';
+		if (digits)
+			snprintf(it, sizeof(it), "iter_%07llu", strtoull(tag, NULL, 10));
+		else if (valid_tag(tag))
+			snprintf(it, sizeof(it), "%s", tag);
+		else
+			return gfs_fail(GFS_ERR_INVAL, "tag '%s': not iter_NNNNNNN or release (or the iteration's number)", tag);
+	}
+	if (!has_entry(dir, MG_LATEST)) {
+		if (is_iteration(dir)) {
+			if (tag)
+				return gfs_fail(GFS_ERR_INVAL,
+						"%s: a tag picks an iteration of a save directory (one holding " MG_LATEST " or iter_* directories)",
+						dir);
+			snprintf(buf, n, "%s", dir);
+			return GFS_OK;
+		}
+		count = iterations(dir, first, list, sizeof(list));
+		if (!tag && count > 1)
+			return gfs_fail(GFS_ERR_NOTFOUND,
+					"%s: no " MG_LATEST " and %zu iteration directories (%s): choose one with --tag (mount: -o tag=)",
+					dir, count, list);
+		if (!tag && count == 1) {
+			snprintf(it, sizeof(it), "%s", first);
+			snprintf(note, nn, "%s has no " MG_LATEST ": using its only iteration directory, %s",
+				 dir, first);
+		}
+		if (!tag && count == 0) {
+			snprintf(buf, n, "%s", dir);
+			return GFS_OK;
+		}
+	} else if (!tag) {
 		char line[65];
 		char *end;
 		unsigned long long v;
@@ -885,7 +961,7 @@ static gfs_err iter_dir(const char *dir, const char *tag, char *buf, size_t n)
 		return gfs_fail(GFS_ERR_INVAL, "%s: path too long", dir);
 	if (!has_entry(dir, it))
 		return gfs_fail(GFS_ERR_NOTFOUND, "%s: no iteration directory %s%s", dir, it,
-				tag ? "" : " (the one " MG_LATEST " names)");
+				tag || note[0] ? "" : " (the one " MG_LATEST " names)");
 	return GFS_OK;
 }
 
@@ -1305,12 +1381,12 @@ gfs_err gfs_import_megatron(const char *dir, const gfs_import_opts *opts, gfs_la
 {
 	gfs_layout *mg = NULL;
 	gfs_arch arch = { 0 };
-	char idir[PATH_MAX], src[PATH_MAX + 16];
+	char idir[PATH_MAX], src[PATH_MAX + 16], pick[PATH_MAX + 128];
 	bool have_args = true, dcp = false;
 	gfs_err err;
 
 	*out = NULL;
-	err = iter_dir(dir, opts ? opts->tag : NULL, idir, sizeof(idir));
+	err = iter_dir(dir, opts ? opts->tag : NULL, idir, sizeof(idir), pick, sizeof(pick));
 	if (err)
 		return err;
 	if (has_entry(idir, ".metadata") && !has_entry(idir, "metadata.json")) {
@@ -1324,8 +1400,23 @@ gfs_err gfs_import_megatron(const char *dir, const gfs_import_opts *opts, gfs_la
 	}
 	if (err)
 		return err;
-	return choose_view(mg, opts, &arch, have_args,
-			   dcp ? "the args of a torch_dcp save are not read" : "common.pt holds no args",
-			   dcp ? "a pickled object in its .distcp files" : "a bare dist_checkpointing.save",
-			   idir, out);
+	err = choose_view(mg, opts, &arch, have_args,
+			  dcp ? "the args of a torch_dcp save are not read" : "common.pt holds no args",
+			  dcp ? "a pickled object in its .distcp files" : "a bare dist_checkpointing.save",
+			  idir, out);
+	if (!err && pick[0]) {
+		char note[sizeof(pick) + 512];
+
+		snprintf(note, sizeof(note), "%s%s%s", pick, (*out)->note ? "; " : "",
+			 (*out)->note ? (*out)->note : "");
+		for (char *c = note; *c; c++)
+			if ((unsigned char)*c < 0x20 || *c == 0x7f)
+				*c = '?';
+		err = gfs_layout_set_note(*out, note);
+		if (err) {
+			gfs_layout_free(*out);
+			*out = NULL;
+		}
+	}
+	return err;
 }
