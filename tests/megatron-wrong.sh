@@ -8,6 +8,8 @@
 #    field and both values; a config whose two RoPE theta forms disagree.
 #  - a Megatron or verl save directory without its tracker file: the only
 #    iteration (step) directory with a note, several listed; --tag N.
+#  - -o naming=megatron-local / megatron-te: the legacy and torch_dist forms
+#    of one model list the same names, each tensor the same bytes.
 . "${top_srcdir:-.}/tests/lib.sh"
 . "$top_srcdir/tests/mount-lib.sh"
 mount_setup
@@ -124,5 +126,29 @@ mkdir "$T/empty"
 expect_refused "no known checkpoint format" "$T/empty"
 for f in DeepSpeed DCP zero3 Megatron verl layout.json safetensors; do
 	grep -q "$f" "$T/ierr" || fail "looked-for list lacks $f: $(cat "$T/ierr")"
+done
+
+echo "== one spelling of the norms for both forms"
+mkdir -p "$T/mnt2"
+for c in tp2_pp2 moe_ep2 qwen_tie_bf16; do
+	for n in megatron-local megatron-te; do
+		gfs_mount "$DATA/$c/legacy_torch" "$T/mnt" -o naming=$n 2>"$T/err" || fail "mount $c legacy $n: $(cat "$T/err")"
+		gfs_mount "$DATA/$c/training_torch_dist" "$T/mnt2" -o naming=$n 2>"$T/err" ||
+			fail "mount $c torch_dist $n: $(cat "$T/err")"
+		(cd "$T/mnt/tensors" && ls | grep -v '^INDEX$') >"$T/names1"
+		(cd "$T/mnt2/tensors" && ls | grep -v '^INDEX$') >"$T/names2"
+		cmp -s "$T/names1" "$T/names2" || fail "$c $n: the two forms' names differ: $(diff "$T/names1" "$T/names2" | head -4)"
+		case $n in
+		megatron-local) grep -q "^decoder.layers.3.pre_mlp_layernorm.weight$" "$T/names1" &&
+			! grep -q "layer_norm_weight" "$T/names1" || fail "$c $n: not the local spelling" ;;
+		megatron-te) grep -q "^decoder.layers.3.mlp.linear_fc1.layer_norm_weight$" "$T/names1" &&
+			! grep -q "input_layernorm\|pre_mlp_layernorm" "$T/names1" || fail "$c $n: not the TE spelling" ;;
+		esac
+		while read -r name; do
+			cmp -s "$T/mnt/tensors/$name" "$T/mnt2/tensors/$name" || fail "$c $n: $name differs"
+		done <"$T/names1"
+		gfs_umount "$T/mnt" || fail "unmount"
+		gfs_umount "$T/mnt2" || fail "unmount"
+	done
 done
 echo "megatron-wrong: OK"

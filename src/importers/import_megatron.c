@@ -1248,6 +1248,77 @@ static gfs_err import_torch_dcp(const char *idir, gfs_layout **out)
 /* ---------------------------------------------------------------- the views */
 
 /*
+ * The two spellings of the norms of a Megatron-Core layer: the local layer
+ * spec's modules (legacy saves) and TransformerEngine's, whose
+ * LayerNormLinear holds the norm (torch_dist keys whatever the spec, MoE
+ * layers included).
+ */
+static const struct {
+	const char *local, *te;
+} mg_forms[] = {
+	{ ".input_layernorm.weight", ".self_attention.linear_qkv.layer_norm_weight" },
+	{ ".input_layernorm.bias", ".self_attention.linear_qkv.layer_norm_bias" },
+	{ ".pre_mlp_layernorm.weight", ".mlp.linear_fc1.layer_norm_weight" },
+	{ ".pre_mlp_layernorm.bias", ".mlp.linear_fc1.layer_norm_bias" },
+};
+
+/* form_name(): name in the local (te false) or TransformerEngine spelling into buf (n bytes). */
+static gfs_err form_name(const char *name, bool te, char *buf, size_t n)
+{
+	const size_t len = strlen(name);
+	const char *to = "";
+	size_t cut = 0;
+
+	for (size_t i = 0; i < sizeof(mg_forms) / sizeof(mg_forms[0]); i++) {
+		const char *from = te ? mg_forms[i].local : mg_forms[i].te;
+
+		if (strncmp(name, MG_STACKED, strlen(MG_STACKED)) == 0 && ends_with(name, from)) {
+			cut = strlen(from);
+			to = te ? mg_forms[i].te : mg_forms[i].local;
+			break;
+		}
+	}
+	if ((size_t)snprintf(buf, n, "%.*s%s", (int)(len - cut), name, to) >= n)
+		return gfs_fail(GFS_ERR_LIMIT, "%s: name too long", name);
+	return GFS_OK;
+}
+
+/*
+ * spell(): the Megatron view mg with its norms in one spelling
+ * (-o naming=megatron-local or megatron-te), so that a legacy and a
+ * torch_dist save of one model list the same names.  Takes mg.
+ */
+static gfs_err spell(gfs_layout *mg, bool te, const char *idir, gfs_layout **out)
+{
+	gfs_layout *l = NULL;
+	char name[4096];
+	gfs_err err = gfs_layout_derive(mg, "megatron", &l);
+
+	for (size_t i = 0; i < mg->ntensors && !err; i++) {
+		const gfs_tensor *t = &mg->tensors[i];
+		size_t ti;
+
+		err = form_name(t->name, te, name, sizeof(name));
+		if (!err)
+			err = gfs_layout_add_tensor(l, name, t->dtype, t->ndim, t->shape, &ti);
+		if (!err && t->nbytes)
+			err = gfs_layout_add_extent(l, ti, 0, mg, i, 0, t->nbytes);
+	}
+	if (!err)
+		err = gfs_layout_set_note(l, te ? "Megatron view, TransformerEngine norm names (-o naming=megatron-te)"
+						: "Megatron view, local norm names (-o naming=megatron-local)");
+	if (!err)
+		err = gfs_layout_finish(l, idir);
+	gfs_layout_free(mg);
+	if (err) {
+		gfs_layout_free(l);
+		return err;
+	}
+	*out = l;
+	return GFS_OK;
+}
+
+/*
  * agree_config(): every number both the args (a, possibly incomplete: 0 is
  * a size they lack) and the hf_config (c) give must be equal, or the
  * mount is refused naming the field and both values; the config only
@@ -1323,8 +1394,11 @@ static gfs_err choose_view(gfs_layout *mg, const gfs_import_opts *opts, gfs_arch
 	char note[400];
 	gfs_err err = GFS_OK;
 
+	if (naming && (strcmp(naming, "megatron-local") == 0 || strcmp(naming, "megatron-te") == 0))
+		return spell(mg, strcmp(naming, "megatron-te") == 0, idir, out);
 	if (naming && strcmp(naming, "hf") != 0 && strcmp(naming, "megatron") != 0)
-		err = gfs_fail(GFS_ERR_INVAL, "naming '%s': hf, megatron or auto", naming);
+		err = gfs_fail(GFS_ERR_INVAL, "naming '%s': hf, megatron, megatron-local, megatron-te or auto",
+			       naming);
 	if (!err && naming && strcmp(naming, "megatron") == 0) {
 		*out = mg;
 		return gfs_layout_set_note(mg, opts->hf_config ? "Megatron view (-o naming=megatron; hf_config not used)"
