@@ -10,6 +10,8 @@
 #    iteration (step) directory with a note, several listed; --tag N.
 #  - -o naming=megatron-local / megatron-te: the legacy and torch_dist forms
 #    of one model list the same names, each tensor the same bytes.
+#  - args that say "tied": an output_layer.weight at PP 1 is refused; at
+#    PP > 1 the last stage's copy is a replica verify compares.
 . "${top_srcdir:-.}/tests/lib.sh"
 . "$top_srcdir/tests/mount-lib.sh"
 mount_setup
@@ -150,5 +152,53 @@ for c in tp2_pp2 moe_ep2 qwen_tie_bf16; do
 		gfs_umount "$T/mnt" || fail "unmount"
 		gfs_umount "$T/mnt2" || fail "unmount"
 	done
+done
+
+echo "== tied embeddings: the output layer's weight"
+# resave SRC EDIT: re-save SRC's args (plain members) and model after EDIT
+# (python on `model`) with real torch.save; Megatron's classes and numpy in
+# the rest of the file are loaded as empty stand-ins and not written.
+resave() {
+	timeout 120 "$PYTHON3" - "$@" <<'PY' || fail "resave $1"
+import argparse, importlib.abc, importlib.machinery, sys, types, torch
+class Stub:
+    def __init__(self, *a, **k): pass
+    def __setstate__(self, st): pass
+    def __call__(self, *a, **k): return self
+class Mod(types.ModuleType):
+    def __getattr__(self, n):
+        if n.startswith("__"): raise AttributeError(n)
+        return type(n, (Stub,), {})
+class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in ("megatron", "transformer_engine") or name.startswith("numpy._core"):
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+    def create_module(self, spec): return Mod(spec.name)
+    def exec_module(self, m): m.__path__ = []
+sys.meta_path.insert(0, Finder())
+ck = torch.load(sys.argv[1], weights_only=False)
+args = {k: v for k, v in vars(ck["args"]).items() if v is None or type(v) in (bool, int, float, str)}
+model = ck["model"]
+exec(sys.argv[2])
+torch.save({"args": argparse.Namespace(**args), "model": model}, sys.argv[1])
+PY
+}
+fresh mqa_tie; f="$I/mp_rank_00/model_optim_rng.pt"
+resave "$f" 'pass'
+timeout 120 "$INSPECT" verify "$T/bad" >"$T/v" 2>&1 || fail "an unchanged re-save: $(cat "$T/v")"
+resave "$f" 'model["output_layer.weight"] = model["embedding.word_embeddings.weight"].clone()'
+refused "mp_rank_00/model_optim_rng.pt: output_layer.weight: the args say the output layer is tied to the embedding (untie_embeddings_and_output_weights False), but the file holds one" "$T/bad"
+fresh qwen_tie_bf16
+timeout 120 "$INSPECT" verify "$T/bad" >"$T/v" 2>&1 || fail "verify qwen_tie_bf16: $(cat "$T/v")"
+grep -q "^OK: 2 replicas equal the copy served" "$T/v" || fail "the tied copies not compared: $(cat "$T/v")"
+f="$I/mp_rank_01_001/model_optim_rng.pt"
+resave "$f" 'w = model["output_layer.weight"]; w[3, 5] = w[3, 5] + 1'
+for naming in hf megatron; do
+	if timeout 120 "$INSPECT" verify --naming $naming "$T/bad" >"$T/v" 2>&1; then
+		fail "verify --naming $naming: a tied copy that differs accepted: $(cat "$T/v")"
+	fi
+	grep -q "^REPLICA DIFFERS: .*embed.*mp_rank_01_001/model_optim_rng.pt at offset" "$T/v" ||
+		fail "verify --naming $naming: $(cat "$T/v")"
+	grep -q "1 of 2 replicas differ from the copy served" "$T/v" || fail "verify --naming $naming: $(cat "$T/v")"
 done
 echo "megatron-wrong: OK"

@@ -72,6 +72,8 @@ typedef struct mg_import {
 	int64_t tp, pp, ep, nexperts;
 	bool gated;
 	bool tied;        /* the last stage's output_layer.weight is a copy of the embedding */
+	mg_ent *copies;   /* tied: the last stage's output_layer.weight shards (tmpl unused) */
+	size_t ncopies;
 } mg_import;
 
 /* mg_args: the parallel layout a file's args give. */
@@ -194,7 +196,7 @@ static gfs_err check_identity(const char *path, const mg_args *a, const mg_args 
 	const int64_t mp = a->tp * a->pp * a->ep;
 	int64_t rtp, rpp, rep;
 
-	if (fa->world != a->world)
+	if (fa->world >= 0 && a->world >= 0 && fa->world != a->world)
 		return gfs_fail(GFS_ERR_FORMAT,
 				"%s: its args say a world size of %lld, the other ranks' %lld: not a file of this save",
 				path, (long long)fa->world, (long long)a->world);
@@ -417,6 +419,37 @@ static gfs_err omit_rest(mg_import *mg, const char *rel, const gfs_pv *root)
 }
 
 /*
+ * tied_copy(): the output_layer.weight v of the file at path (entry e,
+ * its place) under args that say the embeddings are tied: at PP 1 the
+ * model holds no output layer weight, so one contradicts the args; on the
+ * last stage it is Megatron's copy of the embedding, kept in mg->copies to
+ * become a replica of it (add_copies()).
+ */
+static gfs_err tied_copy(mg_import *mg, const mg_args *a, const gfs_tzip *zip, const char *path,
+			 const gfs_pv *v, const mg_ent *e)
+{
+	mg_ent c = *e;
+	mg_ent *n;
+	gfs_err err;
+
+	if (a->pp == 1)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: output_layer.weight: the args say the output layer is tied to the embedding (untie_embeddings_and_output_weights False), but the file holds one: they contradict each other",
+				path);
+	if ((int64_t)e->pp != a->pp - 1 || !v || v->kind != GFS_PV_TENSOR)
+		return GFS_OK;
+	err = tensor_ent(mg, zip, path, "output_layer.weight", v->u.tensor, &c);
+	if (err)
+		return err;
+	n = gfs_reallocarray(mg->copies, mg->ncopies + 1, sizeof(*n));
+	if (!n)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	mg->copies = n;
+	n[mg->ncopies++] = c;
+	return GFS_OK;
+}
+
+/*
  * read_file(): the model tensors of rank (tp, pp, ep)'s file, whose args
  * must agree with a.  Of an expert rank > 0 only the expert tensors are
  * kept (the others are replicas of expert rank 0's).
@@ -484,11 +517,14 @@ static gfs_err read_file(mg_import *mg, const mg_args *a, int64_t tp, int64_t pp
 			err = gfs_fail(GFS_ERR_FORMAT, "%s: model key %zu is not a plain string", path, i);
 			break;
 		}
+		if (mg->tied && strcmp(key, "output_layer.weight") == 0 &&
+		    (err = tied_copy(mg, a, zip, path, it->value, &e)) != GFS_OK)
+			break;
 		if (ends_with(key, "._extra_state") || strcmp(key, "_extra_state") == 0 ||
 		    (mg->tied && strcmp(key, "output_layer.weight") == 0)) {
 			err = omit(mg, rel, "model.", key,
 				   strcmp(key, "output_layer.weight") == 0
-					   ? "the last stage's copy of the tied embedding"
+					   ? "the last stage's copy of the tied embedding (a replica verify compares)"
 					   : "TransformerEngine extra state");
 			continue;
 		}
@@ -722,6 +758,41 @@ static gfs_err build(mg_import *mg)
 		if (err)
 			return err;
 		i += n;
+	}
+	return GFS_OK;
+}
+
+/*
+ * add_copies(): each tied copy (mg->copies, one per tensor rank of the last
+ * stage) as a replica of its rows of embedding.word_embeddings.weight, of
+ * the same dtype and shard shape: verify compares them byte for byte.
+ */
+static gfs_err add_copies(mg_import *mg)
+{
+	size_t emb = mg->l->ntensors;
+
+	for (size_t i = 0; i < mg->l->ntensors; i++)
+		if (strcmp(mg->l->tensors[i].name, "embedding.word_embeddings.weight") == 0)
+			emb = i;
+	for (size_t i = 0; i < mg->ncopies; i++) {
+		const mg_ent *c = &mg->copies[i];
+		const gfs_tensor *t = emb < mg->l->ntensors ? &mg->l->tensors[emb] : NULL;
+		const gfs_piece p = { .kind = GFS_PIECE_FILE, .src = c->src, .toff = c->tp * c->nbytes,
+				      .src_off = c->off, .len = c->nbytes, .count = 1 };
+
+		if (!t || t->dtype != c->dtype || t->ndim != c->ndim || c->ndim != 2 ||
+		    t->shape[1] != c->shape[1] || t->shape[0] != c->shape[0] * (uint64_t)mg->tp)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: output_layer.weight, the copy of the tied embedding, %s",
+					mg->files[c->file],
+					t ? "differs in dtype or shape from tensor rank's embedding shard"
+					  : "copies an embedding the save does not hold");
+		if (c->nbytes) {
+			const gfs_err err = gfs_layout_add_replica(mg->l, emb, &p);
+
+			if (err)
+				return err;
+		}
 	}
 	return GFS_OK;
 }
@@ -994,6 +1065,8 @@ static gfs_err import_legacy(const char *idir, gfs_arch *arch, char *src, gfs_la
 		err = fix_layers(&mg, &a);
 	if (!err)
 		err = build(&mg);
+	if (!err)
+		err = add_copies(&mg);
 	if (!err) {
 		snprintf(note, sizeof(note), "legacy Megatron-LM checkpoint, TP %lld x PP %lld x EP %lld",
 			 (long long)a.tp, (long long)a.pp, (long long)a.ep);
@@ -1008,6 +1081,7 @@ static gfs_err import_legacy(const char *idir, gfs_arch *arch, char *src, gfs_la
 		free(mg.tmpls[i]);
 	free(mg.tmpls);
 	free(mg.ents);
+	free(mg.copies);
 	if (err) {
 		gfs_layout_free(mg.l);
 		return err;
