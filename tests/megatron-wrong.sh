@@ -11,7 +11,8 @@
 #  - -o naming=megatron-local / megatron-te: the legacy and torch_dist forms
 #    of one model list the same names, each tensor the same bytes.
 #  - args that say "tied": an output_layer.weight at PP 1 is refused; at
-#    PP > 1 the last stage's copy is a replica verify compares.
+#    PP > 1 the last stage's copy is a replica that verify compares, and the
+#    mount under -o verify=read before it serves the embedding.
 . "${top_srcdir:-.}/tests/lib.sh"
 . "$top_srcdir/tests/mount-lib.sh"
 mount_setup
@@ -201,4 +202,20 @@ for naming in hf megatron; do
 		fail "verify --naming $naming: $(cat "$T/v")"
 	grep -q "1 of 2 replicas differ from the copy served" "$T/v" || fail "verify --naming $naming: $(cat "$T/v")"
 done
+# the mount (-o verify=read, the default): the first read serving the
+# embedding compares its copies, and fails; other tensors are served
+for naming in hf megatron; do
+	gfs_mount "$T/bad" "$T/mnt" -o naming=$naming 2>/dev/null || fail "mount the differing copy ($naming)"
+	case $naming in
+	hf) emb=model.embed_tokens.weight other=model.layers.3.mlp.down_proj.weight ;;
+	megatron) emb=embedding.word_embeddings.weight other=decoder.layers.3.mlp.linear_fc2.weight ;;
+	esac
+	timeout 60 cat "$T/mnt/tensors/$other" >/dev/null || fail "$naming: $other not served"
+	timeout 60 cat "$T/mnt/tensors/$emb" >/dev/null 2>&1 && fail "$naming: $emb served though its copy differs"
+	timeout 60 cat "$T/mnt/model.safetensors" >/dev/null 2>&1 && fail "$naming: model.safetensors served whole"
+	gfs_umount "$T/mnt" || fail "unmount"
+done
+gfs_mount "$T/bad" "$T/mnt" -o verify=off 2>/dev/null || fail "mount verify=off"
+timeout 60 cat "$T/mnt/tensors/model.embed_tokens.weight" >/dev/null || fail "verify=off: the embedding not served"
+gfs_umount "$T/mnt" || fail "unmount"
 echo "megatron-wrong: OK"
