@@ -788,7 +788,7 @@ static gfs_err add_copies(mg_import *mg)
 					t ? "differs in dtype or shape from tensor rank's embedding shard"
 					  : "copies an embedding the save does not hold");
 		if (c->nbytes) {
-			const gfs_err err = gfs_layout_add_replica(mg->l, emb, &p);
+			const gfs_err err = gfs_layout_add_replica_on_read(mg->l, emb, &p);
 
 			if (err)
 				return err;

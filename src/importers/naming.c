@@ -820,7 +820,8 @@ static gfs_err carry_replicas(const gfs_layout *mg, size_t embed, gfs_layout *hf
 			continue;
 		if (p.len > n - p.toff)
 			p.len = n - p.toff;
-		err = gfs_layout_add_replica(hf, to, &p);
+		err = mg->replicas[i].on_read ? gfs_layout_add_replica_on_read(hf, to, &p)
+					      : gfs_layout_add_replica(hf, to, &p);
 		if (err)
 			return err;
 	}

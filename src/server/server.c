@@ -56,7 +56,7 @@ typedef struct rec_table {
 	atomic_bool *bg;     /* [entries]: a background check of the entry was started */
 	unsigned nbg;        /* background checks running (under mu; cv signals the end of one) */
 	atomic_bool stop;    /* set by gfs_srcset_close(): background checks stop */
-	_Atomic int *rep;    /* [entries] rep_state of each entry's replicas; NULL: no replicas */
+	_Atomic int *rep;    /* [entries] rep_state of each entry's on_read replicas; NULL: no replicas */
 	size_t *rep_bad;     /* [entries] REP_BAD: the replica that differs */
 } rec_table;
 
@@ -123,7 +123,8 @@ static rec_table *rec_table_new(const gfs_layout *l)
 		for (size_t i = 0; i < nent; i++)
 			atomic_init(&rt->rep[i], REP_NONE);
 		for (size_t r = 0; r < l->nreplicas; r++)
-			atomic_store(&rt->rep[l->replicas[r].ti], REP_UNCHECKED);
+			if (l->replicas[r].on_read)
+				atomic_store(&rt->rep[l->replicas[r].ti], REP_UNCHECKED);
 	}
 	return rt;
 }
@@ -1138,7 +1139,7 @@ static gfs_err read_span(const gfs_layout *l, const gfs_srcset *s, const gfs_ten
 }
 
 /*
- * compare_replicas(): the bytes every replica of entry ti holds against
+ * compare_replicas(): the bytes every on_read replica of entry ti holds against
  * those t (its target) serves there, read in chunks of n bytes into a and
  * b.  @return GFS_OK and *bad the first replica that differs, or
  * l->nreplicas when none does.
@@ -1152,7 +1153,7 @@ static gfs_err compare_replicas(const gfs_layout *l, const gfs_srcset *s, size_t
 	for (size_t i = 0; i < l->nreplicas && !err && *bad == l->nreplicas; i++) {
 		const gfs_replica *r = &l->replicas[i];
 
-		if (r->ti != ti)
+		if (r->ti != ti || !r->on_read)
 			continue;
 		err = check_unchanged(l, s, r->p.src);
 		for (uint64_t k = 0; !err && *bad == l->nreplicas && k < r->p.count; k++)
@@ -1173,8 +1174,8 @@ static gfs_err compare_replicas(const gfs_layout *l, const gfs_srcset *s, size_t
 
 /*
  * require_replicas(): under -o verify=read, before entry t's first bytes
- * are served, its replicas (copies the checkpoint keeps of some of its
- * bytes, gfs_layout.replicas) are compared with them, once a srcset; a
+ * are served, its on_read replicas (copies the checkpoint keeps of some of
+ * its bytes, gfs_layout.replicas) are compared with them, once a srcset; a
  * replica that differs fails every read of the entry (GFS_ERR_IO naming
  * it).  Concurrent readers wait for the one comparing.
  */

@@ -371,6 +371,7 @@ typedef struct gfs_text {
 typedef struct gfs_replica {
 	size_t ti;
 	gfs_piece p;
+	bool on_read; /* also compared before ti's first read under -o verify (gfs_layout_add_replica_on_read()) */
 } gfs_replica;
 
 typedef struct gfs_layout {
@@ -488,6 +489,14 @@ gfs_err gfs_layout_add_omitted(gfs_layout *l, const char *name, const char *why)
  * an alias.
  */
 gfs_err gfs_layout_add_replica(gfs_layout *l, size_t ti, const gfs_piece *p);
+
+/*
+ * gfs_layout_add_replica_on_read(): gfs_layout_add_replica(), and the
+ * server compares the replica before the first read of tensor ti under
+ * -o verify (a copy whose disagreement makes the tensor untrustworthy, not
+ * one of several equal sources of which one is served).
+ */
+gfs_err gfs_layout_add_replica_on_read(gfs_layout *l, size_t ti, const gfs_piece *p);
 
 /*
  * gfs_layout_derive(): a new, unfinished layout of format format over the

@@ -117,9 +117,9 @@ bool gfs_srcset_rec_servable(const gfs_srcset *s, uint32_t r);
 
 /*
  * gfs_srcset_replicas_servable(): may bytes of entry ti (a target, not an
- * alias) be served without comparing its replicas (gfs_layout.replicas)
- * first: it has none, they were found equal, or the srcset does not verify
- * reads.  A reader that bypasses gfs_tensor_read() (splicing) must ask.
+ * alias) be served without comparing its on_read replicas
+ * (gfs_layout.replicas) first: it has none, they were found equal, or the
+ * srcset does not verify reads.  A reader that bypasses gfs_tensor_read() (splicing) must ask.
  */
 bool gfs_srcset_replicas_servable(const gfs_srcset *s, size_t ti);
 
