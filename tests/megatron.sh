@@ -157,7 +157,7 @@ cmp -s "$T/mnt/generation_config.json" "$DATA/tp1_pp2/hf_config/generation_confi
 gfs_umount "$T/mnt" || fail "unmount"
 expect_mount_fail "common.pt holds no args (a bare dist_checkpointing.save): give the model's config with -o hf_config=DIR" \
 	"$bare" "$T/mnt" -o naming=hf
-expect_mount_fail "naming 'gpt': hf, megatron or auto" "$bare" "$T/mnt" -o naming=gpt
+expect_mount_fail "naming 'gpt': hf, megatron, megatron-local, megatron-te or auto" "$bare" "$T/mnt" -o naming=gpt
 expect_mount_fail "a naming applies to a Megatron checkpoint only" "$DATA/../dcp/fsdp2_ws2/checkpoint" "$T/mnt" -o naming=hf
 
 echo "== export: the Hugging Face view as files"

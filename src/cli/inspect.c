@@ -207,8 +207,10 @@ static int usage(FILE *out)
 	      "  --prefix P         (dcp, plain) keep the keys starting with P, named\n"
 	      "                     without it\n"
 	      "  --naming N         (megatron) hf: Hugging Face names (Llama, Qwen2,\n"
-	      "                     Mixtral), megatron: Megatron's own, auto (default):\n"
-	      "                     hf when the architecture is known\n"
+	      "                     Mixtral), megatron: Megatron's own, megatron-local,\n"
+	      "                     megatron-te: Megatron's with the norms in one\n"
+	      "                     spelling, auto (default): hf when the\n"
+	      "                     architecture is known\n"
 	      "  --hf-config DIR    (megatron) the model's config.json in DIR gives the\n"
 	      "                     architecture and vocabulary and is served as is\n"
 	      "  --tp-split FILE    (deepspeed, tensor parallel) the JSON FILE maps\n"
@@ -879,6 +881,8 @@ static int cmd_verify(const gfs_layout *l)
 	}
 	err = gfs_srcset_open(l, &s);
 	if (!err) {
+		/* every record and replica is checked here, each reported: reads need not */
+		gfs_srcset_set_verify(s, false, NULL);
 		err = gfs_integrity_check(l, s, NULL, 0, 0, &nbad, &st);
 		dt_crc = now_s() - t0;
 	}

@@ -721,10 +721,20 @@ gfs_err gfs_layout_add_replica(gfs_layout *l, size_t ti, const gfs_piece *p)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	l->replicas[l->nreplicas].ti = ti;
 	l->replicas[l->nreplicas].p = *p;
+	l->replicas[l->nreplicas].on_read = false;
 	if (p->count == 1)
 		l->replicas[l->nreplicas].p.dst_stride = l->replicas[l->nreplicas].p.src_stride = 0;
 	l->nreplicas++;
 	return GFS_OK;
+}
+
+gfs_err gfs_layout_add_replica_on_read(gfs_layout *l, size_t ti, const gfs_piece *p)
+{
+	const gfs_err err = gfs_layout_add_replica(l, ti, p);
+
+	if (!err)
+		l->replicas[l->nreplicas - 1].on_read = true;
+	return err;
 }
 
 gfs_err gfs_layout_add_object(gfs_layout *l, const char *name, uint32_t src,

@@ -394,6 +394,7 @@ typedef struct gfs_text {
 typedef struct gfs_replica {
 	size_t ti;
 	gfs_piece p;
+	bool on_read; /* also compared before ti's first read under -o verify (gfs_layout_add_replica_on_read()) */
 } gfs_replica;
 
 /*
@@ -568,6 +569,14 @@ gfs_err gfs_layout_govern(gfs_layout *l, size_t ti, const gfs_split_claim *split
  * follow the declarations?  O(log n).
  */
 bool gfs_layout_governed(const gfs_layout *l, size_t i);
+
+/*
+ * gfs_layout_add_replica_on_read(): gfs_layout_add_replica(), and the
+ * server compares the replica before the first read of tensor ti under
+ * -o verify (a copy whose disagreement makes the tensor untrustworthy, not
+ * one of several equal sources of which one is served).
+ */
+gfs_err gfs_layout_add_replica_on_read(gfs_layout *l, size_t ti, const gfs_piece *p);
 
 /*
  * gfs_layout_derive(): a new, unfinished layout of format format over the
