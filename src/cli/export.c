@@ -109,12 +109,12 @@ static gfs_err refuse(const char *path, mode_t m, bool want_dir)
 }
 
 /*
- * check_target(): path (not followed if a symbolic link) is a name export
+ * gfs_export_check_target(): path (not followed if a symbolic link) is a name export
  * may write: missing, or a regular file (want_dir: a directory).  Anything
  * else (a device, a FIFO, a socket, a symbolic link, a directory where a
  * file is meant) is GFS_ERR_INVAL naming path and what it is.
  */
-static gfs_err check_target(const char *path, bool want_dir)
+gfs_err gfs_export_check_target(const char *path, bool want_dir)
 {
 	char *name = gfs_strdup(path);
 	size_t n = name ? strlen(name) : 0;
@@ -469,10 +469,10 @@ static gfs_err make_view(const gfs_vctx *ctx, gfs_format fmt, const size_t *entr
  */
 static gfs_err commit(const char *dir, outfile *files, size_t nshards, outfile *index)
 {
-	gfs_err err = dir ? check_target(dir, true) : GFS_OK;
+	gfs_err err = dir ? gfs_export_check_target(dir, true) : GFS_OK;
 
 	if (!err && index)
-		err = check_target(index->final, false);
+		err = gfs_export_check_target(index->final, false);
 	if (!err && index) {
 		if (unlink(index->final) == 0)
 			err = fsync_dir(index->final);
@@ -549,7 +549,7 @@ gfs_err gfs_export(const gfs_layout *l, const gfs_srcset *s, const char *out,
 		assert(!o->shard_size && !o->signals);
 		return export_stdout(&ctx, o);
 	}
-	err = check_target(out, o->shard_size != 0);
+	err = gfs_export_check_target(out, o->shard_size != 0);
 	if (err)
 		return err;
 	sigemptyset(&oldmask);
@@ -609,9 +609,9 @@ gfs_err gfs_export(const gfs_layout *l, const gfs_srcset *s, const char *out,
 	}
 	/* Every name written must be new or a regular file before anything is created. */
 	for (size_t i = 0; !err && plan && i < njobs; i++)
-		err = check_target(jobs[i].path, false);
+		err = gfs_export_check_target(jobs[i].path, false);
 	if (!err && plan)
-		err = check_target(index_path, false);
+		err = gfs_export_check_target(index_path, false);
 	if (!err && plan) {
 		pthread_mutex_lock(&g.mu);
 		if (mkdir(out, 0755) == 0)

@@ -424,9 +424,32 @@ static int cmd_ls_optim(const inspect_opts *o, const gfs_layout *l)
 	return 0;
 }
 
+/*
+ * name_width(): the NAME column's width for ls: 48, or the longest name
+ * listed (tensors, objects and, with --all, the entries left out), so the
+ * columns after it stay aligned.
+ */
+static int name_width(const inspect_opts *o, const gfs_layout *l)
+{
+	static char nb[LS_NAME_BUF];
+	size_t w = 48, n;
+
+	for (size_t i = 0; i < l->ntensors; i++)
+		if ((n = strlen(ls_name(l->tensors[i].name, nb))) > w)
+			w = n;
+	for (size_t i = 0; i < l->nobjects; i++)
+		if ((n = strlen(l->objects[i].name)) > w)
+			w = n;
+	for (size_t i = 0; o->all && i < l->nomitted; i++)
+		if ((n = strlen(ls_name(l->omitted[i].name, nb))) > w)
+			w = n;
+	return (int)w;
+}
+
 static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 {
 	const bool kinds = !o->optim && has_kinds(l); /* O(tensors): once */
+	int w;
 
 	if (o->optim)
 		return cmd_ls_optim(o, l);
@@ -476,8 +499,9 @@ static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 		free(text);
 		return 0;
 	}
-	out_ok(printf("%-48s %-9s %-20s %14s  %s%s\n", "NAME", "DTYPE", "SHAPE", "BYTES", "ALIAS_OF",
-		      kinds ? "  KIND" : ""));
+	w = name_width(o, l);
+	out_ok(printf("%-*s %-9s %-20s %14s  %s%s\n", w, "NAME", "DTYPE", "SHAPE", "BYTES",
+		      "ALIAS_OF", kinds ? "  KIND" : ""));
 	for (size_t i = 0; i < l->ntensors && !out_errno; i++) {
 		const gfs_tensor *t = &l->tensors[i];
 		const gfs_dtype dt = gfs_dtype_out(t->dtype, o->dtype);
@@ -485,19 +509,19 @@ static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 		char shape[512], kb[32];
 
 		format_shape(t, shape, sizeof(shape));
-		out_ok(printf("%-48s %-9s %-20s %14" PRIu64 "  %s%s%s\n", ls_name(t->name, nb),
+		out_ok(printf("%-*s %-9s %-20s %14" PRIu64 "  %s%s%s\n", w, ls_name(t->name, nb),
 			      gfs_dtype_name(dt), shape, t->numel * gfs_dtype_size(dt),
 			      t->alias_of >= 0 ? ls_name(l->tensors[t->alias_of].name, ab) : "-",
 			      kinds ? "  " : "", kinds ? kind_of(t, kb, sizeof(kb)) : ""));
 	}
 	/* non-tensor entries (DCP bytes): listed, never served as tensors */
 	for (size_t i = 0; i < l->nobjects && !out_errno; i++)
-		out_ok(printf("%-48s %-9s %-20s %14" PRIu64 "  %s\n", l->objects[i].name, "object",
+		out_ok(printf("%-*s %-9s %-20s %14" PRIu64 "  %s\n", w, l->objects[i].name, "object",
 			      "-", l->objects[i].len, "-"));
 	for (size_t i = 0; o->all && i < l->nomitted && !out_errno; i++) {
 		static char nb[LS_NAME_BUF];
 
-		out_ok(printf("%-48s %-9s %-20s %14s  - (left out: %s)\n",
+		out_ok(printf("%-*s %-9s %-20s %14s  - (left out: %s)\n", w,
 			      ls_name(l->omitted[i].name, nb), "omitted", "-", "-", l->omitted[i].text));
 	}
 	if (!o->all && l->nomitted)
@@ -630,6 +654,9 @@ static int cmd_export(const inspect_opts *o, const gfs_layout *l, const char *ou
 		fprintf(stderr, "gatherfs-inspect: -: give --format bin or safetensors for standard output\n");
 		return 2;
 	}
+	/* a target export may not write is refused first, whatever its name */
+	if (!to_stdout && gfs_export_check_target(out, o->shard_size != 0))
+		return fail();
 	if (eo.format == GFS_FORMAT_NONE)
 		eo.format = o->shard_size ? GFS_FORMAT_SAFETENSORS : gfs_format_from_name(out);
 	if (eo.format == GFS_FORMAT_NONE) {

@@ -32,6 +32,15 @@ typedef struct gfs_export_opts {
 gfs_format gfs_format_from_name(const char *s);
 
 /*
+ * gfs_export_check_target(): path (not followed if a symbolic link) is a
+ * name export may write: missing, or a regular file (want_dir: a
+ * directory).  Anything else (a device, a FIFO, a socket, a symbolic link,
+ * a directory where a file is meant) is GFS_ERR_INVAL naming path and what
+ * it is.
+ */
+gfs_err gfs_export_check_target(const char *path, bool want_dir);
+
+/*
  * gfs_export(): write the view.  Without shard_size, out is the file to
  * write, or "-": standard output, written as it is produced (no temporary
  * file; o->signals must be off); with shard_size, out is a directory
