@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "gatherfs/cli/export.h"
+#include "gatherfs/fs/config.h"
 #include "gatherfs/importers/import.h"
 #include "gatherfs/importers/import_plain.h"
 #include "gatherfs/server/integrity.h"
@@ -114,6 +115,7 @@ typedef struct inspect_opts {
 	bool optim;             /* --optim: optimizer state instead of model tensors */
 	const char *state;      /* --optim=STATE (cat): which state */
 	gfs_lora_cli lora;
+	bool untied;            /* the LoRA merge untied the head (config.json says so) */
 } inspect_opts;
 
 /* usage(): the help text on out.  @return fputs()'s result. */
@@ -142,7 +144,9 @@ static int usage(FILE *out)
 	      "                     view shows (optimizer, RNG, extra state)\n"
 	      "                     [--json] [--dtype] [--all]\n"
 	      "  cat DIR NAME       write tensor NAME's raw little-endian contiguous bytes\n"
-	      "                     to standard output  [--dtype]\n"
+	      "                     to standard output (config.json,\n"
+	      "                     generation_config.json: as the mount serves them)\n"
+	      "                     [--dtype]\n"
 	      "  layout DIR         print the layout index as JSON\n"
 	      "  verify DIR         check the stored CRC-32 of every zip record tensor\n"
 	      "                     bytes come from, then read every piece once; report\n"
@@ -152,7 +156,8 @@ static int usage(FILE *out)
 	      "                     checksum (listed as UNVERIFIED:)\n"
 	      "  export DIR OUT     write a view to regular files: OUT.bin (torch zip) or\n"
 	      "                     OUT.safetensors; with --shard-size, OUT is a directory\n"
-	      "                     that receives Hugging Face shards and their index;\n"
+	      "                     that receives Hugging Face shards, their index and\n"
+	      "                     config.json (what from_pretrained(OUT) needs);\n"
 	      "                     OUT - (with --format) is standard output.  OUT must\n"
 	      "                     be new or a regular file (a directory with\n"
 	      "                     --shard-size): a device, FIFO or symlink is refused\n"
@@ -252,18 +257,18 @@ static int finish_stdout(int rc)
 	return 1;
 }
 
-static gfs_err load(const inspect_opts *o, const char *dir, gfs_layout **l)
+/* load(): import dir (or load --layout), apply --lora / --merge (o->untied). */
+static gfs_err load(inspect_opts *o, const char *dir, gfs_layout **l)
 {
 	const gfs_import_opts io = {
 		.tag = o->tag, .format = o->input_format, .prefix = o->prefix,
 		.naming = o->naming, .hf_config = o->hf_config, .tp_split = o->tp_split,
 	};
-	bool untied;
 	gfs_err err = o->layout ? gfs_layout_load_file(o->layout, l) : gfs_import(dir, &io, l);
 
 	if (err)
 		return err;
-	err = gfs_lora_apply(&o->lora, l, &untied);
+	err = gfs_lora_apply(&o->lora, l, &o->untied);
 	if (err) {
 		gfs_layout_free(*l);
 		*l = NULL;
@@ -554,6 +559,24 @@ static gfs_err write_all(int fd, const uint8_t *p, size_t n)
 	return GFS_OK;
 }
 
+/* cat_config(): cat of config.json or generation_config.json, as the mount serves it. */
+static int cat_config(const inspect_opts *o, const gfs_layout *l, const char *name)
+{
+	char *text;
+	size_t len;
+	gfs_err err = gfs_config_served(l, name, o->dtype, o->untied, &text, &len, NULL);
+
+	if (err)
+		return fail();
+	if (!text) {
+		fprintf(stderr, "gatherfs-inspect: no tensor and no %s in this checkpoint\n", name);
+		return 1;
+	}
+	err = write_all(STDOUT_FILENO, (const uint8_t *)text, len);
+	free(text);
+	return err ? fail() : 0;
+}
+
 static int cmd_cat(const inspect_opts *o, const gfs_layout *l, const char *name)
 {
 	const int64_t i = o->state ? gfs_layout_find_state(l, o->state, name)
@@ -569,6 +592,9 @@ static int cmd_cat(const inspect_opts *o, const gfs_layout *l, const char *name)
 		return 1;
 	}
 	if (i < 0) {
+		for (size_t k = 0; k < GFS_CONFIG_NNAMES; k++)
+			if (strcmp(name, gfs_config_names[k]) == 0)
+				return cat_config(o, l, name);
 		fprintf(stderr, "gatherfs-inspect: no tensor named '%s' (see `gatherfs-inspect ls`)\n",
 			name);
 		return 1;
@@ -651,8 +677,10 @@ static int cmd_export(const inspect_opts *o, const gfs_layout *l, const char *ou
 		.format = o->format, .want = o->dtype, .shard_size = o->shard_size,
 		.progress = isatty(STDERR_FILENO), .signals = !to_stdout,
 	};
+	gfs_export_file extra[GFS_CONFIG_NNAMES] = { { 0 } };
+	char *texts[GFS_CONFIG_NNAMES] = { 0 };
 	gfs_srcset *s = NULL;
-	gfs_err err;
+	gfs_err err = GFS_OK;
 
 	if (to_stdout && o->shard_size) {
 		fprintf(stderr, "gatherfs-inspect: --shard-size writes a directory, not standard output\n");
@@ -672,10 +700,23 @@ static int cmd_export(const inspect_opts *o, const gfs_layout *l, const char *ou
 			out);
 		return 2;
 	}
-	err = gfs_srcset_open(l, &s);
+	/* a sharded export is a model directory: the config files go with it */
+	for (size_t k = 0; o->shard_size && !err && k < GFS_CONFIG_NNAMES; k++) {
+		err = gfs_config_served(l, gfs_config_names[k], o->dtype, o->untied, &texts[k],
+					&extra[eo.nextra].len, NULL);
+		if (!err && texts[k]) {
+			extra[eo.nextra].name = gfs_config_names[k];
+			extra[eo.nextra++].text = texts[k];
+		}
+	}
+	eo.extra = extra;
+	if (!err)
+		err = gfs_srcset_open(l, &s);
 	if (!err)
 		err = gfs_export(l, s, out, &eo);
 	gfs_srcset_close(s);
+	for (size_t k = 0; k < GFS_CONFIG_NNAMES; k++)
+		free(texts[k]);
 	return err ? fail() : 0;
 }
 

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "fuse_ll.h"
+#include "gatherfs/fs/config.h"
 #include "gatherfs/importers/import.h"
 #include "gatherfs/importers/import_plain.h"
 #include "gatherfs/server/integrity.h"
@@ -724,8 +725,9 @@ int main(int argc, char *argv[])
 	gfs_srcset *adapter_src = NULL;
 	gfs_fs_file untied_cfg = { .name = "config.json" };
 	char *cfg_text = NULL;
+	size_t cfg_len = 0;
 	gfs_err err;
-	bool dtype_ok, untied = false;
+	bool dtype_ok, untied = false, cfg_rewritten = false;
 	uint64_t prefetch;
 	verify_mode vmode;
 	gfs_crccache crc = { 0 };
@@ -812,8 +814,14 @@ int main(int argc, char *argv[])
 		err = adapter_view(layout, &adapter, &adapter_src);
 	if (!err)
 		err = gfs_lora_apply(&lora_cli, &layout, &untied);
-	if (!err && untied)
-		err = gfs_lora_untied_config(layout, &cfg_text);
+	/* config.json made to agree with the tensors served (untied head, dtype) */
+	if (!err)
+		err = gfs_config_served(layout, "config.json", fso.want, untied, &cfg_text,
+					&cfg_len, &cfg_rewritten);
+	if (!err && !cfg_rewritten) {
+		free(cfg_text);
+		cfg_text = NULL;
+	}
 	if (!err)
 		err = gfs_srcset_open(layout, &src);
 	if (!err)
