@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 
 #include "gatherfs/cli/export.h"
 #include "gatherfs/fs/config.h"
+#include "gatherfs/importers/hfcache.h"
 #include "gatherfs/importers/import.h"
 #include "gatherfs/importers/import_plain.h"
 #include "gatherfs/server/integrity.h"
@@ -153,7 +155,8 @@ static int usage(FILE *out)
 	      "                     each corrupt record with the tensors it affects;\n"
 	      "                     exit 0: all checked and sound, 1: corrupt or\n"
 	      "                     unreadable, 3: sound but some sources carry no\n"
-	      "                     checksum (listed as UNVERIFIED:)\n"
+	      "                     checksum (listed as UNVERIFIED:); a Hugging Face\n"
+	      "                     cache's blobs are checked against their hash names\n"
 	      "  export DIR OUT     write a view to regular files: OUT.bin (torch zip) or\n"
 	      "                     OUT.safetensors; with --shard-size, OUT is a directory\n"
 	      "                     that receives Hugging Face shards, their index and\n"
@@ -756,12 +759,57 @@ static size_t report_bad(const gfs_layout *l, const gfs_srcset *s)
 	return nbad;
 }
 
+/* What gfs_hf_verify() found: the snapshot's files whose blob hash matched, how many did not. */
+typedef struct blob_check {
+	const gfs_layout *l;
+	bool *hashed; /* [nsources]: the source is a snapshot file whose blob hash matched */
+	size_t nok, nbad;
+} blob_check;
+
+static void blob_seen(void *ctx, const char *name, const char *blob, const char *got)
+{
+	blob_check *b = ctx;
+	const size_t rlen = strlen(b->l->root_dir);
+
+	if (got) {
+		b->nbad++;
+		out_ok(printf("BLOB DIFFERS: %s/%s: blobs/%s holds contents whose %s is %s\n",
+			      b->l->root_dir, name, blob, strlen(blob) == 40 ? "git blob SHA-1" : "SHA-256",
+			      got));
+		return;
+	}
+	b->nok++;
+	for (size_t i = 0; i < b->l->nsources; i++) {
+		const char *p = b->l->sources[i].abspath;
+
+		if (strncmp(p, b->l->root_dir, rlen) == 0 && p[rlen] == '/' && strcmp(p + rlen + 1, name) == 0)
+			b->hashed[i] = true;
+	}
+}
+
+/*
+ * check_blobs(): for a layout read from a Hugging Face cache snapshot,
+ * check every file's blob against the hash its name is (gfs_hf_verify()),
+ * one line per blob that differs; b->hashed marks the sources vouched for.
+ * Anything else: nothing checked.
+ */
+static gfs_err check_blobs(const gfs_layout *l, blob_check *b)
+{
+	char real[PATH_MAX];
+
+	b->l = l;
+	if (!l->root_dir || !realpath(l->root_dir, real) || !gfs_hf_is_snapshot(real))
+		return GFS_OK;
+	return gfs_hf_verify(l->root_dir, blob_seen, b);
+}
+
 /*
  * report_unsummed(): one line per source holding tensor bytes that no
- * stored checksum covers (nothing could vouch for them).  @return whether
- * there is one, false too when out of memory (after a line).
+ * stored checksum covers (nothing could vouch for them), but for those
+ * hashed (a matching blob hash; NULL: none).  @return whether there is
+ * one, false too when out of memory (after a line).
  */
-static bool report_unsummed(const gfs_layout *l)
+static bool report_unsummed(const gfs_layout *l, const bool *hashed)
 {
 	bool *un = gfs_calloc(l->nsources ? l->nsources : 1, sizeof(*un));
 	size_t nt = 0;
@@ -772,6 +820,14 @@ static bool report_unsummed(const gfs_layout *l)
 		return false;
 	}
 	bytes = gfs_integrity_unsummed(l, un, &nt);
+	if (bytes && hashed) {
+		bool left = false;
+
+		for (size_t i = 0; i < l->nsources; i++)
+			left |= un[i] &= !hashed[i];
+		if (!left)
+			bytes = 0;
+	}
 	for (size_t i = 0; bytes && i < l->nsources; i++) {
 		if (!un[i])
 			continue;
@@ -842,16 +898,28 @@ static int cmd_verify(const gfs_layout *l)
 	uint64_t bytes = 0, pieces = 0, aliases = 0, nonfinite = 0, rbytes = 0;
 	gfs_integrity_stats st = { 0 };
 	size_t nbad = 0, ndiff = 0;
+	blob_check bc = { .hashed = gfs_calloc(l->nsources ? l->nsources : 1, sizeof(bool)) };
 	bool unsummed;
 	const double t0 = now_s();
 	gfs_err err;
 	double dt, dt_crc = 0;
 
-	if (!buf) {
+	if (!buf || !bc.hashed) {
+		free(buf);
+		free(bc.hashed);
 		fputs("gatherfs-inspect: out of memory\n", stderr);
 		return 1;
 	}
-	err = gfs_srcset_open(l, &s);
+	err = check_blobs(l, &bc);
+	if (!err && bc.nbad) {
+		free(buf);
+		free(bc.hashed);
+		fprintf(stderr, "gatherfs-inspect: %zu of %zu cache blobs do not match the hash they are named by\n",
+			bc.nbad, bc.nbad + bc.nok);
+		return 1;
+	}
+	if (!err)
+		err = gfs_srcset_open(l, &s);
 	if (!err) {
 		err = gfs_integrity_check(l, s, NULL, 0, 0, &nbad, &st);
 		dt_crc = now_s() - t0;
@@ -859,6 +927,7 @@ static int cmd_verify(const gfs_layout *l)
 	if (!err && nbad) {
 		report_bad(l, s);
 		free(buf);
+		free(bc.hashed);
 		gfs_srcset_close(s);
 		fprintf(stderr, "gatherfs-inspect: %zu of %zu checksummed records are corrupt\n", nbad,
 			l->nrecords);
@@ -894,9 +963,12 @@ static int cmd_verify(const gfs_layout *l)
 	}
 	free(buf);
 	gfs_srcset_close(s);
-	if (err)
+	if (err) {
+		free(bc.hashed);
 		return fail();
+	}
 	if (ndiff) {
+		free(bc.hashed);
 		fprintf(stderr, "gatherfs-inspect: %zu of %zu replicas differ from the copy served\n",
 			ndiff, l->nreplicas);
 		return 1;
@@ -913,7 +985,11 @@ static int cmd_verify(const gfs_layout *l)
 	if (l->nreplicas)
 		out_ok(printf("OK: %zu replicas equal the copy served (%" PRIu64 " bytes compared)\n",
 			      l->nreplicas, rbytes));
-	unsummed = report_unsummed(l);
+	if (bc.nok)
+		out_ok(printf("OK: %zu Hugging Face cache blobs match the hash they are named by\n",
+			      bc.nok));
+	unsummed = report_unsummed(l, bc.hashed);
+	free(bc.hashed);
 	if (nonfinite)
 		out_ok(printf("note: %" PRIu64 " NaN or infinite floating-point values\n", nonfinite));
 	return unsummed ? 3 : 0;
