@@ -24,7 +24,9 @@ const char *const gfs_config_names[GFS_CONFIG_NNAMES] = { "config.json", "genera
 /*
  * open_root_file(): open name in directory root for reading: a regular
  * file, or a symbolic link that resolves beneath root (or a snapshot's link
- * into blobs/).  @return the descriptor, or -1 (errno) when there is none.
+ * into blobs/).  @return the descriptor, or -1 with errno: ENOENT when
+ * there is none the mount would show (missing, not a regular file, a link
+ * that leads elsewhere), another when it cannot be opened.
  */
 static int open_root_file(const char *root, const char *name)
 {
@@ -37,7 +39,12 @@ static int open_root_file(const char *root, const char *name)
 		errno = ENOMEM;
 		return -1;
 	}
-	if (lstat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+	errno = ENOENT;
+	if (lstat(path, &st) != 0) {
+		free(path);
+		return -1;
+	}
+	if (S_ISREG(st.st_mode)) {
 		fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK);
 	} else if (S_ISLNK(st.st_mode) && realpath(root, real)) {
 		const size_t n = strlen(real);
@@ -50,6 +57,8 @@ static int open_root_file(const char *root, const char *name)
 			fd = gfs_hf_open_blob(dfd, real, name);
 			close(dfd);
 		}
+		if (fd < 0 && errno != EACCES && errno != EIO && errno != ENOMEM)
+			errno = ENOENT; /* a link the mount does not follow either */
 	}
 	free(path);
 	return fd;
@@ -65,7 +74,9 @@ static gfs_err read_root_file(const char *root, const char *name, char **text, s
 	*text = NULL;
 	*len = 0;
 	if (fd < 0)
-		return errno == ENOMEM ? gfs_fail(GFS_ERR_NOMEM, "out of memory") : GFS_OK;
+		return errno == ENOENT ? GFS_OK : errno == ENOMEM
+			? gfs_fail(GFS_ERR_NOMEM, "out of memory")
+			: gfs_fail(GFS_ERR_IO, "%s/%s: cannot open: %s", root, name, strerror(errno));
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
 		close(fd);
 		return GFS_OK;

@@ -815,7 +815,7 @@ int main(int argc, char *argv[])
 	if (!err)
 		err = gfs_lora_apply(&lora_cli, &layout, &untied);
 	/* config.json made to agree with the tensors served (untied head, dtype) */
-	if (!err)
+	if (!err && (untied || fso.want != GFS_DT_INVALID))
 		err = gfs_config_served(layout, "config.json", fso.want, untied, &cfg_text,
 					&cfg_len, &cfg_rewritten);
 	if (!err && !cfg_rewritten) {
