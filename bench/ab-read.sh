@@ -14,15 +14,11 @@
 set -eu
 [ $# -ge 3 ] || { echo "usage: bench/ab-read.sh BUILDDIR_A BUILDDIR_B CKPT [FILE] [ROUNDS]" >&2; exit 2; }
 A=$(cd "$1" && pwd) B=$(cd "$2" && pwd) C=$3 F=${4:-pytorch_model.bin} R=${5:-4}
-W=$(mktemp -d "${TMPDIR:-/tmp}/gatherfs-ab.XXXXXX")
-P=
-cleanup() {
-	mountpoint -q "$W/m" && fusermount3 -u "$W/m"
-	[ -n "$P" ] && wait "$P" 2>/dev/null || true
-	rm -rf "$W"
-}
-trap cleanup EXIT
-mkdir "$W/m" "$W/crc-a" "$W/crc-b"
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+pid=
+bench_workdir
+mkdir "$W/crc-a" "$W/crc-b"
 cpu() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 rate() { dd if="$W/m/$F" of=/dev/null bs=1M 2>&1 | awk 'END { print $(NF - 1), $NF }'; }
 echo "| round | build | dd pass 1 | dd pass 2 | daemon CPU, ticks | command |"
@@ -32,16 +28,16 @@ for r in $(seq "$R"); do
 		d=$A
 		[ $side = b ] && d=$B
 		"$d/gatherfs" -f -o "crc_cache=$W/crc-$side" "$C" "$W/m" 2>/dev/null &
-		P=$!
+		pid=$!
 		until stat "$W/m/$F" >/dev/null 2>&1; do sleep 0.05; done
 		dd if="$W/m/$F" of=/dev/null bs=1M 2>/dev/null
-		c0=$(cpu "$P")
+		c0=$(cpu "$pid")
 		r1=$(rate)
 		r2=$(rate)
-		c1=$(cpu "$P")
+		c1=$(cpu "$pid")
 		echo "| $r | $side: $d | $r1 | $r2 | $((c1 - c0)) | \`gatherfs -o crc_cache=DIR $C MNT; dd if=MNT/$F bs=1M\` |"
 		fusermount3 -u "$W/m"
-		wait "$P" || true
-		P=
+		wait "$pid" || true
+		pid=
 	done
 done

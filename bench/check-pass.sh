@@ -28,20 +28,15 @@
 # and prints the best of the rounds and the ratios.  Needs a user allowed
 # to mount FUSE, /usr/bin/python3 with torch, squashfuse_ll and mksquashfs.
 set -eu
-B=$(cd "${2:-.}" && pwd)
-A=${3:+$(cd "$3" && pwd)}
-rounds=${4:-3}
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
-bench_ckpt "${1:-}"
-bench_workdir
+bench_ab 3 "$@"
 mkdir "$W/img"
 "$B/gatherfs-inspect" export "$C" "$W/img/pytorch_model.bin" >/dev/null 2>&1
 size=$(stat -c %s "$W/img/pytorch_model.bin")
 mksquashfs "$W/img" "$W/plain.sqfs" -noI -noD -noF -noX -no-progress -quiet >/dev/null
 ZF=
 if ds_shim "$W/ds"; then ZF=1; else echo "zero_to_fp32 row skipped" >&2; fi
-shards=$(find "$C/" -name '*.pt' | sort)
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 minf() { awk -v a="$1" -v b="$2" 'BEGIN { print (b < a ? b : a) }'; }
 echo "checkpoint $C ($(cat $shards | wc -c) bytes in $(echo $shards | wc -w) shards, pytorch_model.bin $size bytes), $(nproc) CPUs, load $(load)"

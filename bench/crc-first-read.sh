@@ -19,16 +19,10 @@
 # and once a round bench/preadall.py 8 over the shards (all their bytes, no
 # check).  Needs a user allowed to mount FUSE and python3.
 set -eu
-B=$(cd "${2:-.}" && pwd)
-A=${3:+$(cd "$3" && pwd)}
-rounds=${4:-2}
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
-bench_ckpt "${1:-}"
-bench_workdir
-shards=$(find "$C/" -name '*.pt' | sort)
+bench_ab 2 "$@"
 shard_bytes=$(cat $shards | wc -c)
-now() { date +%s.%N; }
 # row LABEL BYTES SECONDS [EXTRA]
 row() {
 	awk -v l="$1" -v b="$2" -v d="$3" -v x="${4:-}" \
@@ -58,9 +52,9 @@ cat $shards >/dev/null
 r=1
 while [ "$r" -le "$rounds" ]; do
 	echo "== round $r"
-	s=$(now)
+	s=$(bench_now)
 	/usr/bin/python3 "$here/preadall.py" 8 $shards >/dev/null
-	e=$(now)
+	e=$(bench_now)
 	row "preadall.py 8 (the shards)" "$shard_bytes" "$(echo "$e - $s" | bc)"
 	if [ -n "$A" ]; then
 		verify_row "$A" base

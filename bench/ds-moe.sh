@@ -29,7 +29,6 @@ for c in ep8 z3; do
 done
 . "$here/lib.sh"
 bench_workdir
-now() { date +%s.%N; }
 median() { tr ' ' '\n' | sort -g | awk 'NF { v[++n] = $1 } END { print v[int((n + 1) / 2)] }'; }
 
 declare -A MT RSS LS FILES
@@ -38,10 +37,10 @@ for c in ep8 z3; do
 	FILES[$c]=$(find "$tag" -type f | wc -l)
 	all=""
 	for _ in 1 2 3; do
-		s=$(now)
+		s=$(bench_now)
 		"$B/gatherfs" "$tag" "$W/m" 2>/dev/null
 		timeout 600 stat "$W/m/pytorch_model.bin" >/dev/null
-		all="$all $(echo "$(now) - $s" | bc)"
+		all="$all $(echo "$(bench_now) - $s" | bc)"
 		timeout 10 fusermount3 -u "$W/m"
 	done
 	MT[$c]=$(echo "$all" | median)
@@ -49,9 +48,9 @@ for c in ep8 z3; do
 	pid=$!
 	until timeout 10 stat "$W/m/pytorch_model.bin" >/dev/null 2>&1; do sleep 0.01; done
 	RSS[$c]=$(awk '/VmRSS/ { printf "%.0f", $2 / 1024 }' /proc/"$pid"/status)
-	s=$(now)
+	s=$(bench_now)
 	n=$(timeout 600 ls -l "$W/m/tensors" | wc -l)
-	LS[$c]="$(printf '%.3f' "$(echo "$(now) - $s" | bc)") s ($((n - 1)) entries)"
+	LS[$c]="$(printf '%.3f' "$(echo "$(bench_now) - $s" | bc)") s ($((n - 1)) entries)"
 	timeout 10 fusermount3 -u "$W/m"
 	wait "$pid" || true
 done

@@ -21,9 +21,7 @@ set -eu
 B=$(cd "${2:-.}" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
-bench_ckpt "${1:-}"
-bench_workdir
-shards=$(find "$C/" -name '*.pt' | sort)
+bench_setup "${1:-}"
 # smallest PATTERN: the tensors/ file of the smallest tensor whose ls line matches PATTERN (awk).
 smallest() {
 	"$B/gatherfs-inspect" ls "$C" 2>/dev/null |
@@ -34,7 +32,6 @@ sbias=$(smallest '^[^ ]*bias ')
 smatrix=$(smallest '[[][0-9]+, [0-9]+[]]')
 [ -n "$smatrix" ] || { echo "no 2-D tensor in $C" >&2; exit 1; }
 
-now() { date +%s.%N; }
 drop() { for f in $shards; do dd if="$f" iflag=nocache count=0 status=none; done; }
 warm() { cat $shards >/dev/null; }
 # first MODE FILE cold|warm: seconds of the first read of FILE in a fresh
@@ -42,9 +39,9 @@ warm() { cat $shards >/dev/null; }
 first() {
 	"$B/gatherfs" "$C" "$W/m" -o nocrccache -o verify="$1" 2>/dev/null
 	if [ "$3" = cold ]; then drop; else warm; fi
-	s=$(now)
+	s=$(bench_now)
 	timeout 600 cat "$W/m/$2" >/dev/null
-	e=$(now)
+	e=$(bench_now)
 	timeout 10 fusermount3 -u "$W/m"
 	echo "$e - $s" | bc
 }

@@ -24,14 +24,11 @@ set -eu
 B=$(cd "${2:-.}" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
-bench_ckpt "${1:-}"
-bench_workdir
+bench_setup "${1:-}"
 "$B/gatherfs-inspect" layout "$C" >"$W/l.json"
-shards=$(find "$C/" -name '*.pt' | sort)
 shard_bytes=$(cat $shards | wc -c)
 rec_bytes=$("$B/gatherfs-inspect" verify "$C" | sed -n 's/.* zip records match their stored CRC-32 (\([0-9]*\) source bytes.*/\1/p')
 
-now() { date +%s.%N; }
 drop() { for f in $shards; do dd if="$f" iflag=nocache count=0 status=none; done; }
 warm() { cat $shards >/dev/null; }
 # row LABEL BYTES SECONDS
@@ -43,10 +40,8 @@ row() {
 t() {
 	label=$1 bytes=$2
 	shift 2
-	s=$(now)
-	"$@" >/dev/null
-	e=$(now)
-	row "$label" "$bytes" "$(echo "$e - $s" | bc)"
+	bench_time "$@"
+	row "$label" "$bytes" "$T"
 }
 # crc_pass SRC cold|warm LABEL [OPTION...]
 crc_pass() {
@@ -65,9 +60,9 @@ for state in cold warm; do
 	if [ $state = cold ]; then drop; else warm; fi
 	t "raw cat of the shards" "$shard_bytes" cat $shards
 	if [ $state = cold ]; then drop; else warm; fi
-	s=$(now)
+	s=$(bench_now)
 	"$B/gatherfs-inspect" verify "$C" >"$W/v"
-	e=$(now)
+	e=$(bench_now)
 	row "verify records" "$rec_bytes" "$(sed -n 's/.*checksum) in \([0-9.]*\) s$/\1/p' "$W/v")"
 	row "verify total" "$rec_bytes" "$(echo "$e - $s" | bc)"
 	crc_pass "$C" $state "CRC pass +src (checkpoint)"
@@ -77,9 +72,9 @@ for state in cold warm; do
 	[ $state = cold ] && drop
 	t "mount -o verify" "$rec_bytes" "$B/gatherfs" "$C" "$W/m" -o verify -o nocrccache
 	fusermount3 -u "$W/m"
-	s=$(now)
+	s=$(bench_now)
 	"$B/gatherfs" "$C" "$W/m" -o nocrccache
-	e=$(now)
+	e=$(bench_now)
 	fusermount3 -u "$W/m"
 	echo "mount without -o verify         $(echo "$e - $s" | bc) s"
 done

@@ -53,7 +53,6 @@ trap 'timeout 10 fusermount3 -u "$W/m" 2>/dev/null || true; [ -z "$pid" ] || wai
 	timeout 10 fusermount3 -u "$W/lat" 2>/dev/null || true; [ -z "$lpid" ] || wait "$lpid" || true
 	rm -rf "$W"' EXIT
 pid=
-now() { date +%s.%N; }
 # lat_mount MODE US: latencyfs over C at W/lat, its page cache empty.
 lat_mount() {
 	opt=
@@ -76,10 +75,10 @@ gbs() { awk -v b="$1" -v s="$2" 'BEGIN { printf "%.3f", b / s / 1e9 }'; }
 # preadall MODE US: GB/s of bench/preadall.py 16 over the shards.
 preadall() {
 	lat_mount "$1" "$2"
-	s=$(now)
+	s=$(bench_now)
 	# shellcheck disable=SC2046
 	/usr/bin/python3 "$here/preadall.py" 16 $(find "$W/lat/" -name '*.pt' | sort) >/dev/null
-	e=$(now)
+	e=$(bench_now)
 	lat_umount
 	gbs "$shard_bytes" "$(echo "$e - $s" | bc)"
 }

@@ -28,6 +28,34 @@ bench_ckpt() {
 	fi
 }
 
+# bench_setup [CKPT]: bench_ckpt CKPT, bench_workdir, and shards, the
+# checkpoint's *.pt files (sorted): the preamble of the ZeRO-3 benchmarks.
+bench_setup() {
+	bench_ckpt "${1:-}"
+	bench_workdir
+	shards=$(find "$C/" -name '*.pt' | sort)
+}
+
+# bench_ab ROUNDS [CKPT [BUILD_B [BUILD_A [N]]]]: the arguments of an A/B
+# benchmark: B and A, the build directories (absolute; A empty when not
+# given), rounds (N, default ROUNDS), then bench_setup CKPT.
+bench_ab() {
+	rounds=${5:-$1}
+	B=$(cd "${3:-.}" && pwd)
+	A=${4:+$(cd "$4" && pwd)}
+	bench_setup "${2:-}"
+}
+
+# bench_now: the time now, in seconds (with nanoseconds).
+bench_now() { date +%s.%N; }
+
+# bench_time CMD...: run CMD (its output dropped); T, the seconds it took.
+bench_time() {
+	_bt_s=$(bench_now)
+	"$@" >/dev/null
+	T=$(echo "$(bench_now) - $_bt_s" | bc)
+}
+
 # ds_shim DIR: DIR/zero_to_fp32.py, a copy of $DS_ZERO_TO_FP32 (DeepSpeed's
 # deepspeed/utils/zero_to_fp32.py, v0.14.5, from a source tree), and
 # DS_PYTHONPATH, the PYTHONPATH it runs with, set to one of:

@@ -14,10 +14,9 @@
 set -eu
 B=$(cd "${1:-.}" && pwd)
 ROUNDS=${ROUNDS:-5}
-W=$(mktemp -d "${TMPDIR:-/tmp}/gatherfs-bench-lora.XXXXXX")
-cleanup() { fusermount3 -u "$W/m" 2>/dev/null || true; rm -rf "$W"; }
-trap cleanup EXIT
-mkdir "$W/m"
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+bench_workdir
 "${PYTHON3:-/usr/bin/python3}" - "$W" <<'PY'
 import json, sys
 import numpy as np

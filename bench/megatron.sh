@@ -33,14 +33,13 @@ bench_workdir
 it=$(find "$C" -maxdepth 2 -name .metadata | head -1)
 it=$(dirname "$it")
 shards=$(find "$it" -name '*.distcp' | sort)
-now() { date +%s.%N; }
 
 mounts=""
 for i in 1 2 3; do
-	s=$(now)
+	s=$(bench_now)
 	"$B/gatherfs" "$C" "$W/m" 2>/dev/null
 	timeout 600 stat "$W/m/model.safetensors" >/dev/null
-	e=$(now)
+	e=$(bench_now)
 	mounts="$mounts $(echo "$e - $s" | bc)"
 	timeout 10 fusermount3 -u "$W/m"
 done
@@ -53,17 +52,17 @@ size=$(stat -c %s "$W/m/model.safetensors")
 gib=${3:-}
 count=$(( ${gib:-0} * 1024 ))
 [ "$count" -gt 0 ] || count=$(( (size + 1048575) / 1048576 ))
-s=$(now)
+s=$(bench_now)
 timeout 3600 dd if="$W/m/model.safetensors" of=/dev/null bs=1M count=$count status=none
-e=$(now)
+e=$(bench_now)
 hwm=$(awk '/VmHWM/ { print $2 }' /proc/"$pid"/status)
 timeout 10 fusermount3 -u "$W/m"
 wait "$pid" || true
 read_s=$(echo "$e - $s" | bc)
 read_b=$(( count * 1048576 < size ? count * 1048576 : size ))
-s=$(now)
+s=$(bench_now)
 base_b=$(/usr/bin/python3 "$here/preadall.py" 8 $shards)
-e=$(now)
+e=$(bench_now)
 base_s=$(echo "$e - $s" | bc)
 echo "checkpoint $C ($(cat $shards | wc -c) bytes in $(echo $shards | wc -w) .distcp files)"
 echo "model.safetensors: $size bytes"

@@ -16,10 +16,9 @@
 set -eu
 GIB=${1:-2}
 B=$(cd "${2:-.}" && pwd)
-W=$(mktemp -d "${TMPDIR:-/tmp}/gatherfs-bench.XXXXXX")
-cleanup() { fusermount3 -u "$W/m" 2>/dev/null || true; rm -rf "$W"; }
-trap cleanup EXIT
-mkdir "$W/m"
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+bench_workdir
 head -c $((GIB << 30)) /dev/urandom > "$W/src.bin"
 python3 - "$W" "$GIB" <<'PY'
 import json, sys
@@ -32,16 +31,13 @@ json.dump({"gatherfs_layout": 1, "base_dir": w, "sources": [{"path": "src.bin", 
                        for i in range(128)]}, open(f"{w}/bench.json", "w"))
 PY
 
-now() { date +%s.%N; }
 # t LABEL BYTES CMD...: run CMD, print seconds and GB/s.
 t() {
 	label=$1 bytes=$2
 	shift 2
-	s=$(now)
-	"$@" >/dev/null
-	e=$(now)
-	awk -v l="$label" -v s="$s" -v e="$e" -v b="$bytes" \
-		'BEGIN { d = e - s; printf "%-34s %7.3f s  %6.2f GB/s\n", l, d, b / d / 1e9 }'
+	bench_time "$@"
+	awk -v l="$label" -v d="$T" -v b="$bytes" \
+		'BEGIN { printf "%-34s %7.3f s  %6.2f GB/s\n", l, d, b / d / 1e9 }'
 }
 drop() { dd if="$1" iflag=nocache count=0 status=none; }
 size=$((GIB << 30))

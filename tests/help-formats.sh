@@ -15,9 +15,13 @@ awk '/^## / { f = ($0 == "## What it reads") } f && /^\| / { print }' "$top_srcd
 [ "$(wc -l <"$T/readme")" -ge 8 ] ||
 	fail "README.md: found only $(wc -l <"$T/readme") rows in the table of What it reads"
 
-# formats HELPFILE: the lines after "Formats" up to the first not indented
+# formats HELPFILE: the lines after "Formats" up to the first not indented,
+# one a format (a line indented by four spaces goes on the one before)
 formats() {
-	awk '/^Formats/ { f = 1; next } f && !/^  / { exit } f' "$1" | sed 's/^ *//'
+	awk '/^Formats/ { f = 1; next } f && !/^  / { exit }
+	     f && /^    / { sub(/^ */, ""); line = line " " $0; next }
+	     f { if (line != "") print line; line = $0; sub(/^ */, "", line) }
+	     END { if (line != "") print line }' "$1"
 }
 "$GATHERFS" --help >"$T/help" 2>&1 || fail "gatherfs --help: exit $?"
 "$INSPECT" --help >"$T/ihelp" || fail "gatherfs-inspect --help: exit $?"

@@ -151,8 +151,11 @@ rmdir "$S/model.safetensors.index.json"
 [ "$(ls -A "$S" | wc -l)" -eq "$n" ] || fail "want $n files in $S, got: $(ls -A "$S")"
 
 # A new name and an existing regular file (replaced: a new inode, the new bytes).
-"$INSPECT" export "$C" "$D/new/pytorch_model.bin" 2>/dev/null &&
-	fail "export into a missing directory succeeded"
+rc=0
+"$INSPECT" export "$C" "$D/new/pytorch_model.bin" 2>"$T/err" || rc=$?
+[ $rc -eq 1 ] && [ "$(wc -l <"$T/err")" -eq 1 ] &&
+	grep -qx "gatherfs-inspect: $D/new/pytorch_model.bin: cannot create a temporary file: No such file or directory" "$T/err" ||
+	fail "export into a missing directory: exit status $rc: $(cat "$T/err")"
 echo old >"$D/pytorch_model.bin"
 "$INSPECT" export "$C" "$D/pytorch_model.bin" || fail "export over a regular file"
 cmp -s "$T/pytorch_model.bin" "$D/pytorch_model.bin" || fail "export over a regular file: wrong bytes"

@@ -74,6 +74,21 @@ check_view() {
 	gfs_umount "$T/mnt" || fail "unmount"
 }
 
+# check_k_proj_verify SAVE CASE: gatherfs-inspect cat of a Hugging Face
+# name (model.layers.1.self_attn.k_proj.weight, split from linear_qkv)
+# writes the truth's bytes, and verify checks every entry of the view
+# (as many as the truth's Hugging Face tensors) and says so in two lines.
+check_k_proj_verify() {
+	timeout 60 "$INSPECT" cat "$1" model.layers.1.self_attn.k_proj.weight >"$T/cat" ||
+		fail "inspect cat $1 k_proj"
+	nhf=$(timeout 120 "$PYTHON3" "$VIEWS" hfcat "$T/cat" "$2" model.layers.1.self_attn.k_proj.weight) ||
+		fail "inspect cat $1: model.layers.1.self_attn.k_proj.weight: not the truth's bytes"
+	timeout 120 "$INSPECT" verify "$1" >"$T/v" 2>"$T/verr" || fail "inspect verify $1: $(cat "$T/v" "$T/verr")"
+	[ "$(wc -l <"$T/v")" -eq 2 ] && grep -q "^OK: $nhf entries ([0-9]* aliases), " "$T/v" &&
+		grep -q "^OK: [1-9][0-9]* zip records match their stored CRC-32 " "$T/v" ||
+		fail "inspect verify $1: want $nhf entries: $(cat "$T/v")"
+}
+
 for c in tp1_pp1 tp2_pp1 tp1_pp2 tp2_pp2 moe_ep2 moe_pp2_ep2 mqa_tie qwen_tie_bf16; do
 	echo "== $c"
 	save="$DATA/$c/legacy_torch"
@@ -104,9 +119,7 @@ print(len(sd))
 " "$truth" "$T/cat" decoder.layers.3.self_attention.linear_proj.weight embedding.word_embeddings.weight) ||
 		fail "inspect cat $c: wrong bytes"
 	[ "$(grep -c . "$T/ls")" -eq $((n + 1)) ] || fail "inspect ls $c: $(cat "$T/ls")"
-	timeout 60 "$INSPECT" cat "$save" model.layers.1.self_attn.k_proj.weight >"$T/cat" ||
-		fail "inspect cat $c k_proj"
-	timeout 120 "$INSPECT" verify "$save" >"$T/v" 2>&1 || fail "inspect verify $c: $(cat "$T/v")"
+	check_k_proj_verify "$save" "$DATA/$c"
 done
 
 echo "== torch_dist"
@@ -115,7 +128,7 @@ for c in tp2_pp2 moe_ep2 qwen_tie_bf16; do
 	check_view hf "Hugging Face view (" "$save" "$DATA/$c"
 	check_view hf "Hugging Face view (" "$save/iter_0000003" "$DATA/$c" -o naming=hf
 	check_view dist "" "$save" "$DATA/$c" -o naming=megatron
-	timeout 120 "$INSPECT" verify "$save" >"$T/v" 2>&1 || fail "inspect verify $c torch_dist: $(cat "$T/v")"
+	check_k_proj_verify "$save" "$DATA/$c"
 done
 echo "== torch_dcp (--ckpt-format torch_dcp): module names past model., args not read"
 dcp="$DATA/dcp_tp1/torch_dcp"
@@ -144,7 +157,7 @@ cmp -s "$T/mnt/generation_config.json" "$DATA/tp1_pp2/hf_config/generation_confi
 gfs_umount "$T/mnt" || fail "unmount"
 expect_mount_fail "common.pt holds no args (a bare dist_checkpointing.save): give the model's config with -o hf_config=DIR" \
 	"$bare" "$T/mnt" -o naming=hf
-expect_mount_fail "naming 'gpt': hf, megatron or auto" "$bare" "$T/mnt" -o naming=gpt
+expect_mount_fail "naming 'gpt': hf, megatron, megatron-local, megatron-te or auto" "$bare" "$T/mnt" -o naming=gpt
 expect_mount_fail "a naming applies to a Megatron checkpoint only" "$DATA/../dcp/fsdp2_ws2/checkpoint" "$T/mnt" -o naming=hf
 
 echo "== export: the Hugging Face view as files"
@@ -200,7 +213,7 @@ fresh moe_ep2; rm -r "$I/mp_rank_00_001"
 expect_refused "mp_rank_00_001/model_optim_rng.pt: missing: the file of tensor rank 0, pipeline stage 0, expert rank 1" "$T/bad"
 fresh tp2_pp1; f="$I/mp_rank_01/model_optim_rng.pt"
 head -c $(($(wc -c <"$f") / 2)) "$f" >"$T/half" && mv "$T/half" "$f"
-expect_refused "mp_rank_01/model_optim_rng.pt: " "$T/bad"
+expect_refused "mp_rank_01/model_optim_rng.pt: not a zip archive (no end of central directory record)$" "$T/bad"
 fresh tp2_pp1; cp "$DATA/tp2_pp1/truth_megatron_modules.pt" "$I/mp_rank_01/model_optim_rng.pt"
 expect_refused "mp_rank_01/model_optim_rng.pt: no args namespace: not a Megatron-LM checkpoint file" "$T/bad"
 fresh tp2_pp1; mkdir "$I/mp_rank_02"

@@ -24,7 +24,7 @@ echo "flipped byte $OFFSET of $SHARD ($RECORD; tensors $TENSORS)"
 case $SHARD in *zero_pp_rank_0_*) ;; *) fail "flipped in $SHARD, not rank 0's" ;; esac
 # embed.weight: 1000 x 64 fp32 split over both ranks; its last 4 KiB are
 # rank 1's
-"$INSPECT" cat "$case/checkpoint" embed.weight >"$T/embed" || fail "cat embed.weight"
+truth_bytes "$case/.expected-default.tsv" "$case/checkpoint" embed.weight "$T/embed"
 size=$(wc -c <"$T/embed")
 [ "$size" -eq 256000 ] || fail "embed.weight: $size bytes, expected 256000"
 
@@ -48,8 +48,8 @@ for t in $("$INSPECT" ls "$T/ck" 2>/dev/null | awk 'NR > 1 && $5 == "-" { print 
 	case " $TENSORS " in *" $t "*) ;; *) other=$t; break ;; esac
 done
 [ -n "$other" ] || fail "no tensor outside the corrupt record"
-"$INSPECT" cat "$case/checkpoint" "$other" >"$T/want" || fail "cat $other"
-cmp -s "$T/mnt/tensors/$other" "$T/want" || fail "tensors/$other (not in the corrupt record) not served"
+is_truth "$T/mnt/tensors/$other" "$case/.expected-default.tsv" "$other" ||
+	fail "tensors/$other (not in the corrupt record) not served, or not the fixture's"
 echo "ok: tensors/$other (not in the corrupt record) served"
 gfs_umount "$T/mnt" || fail "unmount"
 wait_child "$GFS_PID" 10

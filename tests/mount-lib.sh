@@ -163,17 +163,42 @@ gfs_umount() {
 	fusermount3 -u "$1" && wait_unmounted "$1" && wrapped_wait "$1"
 }
 
+# want_sha TSV NAME: the sha256 an .expected-*.tsv table gives tensor NAME
+# (as the table writes it); exit 1 when it has no row for NAME.
+want_sha() {
+	awk -F'\t' -v n="$2" '$1 == n { print $4; f = 1 } END { exit !f }' "$1"
+}
+
+# is_truth FILE TSV NAME: FILE's sha256 is the one TSV gives tensor NAME.
+is_truth() {
+	it_want=$(want_sha "$2" "$3") || fail "$2: no row for $3"
+	[ "$(sha256sum <"$1" | cut -d' ' -f1)" = "$it_want" ]
+}
+
+# truth_bytes TSV CKPT NAME OUT: gatherfs-inspect cat of tensor NAME of the
+# clean checkpoint CKPT into OUT, its sha256 the one TSV gives: the bytes a
+# test compares parts of, taken from the truth table.
+truth_bytes() {
+	tb_want=$(want_sha "$1" "$3") || fail "$1: no row for $3"
+	timeout 60 "$INSPECT" cat "$2" "$3" >"$4" || fail "gatherfs-inspect cat $3"
+	[ "$(sha256sum <"$4" | cut -d' ' -f1)" = "$tb_want" ] || fail "$2: $3 is not $1's"
+}
+
 # check_cat MNT TSV: cat every tensors/ file of the mount at MNT through
 # sha256sum against an .expected-*.tsv table (name, dtype, shape, sha256);
-# names are escaped as tensors/ shows them (% and / as %25 and %2F).
+# names are escaped as tensors/ shows them (% and / as %25 and %2F). A
+# missing or empty table, or a row without a sha256, fails.
 check_cat() {
+	[ -s "$2" ] || fail "check_cat: no table $2, or an empty one"
 	n=0
 	while IFS="$(printf '\t')" read -r name dtype shape sha; do
+		[ -n "$sha" ] || fail "check_cat: $2: a row without a sha256: $name"
 		file=$(printf '%s' "$name" | sed 's/%/%25/g; s|/|%2F|g')
 		got=$(cat "$1/tensors/$file" | sha256sum | cut -d' ' -f1)
 		[ "$got" = "$sha" ] || fail "cat tensors/$file: sha256 $got, want $sha"
 		n=$((n + 1))
 	done < "$2"
+	[ $n -gt 0 ] || fail "check_cat: no tensor in $2"
 	echo "  cat | sha256sum: $n tensors OK"
 }
 
@@ -207,9 +232,10 @@ expect_mount_fail() {
 	pattern=$1
 	shift
 	before=$(our_mounts)
-	if timeout 60 "$GATHERFS" "$@" >"$T/out" 2>"$T/err"; then
-		fail "gatherfs $* succeeded"
-	fi
+	emf_rc=0
+	timeout 60 "$GATHERFS" "$@" >"$T/out" 2>"$T/err" || emf_rc=$?
+	[ $emf_rc -ne 0 ] || fail "gatherfs $* succeeded"
+	[ $emf_rc -lt 124 ] || fail "gatherfs $*: exit status $emf_rc (a crash or a hang): $(cat "$T/err")"
 	[ "$(wc -l < "$T/err")" -eq 1 ] || fail "gatherfs $*: not one line: $(cat "$T/err")"
 	grep -q -- "$pattern" "$T/err" || fail "gatherfs $*: '$(cat "$T/err")' lacks '$pattern'"
 	is_mounted "$T/mnt" && fail "gatherfs $*: left a mount"
@@ -221,8 +247,9 @@ expect_mount_fail() {
 # both refuse DIR with one line matching PATTERN
 expect_refused() {
 	expect_mount_fail "$1" "$2" "$T/mnt"
-	if timeout 60 "$INSPECT" ls "$2" >/dev/null 2>"$T/ierr"; then
-		fail "inspect ls $2 succeeded"
-	fi
+	emf_rc=0
+	timeout 60 "$INSPECT" ls "$2" >/dev/null 2>"$T/ierr" || emf_rc=$?
+	[ $emf_rc -ne 0 ] || fail "inspect ls $2 succeeded"
+	[ $emf_rc -lt 124 ] || fail "inspect ls $2: exit status $emf_rc (a crash or a hang): $(cat "$T/ierr")"
 	[ "$(wc -l <"$T/ierr")" -eq 1 ] && grep -q -- "$1" "$T/ierr" || fail "inspect: $(cat "$T/ierr")"
 }

@@ -120,14 +120,17 @@ echo "  (e) layout.json sized without writing it: 4 layouts, sizes exact"
 
 # (d) a private checkpoint, listed by root first
 if [ "$(id -u)" -ne 0 ] || ! command -v setpriv >/dev/null 2>&1; then
-	echo "  (d) skipped: needs root and setpriv"
+	skip_part private-checkpoint "(d) a private checkpoint listed by root first: needs root and setpriv"
+	echo "mount-namespace: OK"
 	exit 0
 fi
 chmod 755 "$T"
 chmod 700 "$T/src"
 chmod 600 "$T/src/model.safetensors"
+# as_nobody CMD...: CMD as nobody, from / (the working directory, in the
+# build tree, may be private).
 as_nobody() {
-	setpriv --reuid=65534 --regid=65534 --clear-groups -- "$@"
+	(cd / && setpriv --reuid=65534 --regid=65534 --clear-groups -- "$@")
 }
 as_nobody test -x "$T" || skip "$T is not searchable by nobody (TMPDIR private?)"
 gfs_mount "$T/src" "$M" -o allow_other || fail "mount -o allow_other"

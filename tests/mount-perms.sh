@@ -26,9 +26,10 @@ case="$CKPTS/z3_ws2_fp32"
 chmod 755 "$T"
 GROUP=4242
 
-# as_nobody CMD...: run as nobody (uid and gid 65534, no other group).
+# as_nobody CMD...: run as nobody (uid and gid 65534, no other group), from
+# / (the working directory, in the build tree, may be private).
 as_nobody() {
-	setpriv --reuid=65534 --regid=65534 --clear-groups -- "$@"
+	(cd / && setpriv --reuid=65534 --regid=65534 --clear-groups -- "$@")
 }
 as_nobody test -x "$T" || skip "$T is not searchable by nobody (TMPDIR private?)"
 
@@ -227,7 +228,7 @@ gfs_mount "$T/grp" "$T/grp.mnt" -o allow_other || fail "mount grp"
 mode_is 550 "$T/grp.mnt" "$T/grp.mnt/tensors"
 # shellcheck disable=SC2046
 mode_is 440 $(views "$T/grp.mnt")
-in_group=$(setpriv --reuid=65534 --regid=65534 --groups="$GROUP" -- \
+in_group=$(cd / && setpriv --reuid=65534 --regid=65534 --groups="$GROUP" -- \
 	sh -c 'sha256sum < "$1"' sh "$T/grp.mnt/pytorch_model.bin") || fail "a member of $GROUP cannot read"
 [ "$in_group" = "$(sha256sum < "$T/grp.mnt/pytorch_model.bin")" ] || fail "a member reads other bytes"
 as_nobody cat "$T/grp.mnt/pytorch_model.bin" >/dev/null 2>&1 && fail "nobody (not in $GROUP) reads"

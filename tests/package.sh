@@ -103,7 +103,11 @@ grep -q "storage: True" "$T/demo" || { cat "$T/demo"; fail "demo: lm_head.weight
 echo "ok: GATHERFS_BUILD=/usr/bin ./scripts/demo.sh"
 
 # ---- mounts through mount(8) and mount.fuse3
+# Mounted with allow_other and read by uid 65534: a copy of the fixture
+# under $T, readable by all on purpose (the source tree may be private).
 chmod 755 "$T"
+cp -r "$ck" "$T/ck" && chmod -R u+w,go+rX "$T/ck" || fail "copy $ck"
+ck="$T/ck"
 mnt="$T/mnt"
 mkdir "$mnt"
 GFS_MOUNTS="$mnt"
@@ -130,9 +134,9 @@ env -i PATH="$SYSPATH" mount "$ck" "$mnt" -t "$type" -o "$opts,dtype=bf16" ||
 	fail "mount -t $type -o $opts,dtype=bf16"
 served "$mnt"
 check_views "$mnt" "$case/.expected-bf16.tsv" "$ck"
-setpriv --reuid=65534 --regid=65534 --clear-groups \
+(cd / && setpriv --reuid=65534 --regid=65534 --clear-groups \
 	"$PYTHON3" -c 'import sys, torch; print(len(torch.load(sys.argv[1])), "tensors")' \
-	"$mnt/pytorch_model.bin" >"$T/nobody" 2>&1 || fail "uid 65534 cannot torch.load: $(cat "$T/nobody")"
+	"$mnt/pytorch_model.bin") >"$T/nobody" 2>&1 || fail "uid 65534 cannot torch.load: $(cat "$T/nobody")"
 umount "$mnt" && wait_unmounted "$mnt" || fail "umount $mnt"
 echo "ok: mount -t $type -o $opts,dtype=bf16 (torch.load by uid 65534: $(cat "$T/nobody"))"
 

@@ -11,6 +11,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,15 +19,19 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gatherfs/cli/analyze.h"
 #include "gatherfs/cli/export.h"
 #include "gatherfs/fs/config.h"
 #include "gatherfs/importers/hfcache.h"
 #include "gatherfs/importers/import.h"
 #include "gatherfs/importers/import_plain.h"
+#include "gatherfs/server/declcheck.h"
 #include "gatherfs/server/integrity.h"
 #include "gatherfs/util/json.h"
+#include "gatherfs/importers/fp8.h"
 #include "gatherfs/importers/lora.h"
 #include "gatherfs/server/server.h"
+#include "gatherfs/util/sha256.h"
 #include "gatherfs/views/shards.h"
 
 #define IO_CHUNK ((size_t)1 << 20)
@@ -46,8 +51,14 @@ enum {
 	OPT_HF_CONFIG = 1 << 10,
 	OPT_ALL = 1 << 11,
 	OPT_TP_SPLIT = 1 << 12,
+	OPT_HTML = 1 << 13,
+	OPT_ATOL = 1 << 14,
+	OPT_SIDE = 1 << 15,   /* --a-OPTION, --b-OPTION */
+	OPT_SHA256 = 1 << 16,
+	OPT_RTOL = 1 << 17,
+	OPT_DEQUANT = 1 << 18,
 	OPT_IMPORT = OPT_TAG | OPT_INPUT_FORMAT | OPT_PREFIX | OPT_LAYOUT | OPT_NAMING | OPT_HF_CONFIG |
-		     OPT_TP_SPLIT,
+		     OPT_TP_SPLIT | OPT_DEQUANT,
 };
 
 /* Each command and the options it takes; any other option is refused. */
@@ -55,11 +66,14 @@ static const struct command {
 	const char *name;
 	unsigned opts;
 } commands[] = {
-	{ "ls", OPT_IMPORT | OPT_DTYPE | OPT_JSON | OPT_OPTIM | OPT_ALL },
+	{ "ls", OPT_IMPORT | OPT_DTYPE | OPT_JSON | OPT_OPTIM | OPT_ALL | OPT_SHA256 },
 	{ "cat", OPT_IMPORT | OPT_DTYPE | OPT_OPTIM },
 	{ "layout", OPT_IMPORT },
 	{ "verify", OPT_IMPORT },
 	{ "export", OPT_IMPORT | OPT_DTYPE | OPT_FORMAT | OPT_SHARD_SIZE },
+	{ "diff", OPT_IMPORT | OPT_DTYPE | OPT_JSON | OPT_HTML | OPT_ATOL | OPT_RTOL | OPT_SIDE },
+	{ "stats", OPT_IMPORT | OPT_DTYPE | OPT_JSON | OPT_HTML },
+	{ "check", OPT_IMPORT | OPT_DTYPE | OPT_JSON },
 };
 
 static const struct option_name {
@@ -72,7 +86,9 @@ static const struct option_name {
 	{ OPT_FORMAT, "--format" }, { OPT_SHARD_SIZE, "--shard-size" },
 	{ OPT_OPTIM, "--optim" },   { OPT_NAMING, "--naming" },
 	{ OPT_HF_CONFIG, "--hf-config" }, { OPT_ALL, "--all" },
-	{ OPT_TP_SPLIT, "--tp-split" },
+	{ OPT_TP_SPLIT, "--tp-split" }, { OPT_HTML, "--html" },
+	{ OPT_ATOL, "--atol" }, { OPT_RTOL, "--rtol" }, { OPT_SIDE, "--a-OPTION/--b-OPTION" },
+	{ OPT_SHA256, "--sha256" }, { OPT_DEQUANT, "--dequant" },
 };
 
 /*
@@ -84,7 +100,7 @@ static int check_options(const struct command *cmd, unsigned given)
 	const unsigned extra = given & ~cmd->opts;
 
 	for (size_t i = 0; i < sizeof(option_names) / sizeof(option_names[0]); i++) {
-		char takers[64] = "";
+		char takers[96] = "";
 		size_t used = 0;
 
 		if (!(extra & option_names[i].bit))
@@ -110,11 +126,15 @@ typedef struct inspect_opts {
 	const char *tp_split;
 	const char *layout;
 	gfs_dtype dtype;
+	gfs_dtype dequant;      /* --dequant: the FP8 model dequantized to it, else INVALID */
 	bool json;
 	bool all;               /* ls --all: the entries no view shows too */
 	gfs_format format;
 	uint64_t shard_size;
 	bool optim;             /* --optim: optimizer state instead of model tensors */
+	bool sha256;            /* ls --sha256 */
+	const char *html;       /* diff, stats: --html FILE */
+	double atol, rtol;      /* diff */
 	const char *state;      /* --optim=STATE (cat): which state */
 	gfs_lora_cli lora;
 	bool untied;            /* the LoRA merge untied the head (config.json says so) */
@@ -124,6 +144,7 @@ typedef struct inspect_opts {
 static int usage(FILE *out)
 {
 	return fputs("Usage: gatherfs-inspect COMMAND [OPTIONS] (DIR | --layout FILE) [NAME | OUT]\n"
+	      "       gatherfs-inspect diff [OPTIONS] A B\n"
 	      "\n"
 	      "Look at a sharded checkpoint without mounting it.\n"
 	      "Formats (detected; --input-format forces one):\n"
@@ -135,6 +156,8 @@ static int usage(FILE *out)
 	      "  Per-rank state dicts (verl, FSDP1/FSDP2)\n"
 	      "  Rank-local ZeRO-3 saves (gatherfs_save.py, LOMO)\n"
 	      "  Plain model files, Hugging Face cache\n"
+	      "  FP8 weight-quantized Hugging Face models (DeepSeek-V3, Qwen3-FP8,\n"
+	      "    compressed-tensors)\n"
 	      "  LoRA: PEFT adapters, merged on read\n"
 	      "  A layout JSON (hand-written or saved)\n"
 	      "\n"
@@ -165,6 +188,20 @@ static int usage(FILE *out)
 	      "                     be new or a regular file (a directory with\n"
 	      "                     --shard-size): a device, FIFO or symlink is refused\n"
 	      "                     [--dtype] [--format] [--shard-size]\n"
+	      "  diff A B           compare the tensors of two checkpoints (any formats)\n"
+	      "                     by name: equal, close, differs, only_a, only_b or\n"
+	      "                     mismatch (shape), with ndiff, max_abs, max_rel,\n"
+	      "                     mean_abs, cosine and NaN/Inf counts; exit 0 when the\n"
+	      "                     names match and every tensor is equal or close\n"
+	      "                     [--json] [--html] [--atol] [--rtol] [--dtype]\n"
+	      "                     [--a-OPTION] [--b-OPTION]\n"
+	      "  stats DIR          per tensor min, max, mean, std, absmax, l2 and the\n"
+	      "                     NaN, Inf and zero counts, in fp64\n"
+	      "                     [--json] [--html] [--dtype]\n"
+	      "  check DIR          findings: nan, inf, zero (a matrix of zeros),\n"
+	      "                     identical (two matrices with the same bytes), config\n"
+	      "                     (tensors against config.json); exit 1 on a finding\n"
+	      "                     [--json] [--dtype]\n"
 	      "ls and verify say on stderr what they read (format, tag).  An option a\n"
 	      "command does not take is refused.\n"
 	      "\n"
@@ -188,8 +225,10 @@ static int usage(FILE *out)
 	      "  --prefix P         (dcp, plain) keep the keys starting with P, named\n"
 	      "                     without it\n"
 	      "  --naming N         (megatron) hf: Hugging Face names (Llama, Qwen2,\n"
-	      "                     Mixtral), megatron: Megatron's own, auto (default):\n"
-	      "                     hf when the architecture is known\n"
+	      "                     Mixtral), megatron: Megatron's own, megatron-local,\n"
+	      "                     megatron-te: Megatron's with the norms in one\n"
+	      "                     spelling, auto (default): hf when the\n"
+	      "                     architecture is known\n"
 	      "  --hf-config DIR    (megatron) the model's config.json in DIR gives the\n"
 	      "                     architecture and vocabulary and is served as is\n"
 	      "  --tp-split FILE    (deepspeed, tensor parallel) the JSON FILE maps\n"
@@ -201,7 +240,20 @@ static int usage(FILE *out)
 	      "  --dtype DTYPE      (ls, cat, export) present floating-point tensors as\n"
 	      "                     bf16, fp16 or fp32 (round to nearest even; integers\n"
 	      "                     never change)\n"
-	      "  --json             (ls) print a JSON array instead of a table\n"
+	      "  --json             (ls) print a JSON array instead of a table; (diff,\n"
+	      "                     stats, check) JSON Lines, one object per line\n"
+	      "  --sha256           (ls) add the SHA-256 of each tensor's bytes (as cat\n"
+	      "                     writes them; user.gatherfs.sha256 of a mount)\n"
+	      "  --html FILE        (diff, stats) also write a self-contained HTML page\n"
+	      "                     with a per-layer chart and the table\n"
+	      "  --atol X, --rtol X (diff) values are close when |a-b| <= atol +\n"
+	      "                     rtol * max(|a|, |b|) (default 0: only equal)\n"
+	      "  --a-OPTION V       (diff) a reading option (tag, input-format, prefix,\n"
+	      "  --b-OPTION V       naming, hf-config, tp-split, layout, dtype, lora,\n"
+	      "                     merge, base, lora-tied, dequant) for A or B only, e.g.\n"
+	      "                     --a-tag global_step3 --b-naming megatron; the plain\n"
+	      "                     option applies to both sides; a side read with\n"
+	      "                     --a-layout FILE or --b-layout FILE takes no A or B\n"
 	      "  --optim            (ls) list the optimizer state instead: state, param\n"
 	      "                     name, dtype, shape, bytes\n"
 	      "  --optim=STATE      (cat) write NAME's optimizer state STATE (exp_avg,\n"
@@ -213,11 +265,14 @@ static int usage(FILE *out)
 	      "  --merge lora       merge the adapter of a PEFT-wrapped checkpoint\n"
 	      "  --base DIR         (with --merge) the base model of an adapter-only checkpoint\n"
 	      "  --lora-tied peft   a targeted tied embedding changes its head too (PEFT)\n"
+	      "  --dequant DTYPE    an FP8 checkpoint as the model it quantizes, in bf16,\n"
+	      "                     fp16 or fp32 (scales left out; see gatherfs -o dequant=)\n"
 	      "  -h, --help         show this help\n"
 	      "  -V, --version      show the version\n"
 	      "\n"
 	      "Exit status: 0 on success, 1 if the checkpoint is unusable or an output\n"
-	      "cannot be written, 2 on bad usage.\n"
+	      "cannot be written (diff: the models differ; check: findings), 2 on bad\n"
+	      "usage.\n"
 	      "See gatherfs-inspect(1).\n",
 	      out);
 }
@@ -260,8 +315,8 @@ static int finish_stdout(int rc)
 	return 1;
 }
 
-/* load(): import dir (or load --layout), apply --lora / --merge (o->untied). */
-static gfs_err load(inspect_opts *o, const char *dir, gfs_layout **l)
+/* load(): import dir (or load --layout), apply --dequant, --lora / --merge (*untied). */
+static gfs_err load(const inspect_opts *o, const char *dir, gfs_layout **l, bool *untied)
 {
 	const gfs_import_opts io = {
 		.tag = o->tag, .format = o->input_format, .prefix = o->prefix,
@@ -271,7 +326,19 @@ static gfs_err load(inspect_opts *o, const char *dir, gfs_layout **l)
 
 	if (err)
 		return err;
-	err = gfs_lora_apply(&o->lora, l, &o->untied);
+	if (o->dequant != GFS_DT_INVALID) {
+		gfs_layout *d;
+
+		err = gfs_fp8_dequant(*l, o->dequant, &d);
+		if (!err) {
+			gfs_layout_free(*l);
+			*l = d;
+		}
+	}
+	if (!err)
+		err = gfs_lora_apply(&o->lora, l, untied);
+	if (!err)
+		err = gfs_fp8_check_dtype(*l, o->dtype);
 	if (err) {
 		gfs_layout_free(*l);
 		*l = NULL;
@@ -306,13 +373,15 @@ static void say_source(const inspect_opts *o, const char *dir, const gfs_layout 
 }
 
 /*
- * kind_of(): what ls shows of entry t: "merged:OP" for a computed tensor,
+ * kind_of(): what ls shows of entry t: "merged:OP" for a computed tensor
+ * ("dequant" for an FP8 dequantized one),
  * "lora" for a LoRA tensor of an unmerged PEFT model, else "-".
  */
 static const char *kind_of(const gfs_tensor *t, char *buf, size_t n)
 {
 	if (t->comp) {
-		snprintf(buf, n, "merged:%s", gfs_op_name(t->comp->op));
+		snprintf(buf, n, "%s%s", t->comp->op == GFS_OP_DEQUANT ? "" : "merged:",
+			 gfs_op_name(t->comp->op));
 		return buf;
 	}
 	return strstr(t->name, ".lora_") ? "lora" : "-";
@@ -379,25 +448,15 @@ static cJSON *json_entry(cJSON *arr, const gfs_tensor *t, bool state, gfs_dtype 
  */
 static const char *ls_name(const char *name, char *buf)
 {
-	static const char hex[] = "0123456789ABCDEF";
-	char *p = buf;
+	const size_t n = strlen(name);
 	bool ctl = false;
 
-	for (const unsigned char *c = (const unsigned char *)name; *c && !ctl; c++)
-		ctl = *c < 0x20 || *c == 0x7f;
+	for (size_t i = 0; i < n && !ctl; i++)
+		ctl = gfs_escape_has(GFS_ESC_CONTROL, (unsigned char)name[i]);
 	if (!ctl)
 		return name;
-	for (const unsigned char *c = (const unsigned char *)name; *c; c++) {
-		assert((size_t)(p - buf) + 4 <= LS_NAME_BUF);
-		if (*c < 0x20 || *c == 0x7f) {
-			*p++ = '%';
-			*p++ = hex[*c >> 4];
-			*p++ = hex[*c & 15];
-		} else {
-			*p++ = (char)*c;
-		}
-	}
-	*p = '\0';
+	assert(3 * n + 1 <= LS_NAME_BUF);
+	(void)gfs_escape(name, n, GFS_ESC_CONTROL, buf);
 	return buf;
 }
 
@@ -462,13 +521,61 @@ static int name_width(const inspect_opts *o, const gfs_layout *l)
 	return (int)w;
 }
 
+typedef struct hash_ctx {
+	gfs_rside x;
+	char (*hex)[65];
+} hash_ctx;
+
+static gfs_err hash_one(void *ctx, size_t i, uint64_t *bytes)
+{
+	hash_ctx *h = ctx;
+	uint8_t d[32];
+	const gfs_err err = gfs_reduce_sha256(&h->x, i, d);
+
+	*bytes = gfs_tensor_out_nbytes(h->x.l, i, h->x.want);
+	if (!err)
+		gfs_sha256_hex(d, h->hex[i]);
+	return err;
+}
+
+/*
+ * ls_hashes(): ls --sha256: the hex SHA-256 of every model tensor's bytes
+ * as cat (and the tensors/ file of a mount with the same dtype) serves
+ * them.  @return the array (free() it), or NULL after one line on stderr.
+ */
+static char (*ls_hashes(const inspect_opts *o, const gfs_layout *l))[65]
+{
+	const gfs_report_opts ro = { .progress = isatty(STDERR_FILENO) };
+	hash_ctx h = { .x = { .l = l, .want = o->dtype, .what = o->layout ? o->layout : "" },
+		       .hex = calloc(l->ntensors ? l->ntensors : 1, 65) };
+	gfs_srcset *s = NULL;
+	gfs_err err = h.hex ? gfs_srcset_open(l, &s) : gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	uint64_t total = 0;
+
+	for (size_t i = 0; i < l->ntensors; i++)
+		total += gfs_tensor_out_nbytes(l, i, o->dtype);
+	h.x.s = s;
+	if (!err)
+		err = gfs_report_run(&ro, l->ntensors, total, hash_one, &h);
+	gfs_srcset_close(s);
+	if (err) {
+		fail();
+		free(h.hex);
+		return NULL;
+	}
+	return h.hex;
+}
+
 static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 {
 	const bool kinds = !o->optim && has_kinds(l); /* O(tensors): once */
 	int w;
+	char (*hex)[65] = NULL;
 
 	if (o->optim)
 		return cmd_ls_optim(o, l);
+	if (o->sha256 && !(hex = ls_hashes(o, l)))
+		return 1;
 	if (o->json) {
 		cJSON *arr = cJSON_CreateArray();
 		char *text;
@@ -485,7 +592,8 @@ static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 
 				ok = cJSON_AddStringToObject(e, "kind", kind_of(t, kb, sizeof(kb))) != NULL;
 			}
-			ok = ok && gfs_json_add_u64(e, "nbytes", t->numel * gfs_dtype_size(dt)) &&
+			ok = ok && (!hex || cJSON_AddStringToObject(e, "sha256", hex[i])) &&
+			     gfs_json_add_u64(e, "nbytes", t->numel * gfs_dtype_size(dt)) &&
 			     (t->alias_of >= 0
 				      ? cJSON_AddStringToObject(e, "alias_of",
 								l->tensors[t->alias_of].name) != NULL
@@ -507,6 +615,7 @@ static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 		}
 		text = ok ? cJSON_Print(arr) : NULL;
 		cJSON_Delete(arr);
+		free(hex);
 		if (!text) {
 			fputs("gatherfs-inspect: out of memory\n", stderr);
 			return 1;
@@ -516,8 +625,8 @@ static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 		return 0;
 	}
 	w = name_width(o, l);
-	out_ok(printf("%-*s %-9s %-20s %14s  %s%s\n", w, "NAME", "DTYPE", "SHAPE", "BYTES",
-		      "ALIAS_OF", kinds ? "  KIND" : ""));
+	out_ok(printf("%-*s %-9s %-20s %14s  %s%s%s\n", w, "NAME", "DTYPE", "SHAPE", "BYTES",
+		      "ALIAS_OF", kinds ? "  KIND" : "", hex ? "  SHA256" : ""));
 	for (size_t i = 0; i < l->ntensors && !out_errno; i++) {
 		const gfs_tensor *t = &l->tensors[i];
 		const gfs_dtype dt = gfs_dtype_out(t->dtype, o->dtype);
@@ -525,11 +634,13 @@ static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 		char shape[512], kb[32];
 
 		format_shape(t, shape, sizeof(shape));
-		out_ok(printf("%-*s %-9s %-20s %14" PRIu64 "  %s%s%s\n", w, ls_name(t->name, nb),
+		out_ok(printf("%-*s %-9s %-20s %14" PRIu64 "  %s%s%s%s%s\n", w, ls_name(t->name, nb),
 			      gfs_dtype_name(dt), shape, t->numel * gfs_dtype_size(dt),
 			      t->alias_of >= 0 ? ls_name(l->tensors[t->alias_of].name, ab) : "-",
-			      kinds ? "  " : "", kinds ? kind_of(t, kb, sizeof(kb)) : ""));
+			      kinds ? "  " : "", kinds ? kind_of(t, kb, sizeof(kb)) : "",
+			      hex ? "  " : "", hex ? hex[i] : ""));
 	}
+	free(hex);
 	/* non-tensor entries (DCP bytes): listed, never served as tensors */
 	for (size_t i = 0; i < l->nobjects && !out_errno; i++)
 		out_ok(printf("%-*s %-9s %-20s %14" PRIu64 "  %s\n", w, l->objects[i].name, "object",
@@ -562,12 +673,31 @@ static gfs_err write_all(int fd, const uint8_t *p, size_t n)
 	return GFS_OK;
 }
 
+/*
+ * served_config(): gfs_config_served() of name, and config.json of a
+ * --dequant model as the mount's -o dequant= serves it (gfs_fp8_config()).
+ */
+static gfs_err served_config(const inspect_opts *o, const gfs_layout *l, const char *name,
+			     char **text, size_t *len)
+{
+	gfs_err err = gfs_config_served(l, name, o->dtype, o->untied, text, len, NULL);
+	char *t;
+
+	if (err || o->dequant == GFS_DT_INVALID || strcmp(name, "config.json") != 0)
+		return err;
+	err = gfs_fp8_config(l, *text, o->dequant, &t);
+	free(*text);
+	*text = err ? NULL : t;
+	*len = *text ? strlen(*text) : 0;
+	return err;
+}
+
 /* cat_config(): cat of config.json or generation_config.json, as the mount serves it. */
 static int cat_config(const inspect_opts *o, const gfs_layout *l, const char *name)
 {
 	char *text;
 	size_t len;
-	gfs_err err = gfs_config_served(l, name, o->dtype, o->untied, &text, &len, NULL);
+	gfs_err err = served_config(o, l, name, &text, &len);
 
 	if (err)
 		return fail();
@@ -705,8 +835,7 @@ static int cmd_export(const inspect_opts *o, const gfs_layout *l, const char *ou
 	}
 	/* a sharded export is a model directory: the config files go with it */
 	for (size_t k = 0; o->shard_size && !err && k < GFS_CONFIG_NNAMES; k++) {
-		err = gfs_config_served(l, gfs_config_names[k], o->dtype, o->untied, &texts[k],
-					&extra[eo.nextra].len, NULL);
+		err = served_config(o, l, gfs_config_names[k], &texts[k], &extra[eo.nextra].len);
 		if (!err && texts[k]) {
 			extra[eo.nextra].name = gfs_config_names[k];
 			extra[eo.nextra++].text = texts[k];
@@ -811,39 +940,34 @@ static gfs_err check_blobs(const gfs_layout *l, blob_check *b)
  */
 static bool report_unsummed(const gfs_layout *l, const bool *hashed)
 {
-	bool *un = gfs_calloc(l->nsources ? l->nsources : 1, sizeof(*un));
-	size_t nt = 0;
-	uint64_t bytes;
+	gfs_unsummed u;
+	const gfs_source *src;
 
-	if (!un) {
+	if (!gfs_unsummed_init(&u, l)) {
 		fputs("gatherfs-inspect: out of memory\n", stderr);
 		return false;
 	}
-	bytes = gfs_integrity_unsummed(l, un, &nt);
-	if (bytes && hashed) {
+	if (hashed) {
 		bool left = false;
 
 		for (size_t i = 0; i < l->nsources; i++)
-			left |= un[i] &= !hashed[i];
+			left |= u.src[i] &= !hashed[i];
 		if (!left)
-			bytes = 0;
+			u.bytes = 0;
 	}
-	for (size_t i = 0; bytes && i < l->nsources; i++) {
-		if (!un[i])
-			continue;
+	while ((src = gfs_unsummed_next(&u)) != NULL) {
 		out_ok(printf("UNVERIFIED: %s: no stored checksum covers its tensor bytes\n",
-			      l->sources[i].abspath));
+			      src->abspath));
 		if (strcmp(l->format, "zero3") == 0) /* its manifest has no CRC-32s */
-			out_ok(printf("%s: no checksums (saved by an older save_zero3)\n",
-				      l->sources[i].path));
+			out_ok(printf("%s: no checksums (saved by an older save_zero3)\n", src->path));
 	}
-	if (bytes)
+	if (u.bytes)
 		out_ok(printf("note: %" PRIu64 " bytes of %zu tensors lie in no checksummed record "
 			      "(safetensors, raw or layout JSON sources): not verified, but for the "
 			      "content checksum of a zstd frame that has one\n",
-			      bytes, nt));
-	free(un);
-	return bytes != 0;
+			      u.bytes, u.ntensors));
+	gfs_unsummed_free(&u);
+	return u.bytes != 0;
 }
 
 /*
@@ -921,6 +1045,8 @@ static int cmd_verify(const gfs_layout *l)
 	if (!err)
 		err = gfs_srcset_open(l, &s);
 	if (!err) {
+		/* every record and replica is checked here, each reported: reads need not */
+		gfs_srcset_set_verify(s, false, NULL);
 		err = gfs_integrity_check(l, s, NULL, 0, 0, &nbad, &st);
 		dt_crc = now_s() - t0;
 	}
@@ -932,6 +1058,17 @@ static int cmd_verify(const gfs_layout *l)
 		fprintf(stderr, "gatherfs-inspect: %zu of %zu checksummed records are corrupt\n", nbad,
 			l->nrecords);
 		return 1;
+	}
+	if (!err && l->decls.what) {
+		err = gfs_srcset_decls_require(s);
+		if (err && gfs_srcset_decls_wrong(s)) {
+			out_ok(printf("DECLARATION WRONG: %s\n", gfs_errmsg()));
+			free(buf);
+			gfs_srcset_close(s);
+			fprintf(stderr, "gatherfs-inspect: the entries %s governs are not served\n",
+				l->decls.what);
+			return 1;
+		}
 	}
 	for (size_t i = 0; !err && i < gfs_layout_nentries(l); i++) {
 		const gfs_tensor *t = &l->tensors[i];
@@ -985,6 +1122,9 @@ static int cmd_verify(const gfs_layout *l)
 	if (l->nreplicas)
 		out_ok(printf("OK: %zu replicas equal the copy served (%" PRIu64 " bytes compared)\n",
 			      l->nreplicas, rbytes));
+	if (l->decls.what)
+		out_ok(printf("OK: %s holds: %zu split tensors' slices are not byte-identical copies (or are constant), the replicated ones' copies are equal\n",
+			      l->decls.what, l->decls.nsplits));
 	if (bc.nok)
 		out_ok(printf("OK: %zu Hugging Face cache blobs match the hash they are named by\n",
 			      bc.nok));
@@ -995,9 +1135,204 @@ static int cmd_verify(const gfs_layout *l)
 	return unsummed ? 3 : 0;
 }
 
+/*
+ * The options that say how to read a checkpoint: every command takes them;
+ * diff also takes each as --a-OPTION and --b-OPTION for one side only.
+ */
+static const struct read_opt {
+	const char *name;
+	int code;
+} read_opts[] = {
+	{ "tag", 't' },    { "input-format", 'i' }, { "prefix", 'p' },  { "layout", 'l' },
+	{ "naming", 'N' }, { "hf-config", 'H' },    { "tp-split", 'S' }, { "dtype", 'd' },
+	{ "lora", 'L' },   { "merge", 'M' },        { "base", 'B' },     { "lora-tied", 'T' },
+	{ "dequant", 'Q' },
+};
+#define N_READ_OPTS (sizeof(read_opts) / sizeof(read_opts[0]))
+/* getopt codes of --a-OPTION (side 0) and --b-OPTION (side 1): SIDE_CODE | side << 8 | code */
+#define SIDE_CODE 0x10000
+
+/*
+ * set_read_opt(): apply the reading option of getopt code c with argument
+ * arg to o.  @return 0, 2 (usage error, after one line on stderr), or -1
+ * when c is no reading option.
+ */
+static int set_read_opt(inspect_opts *o, int c, const char *arg)
+{
+	switch (c) {
+	case 't':
+		o->given |= OPT_TAG;
+		o->tag = arg;
+		break;
+	case 'i':
+		o->given |= OPT_INPUT_FORMAT;
+		o->input_format = arg;
+		break;
+	case 'p':
+		o->given |= OPT_PREFIX;
+		o->prefix = arg;
+		break;
+	case 'l':
+		o->given |= OPT_LAYOUT;
+		o->layout = arg;
+		break;
+	case 'N':
+		o->given |= OPT_NAMING;
+		o->naming = arg;
+		break;
+	case 'H':
+		o->given |= OPT_HF_CONFIG;
+		o->hf_config = arg;
+		break;
+	case 'S':
+		o->given |= OPT_TP_SPLIT;
+		o->tp_split = arg;
+		break;
+	case 'd':
+		o->given |= OPT_DTYPE;
+		o->dtype = gfs_dtype_parse(arg);
+		if (!gfs_dtype_is_float(o->dtype) || o->dtype == GFS_DT_F64) {
+			fprintf(stderr, "gatherfs-inspect: --dtype must be bf16, fp16 or fp32, not '%s'\n",
+				arg);
+			return 2;
+		}
+		break;
+	case 'L':
+		o->lora.lora = arg;
+		break;
+	case 'M':
+		o->lora.merge = arg;
+		break;
+	case 'B':
+		o->lora.base = arg;
+		break;
+	case 'T':
+		o->lora.tied = arg;
+		break;
+	case 'Q':
+		o->given |= OPT_DEQUANT;
+		o->dequant = gfs_dtype_parse(arg);
+		if (!gfs_dtype_is_float(o->dequant) || o->dequant == GFS_DT_F64) {
+			fprintf(stderr, "gatherfs-inspect: --dequant must be bf16, fp16 or fp32, not '%s'\n",
+				arg);
+			return 2;
+		}
+		break;
+	default:
+		return -1;
+	}
+	return 0;
+}
+
+/* side_opts(): o's reading options overridden by those given for one side (s). */
+static inspect_opts side_opts(const inspect_opts *o, const inspect_opts *s)
+{
+	inspect_opts r = *o;
+
+	r.given |= s->given;
+	r.tag = s->tag ? s->tag : o->tag;
+	r.input_format = s->input_format ? s->input_format : o->input_format;
+	r.prefix = s->prefix ? s->prefix : o->prefix;
+	r.naming = s->naming ? s->naming : o->naming;
+	r.hf_config = s->hf_config ? s->hf_config : o->hf_config;
+	r.tp_split = s->tp_split ? s->tp_split : o->tp_split;
+	r.layout = s->layout ? s->layout : o->layout;
+	r.dtype = s->dtype != GFS_DT_INVALID ? s->dtype : o->dtype;
+	r.dequant = s->dequant != GFS_DT_INVALID ? s->dequant : o->dequant;
+	r.lora.lora = s->lora.lora ? s->lora.lora : o->lora.lora;
+	r.lora.merge = s->lora.merge ? s->lora.merge : o->lora.merge;
+	r.lora.base = s->lora.base ? s->lora.base : o->lora.base;
+	r.lora.tied = s->lora.tied ? s->lora.tied : o->lora.tied;
+	return r;
+}
+
+/* layout_conflict(): 2 after one line if o has --layout and an import option, else 0. */
+static int layout_conflict(const inspect_opts *o)
+{
+	if (o->layout && (o->tag || o->prefix || o->naming || o->hf_config || o->tp_split ||
+			  (o->input_format && strcmp(o->input_format, "layout") != 0 &&
+			   strcmp(o->input_format, "auto") != 0))) {
+		fprintf(stderr, "gatherfs-inspect: %s applies to a checkpoint directory, not to --layout FILE\n",
+			o->tag ? "--tag" : o->prefix ? "--prefix" : o->naming ? "--naming"
+			: o->hf_config ? "--hf-config" : o->tp_split ? "--tp-split" : "--input-format");
+		return 2;
+	}
+	return 0;
+}
+
+static gfs_report_opts report_opts(const inspect_opts *o)
+{
+	return (gfs_report_opts){ .json = o->json, .html = o->html, .atol = o->atol,
+				  .rtol = o->rtol, .progress = isatty(STDERR_FILENO) };
+}
+
+/*
+ * cmd_diff(): diff A B, A read with o's options overridden by side[0]'s
+ * (--a-OPTION), B with side[1]'s.  pos: the npos positional arguments.
+ * @return the exit status, or -1 on bad usage (after one line).
+ */
+static int cmd_diff(const inspect_opts *o, const inspect_opts side[2], char **pos, int npos)
+{
+	const inspect_opts so[2] = { side_opts(o, &side[0]), side_opts(o, &side[1]) };
+	const int need = !so[0].layout + !so[1].layout;
+	const char *dirs[2] = { NULL, NULL };
+	gfs_layout *l[2] = { NULL, NULL };
+	gfs_srcset *s[2] = { NULL, NULL };
+	gfs_rside x[2];
+	gfs_report_opts ro;
+	int rc = 1, p = 0;
+
+	if (npos != need) {
+		fprintf(stderr, "gatherfs-inspect: usage: diff [OPTIONS] A B (a side read with "
+				"--a-layout/--b-layout FILE takes no positional argument)\n");
+		return -1;
+	}
+	for (int k = 0; k < 2; k++) {
+		if (layout_conflict(&so[k]))
+			return -1;
+		dirs[k] = so[k].layout ? NULL : pos[p++];
+	}
+	for (int k = 0; k < 2; k++) {
+		bool untied;
+
+		if (load(&so[k], dirs[k], &l[k], &untied) || gfs_srcset_open(l[k], &s[k])) {
+			fprintf(stderr, "gatherfs-inspect: %c: %s\n", 'A' + k, gfs_errmsg());
+			goto out;
+		}
+		say_source(&so[k], dirs[k], l[k], false);
+		x[k] = (gfs_rside){ .l = l[k], .s = s[k], .want = so[k].dtype,
+				    .what = so[k].layout ? so[k].layout : dirs[k] };
+	}
+	ro = report_opts(o);
+	rc = gfs_cli_diff(&x[0], &x[1], &ro);
+out:
+	for (int k = 0; k < 2; k++) {
+		gfs_srcset_close(s[k]);
+		gfs_layout_free(l[k]);
+	}
+	return rc;
+}
+
+/* cmd_analyze(): stats or check (cmd) of l, read from dir. */
+static int cmd_analyze(const inspect_opts *o, const gfs_layout *l, const char *dir, const char *cmd)
+{
+	const gfs_report_opts ro = report_opts(o);
+	gfs_rside x = { .l = l, .want = o->dtype, .what = o->layout ? o->layout : dir };
+	gfs_srcset *s = NULL;
+	int rc;
+
+	if (gfs_srcset_open(l, &s))
+		return fail();
+	x.s = s;
+	rc = strcmp(cmd, "stats") == 0 ? gfs_cli_stats(&x, &ro)
+				       : gfs_cli_check(&x, o->hf_config ? o->hf_config : dir, &ro);
+	gfs_srcset_close(s);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
-	static const struct option longopts[] = {
+	static const struct option base_opts[] = {
 		{ "tag", required_argument, NULL, 't' },
 		{ "input-format", required_argument, NULL, 'i' },
 		{ "prefix", required_argument, NULL, 'p' },
@@ -1015,54 +1350,68 @@ int main(int argc, char **argv)
 		{ "merge", required_argument, NULL, 'M' },
 		{ "base", required_argument, NULL, 'B' },
 		{ "lora-tied", required_argument, NULL, 'T' },
+		{ "dequant", required_argument, NULL, 'Q' },
+		{ "html", required_argument, NULL, 'W' },
+		{ "atol", required_argument, NULL, 'A' },
+		{ "rtol", required_argument, NULL, 'R' },
+		{ "sha256", no_argument, NULL, 'D' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
-		{ NULL, 0, NULL, 0 },
 	};
-	inspect_opts o = { .dtype = GFS_DT_INVALID };
+	enum { NBASE = sizeof(base_opts) / sizeof(base_opts[0]) };
+	static char side_names[2 * N_READ_OPTS][32];
+	struct option longopts[NBASE + 2 * N_READ_OPTS + 1];
+	inspect_opts o = { .dtype = GFS_DT_INVALID, .dequant = GFS_DT_INVALID };
+	inspect_opts side[2] = { { .dtype = GFS_DT_INVALID, .dequant = GFS_DT_INVALID },
+				 { .dtype = GFS_DT_INVALID, .dequant = GFS_DT_INVALID } };
 	const struct command *command = NULL;
 	const char *cmd, *dir = NULL, *name = NULL;
 	gfs_layout *l = NULL;
 	int c, rc, npos;
 
+	memcpy(longopts, base_opts, sizeof(base_opts));
+	for (size_t k = 0; k < 2 * N_READ_OPTS; k++) {
+		const struct read_opt *r = &read_opts[k % N_READ_OPTS];
+
+		snprintf(side_names[k], sizeof(side_names[k]), "%c-%s", k < N_READ_OPTS ? 'a' : 'b',
+			 r->name);
+		longopts[NBASE + k] = (struct option){ side_names[k], required_argument, NULL,
+						       SIDE_CODE | (k >= N_READ_OPTS) << 8 | r->code };
+	}
+	longopts[NBASE + 2 * N_READ_OPTS] = (struct option){ NULL, 0, NULL, 0 };
 	while ((c = getopt_long(argc, argv, "hV", longopts, NULL)) != -1) {
+		rc = set_read_opt(c & SIDE_CODE ? &side[(c >> 8) & 1] : &o, c & ~(SIDE_CODE | 0x100),
+				  optarg);
+		if (rc > 0)
+			return rc;
+		if (rc == 0) {
+			o.given |= c & SIDE_CODE ? OPT_SIDE : 0;
+			continue;
+		}
 		switch (c) {
-		case 't':
-			o.given |= OPT_TAG;
-			o.tag = optarg;
+		case 'W':
+			o.given |= OPT_HTML;
+			o.html = optarg;
 			break;
-		case 'i':
-			o.given |= OPT_INPUT_FORMAT;
-			o.input_format = optarg;
-			break;
-		case 'p':
-			o.given |= OPT_PREFIX;
-			o.prefix = optarg;
-			break;
-		case 'l':
-			o.given |= OPT_LAYOUT;
-			o.layout = optarg;
-			break;
-		case 'N':
-			o.given |= OPT_NAMING;
-			o.naming = optarg;
-			break;
-		case 'H':
-			o.given |= OPT_HF_CONFIG;
-			o.hf_config = optarg;
-			break;
-		case 'S':
-			o.given |= OPT_TP_SPLIT;
-			o.tp_split = optarg;
-			break;
-		case 'd':
-			o.given |= OPT_DTYPE;
-			o.dtype = gfs_dtype_parse(optarg);
-			if (!gfs_dtype_is_float(o.dtype) || o.dtype == GFS_DT_F64) {
-				fprintf(stderr, "gatherfs-inspect: --dtype must be bf16, fp16 or fp32, not '%s'\n",
-					optarg);
+		case 'A':
+		case 'R': {
+			char *end;
+			double v;
+
+			errno = 0;
+			v = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(v >= 0) || v == INFINITY) {
+				fprintf(stderr, "gatherfs-inspect: --%s must be a number >= 0, not '%s'\n",
+					c == 'A' ? "atol" : "rtol", optarg);
 				return 2;
 			}
+			o.given |= c == 'A' ? OPT_ATOL : OPT_RTOL;
+			*(c == 'A' ? &o.atol : &o.rtol) = v;
+			break;
+		}
+		case 'D':
+			o.given |= OPT_SHA256;
+			o.sha256 = true;
 			break;
 		case 'j':
 			o.given |= OPT_JSON;
@@ -1093,18 +1442,6 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
-		case 'L':
-			o.lora.lora = optarg;
-			break;
-		case 'M':
-			o.lora.merge = optarg;
-			break;
-		case 'B':
-			o.lora.base = optarg;
-			break;
-		case 'T':
-			o.lora.tied = optarg;
-			break;
 		case 'h':
 			errno = 0;
 			out_ok(usage(stdout));
@@ -1133,14 +1470,13 @@ int main(int argc, char **argv)
 	rc = check_options(command, o.given);
 	if (rc)
 		return rc;
-	if (o.layout && (o.tag || o.prefix || o.naming || o.hf_config || o.tp_split ||
-			 (o.input_format && strcmp(o.input_format, "layout") != 0 &&
-			  strcmp(o.input_format, "auto") != 0))) {
-		fprintf(stderr, "gatherfs-inspect: %s applies to a checkpoint directory, not to --layout FILE\n",
-			o.tag ? "--tag" : o.prefix ? "--prefix" : o.naming ? "--naming"
-			: o.hf_config ? "--hf-config" : o.tp_split ? "--tp-split" : "--input-format");
-		return 2;
+	if (strcmp(cmd, "diff") == 0) {
+		rc = cmd_diff(&o, side, argv + optind, npos);
+		return rc < 0 ? 2 : finish_stdout(rc);
 	}
+	rc = layout_conflict(&o);
+	if (rc)
+		return rc;
 	if (strcmp(cmd, "cat") == 0 || strcmp(cmd, "export") == 0) {
 		if (npos != (o.layout ? 1 : 2)) {
 			fprintf(stderr, "gatherfs-inspect: usage: %s (DIR | --layout FILE) %s\n", cmd,
@@ -1156,7 +1492,7 @@ int main(int argc, char **argv)
 		}
 		dir = o.layout ? NULL : argv[optind];
 	}
-	if (load(&o, dir, &l))
+	if (load(&o, dir, &l, &o.untied))
 		return fail();
 	say_source(&o, dir, l, strcmp(cmd, "ls") == 0 || strcmp(cmd, "verify") == 0);
 	if (strcmp(cmd, "ls") == 0)
@@ -1167,6 +1503,8 @@ int main(int argc, char **argv)
 		rc = cmd_layout(l);
 	else if (strcmp(cmd, "export") == 0)
 		rc = cmd_export(&o, l, name);
+	else if (strcmp(cmd, "stats") == 0 || strcmp(cmd, "check") == 0)
+		rc = cmd_analyze(&o, l, dir, cmd);
 	else
 		rc = cmd_verify(l);
 	gfs_layout_free(l);

@@ -21,6 +21,7 @@
 #include "gatherfs/importers/hfcache.h"
 #include "gatherfs/importers/import_plain.h"
 #include "gatherfs/fs/perm.h"
+#include "gatherfs/fs/tensorhash.h"
 #include "gatherfs/views/shards.h"
 #include "gatherfs/views/view_safetensors.h"
 #include "gatherfs/views/view_torchzip.h"
@@ -41,6 +42,7 @@
 #define XATTR_DTYPE "user.gatherfs.dtype"
 #define XATTR_SHAPE "user.gatherfs.shape"
 #define XATTR_NAME "user.gatherfs.name"
+#define XATTR_SHA256 "user.gatherfs.sha256"
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 enum {
@@ -207,6 +209,7 @@ struct gfs_fs {
 	fs_json *json;     /* layout.json (its node has no vfile), or NULL */
 	gfs_vgen index_gen; /* the tensors' lines of tensors/INDEX */
 	uint64_t *index_off; /* [ntensors + 1]: where tensor i's line starts in them */
+	gfs_thash *thash;  /* user.gatherfs.sha256 of the tensor files */
 };
 
 static bool is_extra_top(const gfs_fs *fs, const char *name);
@@ -219,11 +222,10 @@ static gfs_err add_note(gfs_fs *fs, const char *fmt, ...)
 /* escape_full(): the escaped key, whatever its length. */
 static gfs_err escape_full(const char *name, char **out)
 {
-	static const char hex[] = "0123456789ABCDEF";
 	static const char *const reserved[][2] = {
 		{ ".", "%2E" }, { "..", "%2E%2E" }, { INDEX_NAME, "%49NDEX" },
 	};
-	char *s, *p;
+	char *s;
 
 	for (size_t i = 0; i < ARRAY_LEN(reserved); i++) {
 		if (strcmp(name, reserved[i][0]) == 0) {
@@ -234,17 +236,7 @@ static gfs_err escape_full(const char *name, char **out)
 	s = malloc(3 * strlen(name) + 1);
 	if (!s)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	p = s;
-	for (const unsigned char *c = (const unsigned char *)name; *c; c++) {
-		if (*c == '%' || *c == '/' || *c < 0x20 || *c == 0x7f) {
-			*p++ = '%';
-			*p++ = hex[*c >> 4];
-			*p++ = hex[*c & 15];
-		} else {
-			*p++ = (char)*c;
-		}
-	}
-	*p = '\0';
+	(void)gfs_escape(name, strlen(name), GFS_ESC_CONTROL | GFS_ESC_PATH, s);
 	*out = s;
 	return GFS_OK;
 }
@@ -1685,6 +1677,7 @@ void gfs_fs_free(gfs_fs *fs)
 	if (!fs)
 		return;
 	access_end(fs);
+	gfs_thash_free(fs->thash);
 	for (size_t i = 0; i < fs->npass; i++) {
 		close(fs->pass[i].fd);
 		free(fs->pass[i].name);
@@ -1886,6 +1879,8 @@ gfs_err gfs_fs_new(const gfs_layout *l, const gfs_srcset *src, const gfs_fs_opts
 	fs->adapter_cfg_fd = -1;
 	fs->opts = *o;
 	err = build(fs);
+	if (!err)
+		err = gfs_thash_new(fs->nnodes, &fs->thash);
 	if (err) {
 		gfs_fs_free(fs);
 		return err;
@@ -2191,13 +2186,19 @@ gfs_err gfs_fs_getxattr(const gfs_fs *fs, const gfs_node *n, const char *name,
 
 		return reply_attr(v, strlen(v), buf, size, len);
 	}
+	if (strcmp(name, XATTR_SHA256) == 0) {
+		char hex[65];
+		const gfs_err err = gfs_thash_get(fs->thash, fs, n, hex);
+
+		return err ? err : reply_attr(hex, 64, buf, size, len);
+	}
 	return gfs_fail(GFS_ERR_NOTFOUND, "%s: no attribute %s", n->name, name);
 }
 
 gfs_err gfs_fs_listxattr(const gfs_fs *fs, const gfs_node *n, char *buf,
 			 size_t size, size_t *len)
 {
-	static const char names[] = XATTR_DTYPE "\0" XATTR_SHAPE "\0" XATTR_NAME;
+	static const char names[] = XATTR_DTYPE "\0" XATTR_SHAPE "\0" XATTR_NAME "\0" XATTR_SHA256;
 
 	(void)fs;
 	if (!has_xattrs(n)) {

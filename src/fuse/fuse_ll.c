@@ -715,8 +715,10 @@ static void do_xattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t si
 		fuse_reply_err(req, EOPNOTSUPP);
 	else if (err == GFS_ERR_LIMIT)
 		fuse_reply_err(req, ERANGE);
-	else if (err)
+	else if (err == GFS_ERR_NOMEM)
 		fuse_reply_err(req, ENOMEM);
+	else if (err) /* user.gatherfs.sha256: its file could not be read */
+		fuse_reply_err(req, EIO);
 	else if (size == 0)
 		fuse_reply_xattr(req, len);
 	else

@@ -33,7 +33,9 @@
 #include "gatherfs/fs/config.h"
 #include "gatherfs/importers/import.h"
 #include "gatherfs/importers/import_plain.h"
+#include "gatherfs/server/declcheck.h"
 #include "gatherfs/server/integrity.h"
+#include "gatherfs/importers/fp8.h"
 #include "gatherfs/importers/lora.h"
 #include "gatherfs/server/crccache.h"
 #include "gatherfs/views/shards.h"
@@ -63,6 +65,7 @@ typedef struct gfs_cli {
 	unsigned readahead_kb;
 	bool max_threads_given;
 	char *lora, *merge, *base, *lora_tied;
+	char *dequant;
 } gfs_cli;
 
 enum { KEY_MAX_THREADS, KEY_MAX_IDLE_THREADS, KEY_MAX_READ, KEY_READAHEAD_KB };
@@ -103,6 +106,7 @@ static const struct fuse_opt cli_opts[] = {
 	{ "merge=%s", offsetof(gfs_cli, merge), 0 },
 	{ "base=%s", offsetof(gfs_cli, base), 0 },
 	{ "lora_tied=%s", offsetof(gfs_cli, lora_tied), 0 },
+	{ "dequant=%s", offsetof(gfs_cli, dequant), 0 },
 	FUSE_OPT_KEY("max_threads=", KEY_MAX_THREADS),
 	FUSE_OPT_KEY("max_idle_threads=", KEY_MAX_IDLE_THREADS),
 	FUSE_OPT_KEY("max_read=", KEY_MAX_READ),
@@ -204,6 +208,8 @@ static void usage(const char *prog)
 	       "  Per-rank state dicts (verl, FSDP1/FSDP2)\n"
 	       "  Rank-local ZeRO-3 saves (gatherfs_save.py, LOMO)\n"
 	       "  Plain model files, Hugging Face cache\n"
+	       "  FP8 weight-quantized Hugging Face models (DeepSeek-V3, Qwen3-FP8,\n"
+	       "    compressed-tensors)\n"
 	       "  LoRA: PEFT adapters, merged on read\n"
 	       "  A layout JSON (hand-written or saved)\n"
 	       "See gatherfs(1).\n\n"
@@ -227,8 +233,10 @@ static void usage(const char *prog)
 	       "                             without P\n"
 	       "                             (e.g. prefix=model. for accelerate checkpoints)\n"
 	       "    -o naming=N              Megatron: hf (Hugging Face names: Llama, Qwen2,\n"
-	       "                             Mixtral), megatron (Megatron's own) or auto\n"
-	       "                             (default: hf when the architecture is known)\n"
+	       "                             Mixtral), megatron (Megatron's own),\n"
+	       "                             megatron-local or megatron-te (Megatron's, the\n"
+	       "                             norms in one spelling) or auto (default: hf\n"
+	       "                             when the architecture is known)\n"
 	       "    -o hf_config=DIR         Megatron: the model's config.json in DIR gives\n"
 	       "                             the architecture and vocabulary; served as is\n"
 	       "    -o tp_split=FILE         DeepSpeed tensor parallelism: the JSON FILE maps\n"
@@ -251,6 +259,10 @@ static void usage(const char *prog)
 	       "    -o lora_tied=peft        a targeted tied embedding changes its tied head too,\n"
 	       "                             as PEFT's merge does (default: untied, the head\n"
 	       "                             keeps the unmerged embedding)\n"
+	       "    -o dequant=bf16|fp16|fp32 an FP8 checkpoint (quantization_config: fp8\n"
+	       "                             blocks, compressed-tensors float-quantized) as the\n"
+	       "                             model it quantizes: each weight float32(q) times\n"
+	       "                             its block's scale, rounded once; scales left out\n"
 	       "    -o max_threads=N         worker threads, 1 to 1024 (default: 2 per CPU,\n"
 	       "                             10 to 64)\n"
 	       "    -o nosplice              copy read data through the daemon instead of\n"
@@ -405,30 +417,30 @@ static bool parse_verify(int bare, const char *mode, verify_mode *out)
  */
 static void note_unsummed(const gfs_layout *l)
 {
-	bool *un = gfs_calloc(l->nsources ? l->nsources : 1, sizeof(*un));
-	size_t nt = 0, nfiles = 0;
-	uint64_t bytes;
+	gfs_unsummed u;
+	const gfs_source *src;
+	size_t nfiles = 0;
 
-	if (!un)
+	if (!gfs_unsummed_init(&u, l))
 		return;
-	bytes = gfs_integrity_unsummed(l, un, &nt);
-	if (bytes) {
+	if (u.bytes) {
 		fprintf(stderr, "gatherfs: -o verify=mount: %llu bytes of %zu tensors have no stored checksum and could not be checked:",
-			(unsigned long long)bytes, nt);
-		for (size_t i = 0; i < l->nsources; i++)
-			if (un[i] && nfiles++ < 8)
-				fprintf(stderr, " %s", l->sources[i].abspath);
+			(unsigned long long)u.bytes, u.ntensors);
+		while ((src = gfs_unsummed_next(&u)) != NULL)
+			if (nfiles++ < 8)
+				fprintf(stderr, " %s", src->abspath);
 		if (nfiles > 8)
 			fprintf(stderr, " (and %zu more files)", nfiles - 8);
 		fputc('\n', stderr);
 	}
-	free(un);
+	gfs_unsummed_free(&u);
 }
 
 /*
  * verify_sources(): -o verify=MODE on the open sources: mount: every
- * source record against its stored CRC-32 now; read: on first use; off:
- * never (a warning).
+ * source record against its stored CRC-32, and the layout's declarations
+ * against the data (declcheck.h), now; read: on first use; off: never (a
+ * warning).
  */
 static gfs_err verify_sources(const gfs_layout *l, gfs_srcset *s, verify_mode mode)
 {
@@ -443,6 +455,8 @@ static gfs_err verify_sources(const gfs_layout *l, gfs_srcset *s, verify_mode mo
 	if (mode != VERIFY_MOUNT)
 		return GFS_OK;
 	err = gfs_integrity_require(l, s, NULL, 0, 0);
+	if (!err && l->decls.what)
+		err = gfs_srcset_decls_require(s);
 	if (err)
 		return gfs_fail_prefix(err, "-o verify: not mounting");
 	note_unsummed(l);
@@ -553,7 +567,33 @@ static bool crc_cache_dir(const char *dir, char **abs)
 	return *abs != NULL;
 }
 
-/* want_dtype(): parse -o dtype=; GFS_DT_INVALID (with *ok) if not given. */
+/* dequant_apply(): replace *layout by its FP8-dequantized model in dtype out. */
+static gfs_err dequant_apply(gfs_layout **layout, gfs_dtype out)
+{
+	gfs_layout *d;
+	const gfs_err err = gfs_fp8_dequant(*layout, out, &d);
+
+	if (err)
+		return err;
+	gfs_layout_free(*layout);
+	*layout = d;
+	return GFS_OK;
+}
+
+/* dequant_config(): *text (or the root config.json) made the dequantized model's. */
+static gfs_err dequant_config(const gfs_layout *l, gfs_dtype out, char **text)
+{
+	char *t;
+	const gfs_err err = gfs_fp8_config(l, *text, out, &t);
+
+	if (err)
+		return err;
+	free(*text);
+	*text = t;
+	return GFS_OK;
+}
+
+/* want_dtype(): parse -o dtype= (or -o dequant=); GFS_DT_INVALID (with *ok) if not given. */
 static gfs_dtype want_dtype(const char *s, bool *ok)
 {
 	const gfs_dtype dt = s ? gfs_dtype_parse(s) : GFS_DT_INVALID;
@@ -727,7 +767,8 @@ int main(int argc, char *argv[])
 	char *cfg_text = NULL;
 	size_t cfg_len = 0;
 	gfs_err err;
-	bool dtype_ok, untied = false, cfg_rewritten = false;
+	bool dtype_ok, dequant_ok, untied = false, cfg_rewritten = false;
+	gfs_dtype dequant;
 	uint64_t prefetch;
 	verify_mode vmode;
 	gfs_crccache crc = { 0 };
@@ -775,6 +816,7 @@ int main(int argc, char *argv[])
 	if (!mountpoint_ok(opts.mountpoint))
 		goto out_args;
 	fso.want = want_dtype(cli.dtype, &dtype_ok);
+	dequant = want_dtype(cli.dequant, &dequant_ok);
 	if (cli.crc_cache) {
 		if (!crc_cache_dir(cli.crc_cache, &crc_abs))
 			goto out_args;
@@ -786,8 +828,9 @@ int main(int argc, char *argv[])
 	crc.dir = cli.crc_cache;
 	fso.crc_cache = cli.nocrccache || !crc.dir ? NULL : &crc;
 	fso.notice = notice;
-	if (!dtype_ok) {
-		fprintf(stderr, "gatherfs: -o dtype=%s: expected bf16, fp16 or fp32\n", cli.dtype);
+	if (!dtype_ok || !dequant_ok) {
+		fprintf(stderr, "gatherfs: -o %s=%s: expected bf16, fp16 or fp32\n",
+			dtype_ok ? "dequant" : "dtype", dtype_ok ? cli.dequant : cli.dtype);
 		goto out_args;
 	}
 	if ((cli.views && gfs_views_parse(cli.views, &fso.views) != GFS_OK) ||
@@ -812,6 +855,8 @@ int main(int argc, char *argv[])
 		note_saved_adapter(layout);
 	if (!err)
 		err = adapter_view(layout, &adapter, &adapter_src);
+	if (!err && dequant != GFS_DT_INVALID)
+		err = dequant_apply(&layout, dequant);
 	if (!err)
 		err = gfs_lora_apply(&lora_cli, &layout, &untied);
 	/* config.json made to agree with the tensors served (untied head, dtype) */
@@ -822,6 +867,10 @@ int main(int argc, char *argv[])
 		free(cfg_text);
 		cfg_text = NULL;
 	}
+	if (!err && dequant != GFS_DT_INVALID)
+		err = dequant_config(layout, dequant, &cfg_text);
+	if (!err)
+		err = gfs_fp8_check_dtype(layout, fso.want);
 	if (!err)
 		err = gfs_srcset_open(layout, &src);
 	if (!err)
@@ -941,6 +990,7 @@ out_args:
 	free(cli.merge);
 	free(cli.base);
 	free(cli.lora_tied);
+	free(cli.dequant);
 	free(cli.tag);
 	free(cli.format);
 	free(cli.prefix);

@@ -69,30 +69,24 @@ static bool rev_ok(const char *rev, size_t len)
 }
 
 /*
- * read_ref(): the revision the regular file repo/refs/name holds (trailing
- * white space dropped) into rev[GFS_HF_REV_MAX + 1].  @return GFS_OK,
- * GFS_ERR_NOTFOUND (silently) if there is no such file, or an error.
+ * read_ref(): the revision the regular file repo/refs/name (not a link)
+ * holds (trailing white space dropped) into rev[GFS_HF_REV_MAX + 1]; its
+ * text is never quoted (a link swapped in could name a secret).  @return
+ * GFS_OK, GFS_ERR_NOTFOUND if there is no such file, or an error.
  */
 static gfs_err read_ref(const char *repo, const char *name, char *rev)
 {
 	char path[PATH_MAX];
 	char buf[GFS_HF_REV_MAX + 2];
-	struct stat st;
 	ssize_t n;
 	int fd;
+	gfs_err err;
 
 	if ((size_t)snprintf(path, sizeof(path), "%s/refs/%s", repo, name) >= sizeof(path))
 		return gfs_fail(GFS_ERR_LIMIT, "%s: path too long", repo);
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-	if (fd < 0) {
-		if (errno == ENOENT)
-			return GFS_ERR_NOTFOUND;
-		return gfs_fail(GFS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-	}
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-		close(fd);
-		return gfs_fail(GFS_ERR_FORMAT, "%s: not a regular file", path);
-	}
+	err = gfs_open_regular(path, GFS_OPEN_NOFOLLOW, &fd, NULL);
+	if (err)
+		return err;
 	n = pread(fd, buf, sizeof(buf), 0);
 	close(fd);
 	if (n < 0)
@@ -156,8 +150,8 @@ gfs_err gfs_hf_snapshot(const char *repo, const char *rev, char **out)
 		return GFS_OK;
 	if (errno == ENOMEM)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	return gfs_fail(GFS_ERR_NOTFOUND, "%s: refs/%s names %s, which is no directory in snapshots/",
-			repo, want, ref);
+	return gfs_fail(GFS_ERR_NOTFOUND,
+			"%s: refs/%s names a revision that is no directory in snapshots/", repo, want);
 }
 
 /* repo_len(): the length of REPO in canonical real = REPO/snapshots/REV, or 0. */

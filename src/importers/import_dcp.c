@@ -425,16 +425,11 @@ static gfs_err read_metadata(dcp_ckpt *c)
 {
 	uint8_t *buf = NULL;
 	struct stat st;
-	gfs_err err;
-	const int fd = open(c->meta_path, O_RDONLY | O_CLOEXEC);
+	int fd;
+	gfs_err err = gfs_open_regular(c->meta_path, 0, &fd, &st);
 
-	if (fd < 0)
-		return gfs_fail(errno == ENOENT ? GFS_ERR_NOTFOUND : GFS_ERR_IO,
-				"%s: cannot open: %s", c->meta_path, strerror(errno));
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-		close(fd);
-		return gfs_fail(GFS_ERR_FORMAT, "%s: not a regular file", c->meta_path);
-	}
+	if (err)
+		return err;
 	if ((uint64_t)st.st_size > DCP_MAX_METADATA || st.st_size == 0) {
 		close(fd);
 		return gfs_fail(st.st_size ? GFS_ERR_LIMIT : GFS_ERR_FORMAT,

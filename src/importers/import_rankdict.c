@@ -156,26 +156,57 @@ static bool sub_ranks(const char *dir, const char *name)
  */
 static bool latest_step(const char *dir, char *buf, size_t n)
 {
-	char path[PATH_MAX], line[32];
-	const char *s = line;
+	char path[PATH_MAX], *line = NULL;
+	const char *s;
 	uint32_t v;
 	size_t len;
-	FILE *f;
+	bool ok;
 
-	if ((size_t)snprintf(path, sizeof(path), "%s/" RD_LATEST, dir) >= sizeof(path))
+	if ((size_t)snprintf(path, sizeof(path), "%s/" RD_LATEST, dir) >= sizeof(path) ||
+	    gfs_read_meta(path, 31, 0, &line, &len) != GFS_OK)
 		return false;
-	f = fopen(path, "re");
-	if (!f)
-		return false;
-	len = fread(line, 1, sizeof(line) - 1, f);
-	fclose(f);
-	line[len] = '\0';
+	ok = strlen(line) == len; /* a NUL inside holds no number */
 	while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' '))
 		line[--len] = '\0';
-	if (!parse_num(&s, &v) || *s)
-		return false;
-	snprintf(buf, n, "global_step_%u", v);
-	return true;
+	s = line;
+	ok = ok && parse_num(&s, &v) && !*s;
+	free(line);
+	if (ok)
+		snprintf(buf, n, "global_step_%u", v);
+	return ok;
+}
+
+/*
+ * only_steps(): how many global_step_* directories of dir hold actor/ or
+ * critic/ rank files; the first one's name in first (nf bytes), their
+ * names, comma-separated, in list (n bytes, cut short).
+ */
+static size_t only_steps(const char *dir, char *first, size_t nf, char *list, size_t n)
+{
+	DIR *d = opendir(dir);
+	const struct dirent *de;
+	size_t count = 0, k = 0;
+
+	first[0] = list[0] = '\0';
+	if (!d)
+		return 0;
+	while ((de = readdir(d))) {
+		char sdir[PATH_MAX];
+
+		if (strncmp(de->d_name, "global_step_", 12) != 0 || strlen(de->d_name) >= nf ||
+		    (size_t)snprintf(sdir, sizeof(sdir), "%s/%s", dir, de->d_name) >= sizeof(sdir) ||
+		    (!sub_ranks(sdir, "actor") && !sub_ranks(sdir, "critic")))
+			continue;
+		if (count++ == 0)
+			snprintf(first, nf, "%s", de->d_name);
+		if (k < n) {
+			const int w = snprintf(list + k, n - k, "%s%s", k ? ", " : "", de->d_name);
+
+			k = w < 0 || (size_t)w >= n - k ? n : k + (size_t)w;
+		}
+	}
+	closedir(d);
+	return count;
 }
 
 /* has_steps(): does dir hold a global_step_* directory? */
@@ -197,8 +228,11 @@ bool gfs_rankdict_detect(const char *dir)
 {
 	char step[64];
 
+	char list[8];
+
 	return holds_ranks(dir) || sub_ranks(dir, "actor") || sub_ranks(dir, "critic") ||
-	       (latest_step(dir, step, sizeof(step)) && has_steps(dir));
+	       (latest_step(dir, step, sizeof(step)) && has_steps(dir)) ||
+	       only_steps(dir, step, sizeof(step), list, sizeof(list)) > 0;
 }
 
 /* valid_tag(): a plain directory name. */
@@ -207,12 +241,17 @@ static bool valid_tag(const char *t)
 	return t[0] && strcmp(t, ".") != 0 && strcmp(t, "..") != 0 && !strchr(t, '/');
 }
 
-/* rank_dir(): the directory holding the rank files, for dir and tag, into buf. */
-static gfs_err rank_dir(const char *dir, const char *tag, char *buf, size_t n, bool *via_latest)
+/*
+ * rank_dir(): the directory holding the rank files, for dir and tag, into
+ * buf; *only: the step directory is the only one of a save directory
+ * without the tracker file.
+ */
+static gfs_err rank_dir(const char *dir, const char *tag, char *buf, size_t n, bool *via_latest,
+		       bool *only)
 {
 	char step[64], sdir[PATH_MAX];
 
-	*via_latest = false;
+	*via_latest = *only = false;
 	if (holds_ranks(dir)) {
 		if (tag)
 			return gfs_fail(GFS_ERR_INVAL,
@@ -223,10 +262,18 @@ static gfs_err rank_dir(const char *dir, const char *tag, char *buf, size_t n, b
 	}
 	snprintf(sdir, sizeof(sdir), "%s", dir);
 	if (!sub_ranks(dir, "actor") && !sub_ranks(dir, "critic") && (!tag || !sub_ranks(dir, tag))) {
-		if (!latest_step(dir, step, sizeof(step)))
-			return gfs_fail(GFS_ERR_NOTFOUND,
-					"%s: no " RD_PREFIX "W_rank_R.pt file, actor/ or critic/ directory, or " RD_LATEST " naming a step",
-					dir);
+		char list[512];
+		size_t count = 0;
+
+		if (!latest_step(dir, step, sizeof(step)) &&
+		    (count = only_steps(dir, step, sizeof(step), list, sizeof(list))) != 1)
+			return count > 1 ? gfs_fail(GFS_ERR_NOTFOUND,
+						    "%s: no " RD_LATEST " and %zu step directories (%s): mount one of them",
+						    dir, count, list)
+					 : gfs_fail(GFS_ERR_NOTFOUND,
+						    "%s: no " RD_PREFIX "W_rank_R.pt file, actor/ or critic/ directory, or " RD_LATEST " naming a step",
+						    dir);
+		*only = count == 1;
 		if ((size_t)snprintf(sdir, sizeof(sdir), "%s/%s", dir, step) >= sizeof(sdir))
 			return gfs_fail(GFS_ERR_INVAL, "%s: path too long", dir);
 		if (!is_dir(dir, step))
@@ -319,25 +366,20 @@ static gfs_err list_ranks(const char *dir, uint32_t *world, char ***names)
 static gfs_err check_config(const char *dir, uint32_t world, uint64_t *version)
 {
 	char path[PATH_MAX];
-	char buf[RD_MAX_CONFIG];
+	char *buf = NULL;
 	cJSON *j = NULL;
 	uint64_t ws = 0;
 	size_t len;
-	FILE *f;
 	gfs_err err;
 
 	*version = 0;
 	if ((size_t)snprintf(path, sizeof(path), "%s/fsdp_config.json", dir) >= sizeof(path))
 		return gfs_fail(GFS_ERR_INVAL, "%s: path too long", dir);
-	f = fopen(path, "re");
-	if (!f)
-		return errno == ENOENT ? GFS_OK : gfs_fail(GFS_ERR_IO, "%s: %s", path, strerror(errno));
-	len = fread(buf, 1, sizeof(buf), f);
-	fclose(f);
-	if (len == sizeof(buf))
-		return gfs_fail(GFS_ERR_LIMIT, "%s: larger than %llu bytes", path,
-				(unsigned long long)RD_MAX_CONFIG);
+	err = gfs_read_meta(path, RD_MAX_CONFIG - 1, 0, &buf, &len);
+	if (err)
+		return err == GFS_ERR_NOTFOUND ? GFS_OK : err;
 	err = gfs_json_parse(buf, len, path, &j);
+	free(buf);
 	if (!err && gfs_json_get(j, "world_size"))
 		err = gfs_json_u64(gfs_json_get(j, "world_size"), path, "world_size", &ws);
 	if (!err && gfs_json_get(j, "world_size") && ws != world)
@@ -870,13 +912,30 @@ static gfs_err check_tiles(const rd_import *ri, const rd_key *k)
 	return GFS_OK;
 }
 
+/*
+ * add_key(): key k as a layout entry with its pieces: the tensor k->name,
+ * or (optim) the optimizer state k->state of parameter k->name.
+ */
+static gfs_err add_key(rd_import *ri, const rd_key *k, bool optim)
+{
+	uint64_t shape[GFS_MAX_DIMS];
+	size_t ti;
+	gfs_err err;
+
+	for (uint32_t d = 0; d < k->ndim; d++)
+		shape[d] = (uint64_t)k->shape[d];
+	err = optim ? gfs_layout_add_state(ri->l, k->state, k->name, k->dtype, k->ndim, shape, &ti)
+		    : gfs_layout_add_tensor(ri->l, k->name, k->dtype, k->ndim, shape, &ti);
+	for (size_t j = 0; !err && j < k->nparts; j++)
+		err = add_box(ri, k, ti, &k->parts[j]);
+	return err;
+}
+
 /* build(): one tensor (or alias) per key, in rank 0's order. */
 static gfs_err build(rd_import *ri)
 {
 	for (size_t i = 0; i < ri->nkeys; i++) {
 		const rd_key *k = &ri->keys[i];
-		uint64_t shape[GFS_MAX_DIMS];
-		size_t ti;
 		gfs_err err;
 
 		if (k->tied >= 0) {
@@ -885,14 +944,10 @@ static gfs_err build(rd_import *ri)
 				return err;
 			continue;
 		}
-		for (uint32_t d = 0; d < k->ndim; d++)
-			shape[d] = (uint64_t)k->shape[d];
 		err = check_tiles(ri, k);
 		if (err)
 			return err;
-		err = gfs_layout_add_tensor(ri->l, k->name, k->dtype, k->ndim, shape, &ti);
-		for (size_t j = 0; !err && j < k->nparts; j++)
-			err = add_box(ri, k, ti, &k->parts[j]);
+		err = add_key(ri, k, false);
 		if (err)
 			return gfs_fail_prefix(err, "%s", ri->dir);
 	}
@@ -1130,16 +1185,8 @@ static gfs_err read_optim(rd_import *ri)
 static gfs_err add_optim(rd_import *ri)
 {
 	for (size_t i = 0; i < ri->nokeys; i++) {
-		const rd_key *k = &ri->okeys[i];
-		uint64_t shape[GFS_MAX_DIMS];
-		size_t ti;
-		gfs_err err;
+		const gfs_err err = add_key(ri, &ri->okeys[i], true);
 
-		for (uint32_t d = 0; d < k->ndim; d++)
-			shape[d] = (uint64_t)k->shape[d];
-		err = gfs_layout_add_state(ri->l, k->state, k->name, k->dtype, k->ndim, shape, &ti);
-		for (size_t j = 0; !err && j < k->nparts; j++)
-			err = add_box(ri, k, ti, &k->parts[j]);
 		if (err)
 			return err;
 	}
@@ -1152,11 +1199,11 @@ gfs_err gfs_import_rankdict(const char *dir, const char *tag, gfs_layout **out)
 	rd_import ri = { 0 };
 	char rdir[PATH_MAX], info[256], note[PATH_MAX + 1200], onote[1024] = "";
 	char **names = NULL;
-	bool via_latest;
+	bool via_latest, only;
 	gfs_err err;
 
 	*out = NULL;
-	err = rank_dir(dir, tag, rdir, sizeof(rdir), &via_latest);
+	err = rank_dir(dir, tag, rdir, sizeof(rdir), &via_latest, &only);
 	if (!err)
 		err = list_ranks(rdir, &ri.world, &names);
 	if (err)
@@ -1201,8 +1248,9 @@ gfs_err gfs_import_rankdict(const char *dir, const char *tag, gfs_layout **out)
 		err = gfs_layout_set_info(ri.l, info);
 	}
 	if (!err && (via_latest || strcmp(rdir, dir) != 0 || onote[0])) {
-		snprintf(note, sizeof(note), "%s%s%s%s", via_latest || strcmp(rdir, dir) != 0 ? "read " : "",
+		snprintf(note, sizeof(note), "%s%s%s%s%s", via_latest || strcmp(rdir, dir) != 0 ? "read " : "",
 			 via_latest || strcmp(rdir, dir) != 0 ? rdir : "",
+			 only ? " (no " RD_LATEST ": the only step directory)" : "",
 			 onote[0] && (via_latest || strcmp(rdir, dir) != 0) ? "; " : "", onote);
 		err = gfs_layout_set_note(ri.l, note);
 	}

@@ -139,30 +139,57 @@ static bool arg_str_is(const gfs_pv *args, const char *name, const char *s)
 	return t && strcmp(t, s) == 0;
 }
 
+/* The flags (bools) of args that stop the naming, and what each means. */
+static const struct {
+	const char *arg, *what;
+} nm_flags[] = {
+	{ "rotary_interleaved", "interleaved rotary embeddings (rotary_interleaved)" },
+	{ "qk_layernorm", "QK layernorm (qk_layernorm)" },
+	{ "add_bias_linear", "biases other than QKV (add_bias_linear)" },
+	{ "multi_latent_attention", "MLA (multi_latent_attention)" },
+	{ "use_rope_scaling", "RoPE scaling (use_rope_scaling)" },
+	{ "squared_relu", "an activation other than SiLU with GLU (squared_relu)" },
+	{ "layernorm_zero_centered_gamma", "zero-centred norm weights (layernorm_zero_centered_gamma)" },
+	{ "apply_layernorm_1p", "zero-centred norm weights (apply_layernorm_1p)" },
+	{ "attention_output_gate", "a gated attention output (attention_output_gate)" },
+	{ "apply_residual_connection_post_layernorm",
+	  "residual connections taken after the layernorm (apply_residual_connection_post_layernorm)" },
+	{ "qk_l2_norm", "QK L2 normalization (qk_l2_norm)" },
+	{ "use_mup", "muP multipliers (use_mup)" },
+	{ "moe_router_pre_softmax", "a router softmax before top-k (moe_router_pre_softmax)" },
+	{ "moe_router_enable_expert_bias", "expert bias in the router (moe_router_enable_expert_bias)" },
+	{ "moe_router_force_load_balancing", "forced load-balanced routing (moe_router_force_load_balancing)" },
+	{ "moe_apply_probs_on_input", "router probabilities applied to the expert input (moe_apply_probs_on_input)" },
+};
+
+/* The other flags of args the naming reads. */
+static const char *const nm_more_flags[] = {
+	"untie_embeddings_and_output_weights", "add_qkv_bias", "group_query_attention", "swiglu",
+	"gated_linear_unit",
+};
+
+/*
+ * check_flags(): every flag the naming reads is a bool when present (a
+ * string 'no' or a list read as false would change the model).
+ */
+static gfs_err check_flags(const gfs_pv *args, const char *src)
+{
+	const size_t nf = sizeof(nm_flags) / sizeof(nm_flags[0]);
+	const size_t nm = sizeof(nm_more_flags) / sizeof(nm_more_flags[0]);
+
+	for (size_t i = 0; i < nf + nm; i++) {
+		const char *name = i < nf ? nm_flags[i].arg : nm_more_flags[i - nf];
+		const gfs_pv *v = arg(args, name);
+
+		if (v && v->kind != GFS_PV_BOOL)
+			return gfs_fail(GFS_ERR_FORMAT, "%s: args.%s is not a bool", src, name);
+	}
+	return GFS_OK;
+}
+
 /* unsupported(): the first feature of args the tables cannot express, or NULL. */
 static const char *unsupported(const gfs_pv *args, char *buf, size_t n)
 {
-	static const struct {
-		const char *arg, *what;
-	} flags[] = {
-		{ "rotary_interleaved", "interleaved rotary embeddings (rotary_interleaved)" },
-		{ "qk_layernorm", "QK layernorm (qk_layernorm)" },
-		{ "add_bias_linear", "biases other than QKV (add_bias_linear)" },
-		{ "multi_latent_attention", "MLA (multi_latent_attention)" },
-		{ "use_rope_scaling", "RoPE scaling (use_rope_scaling)" },
-		{ "squared_relu", "an activation other than SiLU with GLU (squared_relu)" },
-		{ "layernorm_zero_centered_gamma", "zero-centred norm weights (layernorm_zero_centered_gamma)" },
-		{ "apply_layernorm_1p", "zero-centred norm weights (apply_layernorm_1p)" },
-		{ "attention_output_gate", "a gated attention output (attention_output_gate)" },
-		{ "apply_residual_connection_post_layernorm",
-		  "residual connections taken after the layernorm (apply_residual_connection_post_layernorm)" },
-		{ "qk_l2_norm", "QK L2 normalization (qk_l2_norm)" },
-		{ "use_mup", "muP multipliers (use_mup)" },
-		{ "moe_router_pre_softmax", "a router softmax before top-k (moe_router_pre_softmax)" },
-		{ "moe_router_enable_expert_bias", "expert bias in the router (moe_router_enable_expert_bias)" },
-		{ "moe_router_force_load_balancing", "forced load-balanced routing (moe_router_force_load_balancing)" },
-		{ "moe_apply_probs_on_input", "router probabilities applied to the expert input (moe_apply_probs_on_input)" },
-	};
 	static const struct {
 		const char *arg, *what;
 	} present[] = {
@@ -187,9 +214,9 @@ static const char *unsupported(const gfs_pv *args, char *buf, size_t n)
 	const gfs_pv *norm = arg(args, "normalization");
 	const gfs_pv *score = arg(args, "moe_router_score_function");
 
-	for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
-		if (arg_true(args, flags[i].arg))
-			return flags[i].what;
+	for (size_t i = 0; i < sizeof(nm_flags) / sizeof(nm_flags[0]); i++)
+		if (arg_true(args, nm_flags[i].arg))
+			return nm_flags[i].what;
 	for (size_t i = 0; i < sizeof(present) / sizeof(present[0]); i++)
 		if (arg(args, present[i].arg))
 			return present[i].what;
@@ -256,6 +283,9 @@ gfs_err gfs_arch_from_args(const gfs_pv *args, const char *src, gfs_arch *a)
 	assert(args && src && a);
 	memset(a, 0, sizeof(*a));
 	a->source = src;
+	err = check_flags(args, src);
+	if (err)
+		return err;
 	a->tied = !arg_true(args, "untie_embeddings_and_output_weights");
 	a->qkv_bias = arg_true(args, "add_qkv_bias");
 	err = arg_dim(args, src, "num_layers", 0, &a->layers);
@@ -296,11 +326,12 @@ gfs_err gfs_arch_from_args(const gfs_pv *args, const char *src, gfs_arch *a)
 	}
 	if (err)
 		return err;
-	if (!arg_num(args, "norm_epsilon", NAN, &a->eps) ||
-	    (isnan(a->eps) && !arg_num(args, "layernorm_epsilon", 1e-5, &a->eps)) ||
-	    !arg_num(args, "rotary_base", 10000.0, &a->theta) || !(a->eps > 0) || !(a->theta > 0))
-		return gfs_fail(GFS_ERR_FORMAT, "%s: args: norm epsilon or rotary base is not a positive number",
-				src);
+	if (!arg_num(args, arg(args, "norm_epsilon") ? "norm_epsilon" : "layernorm_epsilon", 1e-5,
+		     &a->eps) ||
+	    !arg_num(args, "rotary_base", 10000.0, &a->theta) || !isfinite(a->eps) ||
+	    !isfinite(a->theta) || !(a->eps > 0) || !(a->theta > 0))
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: args: norm epsilon or rotary base is not a finite positive number", src);
 	why = unsupported(args, a->why, sizeof(a->why));
 	if (why) {
 		if (why != a->why)
@@ -405,8 +436,16 @@ static gfs_err read_arch(const cJSON *c, const char *path, gfs_arch *a)
 		err = cfg_num(c, path, "rms_norm_eps", 1e-6, &a->eps);
 	if (!err)
 		err = cfg_num(c, path, "rope_theta", 10000.0, &a->theta);
-	if (!err && cJSON_IsObject(rp))
-		err = cfg_num(rp, path, "rope_theta", a->theta, &a->theta);
+	if (!err && cJSON_IsObject(rp)) {
+		double theta;
+
+		err = cfg_num(rp, path, "rope_theta", a->theta, &theta);
+		if (!err && gfs_json_get(c, "rope_theta") && theta != a->theta)
+			err = gfs_fail(GFS_ERR_FORMAT,
+				       "%s: rope_theta %.17g and rope_parameters.rope_theta %.17g disagree",
+				       path, a->theta, theta);
+		a->theta = theta;
+	}
 	if (err)
 		return err;
 	a->tied = cfg_true(c, "tie_word_embeddings");
@@ -425,7 +464,7 @@ gfs_err gfs_arch_from_hf_config(const char *dir, gfs_arch *a)
 	memset(a, 0, sizeof(*a));
 	if ((size_t)snprintf(path, sizeof(path), "%s/config.json", dir) >= sizeof(path))
 		return gfs_fail(GFS_ERR_INVAL, "%s: path too long", dir);
-	err = gfs_read_text(path, NM_MAX_CONFIG, &a->config, &len);
+	err = gfs_read_meta(path, NM_MAX_CONFIG, GFS_OPEN_NOFOLLOW, &a->config, &len);
 	if (!err)
 		err = gfs_json_parse(a->config, len, path, &c);
 	if (!err && !cJSON_IsObject(c))
@@ -433,11 +472,17 @@ gfs_err gfs_arch_from_hf_config(const char *dir, gfs_arch *a)
 	if (!err)
 		err = read_arch(c, path, a);
 	cJSON_Delete(c);
+	c = NULL;
 	if (!err) {
 		snprintf(path, sizeof(path), "%s/generation_config.json", dir);
-		err = gfs_read_text(path, NM_MAX_CONFIG, &a->gen_config, &len);
+		err = gfs_read_meta(path, NM_MAX_CONFIG, GFS_OPEN_NOFOLLOW, &a->gen_config, &len);
 		if (err == GFS_ERR_NOTFOUND)
 			err = GFS_OK;
+		else if (!err)
+			err = gfs_json_parse(a->gen_config, len, path, &c);
+		if (!err && a->gen_config && !cJSON_IsObject(c))
+			err = gfs_fail(GFS_ERR_FORMAT, "%s: not a JSON object", path);
+		cJSON_Delete(c);
 	}
 	if (err)
 		gfs_arch_clear(a);
@@ -791,6 +836,35 @@ static gfs_err check_all_used(const gfs_layout *mg, const gfs_arch *a, const cha
 	return GFS_OK;
 }
 
+/*
+ * carry_replicas(): the replicas of mg's embedding (embed: its index; the
+ * last stage's copy of a tied one) onto hf's model.embed_tokens.weight,
+ * its first rows: the same bytes at the same offsets, clipped to them.
+ */
+static gfs_err carry_replicas(const gfs_layout *mg, size_t embed, gfs_layout *hf)
+{
+	size_t to = hf->ntensors;
+
+	for (size_t i = 0; i < hf->ntensors; i++)
+		if (strcmp(hf->tensors[i].name, "model.embed_tokens.weight") == 0)
+			to = i;
+	for (size_t i = 0; i < mg->nreplicas && to < hf->ntensors; i++) {
+		gfs_piece p = mg->replicas[i].p;
+		const uint64_t n = hf->tensors[to].nbytes;
+		gfs_err err;
+
+		if (mg->replicas[i].ti != embed || p.count != 1 || p.toff >= n)
+			continue;
+		if (p.len > n - p.toff)
+			p.len = n - p.toff;
+		err = mg->replicas[i].on_read ? gfs_layout_add_replica_on_read(hf, to, &p)
+					      : gfs_layout_add_replica(hf, to, &p);
+		if (err)
+			return err;
+	}
+	return GFS_OK;
+}
+
 gfs_err gfs_naming_to_hf(const gfs_layout *mg, const gfs_arch *a, const char *label,
 			 gfs_layout **out)
 {
@@ -834,6 +908,8 @@ gfs_err gfs_naming_to_hf(const gfs_layout *mg, const gfs_arch *a, const char *la
 		}
 	if (!err)
 		err = check_all_used(mg, a, label, used);
+	if (!err && embed >= 0)
+		err = carry_replicas(mg, (size_t)embed, hf);
 	if (!err && !a->config)
 		err = make_config(a, embed >= 0 ? mg->tensors[embed].dtype : GFS_DT_F32, &config);
 	if (!err)

@@ -27,12 +27,9 @@ gfs_err gfs_torch_open(const char *path, uint64_t max_pickle, const char *what, 
 
 	*zip = NULL;
 	*pk = NULL;
-	*fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (*fd < 0)
-		return gfs_fail(errno == ENOENT ? GFS_ERR_NOTFOUND : GFS_ERR_IO, "%s: %s", path,
-				strerror(errno));
-	if (fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode))
-		return gfs_fail(GFS_ERR_FORMAT, "%s: not a regular file", path);
+	err = gfs_open_regular(path, 0, fd, &st);
+	if (err)
+		return err;
 	*size = (uint64_t)st.st_size;
 	if (*size == 0)
 		return gfs_fail(GFS_ERR_FORMAT, "%s: empty file (0 bytes), not a torch checkpoint", path);

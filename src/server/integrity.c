@@ -666,6 +666,7 @@ static gfs_err check_claimed(const gfs_layout *l, const gfs_srcset *s, const uin
 			gfs_srcset_rec_settle(s, rec, GFS_REC_UNCHECKED);
 			continue;
 		}
+		st->bytes += gfs_record_src_len(r);
 		if (r->kind == GFS_PIECE_ZSTD || r->len == 0) {
 			const chk_item *zi = &job.items[it++];
 
@@ -673,7 +674,6 @@ static gfs_err check_claimed(const gfs_layout *l, const gfs_srcset *s, const uin
 			if (r->kind == GFS_PIECE_ZSTD) {
 				st->frames++;
 				st->frames_sum += zi->checksum;
-				st->bytes += r->frame_len;
 			}
 			good = !zi->corrupt && zi->crc == r->crc32;
 		} else {
@@ -681,7 +681,6 @@ static gfs_err check_claimed(const gfs_layout *l, const gfs_srcset *s, const uin
 
 			while (it < job.nitems && job.items[it].rec == rec)
 				it++;
-			st->bytes += r->len;
 			good = combine(job.segs, a, b) == want[k];
 			for (size_t i = pl.piece0[k]; good && i < pl.piece0[k + 1]; i++) {
 				const chk_piece *cp = &pl.pieces[i];
@@ -798,4 +797,33 @@ uint64_t gfs_integrity_unsummed(const gfs_layout *l, bool *unsummed, size_t *nte
 	if (ntensors)
 		*ntensors = nt;
 	return bytes;
+}
+
+bool gfs_unsummed_init(gfs_unsummed *u, const gfs_layout *l)
+{
+	assert(u && l);
+	memset(u, 0, sizeof(*u));
+	u->src = gfs_calloc(l->nsources ? l->nsources : 1, sizeof(*u->src));
+	if (!u->src)
+		return false;
+	u->l = l;
+	u->bytes = gfs_integrity_unsummed(l, u->src, &u->ntensors);
+	return true;
+}
+
+const gfs_source *gfs_unsummed_next(gfs_unsummed *u)
+{
+	assert(u);
+	while (u->bytes && u->next < u->l->nsources)
+		if (u->src[u->next++])
+			return &u->l->sources[u->next - 1];
+	return NULL;
+}
+
+void gfs_unsummed_free(gfs_unsummed *u)
+{
+	if (u) {
+		free(u->src);
+		u->src = NULL;
+	}
 }

@@ -77,16 +77,22 @@ gfs_err gfs_fail_prefix(gfs_err err, const char *fmt, ...)
 	return err;
 }
 
-const char *gfs_shown_key(const char *s, size_t n, char *buf)
+bool gfs_escape_has(unsigned set, unsigned char c)
+{
+	return ((set & GFS_ESC_CONTROL) && (c < 0x20 || c == 0x7f)) ||
+	       ((set & GFS_ESC_PATH) && (c == '%' || c == '/'));
+}
+
+size_t gfs_escape(const char *s, size_t n, unsigned set, char *out)
 {
 	static const char hex[] = "0123456789ABCDEF";
-	char *p = buf;
+	char *p = out;
 
-	assert(s && buf);
-	for (size_t i = 0; i < n && i < GFS_SHOWN_KEY_MAX; i++) {
+	assert((s || !n) && out);
+	for (size_t i = 0; i < n; i++) {
 		const unsigned char c = (unsigned char)s[i];
 
-		if (c == '%' || c == '/' || c < 0x20 || c == 0x7f) {
+		if (gfs_escape_has(set, c)) {
 			*p++ = '%';
 			*p++ = hex[c >> 4];
 			*p++ = hex[c & 15];
@@ -94,12 +100,20 @@ const char *gfs_shown_key(const char *s, size_t n, char *buf)
 			*p++ = (char)c;
 		}
 	}
-	if (n > GFS_SHOWN_KEY_MAX) {
-		memcpy(p, "...", 3);
-		p += 3;
-	}
 	*p = '\0';
-	assert((size_t)(p - buf) < GFS_SHOWN_KEY_BUF);
+	return (size_t)(p - out);
+}
+
+const char *gfs_shown_key(const char *s, size_t n, char *buf)
+{
+	size_t k;
+
+	assert(s && buf);
+	k = gfs_escape(s, n < GFS_SHOWN_KEY_MAX ? n : GFS_SHOWN_KEY_MAX,
+		       GFS_ESC_CONTROL | GFS_ESC_PATH, buf);
+	if (n > GFS_SHOWN_KEY_MAX)
+		memcpy(buf + k, "...", 4);
+	assert(strlen(buf) < GFS_SHOWN_KEY_BUF);
 	return buf;
 }
 
@@ -230,20 +244,47 @@ gfs_err gfs_pread_full(int fd, void *buf, size_t len, uint64_t off,
 	return GFS_OK;
 }
 
-gfs_err gfs_read_text(const char *path, uint64_t max, char **text, size_t *len)
+gfs_err gfs_open_regular(const char *path, unsigned flags, int *fd, struct stat *st)
+{
+	struct stat own;
+	const int fl = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK |
+		       ((flags & GFS_OPEN_NOFOLLOW) ? O_NOFOLLOW : 0);
+
+	assert(path && fd);
+	if (!st)
+		st = &own;
+	*fd = open(path, fl);
+	if (*fd < 0) {
+		if (errno == ENOENT)
+			return gfs_fail(GFS_ERR_NOTFOUND, "%s: cannot open: %s", path, strerror(errno));
+		if (errno == ELOOP && (flags & GFS_OPEN_NOFOLLOW))
+			return gfs_fail(GFS_ERR_FORMAT, "%s: a symbolic link: refused (give the file itself)",
+					path);
+		return gfs_fail(GFS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+	}
+	if (fstat(*fd, st) != 0 || !S_ISREG(st->st_mode) ||
+	    fcntl(*fd, F_SETFL, fcntl(*fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+		close(*fd);
+		*fd = -1;
+		return gfs_fail(GFS_ERR_FORMAT, "%s: not a regular file", path);
+	}
+	return GFS_OK;
+}
+
+gfs_err gfs_read_meta(const char *path, uint64_t max, unsigned flags, char **text, size_t *len)
 {
 	struct stat st;
+	int fd;
 	gfs_err err;
-	const int fd = open(path, O_RDONLY | O_CLOEXEC);
 
 	*text = NULL;
 	*len = 0;
-	if (fd < 0)
-		return gfs_fail(errno == ENOENT ? GFS_ERR_NOTFOUND : GFS_ERR_IO,
-				"%s: cannot open: %s", path, strerror(errno));
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > max) {
+	err = gfs_open_regular(path, flags, &fd, &st);
+	if (err)
+		return err;
+	if ((uint64_t)st.st_size > max) {
 		close(fd);
-		return gfs_fail(GFS_ERR_FORMAT, "%s: not a regular file of at most %llu bytes", path,
+		return gfs_fail(GFS_ERR_LIMIT, "%s: larger than %llu bytes: refused", path,
 				(unsigned long long)max);
 	}
 	*text = malloc((size_t)st.st_size + 1);
@@ -261,4 +302,9 @@ gfs_err gfs_read_text(const char *path, uint64_t max, char **text, size_t *len)
 	(*text)[st.st_size] = '\0';
 	*len = (size_t)st.st_size;
 	return GFS_OK;
+}
+
+gfs_err gfs_read_text(const char *path, uint64_t max, char **text, size_t *len)
+{
+	return gfs_read_meta(path, max, 0, text, len);
 }

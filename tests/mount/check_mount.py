@@ -6,7 +6,9 @@ usage: check_mount.py MOUNTPOINT EXPECTED_TSV CHECKPOINT_DIR
 
 EXPECTED_TSV: one line per state-dict key in model order,
 name<TAB>dtype<TAB>[shape]<TAB>sha256 of the tensor's contiguous bytes; %XX
-in names is decoded (so names with tabs or newlines can be listed).
+in names is decoded (so names with tabs or newlines can be listed).  Its
+alias table (tests/tools/alias_table.py) is the truth the tied aliases of
+tensors/INDEX must equal.
 CHECKPOINT_DIR: the directory whose regular files the mount passes through.
 
 Checks pytorch_model.bin (torch.load with weights_only where available, and
@@ -29,6 +31,9 @@ import urllib.parse
 import zipfile
 
 import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from alias_table import alias_table  # noqa: E402
 
 VIRTUAL = {"pytorch_model.bin", "model.safetensors", "layout.json", "tensors"}
 problems = []
@@ -155,6 +160,9 @@ def main():
         bad("INDEX names/dtypes/shapes/keys differ from the expected list")
     files = {r[0]: urllib.parse.unquote_to_bytes(r[5]).decode() for r in rows}
     aliases = {files[r[0]]: files[r[4]] for r in rows if r[4] != b"-"}
+    want_aliases = alias_table(tsv)
+    if aliases != want_aliases:
+        bad(f"tensors/INDEX aliases {aliases}, the truth's {want_aliases}")
 
     # pytorch_model.bin through torch.load
     params = inspect.signature(torch.load).parameters
@@ -189,7 +197,8 @@ def main():
         if name not in aliases:
             attrs = {a: os.getxattr(p, a) for a in os.listxattr(p)}
             want = {"user.gatherfs.dtype": dtype.encode(), "user.gatherfs.shape": shape.encode(),
-                    "user.gatherfs.name": name.encode()}
+                    "user.gatherfs.name": name.encode(),
+                    "user.gatherfs.sha256": hashlib.sha256(data).hexdigest().encode()}
             if attrs != want:
                 bad(f"tensors/{name}: xattrs {attrs}")
             # outside user.*: not supported (ENOTSUP: ls -l stops asking); a

@@ -13,6 +13,7 @@ OUTDIR/special.json  every dtype, empty and scalar tensors, names that need
                      UTF-8), names longer than 255 bytes, an alias placed
                      before its target, zero pieces
 OUTDIR/special.{default,bf16}.tsv   expected name (%-quoted), dtype, shape, sha256
+OUTDIR/special.aliases.tsv          its aliases: alias, target (%-quoted)
 OUTDIR/stress.json   200 float32 tensors of scattered pieces (about 40 MiB)
 OUTDIR/zip64.json    a 4 GiB tensor of zeros, then a small one
 """
@@ -137,6 +138,11 @@ def raw(t):
 
 write_layout("special", special, root)
 by_name = {t["name"]: t for t in special}
+# the aliases the layout declares: the truth check_mount.py holds INDEX to
+with open(os.path.join(out, "special.aliases.tsv"), "w") as f:
+    for t in special:
+        if "alias_of" in t:
+            f.write(f"{urllib.parse.quote(t['name'], safe='')}\t{urllib.parse.quote(t['alias_of'], safe='')}\n")
 for mode in ("default", "bf16"):
     with open(os.path.join(out, f"special.{mode}.tsv"), "w") as f:
         for t in special:

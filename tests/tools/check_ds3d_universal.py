@@ -2,10 +2,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """Check the universal view of a mounted DeepSpeed pipeline checkpoint.
 
-    check_ds3d_universal.py MOUNT TAGDIR TRUTH
+    check_ds3d_universal.py MOUNT TAGDIR TRUTH [TRUTH_OPTIM]
 
 TAGDIR is the checkpoint's global_step3, TRUTH its truth.pt (the fp32
-masters by PipelineModule.state_dict() name).  What DeepSpeed 0.14.5's
+masters by PipelineModule.state_dict() name), TRUTH_OPTIM its
+truth_optim.pt ({"exp_avg": {name: T}, "exp_avg_sq": ...}) where the
+fixture has one.  What DeepSpeed 0.14.5's
 universal loader reads, and what ds_to_universal.py writes for a pipeline:
 latest_universal naming <tag>_universal; in it every stage's
 mp_rank_YY_model_states.pt, byte-identical (no layer file: the loader takes
@@ -13,9 +15,9 @@ the values from zero/), and zero/ with optimizer_state.pt (ds_version and
 stage 0's param_groups, params [g]) and one folder per param name of every
 stage's param_shapes (N.NAME, tied_modules.KEY.NAME: the names the engine's
 param_names holds), each with fp32.pt ({'cat_dim': 0, 'param': T}, T equal
-to the truth bit for bit), exp_avg.pt and exp_avg_sq.pt (the bytes of
-optim/<state>/NAME, which check_ds3d_optim.py holds to the ranks'
-partitions) and step.pt (a 0-d tensor, optim/step/NAME's value).
+to the truth bit for bit), exp_avg.pt and exp_avg_sq.pt (equal to TRUTH_OPTIM's; without
+it, to the bytes of optim/<state>/NAME, which check_ds3d_optim.py holds to
+the ranks' partitions) and step.pt (a 0-d tensor, optim/step/NAME's value).
 """
 import filecmp
 import glob
@@ -37,6 +39,7 @@ def fail(msg):
 def main():
     mount, src, truth_path = sys.argv[1:4]
     truth = torch.load(truth_path)
+    truth_optim = torch.load(sys.argv[4]) if len(sys.argv) > 4 else None
     tag = os.path.basename(os.path.normpath(src))
     latest = open(os.path.join(mount, "latest_universal"), "rb").read()
     if latest != f"{tag}_universal".encode():
@@ -72,7 +75,10 @@ def main():
             fail(f"zero/{name} lists {sorted(os.listdir(d))}")
         want = {"fp32": truth[name].contiguous().numpy().tobytes()}
         for s in ("exp_avg", "exp_avg_sq"):
-            want[s] = open(os.path.join(mount, "optim", s, name), "rb").read()
+            if truth_optim is not None:
+                want[s] = truth_optim[s][name].float().contiguous().numpy().tobytes()
+            else:
+                want[s] = open(os.path.join(mount, "optim", s, name), "rb").read()
         for s, b in want.items():
             obj = torch.load(os.path.join(d, f"{s}.pt"))
             if sorted(obj) != ["cat_dim", "param"] or obj["cat_dim"] != 0:
@@ -86,7 +92,8 @@ def main():
         want_step = struct.unpack("<f", open(os.path.join(mount, "optim", "step", name), "rb").read())[0]
         if st.dim() != 0 or float(st) != want_step or want_step != 3:
             fail(f"zero/{name}/step.pt: {st!r}")
-    print(f"ok: universal view of {len(models)} stages, {len(names)} params")
+    moments = sys.argv[4] if truth_optim is not None else "optim/"
+    print(f"ok: universal view of {len(models)} stages, {len(names)} params, moments equal to {moments}")
 
 
 if __name__ == "__main__":

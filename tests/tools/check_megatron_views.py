@@ -3,6 +3,7 @@
 """A mounted Megatron checkpoint's view against the run's own truth.
 
 Usage: check_megatron_views.py hf|dist MNT CASE_DIR
+       check_megatron_views.py hfcat FILE CASE_DIR NAME
 
 CASE_DIR holds model_args.json and truth_megatron.pt (every shard gathered
 by Megatron-Core: the torch_dist keys, layers stacked on axis 0, experts on
@@ -18,6 +19,9 @@ says).
   dist: the torch_dist Megatron view: the truth's keys with the layer axis
         split off (decoder.layers.L.*) and the expert axis
         (decoder.layers.L.mlp.experts.local_experts.E.*).
+  hfcat: FILE holds the bytes of Hugging Face tensor NAME (as
+        gatherfs-inspect cat writes them); prints the number of tensors of
+        the Hugging Face view.
 Bit for bit: dtype, shape and bytes.
 """
 import json
@@ -136,6 +140,12 @@ def raw(v):
     v = v.contiguous()
     return v.view(torch.uint8).numpy().tobytes() if v.dtype == torch.bfloat16 else v.numpy().tobytes()
 
+
+if mode == "hfcat":
+    hf = hf_view(truth)
+    assert open(mnt, "rb").read() == raw(hf[sys.argv[4]]), (mnt, "is not", sys.argv[4])
+    print(len(hf))
+    sys.exit(0)
 
 want = hf_view(truth) if mode == "hf" else dist_view(truth)
 ST = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}

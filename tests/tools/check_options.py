@@ -26,7 +26,12 @@ OPTIONS = {"--tag": "global_step3", "--input-format": "deepspeed", "--prefix": "
            "--tp-split": "/",
            # every command takes the merge options; here they fail (exit 1:
            # no adapter, no PEFT checkpoint), but are not refused (exit 2)
-           "--lora": "/", "--merge": "lora", "--base": "/", "--lora-tied": "peft"}
+           "--lora": "/", "--merge": "lora", "--base": "/", "--lora-tied": "peft",
+           "--html": "page.html", "--atol": "0", "--rtol": "0", "--sha256": None,
+           # diff's per-side reading options (--a-OPTION, --b-OPTION)
+           "--a-tag": "global_step3", "--b-naming": "hf"}
+# how the synopsis spells an option (--a-OPTION, --b-OPTION; a digit ends a name)
+SIDE = {"--a-tag": "--a-", "--b-naming": "--b-", "--sha256": "--sha"}
 # spellings a command needs (cat --optim names the state: --optim=STATE)
 SPELLING = {("cat", "--optim"): ["--optim=exp_avg"]}
 
@@ -50,10 +55,11 @@ for block in re.split(r"\n\.(?:br|PP)\n", syn):
     m = re.search(r"^\.B gatherfs-inspect (\w+)$", block, re.M)
     if m:
         synopsis[m.group(1)] = set(re.findall(r"(--[a-z-]+)", block.replace("\\-", "-")))
-check(set(synopsis) == {"ls", "cat", "layout", "verify", "export"},
-      f"the synopsis has the five commands: {sorted(synopsis)}")
+check(set(synopsis) == {"ls", "cat", "layout", "verify", "export", "diff", "stats", "check"},
+      f"the synopsis has the eight commands: {sorted(synopsis)}")
 listed = set().union(*synopsis.values())
-check(listed == set(OPTIONS), f"the synopsis lists every option: {sorted(listed)}")
+check(listed == {SIDE.get(o, o) for o in OPTIONS},
+      f"the synopsis lists every option: {sorted(listed)}")
 helptext = subprocess.run([INSPECT, "--help"], capture_output=True).stdout.decode()
 for opt in OPTIONS:
     check(opt in helptext, f"--help mentions {opt}")
@@ -70,14 +76,17 @@ for cmd, allowed in sorted(synopsis.items()):
             args = [cmd] + SPELLING.get((cmd, opt), [opt] + ([val] if val else [])) + [CKPT]
         if cmd == "cat":
             args.append("embed.weight")
+        elif cmd == "diff" and opt != "--layout":
+            args.append(CKPT)
         elif cmd == "export":
             args.append(os.path.join(TMP, "out-%s.bin" % opt.strip("-")))
         rc, err = run(args)
-        if opt in allowed:
+        if SIDE.get(opt, opt) in allowed:
             check(rc != 2, f"{' '.join(args[:3])}: accepted (exit {rc}) {err.strip()[:100]!r}")
         else:
             lines = err.strip().split("\n")
-            check(rc == 2 and len(lines) == 1 and f"{cmd} does not take {opt}" in lines[0],
+            named = "--a-OPTION/--b-OPTION" if opt in ("--a-tag", "--b-naming") else opt
+            check(rc == 2 and len(lines) == 1 and f"{cmd} does not take {named}" in lines[0],
                   f"{cmd} {opt}: refused (exit {rc}): {err.strip()!r}")
 
 # Options of a checkpoint directory, with --layout FILE.

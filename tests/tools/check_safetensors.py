@@ -15,8 +15,9 @@ Format rules (safetensors' own validation, and what loaders rely on):
 - __metadata__ (if present) maps strings to strings and has format "pt".
 Contents: every tensor of EXPECTED_TSV (name, dtype, shape, sha256 of the
 contiguous bytes) that is not a tied alias is present with those values,
-read through mmap at the header's offsets; the aliases listed in
-__metadata__["gatherfs.aliases"] are exactly the omitted names.
+read through mmap at the header's offsets; __metadata__["gatherfs.aliases"]
+equals EXPECTED_TSV's alias table (tests/tools/alias_table.py, the truth),
+and those aliases are exactly the omitted names.
 """
 import hashlib
 import json
@@ -24,6 +25,9 @@ import mmap
 import os
 import struct
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from alias_table import alias_table  # noqa: E402
 
 SIZES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
          "U8": 1, "BOOL": 1, "C64": 8, "C128": 16}
@@ -56,6 +60,9 @@ if not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
 if meta.get("format") != "pt":
     bad(f"__metadata__ format is {meta.get('format')!r}")
 aliases = json.loads(meta.get("gatherfs.aliases", "{}"))
+want_aliases = alias_table(tsv)
+if aliases != want_aliases:
+    bad(f"__metadata__ gatherfs.aliases {aliases}, the truth's {want_aliases}")
 
 spans = []
 for name, e in header.items():
@@ -78,7 +85,7 @@ if 8 + n + pos != size:
     bad(f"file is {size} bytes, header + data is {8 + n + pos}")
 
 rows = [line.rstrip("\n").split("\t") for line in open(tsv)]
-want = {r[0]: r for r in rows if r[0] not in aliases}
+want = {r[0]: r for r in rows if r[0] not in want_aliases}
 if set(header) != set(want):
     bad(f"tensors {sorted(set(header) ^ set(want))[:5]} missing or unexpected")
 if set(aliases) - {r[0] for r in rows} or any(v not in header for v in aliases.values()):

@@ -4,7 +4,8 @@
 
 usage: plain_ref.py tsv SRC OUT [SRC OUT...]
                                         expected tables of SRC in OUT.default.tsv
-                                        and OUT.bf16.tsv: one line per key in
+                                        and OUT.bf16.tsv, its tied pairs in
+                                        OUT.aliases.tsv: one line per key in
                                         the order gatherfs documents,
                                         name<TAB>dtype<TAB>[shape]<TAB>sha256
                                         (bf16: floating-point tensors as
@@ -121,7 +122,10 @@ def digest(t):
 
 
 def tsv(src, out):
-    items, _ = load(src)
+    items, aliases = load(src)
+    with open(f"{out}.aliases.tsv", "w") as f:
+        for alias, target in aliases.items():
+            f.write(f"{urllib.parse.quote(alias, safe='')}\t{urllib.parse.quote(target, safe='')}\n")
     for want in ("default", "bf16"):
         with open(f"{out}.{want}.tsv", "w") as f:
             for name, t in items:

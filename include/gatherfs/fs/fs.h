@@ -44,7 +44,9 @@
  * 64-bit FNV-1a hash of the key: "%~" is no escape, so such a name is
  * recognisably cut.  Tensor files carry the extended attributes
  * user.gatherfs.dtype, user.gatherfs.shape ("[1000, 64]") and
- * user.gatherfs.name (the key); INDEX has the whole escaped key too.
+ * user.gatherfs.name (the key) and user.gatherfs.sha256 (the hex SHA-256
+ * of the bytes the file serves, computed on the first request and kept for
+ * the mount's life: tensorhash.h); INDEX has the whole escaped key too.
  *
  * Ownership and permissions (see perm.h): every node is owned by the common
  * owner (group) of the files behind it, else by the user (group) running

@@ -19,6 +19,9 @@
  *   torch._tensor._rebuild_from_type_v2(_rebuild_tensor_v2 or _v3, type,
  *                                       args, state)  -> GFS_PV_TENSOR
  *
+ * (src/readers/pickle_classes.c: its classes[] table is the whole list of
+ * classes and callables the reader recognises, with the modules of each.)
+ *
  * `Enum(value)` (Python <= 3.10 pickles enums that way) stays a
  * GFS_PV_OBJECT of the class with one int argument; gfs_pv_enum() reads both
  * encodings.

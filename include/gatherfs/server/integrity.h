@@ -61,4 +61,30 @@ gfs_err gfs_integrity_require(const gfs_layout *l, const gfs_srcset *s, const ui
  */
 uint64_t gfs_integrity_unsummed(const gfs_layout *l, bool *unsummed, size_t *ntensors);
 
+/*
+ * gfs_unsummed: an iterator over the sources holding bytes that lie in no
+ * checksummed record (gfs_integrity_unsummed()), with the totals.
+ */
+typedef struct gfs_unsummed {
+	const gfs_layout *l;
+	uint64_t bytes;  /* such bytes, all sources */
+	size_t ntensors; /* entries with such bytes */
+	bool *src;       /* [l->nsources]: the source holds some */
+	size_t next;     /* the next source index to look at */
+} gfs_unsummed;
+
+/*
+ * gfs_unsummed_init(): count l's unsummed bytes into *u and start the walk
+ * over their sources; false when out of memory (*u is then empty and
+ * gfs_unsummed_free() needs no call).  Free it with gfs_unsummed_free().
+ */
+bool gfs_unsummed_init(gfs_unsummed *u, const gfs_layout *l);
+
+/* gfs_unsummed_next(): the next such source in source order, NULL at the end
+ * (and at once when there are no such bytes). */
+const gfs_source *gfs_unsummed_next(gfs_unsummed *u);
+
+/* gfs_unsummed_free(): free what gfs_unsummed_init() took; u may be NULL. */
+void gfs_unsummed_free(gfs_unsummed *u);
+
 #endif

@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 typedef enum gfs_err {
 	GFS_OK = 0,
@@ -89,6 +90,20 @@ char *gfs_strndup(const char *s, size_t n);
 #define GFS_IOBUF_ALIGN 64
 void *gfs_iobuf(size_t n);
 
+/* Byte sets of gfs_escape(): the bytes it writes %XX. */
+#define GFS_ESC_CONTROL 1u /* control bytes: 0x00-0x1f and 0x7f */
+#define GFS_ESC_PATH 2u    /* '%' and '/' (a tensors/ file name escapes both sets) */
+
+/* gfs_escape_has(): byte c is in the byte set `set` (GFS_ESC_* or'ed). */
+bool gfs_escape_has(unsigned set, unsigned char c);
+
+/*
+ * gfs_escape(): the n bytes of s into out, each byte of `set` written %XX
+ * (upper-case hex), and a NUL; out holds at least 3 * n + 1 bytes.
+ * Returns the length written, the NUL not counted.
+ */
+size_t gfs_escape(const char *s, size_t n, unsigned set, char *out);
+
 /*
  * gfs_shown_key(): the n bytes of key s (NULs included) for a one-line
  * message, written as tensors/ file names write keys: '%', '/' and control
@@ -118,10 +133,29 @@ bool gfs_grow(void **arr, size_t *cap, size_t len, size_t elem, size_t first);
 gfs_err gfs_pread_full(int fd, void *buf, size_t len, uint64_t off,
 		       const char *label);
 
+/* gfs_open_regular() flags */
+#define GFS_OPEN_NOFOLLOW 1u /* refuse a symbolic link as the last component */
+
 /*
- * gfs_read_text(): the whole of the regular file at path, of at most max
- * bytes, NUL-terminated (free *text).  @return GFS_OK, *text and *len.
+ * gfs_open_regular(): open the file at path for reading as metadata
+ * (tracker files, configs, checkpoint files) the way no hostile path can
+ * stall or widen: O_NONBLOCK (a FIFO or device never blocks the open),
+ * O_NOCTTY, with GFS_OPEN_NOFOLLOW also O_NOFOLLOW; then anything but a
+ * regular file is refused (GFS_ERR_FORMAT) and O_NONBLOCK cleared.  A
+ * missing file is GFS_ERR_NOTFOUND (with a message).  @return GFS_OK, *fd
+ * (close it) and, when st is not NULL, its fstat in *st.
  */
+gfs_err gfs_open_regular(const char *path, unsigned flags, int *fd, struct stat *st);
+
+/*
+ * gfs_read_meta(): the whole of the regular file at path (opened by
+ * gfs_open_regular() with flags), of at most max bytes, NUL-terminated
+ * (free *text); a larger file is GFS_ERR_LIMIT.  @return GFS_OK, *text and
+ * *len.
+ */
+gfs_err gfs_read_meta(const char *path, uint64_t max, unsigned flags, char **text, size_t *len);
+
+/* gfs_read_text(): gfs_read_meta() following links (flags 0). */
 gfs_err gfs_read_text(const char *path, uint64_t max, char **text, size_t *len);
 
 /*
