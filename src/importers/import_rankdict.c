@@ -152,19 +152,29 @@ static bool sub_ranks(const char *dir, const char *name)
 /*
  * latest_step(): the global_step_N directory name that dir's
  * latest_checkpointed_iteration.txt names into buf; false if the file is
- * absent or holds no number.
+ * absent or holds no number.  When err is not NULL, *err is the error of a
+ * tracker file that is there but cannot be read as one (a FIFO, a
+ * directory, too long), GFS_OK otherwise.
  */
-static bool latest_step(const char *dir, char *buf, size_t n)
+static bool latest_step(const char *dir, char *buf, size_t n, gfs_err *err)
 {
 	char path[PATH_MAX], *line = NULL;
 	const char *s;
 	uint32_t v;
 	size_t len;
 	bool ok;
+	gfs_err rerr;
 
-	if ((size_t)snprintf(path, sizeof(path), "%s/" RD_LATEST, dir) >= sizeof(path) ||
-	    gfs_read_meta(path, 31, 0, &line, &len) != GFS_OK)
+	if (err)
+		*err = GFS_OK;
+	if ((size_t)snprintf(path, sizeof(path), "%s/" RD_LATEST, dir) >= sizeof(path))
 		return false;
+	rerr = gfs_read_meta(path, 31, 0, &line, &len);
+	if (rerr) {
+		if (err && rerr != GFS_ERR_NOTFOUND)
+			*err = rerr;
+		return false;
+	}
 	ok = strlen(line) == len; /* a NUL inside holds no number */
 	while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' '))
 		line[--len] = '\0';
@@ -231,7 +241,7 @@ bool gfs_rankdict_detect(const char *dir)
 	char list[8];
 
 	return holds_ranks(dir) || sub_ranks(dir, "actor") || sub_ranks(dir, "critic") ||
-	       (latest_step(dir, step, sizeof(step)) && has_steps(dir)) ||
+	       (latest_step(dir, step, sizeof(step), NULL) && has_steps(dir)) ||
 	       only_steps(dir, step, sizeof(step), list, sizeof(list)) > 0;
 }
 
@@ -264,8 +274,12 @@ static gfs_err rank_dir(const char *dir, const char *tag, char *buf, size_t n, b
 	if (!sub_ranks(dir, "actor") && !sub_ranks(dir, "critic") && (!tag || !sub_ranks(dir, tag))) {
 		char list[512];
 		size_t count = 0;
+		gfs_err lerr;
+		const bool named = latest_step(dir, step, sizeof(step), &lerr);
 
-		if (!latest_step(dir, step, sizeof(step)) &&
+		if (lerr)
+			return lerr;
+		if (!named &&
 		    (count = only_steps(dir, step, sizeof(step), list, sizeof(list))) != 1)
 			return count > 1 ? gfs_fail(GFS_ERR_NOTFOUND,
 						    "%s: no " RD_LATEST " and %zu step directories (%s): mount one of them",
