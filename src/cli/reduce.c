@@ -136,69 +136,6 @@ static size_t widen(gfs_dtype dt, const uint8_t *p, size_t n, double *v)
 	}
 }
 
-/*
- * count_special(): how many of the n elements of dtype dt at p are NaN
- * (*nan) and infinite (*inf), from their bits (a complex element: both
- * parts); integers have none.
- */
-static void count_special(gfs_dtype dt, const uint8_t *p, size_t n, uint64_t *nan, uint64_t *inf)
-{
-	uint64_t nn = 0, ni = 0, hit = 0;
-
-	if (gfs_dtype_is_fp8(dt)) {
-		for (size_t k = 0; k < n; k++) {
-			const float f = gfs_fp8_to_f32(dt, p[k]);
-
-			nn += isnan(f) != 0;
-			ni += isinf(f) != 0;
-		}
-		*nan = nn;
-		*inf = ni;
-		return;
-	}
-	if (is_complex(dt))
-		n *= 2;
-	/* a first pass without branches: most chunks have no such value */
-	switch (dt) {
-	case GFS_DT_F64:
-	case GFS_DT_C128:
-		for (size_t k = 0; k < n; k++)
-			hit |= (gfs_le64(p + 8 * k) & 0x7ff0000000000000u) == 0x7ff0000000000000u;
-		break;
-	case GFS_DT_F32:
-	case GFS_DT_C64:
-		for (size_t k = 0; k < n; k++)
-			hit |= (gfs_le32(p + 4 * k) & 0x7f800000u) == 0x7f800000u;
-		break;
-	case GFS_DT_F16:
-		for (size_t k = 0; k < n; k++)
-			hit |= (gfs_le16(p + 2 * k) & 0x7c00u) == 0x7c00u;
-		break;
-	case GFS_DT_BF16:
-		for (size_t k = 0; k < n; k++)
-			hit |= (gfs_le16(p + 2 * k) & 0x7f80u) == 0x7f80u;
-		break;
-	default:
-		break;
-	}
-	for (size_t k = 0; hit && k < n; k++) {
-		const size_t w = gfs_dtype_size(dt) / (is_complex(dt) ? 2 : 1);
-		const uint64_t v = w == 8 ? gfs_le64(p + 8 * k) : w == 4 ? gfs_le32(p + 4 * k)
-								: gfs_le16(p + 2 * k);
-		const uint64_t e = w == 8 ? 0x7ff0000000000000u : w == 4 ? 0x7f800000u
-					   : dt == GFS_DT_F16 ? 0x7c00u : 0x7f80u;
-		const uint64_t m = w == 8 ? 0x000fffffffffffffu : w == 4 ? 0x007fffffu
-					   : dt == GFS_DT_F16 ? 0x03ffu : 0x007fu;
-
-		if ((v & e) == e) {
-			nn += (v & m) != 0;
-			ni += (v & m) == 0;
-		}
-	}
-	*nan = nn;
-	*inf = ni;
-}
-
 /* vreader_raw(): the next chunk's bytes in r->raw, *elems elements (0 at the end). */
 static gfs_err vreader_raw(vreader *r, size_t *elems)
 {
@@ -369,7 +306,130 @@ static bool use_avx2(void)
 	__builtin_cpu_init();
 	return __builtin_cpu_supports("avx2") && !(cap && strcmp(cap, "plain") == 0);
 }
+
+/*
+ * any_special_avx2(): whether one of the n values at p of dtype dt (a
+ * complex one: its parts) has all its exponent bits set (NaN or infinity;
+ * none for an integer dtype).
+ */
+AVX2 static bool any_special_avx2(gfs_dtype dt, const uint8_t *p, size_t n)
+{
+	const size_t w = gfs_dtype_size(dt) / (is_complex(dt) ? 2 : 1), bytes = n * w;
+	__m256i e, hit = _mm256_setzero_si256();
+	size_t k = 0;
+	bool tail = false;
+
+	switch (dt) {
+	case GFS_DT_F64:
+	case GFS_DT_C128:
+		e = _mm256_set1_epi64x(0x7ff0000000000000);
+		for (; k + 32 <= bytes; k += 32) {
+			const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(p + k));
+
+			hit = _mm256_or_si256(hit, _mm256_cmpeq_epi64(_mm256_and_si256(x, e), e));
+		}
+		for (; k < bytes; k += 8)
+			tail |= (gfs_le64(p + k) & 0x7ff0000000000000u) == 0x7ff0000000000000u;
+		break;
+	case GFS_DT_F32:
+	case GFS_DT_C64:
+		e = _mm256_set1_epi32(0x7f800000);
+		for (; k + 32 <= bytes; k += 32) {
+			const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(p + k));
+
+			hit = _mm256_or_si256(hit, _mm256_cmpeq_epi32(_mm256_and_si256(x, e), e));
+		}
+		for (; k < bytes; k += 4)
+			tail |= (gfs_le32(p + k) & 0x7f800000u) == 0x7f800000u;
+		break;
+	case GFS_DT_F16:
+	case GFS_DT_BF16: {
+		const uint16_t m = dt == GFS_DT_F16 ? 0x7c00u : 0x7f80u;
+
+		e = _mm256_set1_epi16((short)m);
+		for (; k + 32 <= bytes; k += 32) {
+			const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(p + k));
+
+			hit = _mm256_or_si256(hit, _mm256_cmpeq_epi16(_mm256_and_si256(x, e), e));
+		}
+		for (; k < bytes; k += 2)
+			tail |= (gfs_le16(p + k) & m) == m;
+		break;
+	}
+	default:
+		break;
+	}
+	return tail || !_mm256_testz_si256(hit, hit);
+}
 #endif
+
+/*
+ * count_special(): how many of the n elements of dtype dt at p are NaN
+ * (*nan) and infinite (*inf), from their bits (a complex element: both
+ * parts); integers have none.
+ */
+static void count_special(gfs_dtype dt, const uint8_t *p, size_t n, uint64_t *nan, uint64_t *inf)
+{
+	uint64_t nn = 0, ni = 0, hit = 0;
+
+	if (gfs_dtype_is_fp8(dt)) {
+		for (size_t k = 0; k < n; k++) {
+			const float f = gfs_fp8_to_f32(dt, p[k]);
+
+			nn += isnan(f) != 0;
+			ni += isinf(f) != 0;
+		}
+		*nan = nn;
+		*inf = ni;
+		return;
+	}
+	if (is_complex(dt))
+		n *= 2;
+	/* a first pass without branches: most chunks have no such value */
+#ifdef REDUCE_X86
+	if (use_avx2() && dt != GFS_DT_F8_E4M3 && dt != GFS_DT_F8_E5M2 && dt != GFS_DT_F8_E8M0)
+		hit = any_special_avx2(dt, p, n);
+	else
+#endif
+	switch (dt) {
+	case GFS_DT_F64:
+	case GFS_DT_C128:
+		for (size_t k = 0; k < n; k++)
+			hit |= (gfs_le64(p + 8 * k) & 0x7ff0000000000000u) == 0x7ff0000000000000u;
+		break;
+	case GFS_DT_F32:
+	case GFS_DT_C64:
+		for (size_t k = 0; k < n; k++)
+			hit |= (gfs_le32(p + 4 * k) & 0x7f800000u) == 0x7f800000u;
+		break;
+	case GFS_DT_F16:
+		for (size_t k = 0; k < n; k++)
+			hit |= (gfs_le16(p + 2 * k) & 0x7c00u) == 0x7c00u;
+		break;
+	case GFS_DT_BF16:
+		for (size_t k = 0; k < n; k++)
+			hit |= (gfs_le16(p + 2 * k) & 0x7f80u) == 0x7f80u;
+		break;
+	default:
+		break;
+	}
+	for (size_t k = 0; hit && k < n; k++) {
+		const size_t w = gfs_dtype_size(dt) / (is_complex(dt) ? 2 : 1);
+		const uint64_t v = w == 8 ? gfs_le64(p + 8 * k) : w == 4 ? gfs_le32(p + 4 * k)
+								: gfs_le16(p + 2 * k);
+		const uint64_t e = w == 8 ? 0x7ff0000000000000u : w == 4 ? 0x7f800000u
+					   : dt == GFS_DT_F16 ? 0x7c00u : 0x7f80u;
+		const uint64_t m = w == 8 ? 0x000fffffffffffffu : w == 4 ? 0x007fffffu
+					   : dt == GFS_DT_F16 ? 0x03ffu : 0x007fu;
+
+		if ((v & e) == e) {
+			nn += (v & m) != 0;
+			ni += (v & m) == 0;
+		}
+	}
+	*nan = nn;
+	*inf = ni;
+}
 
 /*
  * A chunk's values: n values of dtype dt (fp64, fp32 or bf16: the
