@@ -21,7 +21,7 @@
 
 #include "gatherfs/cli/analyze.h"
 #include "gatherfs/cli/export.h"
-#include "gatherfs/fs/config.h"
+#include "gatherfs/fs/hfconfig.h"
 #include "gatherfs/importers/hfcache.h"
 #include "gatherfs/importers/import.h"
 #include "gatherfs/importers/import_plain.h"

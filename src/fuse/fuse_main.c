@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #include "fuse_ll.h"
-#include "gatherfs/fs/config.h"
+#include "gatherfs/fs/hfconfig.h"
 #include "gatherfs/importers/import.h"
 #include "gatherfs/importers/import_plain.h"
 #include "gatherfs/server/declcheck.h"

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "gatherfs/fs/config.h"
+#include "gatherfs/fs/hfconfig.h"
 #include "gatherfs/importers/hfcache.h"
 #include "gatherfs/util/json.h"
 
