@@ -892,22 +892,66 @@ static gfs_err read_run(const gfs_layout *l, const gfs_srcset *s, const gfs_piec
 }
 
 /*
- * read_packed(): runs [k, kend) of a FILE piece whose runs are back to back
- * in the source (src_stride == len), clipped to tensor bytes [off, end):
- * one pread per batch of runs into a bounce buffer, then scattered.
+ * Strided FILE pieces of short runs (row-parallel tensor-parallel merges,
+ * column slices, QKV and gate/up splits) are read as covering ranges: the
+ * runs a read needs, with the gaps between them, in preads of at most
+ * GATHER_BUF bytes into this thread's buffer, then scattered from memory.
+ * A piece whose runs are longer than GATHER_RUN_MAX is read a run a pread
+ * (each large already); one whose gaps are longer than its runs too (more
+ * than half of a covering read would be thrown away).  Memory: GATHER_BUF
+ * per thread that reads such a piece, kept for the thread's life.
  */
-static gfs_err read_packed(const gfs_layout *l, const gfs_srcset *s, const gfs_piece *pc,
-			   uint64_t k, uint64_t kend, uint64_t off, uint64_t end, uint8_t *buf)
-{
-	enum { BOUNCE = 1 << 16 };
-	uint8_t tmp[BOUNCE];
-	const uint64_t per = BOUNCE / pc->len;
+enum { GATHER_BUF = 1 << 20, GATHER_RUN_MAX = 1 << 16 };
 
-	assert(pc->kind == GFS_PIECE_FILE && pc->src_stride == pc->len && per > 0);
+static _Thread_local uint8_t *tl_gather;
+static pthread_key_t gather_key;
+static pthread_once_t gather_once = PTHREAD_ONCE_INIT;
+
+static void gather_key_init(void)
+{
+	(void)pthread_key_create(&gather_key, free);
+}
+
+/* gather_buf(): this thread's GATHER_BUF bytes, or NULL (out of memory). */
+static uint8_t *gather_buf(void)
+{
+	if (!tl_gather) {
+		(void)pthread_once(&gather_once, gather_key_init);
+		tl_gather = malloc(GATHER_BUF);
+		if (tl_gather && pthread_setspecific(gather_key, tl_gather) != 0) {
+			free(tl_gather);
+			tl_gather = NULL;
+		}
+	}
+	return tl_gather;
+}
+
+/* gathered(): are runs [k, kend) of piece pc read as covering ranges? */
+static bool gathered(const gfs_piece *pc, uint64_t k, uint64_t kend)
+{
+	return pc->kind == GFS_PIECE_FILE && kend > k + 1 && pc->len <= GATHER_RUN_MAX &&
+	       pc->src_stride - pc->len <= pc->len;
+}
+
+/*
+ * read_gather(): runs [k, kend) of a gathered() piece pc, clipped to tensor
+ * bytes [off, end), into buf (tensor byte off at buf[0]): each batch of
+ * runs whose covering source range fits in tmp (GATHER_BUF bytes) in one
+ * pread, then scattered.  The gaps read are source bytes between the runs
+ * (inside the file), never served.
+ */
+static gfs_err read_gather(const gfs_layout *l, const gfs_srcset *s, const gfs_piece *pc,
+			   uint64_t k, uint64_t kend, uint64_t off, uint64_t end, uint8_t *buf,
+			   uint8_t *tmp)
+{
+	const uint64_t per = (GATHER_BUF - pc->len) / pc->src_stride + 1;
+
+	assert(gathered(pc, k, kend) && per > 0);
 	while (k < kend) {
 		const uint64_t nb = kend - k < per ? kend - k : per;
-		const gfs_err err = gfs_pread_full(s->fds[pc->src], tmp, (size_t)(nb * pc->len),
-						   pc->src_off + k * pc->len,
+		const gfs_err err = gfs_pread_full(s->fds[pc->src], tmp,
+						   (size_t)((nb - 1) * pc->src_stride + pc->len),
+						   pc->src_off + k * pc->src_stride,
 						   l->sources[pc->src].abspath);
 
 		if (err)
@@ -918,7 +962,8 @@ static gfs_err read_packed(const gfs_layout *l, const gfs_srcset *s, const gfs_p
 			const uint64_t b = rs + pc->len < end ? rs + pc->len : end;
 
 			if (a < b)
-				memcpy(buf + (a - off), tmp + j * pc->len + (a - rs), (size_t)(b - a));
+				memcpy(buf + (a - off), tmp + j * pc->src_stride + (a - rs),
+				       (size_t)(b - a));
 		}
 		k += nb;
 	}
@@ -1140,7 +1185,8 @@ static gfs_err require_records(const gfs_layout *l, const gfs_srcset *s, const g
  * read_span(): bytes [off, off+len) of tensor t in its own dtype.  The
  * candidate pieces (O(log n) to find) are those that may intersect the
  * range; each copies its runs that do.  The pieces tile the tensor, so every
- * byte is written exactly once.  A FILE piece's source is checked for
+ * byte is written exactly once; a strided piece of short runs is read in
+ * covering ranges (read_gather()).  A FILE piece's source is checked for
  * changes once after its bytes are read.
  */
 static gfs_err read_span(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
@@ -1148,6 +1194,7 @@ static gfs_err read_span(const gfs_layout *l, const gfs_srcset *s, const gfs_ten
 {
 	const uint64_t end = off + len;
 	const gfs_piece_span sp = gfs_piece_candidates(t, off, end);
+	uint8_t *tmp = NULL;
 
 	assert(end <= t->nbytes);
 	if (len == 0)
@@ -1167,9 +1214,8 @@ static gfs_err read_span(const gfs_layout *l, const gfs_srcset *s, const gfs_ten
 		if (k < kend && pc->rec != GFS_NO_RECORD &&
 		    atomic_load(&s->rt->state[pc->rec]) == GFS_REC_BAD)
 			return bad_record(l, pc->rec);
-		if (k < kend && pc->kind == GFS_PIECE_FILE && pc->count > 1 &&
-		    pc->src_stride == pc->len && pc->len <= (1 << 15)) {
-			err = read_packed(l, s, pc, k, kend, off, end, buf);
+		if (gathered(pc, k, kend) && (tmp || (tmp = gather_buf()))) {
+			err = read_gather(l, s, pc, k, kend, off, end, buf, tmp);
 		} else {
 			for (uint64_t r = k; r < kend && !err; r++) {
 				const uint64_t rs = pc->toff + r * pc->dst_stride;

@@ -222,6 +222,90 @@ static void test_strided(void)
 	       "a stride not past its run is refused: %s", gfs_errmsg());
 }
 
+/* gather_byte(): byte i of the source of test_gather() (no short period). */
+static uint8_t gather_byte(uint64_t i)
+{
+	return (uint8_t)(i ^ (i >> 8) ^ (i >> 16) ^ 0x5a);
+}
+
+/*
+ * gather_case(): a u8 [rows, 2 * run] from two column pieces of rows runs
+ * of run bytes, src_stride stride, in a 4 MiB source; reads of the whole
+ * tensor and of random (offset, length) ranges are exact.
+ */
+static bool gather_case(const char *path, uint64_t run, uint64_t stride, uint64_t rows)
+{
+	const uint64_t shape[2] = { rows, 2 * run }, base[2] = { 3, (1 << 20) + 5 };
+	const uint64_t n = rows * 2 * run;
+	uint8_t *got = malloc(n + 1), *want = malloc(n);
+	gfs_layout *l = NULL;
+	gfs_srcset *s = NULL;
+	uint32_t src = 0;
+	size_t t = 0;
+	bool same = got && want;
+	gfs_err err = gfs_layout_new("test", tmpdir, &l);
+
+	if (!err)
+		err = gfs_layout_add_source(l, path, 4 << 20, &src);
+	if (!err)
+		err = gfs_layout_add_tensor(l, "m", GFS_DT_U8, 2, shape, &t);
+	for (int c = 0; c < 2 && !err; c++) {
+		const gfs_piece p = { .toff = c * run, .len = run, .src = src, .src_off = base[c],
+				      .count = rows, .dst_stride = 2 * run, .src_stride = stride };
+
+		err = gfs_layout_add_general(l, t, &p);
+	}
+	if (!err)
+		err = gfs_layout_finish(l, "test");
+	if (!err)
+		err = gfs_srcset_open(l, &s);
+	for (uint64_t i = 0; same && i < n; i++)
+		want[i] = gather_byte(base[i / run % 2] + i / (2 * run) * stride + i % run);
+	same = same && !err && gfs_tensor_read(l, s, t, GFS_DT_INVALID, 0, got, n) == GFS_OK &&
+	       memcmp(got, want, n) == 0;
+	for (int i = 0; same && i < 200; i++) {
+		const uint64_t off = (uint64_t)rand() % n;
+		const uint64_t len = 1 + (uint64_t)rand() % (i % 2 ? n - off : run * 3 < n - off ? run * 3 : n - off);
+
+		got[len] = 0xee;
+		same = gfs_tensor_read(l, s, t, GFS_DT_INVALID, off, got, len) == GFS_OK &&
+		       memcmp(got, want + off, len) == 0 && got[len] == 0xee;
+	}
+	gfs_srcset_close(s);
+	gfs_layout_free(l);
+	free(got);
+	free(want);
+	return same;
+}
+
+/*
+ * test_gather(): strided pieces read as covering ranges (runs back to back,
+ * gaps up to a run, in batches past the server's 1 MiB buffer) and run by
+ * run (gaps longer than a run; runs longer than 64 KiB) serve exact bytes.
+ */
+static void test_gather(void)
+{
+	char path[512];
+	uint8_t *b = malloc(4 << 20);
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/gather.bin", tmpdir);
+	for (uint64_t i = 0; b && i < (4 << 20); i++)
+		b[i] = gather_byte(i);
+	f = fopen(path, "wb");
+	if (!b || !f || fwrite(b, 1, 4 << 20, f) != 4 << 20 || fclose(f) != 0)
+		abort();
+	free(b);
+	srand(45);
+	tap_ok(gather_case(path, 1000, 1000, 1500), "gather: packed runs, several batches");
+	tap_ok(gather_case(path, 1000, 1500, 1500), "gather: gaps of half a run, several batches");
+	tap_ok(gather_case(path, 1000, 2000, 1000), "gather: gaps of a run");
+	tap_ok(gather_case(path, 1000, 2001, 1000), "gather: gaps longer than a run (run by run)");
+	tap_ok(gather_case(path, 3, 5, 4000), "gather: 3-byte runs");
+	tap_ok(gather_case(path, 70000, 70000, 20), "gather: runs past 64 KiB (run by run)");
+	unlink(path);
+}
+
 /*
  * tiling_case(): a u8 tensor of n bytes from npc pieces, finished; the
  * verdict must be "every byte covered exactly once".  @return agreement.
@@ -896,6 +980,7 @@ int main(void)
 	test_build_and_read();
 	test_json_roundtrip();
 	test_strided();
+	test_gather();
 	test_tiling();
 	test_records();
 	test_records_order();
