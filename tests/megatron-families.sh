@@ -1,0 +1,84 @@
+#!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+# Today's model families from Megatron as Hugging Face models (docs/megatron.md,
+# "Model families"), on real Megatron-Core core_v0.17.1 runs
+# (tests/data/megatron-families/README.md): Qwen3 (QK norms, head_dim =
+# kv_channels != hidden/heads), Qwen3-MoE at EP 2, Qwen2-MoE (QKV biases, a
+# shared expert and its sigmoid gate, pre-softmax routing) and DeepSeek-V3 (MLA,
+# sigmoid routing with an expert bias, a shared expert, a dense first layer:
+# per-layer torch_dist keys, experts on axis 0).
+#  - every case, all three forms (legacy torch, Megatron-LM's torch_dist with
+#    args, a bare dist_checkpointing.save with -o hf_config): the Hugging Face
+#    view equals the reference conversion (transformers' save_pretrained of the
+#    truth) bit for bit, in the HF model's key order, and config.json gives the
+#    fields transformers reads as the reference does
+#    (tests/tools/check_family_ref.py; logits: tests/megatron-compat.sh);
+#  - refusals: what no family table expresses is a note with the Megatron
+#    view, and one line under -o naming=hf.
+. "${top_srcdir:-.}/tests/lib.sh"
+. "$top_srcdir/tests/mount-lib.sh"
+mount_setup
+DATA="$top_srcdir/tests/data/megatron-families"
+REF="$top_srcdir/tests/tools/check_family_ref.py"
+EDIT="$top_srcdir/tests/tools/megatron_edit_args.py"
+
+# check SRC CASE NOTE [ARG...]: mount SRC, the note says NOTE, the view is the reference's
+check() {
+	src=$1 case=$2 note=$3
+	shift 3
+	gfs_mount "$src" "$T/mnt" "$@" 2>"$T/note" || fail "mount $src: $(cat "$T/note")"
+	grep -q -- "gatherfs: note: $note" "$T/note" || fail "mount $src: note: $(cat "$T/note")"
+	timeout 300 "$PYTHON3" "$REF" "$T/mnt" "$case" || fail "$src: not the reference conversion"
+	gfs_umount "$T/mnt" || fail "unmount"
+}
+
+for c in qwen3_tp1:qwen3 qwen3moe_ep2:qwen3_moe qwen2moe_tp1:qwen2_moe dsv3_tp1:deepseek_v3; do
+	case=$DATA/${c%%:*} family=${c#*:}
+	echo "== ${c%%:*} ($family)"
+	check "$case/legacy_torch" "$case" "Hugging Face view ($family naming"
+	check "$case/training_torch_dist" "$case" "Hugging Face view ($family naming"
+	check "$case/torch_dist" "$case" "Hugging Face view ($family naming" -o hf_config="$case/hf_ref"
+done
+
+echo "== refusals: a note and the Megatron view; one line with -o naming=hf"
+fresh() {
+	rm -rf "$T/bad"
+	cp -r "$DATA/$1/legacy_torch" "$T/bad"
+	chmod -R u+w "$T/bad"
+}
+# refused CASE WHAT NAME=VALUE...: CASE's legacy save with its args edited so is refused for WHAT
+refused() {
+	fresh "$1"
+	what=$2
+	shift 2
+	f=$(ls "$T"/bad/iter_0000003/mp_rank_00*/model_optim_rng.pt | head -1)
+	timeout 60 "$PYTHON3" "$EDIT" "$f" "$T/edited" "$@" && mv "$T/edited" "$f" || fail "edit args $*"
+	timeout 60 "$INSPECT" ls "$T/bad" >"$T/ls" 2>"$T/err" || fail "$*: $(cat "$T/err")"
+	grep -q "note: Megatron view: the Hugging Face naming cannot express $what" "$T/err" ||
+		fail "$*: no note: $(cat "$T/err")"
+	grep -q "^decoder.layers.0.self_attention.linear_proj.weight " "$T/ls" || fail "$*: not the Megatron view"
+	expect_mount_fail "the Hugging Face naming cannot express $what" "$T/bad" "$T/mnt" -o naming=hf
+}
+refused dsv3_tp1 "YaRN RoPE scaling (rope_type yarn" "rope_type='yarn'"
+refused dsv3_tp1 "YaRN RoPE scaling (rope_type yarn" rope_type=None
+refused dsv3_tp1 "dense layers other than a prefix (moe_layer_freq" "moe_layer_freq=[1,0,1]"
+refused dsv3_tp1 "dense layers other than a prefix (moe_layer_freq" moe_layer_freq=2
+refused dsv3_tp1 "MLA without the sizes it needs" kv_lora_rank=None
+refused dsv3_tp1 "MLA without the sizes it needs" v_head_dim=None
+refused dsv3_tp1 "MLA without its latent norms (qk_layernorm)" qk_layernorm=False
+refused dsv3_tp1 "an MLA model whose norm epsilon is not 1e-6" layernorm_epsilon=0.00001
+refused dsv3_tp1 "a shared expert size 48 that is not a multiple of the expert size 32" \
+	moe_shared_expert_intermediate_size=48
+refused dsv3_tp1 "MLA routing without an expert bias" moe_router_enable_expert_bias=False
+refused dsv3_tp1 "MLA with a router score function other than sigmoid" "moe_router_score_function='softmax'"
+refused dsv3_tp1 "MLA with experts but no shared expert" moe_shared_expert_intermediate_size=None
+refused qwen2moe_tp1 "a shared expert without its sigmoid gate" moe_shared_expert_gate=False
+refused qwen3_tp1 "QKV biases with QK layernorm" add_qkv_bias=True
+refused qwen3moe_ep2 "experts with QKV biases" add_qkv_bias=True
+refused qwen3moe_ep2 "scaled top-k routing" moe_router_topk_scaling_factor=2.0
+# an unchanged list edit mounts: the edit itself is sound
+fresh dsv3_tp1
+f="$T/bad/iter_0000003/mp_rank_00/model_optim_rng.pt"
+timeout 60 "$PYTHON3" "$EDIT" "$f" "$T/edited" "moe_layer_freq=[0,1,1]" && mv "$T/edited" "$f" || fail "edit"
+check "$T/bad" "$DATA/dsv3_tp1" "Hugging Face view (deepseek_v3 naming"
+echo "megatron-families: OK"
