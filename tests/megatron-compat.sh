@@ -10,7 +10,9 @@
 # embeddings (legacy), Qwen2 with QKV biases, tied embeddings, bf16 weights
 # and vocabulary 1003 at TP 2 x PP 2 (legacy and torch_dist; fp32 run against
 # Megatron's fp32 forward on the same weights), and a bare torch_dist save
-# and a torch_dcp save with -o hf_config.  Skipped (77) when the root is absent.
+# and a torch_dcp save with -o hf_config; the model families
+# (tests/megatron-families.sh): Qwen3, Qwen3-MoE at EP 2, Qwen2-MoE and
+# DeepSeek-V3 (MLA), legacy and torch_dist.  Skipped (77) when the root is absent.
 . "${top_srcdir:-.}/tests/lib.sh"
 . "$top_srcdir/tests/mount-lib.sh"
 COMPAT_ROOT=${GATHERFS_COMPAT_ROOT:-/var/cache/gatherfs/compat-root}
@@ -47,6 +49,11 @@ add "$DATA/qwen_tie_bf16/legacy_torch" "$DATA/qwen_tie_bf16"
 add "$DATA/qwen_tie_bf16/training_torch_dist" "$DATA/qwen_tie_bf16"
 add "$DATA/tp1_pp2/torch_dist" "$DATA/tp1_pp2" -o hf_config="$DATA/tp1_pp2/hf_config"
 add "$DATA/dcp_tp1/torch_dcp" "$DATA/dcp_tp1" -o hf_config="$DATA/dcp_tp1/hf_config"
+FAM="$top_srcdir/tests/data/megatron-families"
+for c in qwen3_tp1 qwen3moe_ep2 qwen2moe_tp1 dsv3_tp1; do
+	add "$FAM/$c/legacy_torch" "$FAM/$c"
+	add "$FAM/$c/training_torch_dist" "$FAM/$c"
+done
 COMPAT_BINDS="$top_srcdir $T" timeout 900 "$top_srcdir/tests/compat/compat-run.sh" \
 	"$COMPAT_ROOT" python3 "$top_srcdir/tests/compat/check_hf_logits.py" --batch "$LIST" \
 	>"$T/out" 2>"$T/err" || fail "$(tail -3 "$T/err") $(cat "$T/out")"
