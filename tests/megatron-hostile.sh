@@ -4,7 +4,7 @@
 # tests/tools/hostile_megatron.py (standard library only) and shell; each is
 # answered by gatherfs-inspect ls within seconds (timeout 20) and 1 GB of
 # address space (ulimit -v), with one line naming the file and the problem.
-#   item 4: a FIFO at a metadata path (Megatron and rank-dict tracker, a
+#   item 4: a FIFO at a metadata path (DeepSpeed `latest` and rank files, Megatron and rank-dict tracker, a
 #           rank file, hf_config's config.json and generation_config.json,
 #           torch_dist metadata.json, DCP .metadata, fsdp_config.json,
 #           -o tp_split) is refused at once
@@ -90,6 +90,14 @@ fifo "$T/fsdp/latest_checkpointed_iteration.txt"
 refused "latest_checkpointed_iteration.txt: not a regular file" "$T/fsdp"
 fifo "$T/split.json"
 refused "split.json: not a regular file" "$DATA/ds3d/tp2_dp2_z1_fp32_uci/checkpoint" --tp-split "$T/split.json"
+# the DeepSpeed importer's own opens: `latest` and a rank file
+rm -rf "$T/ds"; cp -r "$DATA/ckpt/z2_ws2_bf16/checkpoint" "$T/ds"; chmod -R u+w "$T/ds"
+fifo "$T/ds/latest"
+refused "ds/latest: not a regular file" "$T/ds"
+rm -rf "$T/ds"; cp -r "$DATA/ckpt/z2_ws2_bf16/checkpoint" "$T/ds"; chmod -R u+w "$T/ds"
+fifo "$T/ds/global_step3/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"
+refused "optim_states.pt: not a regular file" "$T/ds"
+rm -rf "$T/ds"
 
 echo "== item 5: TP = PP = EP = 4096 and a stray rank directory"
 hostile args tensor_model_parallel_size=4096 pipeline_model_parallel_size=4096 \

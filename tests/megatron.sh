@@ -77,14 +77,18 @@ check_view() {
 # check_k_proj_verify SAVE CASE: gatherfs-inspect cat of a Hugging Face
 # name (model.layers.1.self_attn.k_proj.weight, split from linear_qkv)
 # writes the truth's bytes, and verify checks every entry of the view
-# (as many as the truth's Hugging Face tensors) and says so in two lines.
+# (as many as the truth's Hugging Face tensors) and says so in two lines (three with replicas).
 check_k_proj_verify() {
 	timeout 60 "$INSPECT" cat "$1" model.layers.1.self_attn.k_proj.weight >"$T/cat" ||
 		fail "inspect cat $1 k_proj"
 	nhf=$(timeout 120 "$PYTHON3" "$VIEWS" hfcat "$T/cat" "$2" model.layers.1.self_attn.k_proj.weight) ||
 		fail "inspect cat $1: model.layers.1.self_attn.k_proj.weight: not the truth's bytes"
 	timeout 120 "$INSPECT" verify "$1" >"$T/v" 2>"$T/verr" || fail "inspect verify $1: $(cat "$T/v" "$T/verr")"
-	[ "$(wc -l <"$T/v")" -eq 2 ] && grep -q "^OK: $nhf entries ([0-9]* aliases), " "$T/v" &&
+	# a third line where the save holds copies (a tied head's at PP > 1 or
+	# PP 1 with the copy left out): every one equal to the copy served
+	nl=$(wc -l <"$T/v")
+	{ [ "$nl" -eq 2 ] || { [ "$nl" -eq 3 ] && grep -q "^OK: [1-9][0-9]* replicas equal the copy served " "$T/v"; }; } &&
+		grep -q "^OK: $nhf entries ([0-9]* aliases), " "$T/v" &&
 		grep -q "^OK: [1-9][0-9]* zip records match their stored CRC-32 " "$T/v" ||
 		fail "inspect verify $1: want $nhf entries: $(cat "$T/v")"
 }
@@ -157,7 +161,7 @@ cmp -s "$T/mnt/generation_config.json" "$DATA/tp1_pp2/hf_config/generation_confi
 gfs_umount "$T/mnt" || fail "unmount"
 expect_mount_fail "common.pt holds no args (a bare dist_checkpointing.save): give the model's config with -o hf_config=DIR" \
 	"$bare" "$T/mnt" -o naming=hf
-expect_mount_fail "naming 'gpt': hf, megatron or auto" "$bare" "$T/mnt" -o naming=gpt
+expect_mount_fail "naming 'gpt': hf, megatron, megatron-local, megatron-te or auto" "$bare" "$T/mnt" -o naming=gpt
 expect_mount_fail "a naming applies to a Megatron checkpoint only" "$DATA/../dcp/fsdp2_ws2/checkpoint" "$T/mnt" -o naming=hf
 
 echo "== export: the Hugging Face view as files"

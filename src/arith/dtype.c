@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include <assert.h>
+#include <math.h>
 #include <string.h>
 #include <strings.h>
 
@@ -32,6 +33,9 @@ static const dtype_info infos[GFS_DT_COUNT_] = {
 	[GFS_DT_I8] = { "int8", "I8", "CharStorage", 1, false },
 	[GFS_DT_U8] = { "uint8", "U8", "ByteStorage", 1, false },
 	[GFS_DT_BOOL] = { "bool", "BOOL", "BoolStorage", 1, false },
+	[GFS_DT_F8_E4M3] = { "float8_e4m3fn", "F8_E4M3", "", 1, false },
+	[GFS_DT_F8_E5M2] = { "float8_e5m2", "F8_E5M2", "", 1, false },
+	[GFS_DT_F8_E8M0] = { "float8_e8m0fnu", "F8_E8M0", "", 1, false },
 };
 
 static const struct {
@@ -75,6 +79,34 @@ bool gfs_dtype_is_float(gfs_dtype dt)
 	return valid(dt) && infos[dt].is_float;
 }
 
+bool gfs_dtype_is_fp8(gfs_dtype dt)
+{
+	return dt == GFS_DT_F8_E4M3 || dt == GFS_DT_F8_E5M2 || dt == GFS_DT_F8_E8M0;
+}
+
+float gfs_fp8_to_f32(gfs_dtype dt, uint8_t b)
+{
+	const float sign = (b & 0x80u) ? -1.0f : 1.0f;
+
+	assert(gfs_dtype_is_fp8(dt));
+	if (dt == GFS_DT_F8_E8M0) /* unsigned: 2^(b - 127), 0xff NaN */
+		return b == 0xffu ? NAN : ldexpf(1.0f, (int)b - 127);
+	if (dt == GFS_DT_F8_E4M3) { /* bias 7, no infinities, S.1111.111 NaN */
+		const int e = (b >> 3) & 0xf, m = b & 0x7;
+
+		if (e == 0xf && m == 0x7)
+			return copysignf(NAN, sign);
+		return sign * (e ? ldexpf((float)(8 + m), e - 10) : ldexpf((float)m, -9));
+	}
+	{ /* E5M2: bias 15, IEEE-like */
+		const int e = (b >> 2) & 0x1f, m = b & 0x3;
+
+		if (e == 0x1f)
+			return m ? copysignf(NAN, sign) : sign * INFINITY;
+		return sign * (e ? ldexpf((float)(4 + m), e - 17) : ldexpf((float)m, -16));
+	}
+}
+
 gfs_dtype gfs_dtype_parse(const char *s)
 {
 	if (!s)
@@ -93,7 +125,7 @@ gfs_dtype gfs_dtype_from_storage_class(const char *cls)
 	if (!cls)
 		return GFS_DT_INVALID;
 	for (int dt = GFS_DT_INVALID + 1; dt < GFS_DT_COUNT_; dt++)
-		if (strcmp(cls, infos[dt].storage) == 0)
+		if (infos[dt].storage[0] && strcmp(cls, infos[dt].storage) == 0)
 			return (gfs_dtype)dt;
 	return GFS_DT_INVALID;
 }
@@ -124,11 +156,7 @@ static uint32_t f32_bits(float f)
 
 static uint16_t f32_to_bf16(float f)
 {
-	const uint32_t u = f32_bits(f);
-
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN, sign kept */
-	return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+	return gfs_bf16_round(f);
 }
 
 static float bf16_to_f32(uint16_t h)
@@ -267,5 +295,24 @@ void gfs_dtype_convert(gfs_dtype from, gfs_dtype to, const void *src, void *dst,
 				assert(!"not a float dtype");
 			}
 		}
+	}
+}
+
+void gfs_f32_round(gfs_dtype dt, float f, void *dst)
+{
+	uint8_t *d = dst;
+
+	switch (dt) {
+	case GFS_DT_F32:
+		store_le32(d, f32_bits(f));
+		break;
+	case GFS_DT_F16:
+		store_le16(d, f32_to_f16(f));
+		break;
+	case GFS_DT_BF16:
+		store_le16(d, f32_to_bf16(f));
+		break;
+	default:
+		assert(!"not F32, F16 or BF16");
 	}
 }

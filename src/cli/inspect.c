@@ -22,8 +22,10 @@
 #include "gatherfs/cli/export.h"
 #include "gatherfs/importers/import.h"
 #include "gatherfs/importers/import_plain.h"
+#include "gatherfs/server/declcheck.h"
 #include "gatherfs/server/integrity.h"
 #include "gatherfs/util/json.h"
+#include "gatherfs/importers/fp8.h"
 #include "gatherfs/importers/lora.h"
 #include "gatherfs/server/server.h"
 #include "gatherfs/util/sha256.h"
@@ -51,8 +53,9 @@ enum {
 	OPT_SIDE = 1 << 15,   /* --a-OPTION, --b-OPTION */
 	OPT_SHA256 = 1 << 16,
 	OPT_RTOL = 1 << 17,
+	OPT_DEQUANT = 1 << 18,
 	OPT_IMPORT = OPT_TAG | OPT_INPUT_FORMAT | OPT_PREFIX | OPT_LAYOUT | OPT_NAMING | OPT_HF_CONFIG |
-		     OPT_TP_SPLIT,
+		     OPT_TP_SPLIT | OPT_DEQUANT,
 };
 
 /* Each command and the options it takes; any other option is refused. */
@@ -82,7 +85,7 @@ static const struct option_name {
 	{ OPT_HF_CONFIG, "--hf-config" }, { OPT_ALL, "--all" },
 	{ OPT_TP_SPLIT, "--tp-split" }, { OPT_HTML, "--html" },
 	{ OPT_ATOL, "--atol" }, { OPT_RTOL, "--rtol" }, { OPT_SIDE, "--a-OPTION/--b-OPTION" },
-	{ OPT_SHA256, "--sha256" },
+	{ OPT_SHA256, "--sha256" }, { OPT_DEQUANT, "--dequant" },
 };
 
 /*
@@ -120,6 +123,7 @@ typedef struct inspect_opts {
 	const char *tp_split;
 	const char *layout;
 	gfs_dtype dtype;
+	gfs_dtype dequant;      /* --dequant: the FP8 model dequantized to it, else INVALID */
 	bool json;
 	bool all;               /* ls --all: the entries no view shows too */
 	gfs_format format;
@@ -203,8 +207,10 @@ static int usage(FILE *out)
 	      "  --prefix P         (dcp, plain) keep the keys starting with P, named\n"
 	      "                     without it\n"
 	      "  --naming N         (megatron) hf: Hugging Face names (Llama, Qwen2,\n"
-	      "                     Mixtral), megatron: Megatron's own, auto (default):\n"
-	      "                     hf when the architecture is known\n"
+	      "                     Mixtral), megatron: Megatron's own, megatron-local,\n"
+	      "                     megatron-te: Megatron's with the norms in one\n"
+	      "                     spelling, auto (default): hf when the\n"
+	      "                     architecture is known\n"
 	      "  --hf-config DIR    (megatron) the model's config.json in DIR gives the\n"
 	      "                     architecture and vocabulary and is served as is\n"
 	      "  --tp-split FILE    (deepspeed, tensor parallel) the JSON FILE maps\n"
@@ -226,7 +232,7 @@ static int usage(FILE *out)
 	      "                     rtol * max(|a|, |b|) (default 0: only equal)\n"
 	      "  --a-OPTION V       (diff) a reading option (tag, input-format, prefix,\n"
 	      "  --b-OPTION V       naming, hf-config, tp-split, layout, dtype, lora,\n"
-	      "                     merge, base, lora-tied) for A or B only, e.g.\n"
+	      "                     merge, base, lora-tied, dequant) for A or B only, e.g.\n"
 	      "                     --a-tag global_step3 --b-naming megatron; the plain\n"
 	      "                     option applies to both sides; a side read with\n"
 	      "                     --a-layout FILE or --b-layout FILE takes no A or B\n"
@@ -241,6 +247,8 @@ static int usage(FILE *out)
 	      "  --merge lora       merge the adapter of a PEFT-wrapped checkpoint\n"
 	      "  --base DIR         (with --merge) the base model of an adapter-only checkpoint\n"
 	      "  --lora-tied peft   a targeted tied embedding changes its head too (PEFT)\n"
+	      "  --dequant DTYPE    an FP8 checkpoint as the model it quantizes, in bf16,\n"
+	      "                     fp16 or fp32 (scales left out; see gatherfs -o dequant=)\n"
 	      "  -h, --help         show this help\n"
 	      "  -V, --version      show the version\n"
 	      "\n"
@@ -300,7 +308,19 @@ static gfs_err load(const inspect_opts *o, const char *dir, gfs_layout **l)
 
 	if (err)
 		return err;
-	err = gfs_lora_apply(&o->lora, l, &untied);
+	if (o->dequant != GFS_DT_INVALID) {
+		gfs_layout *d;
+
+		err = gfs_fp8_dequant(*l, o->dequant, &d);
+		if (!err) {
+			gfs_layout_free(*l);
+			*l = d;
+		}
+	}
+	if (!err)
+		err = gfs_lora_apply(&o->lora, l, &untied);
+	if (!err)
+		err = gfs_fp8_check_dtype(*l, o->dtype);
 	if (err) {
 		gfs_layout_free(*l);
 		*l = NULL;
@@ -335,13 +355,15 @@ static void say_source(const inspect_opts *o, const char *dir, const gfs_layout 
 }
 
 /*
- * kind_of(): what ls shows of entry t: "merged:OP" for a computed tensor,
+ * kind_of(): what ls shows of entry t: "merged:OP" for a computed tensor
+ * ("dequant" for an FP8 dequantized one),
  * "lora" for a LoRA tensor of an unmerged PEFT model, else "-".
  */
 static const char *kind_of(const gfs_tensor *t, char *buf, size_t n)
 {
 	if (t->comp) {
-		snprintf(buf, n, "merged:%s", gfs_op_name(t->comp->op));
+		snprintf(buf, n, "%s%s", t->comp->op == GFS_OP_DEQUANT ? "" : "merged:",
+			 gfs_op_name(t->comp->op));
 		return buf;
 	}
 	return strstr(t->name, ".lora_") ? "lora" : "-";
@@ -859,6 +881,8 @@ static int cmd_verify(const gfs_layout *l)
 	}
 	err = gfs_srcset_open(l, &s);
 	if (!err) {
+		/* every record and replica is checked here, each reported: reads need not */
+		gfs_srcset_set_verify(s, false, NULL);
 		err = gfs_integrity_check(l, s, NULL, 0, 0, &nbad, &st);
 		dt_crc = now_s() - t0;
 	}
@@ -869,6 +893,17 @@ static int cmd_verify(const gfs_layout *l)
 		fprintf(stderr, "gatherfs-inspect: %zu of %zu checksummed records are corrupt\n", nbad,
 			l->nrecords);
 		return 1;
+	}
+	if (!err && l->decls.what) {
+		err = gfs_srcset_decls_require(s);
+		if (err && gfs_srcset_decls_wrong(s)) {
+			out_ok(printf("DECLARATION WRONG: %s\n", gfs_errmsg()));
+			free(buf);
+			gfs_srcset_close(s);
+			fprintf(stderr, "gatherfs-inspect: the entries %s governs are not served\n",
+				l->decls.what);
+			return 1;
+		}
 	}
 	for (size_t i = 0; !err && i < gfs_layout_nentries(l); i++) {
 		const gfs_tensor *t = &l->tensors[i];
@@ -919,6 +954,9 @@ static int cmd_verify(const gfs_layout *l)
 	if (l->nreplicas)
 		out_ok(printf("OK: %zu replicas equal the copy served (%" PRIu64 " bytes compared)\n",
 			      l->nreplicas, rbytes));
+	if (l->decls.what)
+		out_ok(printf("OK: %s holds: %zu split tensors' slices are not byte-identical copies (or are constant), the replicated ones' copies are equal\n",
+			      l->decls.what, l->decls.nsplits));
 	unsummed = report_unsummed(l);
 	if (nonfinite)
 		out_ok(printf("note: %" PRIu64 " NaN or infinite floating-point values\n", nonfinite));
@@ -936,6 +974,7 @@ static const struct read_opt {
 	{ "tag", 't' },    { "input-format", 'i' }, { "prefix", 'p' },  { "layout", 'l' },
 	{ "naming", 'N' }, { "hf-config", 'H' },    { "tp-split", 'S' }, { "dtype", 'd' },
 	{ "lora", 'L' },   { "merge", 'M' },        { "base", 'B' },     { "lora-tied", 'T' },
+	{ "dequant", 'Q' },
 };
 #define N_READ_OPTS (sizeof(read_opts) / sizeof(read_opts[0]))
 /* getopt codes of --a-OPTION (side 0) and --b-OPTION (side 1): SIDE_CODE | side << 8 | code */
@@ -998,6 +1037,15 @@ static int set_read_opt(inspect_opts *o, int c, const char *arg)
 	case 'T':
 		o->lora.tied = arg;
 		break;
+	case 'Q':
+		o->given |= OPT_DEQUANT;
+		o->dequant = gfs_dtype_parse(arg);
+		if (!gfs_dtype_is_float(o->dequant) || o->dequant == GFS_DT_F64) {
+			fprintf(stderr, "gatherfs-inspect: --dequant must be bf16, fp16 or fp32, not '%s'\n",
+				arg);
+			return 2;
+		}
+		break;
 	default:
 		return -1;
 	}
@@ -1018,6 +1066,7 @@ static inspect_opts side_opts(const inspect_opts *o, const inspect_opts *s)
 	r.tp_split = s->tp_split ? s->tp_split : o->tp_split;
 	r.layout = s->layout ? s->layout : o->layout;
 	r.dtype = s->dtype != GFS_DT_INVALID ? s->dtype : o->dtype;
+	r.dequant = s->dequant != GFS_DT_INVALID ? s->dequant : o->dequant;
 	r.lora.lora = s->lora.lora ? s->lora.lora : o->lora.lora;
 	r.lora.merge = s->lora.merge ? s->lora.merge : o->lora.merge;
 	r.lora.base = s->lora.base ? s->lora.base : o->lora.base;
@@ -1127,6 +1176,7 @@ int main(int argc, char **argv)
 		{ "merge", required_argument, NULL, 'M' },
 		{ "base", required_argument, NULL, 'B' },
 		{ "lora-tied", required_argument, NULL, 'T' },
+		{ "dequant", required_argument, NULL, 'Q' },
 		{ "html", required_argument, NULL, 'W' },
 		{ "atol", required_argument, NULL, 'A' },
 		{ "rtol", required_argument, NULL, 'R' },
@@ -1137,8 +1187,9 @@ int main(int argc, char **argv)
 	enum { NBASE = sizeof(base_opts) / sizeof(base_opts[0]) };
 	static char side_names[2 * N_READ_OPTS][32];
 	struct option longopts[NBASE + 2 * N_READ_OPTS + 1];
-	inspect_opts o = { .dtype = GFS_DT_INVALID };
-	inspect_opts side[2] = { { .dtype = GFS_DT_INVALID }, { .dtype = GFS_DT_INVALID } };
+	inspect_opts o = { .dtype = GFS_DT_INVALID, .dequant = GFS_DT_INVALID };
+	inspect_opts side[2] = { { .dtype = GFS_DT_INVALID, .dequant = GFS_DT_INVALID },
+				 { .dtype = GFS_DT_INVALID, .dequant = GFS_DT_INVALID } };
 	const struct command *command = NULL;
 	const char *cmd, *dir = NULL, *name = NULL;
 	gfs_layout *l = NULL;

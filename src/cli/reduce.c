@@ -123,6 +123,12 @@ static size_t widen(gfs_dtype dt, const uint8_t *p, size_t n, double *v)
 		for (size_t k = 0; k < n; k++)
 			v[k] = (double)(int8_t)p[k];
 		return n;
+	case GFS_DT_F8_E4M3:
+	case GFS_DT_F8_E5M2:
+	case GFS_DT_F8_E8M0:
+		for (size_t k = 0; k < n; k++)
+			v[k] = gfs_fp8_to_f32(dt, p[k]);
+		return n;
 	default: /* U8, BOOL */
 		for (size_t k = 0; k < n; k++)
 			v[k] = (double)p[k];
@@ -139,6 +145,17 @@ static void count_special(gfs_dtype dt, const uint8_t *p, size_t n, uint64_t *na
 {
 	uint64_t nn = 0, ni = 0, hit = 0;
 
+	if (gfs_dtype_is_fp8(dt)) {
+		for (size_t k = 0; k < n; k++) {
+			const float f = gfs_fp8_to_f32(dt, p[k]);
+
+			nn += isnan(f) != 0;
+			ni += isinf(f) != 0;
+		}
+		*nan = nn;
+		*inf = ni;
+		return;
+	}
 	if (is_complex(dt))
 		n *= 2;
 	/* a first pass without branches: most chunks have no such value */

@@ -1422,6 +1422,8 @@ static gfs_err build_universal(gfs_fs *fs)
 			? GFS_OK
 			: add_note(fs, "%s: no DeepSpeed universal checkpoint view: %s",
 				   l->base_dir, fs->universal_absent);
+	if (!err && gfs_uview_note(fs->uview))
+		err = add_note(fs, "%s: %s", l->base_dir, gfs_uview_note(fs->uview));
 	for (size_t i = 0; !err && i < gfs_uview_nfiles(fs->uview); i++)
 		err = add_xfile(fs, gfs_uview_path(fs->uview, i), gfs_uview_vfile(fs->uview, i), -1);
 	return err;

@@ -32,7 +32,9 @@
 #include "fuse_ll.h"
 #include "gatherfs/importers/import.h"
 #include "gatherfs/importers/import_plain.h"
+#include "gatherfs/server/declcheck.h"
 #include "gatherfs/server/integrity.h"
+#include "gatherfs/importers/fp8.h"
 #include "gatherfs/importers/lora.h"
 #include "gatherfs/server/crccache.h"
 #include "gatherfs/views/shards.h"
@@ -62,6 +64,7 @@ typedef struct gfs_cli {
 	unsigned readahead_kb;
 	bool max_threads_given;
 	char *lora, *merge, *base, *lora_tied;
+	char *dequant;
 } gfs_cli;
 
 enum { KEY_MAX_THREADS, KEY_MAX_IDLE_THREADS, KEY_MAX_READ, KEY_READAHEAD_KB };
@@ -102,6 +105,7 @@ static const struct fuse_opt cli_opts[] = {
 	{ "merge=%s", offsetof(gfs_cli, merge), 0 },
 	{ "base=%s", offsetof(gfs_cli, base), 0 },
 	{ "lora_tied=%s", offsetof(gfs_cli, lora_tied), 0 },
+	{ "dequant=%s", offsetof(gfs_cli, dequant), 0 },
 	FUSE_OPT_KEY("max_threads=", KEY_MAX_THREADS),
 	FUSE_OPT_KEY("max_idle_threads=", KEY_MAX_IDLE_THREADS),
 	FUSE_OPT_KEY("max_read=", KEY_MAX_READ),
@@ -217,8 +221,10 @@ static void usage(const char *prog)
 	       "                             without P\n"
 	       "                             (e.g. prefix=model. for accelerate checkpoints)\n"
 	       "    -o naming=N              Megatron: hf (Hugging Face names: Llama, Qwen2,\n"
-	       "                             Mixtral), megatron (Megatron's own) or auto\n"
-	       "                             (default: hf when the architecture is known)\n"
+	       "                             Mixtral), megatron (Megatron's own),\n"
+	       "                             megatron-local or megatron-te (Megatron's, the\n"
+	       "                             norms in one spelling) or auto (default: hf\n"
+	       "                             when the architecture is known)\n"
 	       "    -o hf_config=DIR         Megatron: the model's config.json in DIR gives\n"
 	       "                             the architecture and vocabulary; served as is\n"
 	       "    -o tp_split=FILE         DeepSpeed tensor parallelism: the JSON FILE maps\n"
@@ -241,6 +247,10 @@ static void usage(const char *prog)
 	       "    -o lora_tied=peft        a targeted tied embedding changes its tied head too,\n"
 	       "                             as PEFT's merge does (default: untied, the head\n"
 	       "                             keeps the unmerged embedding)\n"
+	       "    -o dequant=bf16|fp16|fp32 an FP8 checkpoint (quantization_config: fp8\n"
+	       "                             blocks, compressed-tensors float-quantized) as the\n"
+	       "                             model it quantizes: each weight float32(q) times\n"
+	       "                             its block's scale, rounded once; scales left out\n"
 	       "    -o max_threads=N         worker threads, 1 to 1024 (default: 2 per CPU,\n"
 	       "                             10 to 64)\n"
 	       "    -o nosplice              copy read data through the daemon instead of\n"
@@ -416,8 +426,9 @@ static void note_unsummed(const gfs_layout *l)
 
 /*
  * verify_sources(): -o verify=MODE on the open sources: mount: every
- * source record against its stored CRC-32 now; read: on first use; off:
- * never (a warning).
+ * source record against its stored CRC-32, and the layout's declarations
+ * against the data (declcheck.h), now; read: on first use; off: never (a
+ * warning).
  */
 static gfs_err verify_sources(const gfs_layout *l, gfs_srcset *s, verify_mode mode)
 {
@@ -432,6 +443,8 @@ static gfs_err verify_sources(const gfs_layout *l, gfs_srcset *s, verify_mode mo
 	if (mode != VERIFY_MOUNT)
 		return GFS_OK;
 	err = gfs_integrity_require(l, s, NULL, 0, 0);
+	if (!err && l->decls.what)
+		err = gfs_srcset_decls_require(s);
 	if (err)
 		return gfs_fail_prefix(err, "-o verify: not mounting");
 	note_unsummed(l);
@@ -542,7 +555,33 @@ static bool crc_cache_dir(const char *dir, char **abs)
 	return *abs != NULL;
 }
 
-/* want_dtype(): parse -o dtype=; GFS_DT_INVALID (with *ok) if not given. */
+/* dequant_apply(): replace *layout by its FP8-dequantized model in dtype out. */
+static gfs_err dequant_apply(gfs_layout **layout, gfs_dtype out)
+{
+	gfs_layout *d;
+	const gfs_err err = gfs_fp8_dequant(*layout, out, &d);
+
+	if (err)
+		return err;
+	gfs_layout_free(*layout);
+	*layout = d;
+	return GFS_OK;
+}
+
+/* dequant_config(): *text (or the root config.json) made the dequantized model's. */
+static gfs_err dequant_config(const gfs_layout *l, gfs_dtype out, char **text)
+{
+	char *t;
+	const gfs_err err = gfs_fp8_config(l, *text, out, &t);
+
+	if (err)
+		return err;
+	free(*text);
+	*text = t;
+	return GFS_OK;
+}
+
+/* want_dtype(): parse -o dtype= (or -o dequant=); GFS_DT_INVALID (with *ok) if not given. */
 static gfs_dtype want_dtype(const char *s, bool *ok)
 {
 	const gfs_dtype dt = s ? gfs_dtype_parse(s) : GFS_DT_INVALID;
@@ -715,7 +754,8 @@ int main(int argc, char *argv[])
 	gfs_fs_file untied_cfg = { .name = "config.json" };
 	char *cfg_text = NULL;
 	gfs_err err;
-	bool dtype_ok, untied = false;
+	bool dtype_ok, dequant_ok, untied = false;
+	gfs_dtype dequant;
 	uint64_t prefetch;
 	verify_mode vmode;
 	gfs_crccache crc = { 0 };
@@ -763,6 +803,7 @@ int main(int argc, char *argv[])
 	if (!mountpoint_ok(opts.mountpoint))
 		goto out_args;
 	fso.want = want_dtype(cli.dtype, &dtype_ok);
+	dequant = want_dtype(cli.dequant, &dequant_ok);
 	if (cli.crc_cache) {
 		if (!crc_cache_dir(cli.crc_cache, &crc_abs))
 			goto out_args;
@@ -774,8 +815,9 @@ int main(int argc, char *argv[])
 	crc.dir = cli.crc_cache;
 	fso.crc_cache = cli.nocrccache || !crc.dir ? NULL : &crc;
 	fso.notice = notice;
-	if (!dtype_ok) {
-		fprintf(stderr, "gatherfs: -o dtype=%s: expected bf16, fp16 or fp32\n", cli.dtype);
+	if (!dtype_ok || !dequant_ok) {
+		fprintf(stderr, "gatherfs: -o %s=%s: expected bf16, fp16 or fp32\n",
+			dtype_ok ? "dequant" : "dtype", dtype_ok ? cli.dequant : cli.dtype);
 		goto out_args;
 	}
 	if ((cli.views && gfs_views_parse(cli.views, &fso.views) != GFS_OK) ||
@@ -800,10 +842,16 @@ int main(int argc, char *argv[])
 		note_saved_adapter(layout);
 	if (!err)
 		err = adapter_view(layout, &adapter, &adapter_src);
+	if (!err && dequant != GFS_DT_INVALID)
+		err = dequant_apply(&layout, dequant);
 	if (!err)
 		err = gfs_lora_apply(&lora_cli, &layout, &untied);
 	if (!err && untied)
 		err = gfs_lora_untied_config(layout, &cfg_text);
+	if (!err && dequant != GFS_DT_INVALID)
+		err = dequant_config(layout, dequant, &cfg_text);
+	if (!err)
+		err = gfs_fp8_check_dtype(layout, fso.want);
 	if (!err)
 		err = gfs_srcset_open(layout, &src);
 	if (!err)
@@ -923,6 +971,7 @@ out_args:
 	free(cli.merge);
 	free(cli.base);
 	free(cli.lora_tied);
+	free(cli.dequant);
 	free(cli.tag);
 	free(cli.format);
 	free(cli.prefix);

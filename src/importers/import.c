@@ -123,7 +123,10 @@ static gfs_err import_path(const char *path, const gfs_import_opts *opts, gfs_la
 	if (!format)
 		return gfs_fail(GFS_ERR_FORMAT,
 				"%s: no known checkpoint format (looked for: DeepSpeed `latest` or *_model_states.pt / *_optim_states.pt in it or a tag directory, "
-				"PyTorch DCP .metadata, zero3-rank-*.json or .bin, model_world_size_W_rank_R.pt, layout.json, model.safetensors / pytorch_model.bin or their .index.json; "
+				"PyTorch DCP .metadata, zero3-rank-*.json or .bin, "
+				"Megatron latest_checkpointed_iteration.txt, iter_*/ or mp_rank_*/model_optim_rng.pt or metadata.json + common.pt, "
+				"verl/FSDP model_world_size_W_rank_R.pt in it, actor/, critic/ or global_step_*/, "
+				"layout.json, model.safetensors / pytorch_model.bin or their .index.json; "
 				"name another format with --input-format or -o format=)",
 				path);
 	if (prefix && strcmp(format, "dcp") != 0 && strcmp(format, "plain") != 0)

@@ -36,6 +36,7 @@
 #define MG_FILE "model_optim_rng.pt"
 #define MG_LATEST "latest_checkpointed_iteration.txt"
 #define MG_MARK '\x01' /* a number's place in a template (a key holding it is refused) */
+#define MG_TAG_MAX 64 /* bound on an iteration directory's name */
 
 /* How the shards of one parameter merge over tensor ranks. */
 typedef enum mg_split {
@@ -74,12 +75,15 @@ typedef struct mg_import {
 	int64_t tp, pp, ep, nexperts;
 	bool gated;
 	bool tied;        /* the last stage's output_layer.weight is a copy of the embedding */
+	mg_ent *copies;   /* tied: the last stage's output_layer.weight shards (tmpl unused) */
+	size_t ncopies;
 } mg_import;
 
 /* mg_args: the parallel layout a file's args give. */
 typedef struct mg_args {
 	int64_t tp, pp, ep, nexperts, nlayers;
-	bool gated;
+	int64_t rank, world; /* args.rank and args.world_size of the process that saved it; -1: absent */
+	bool gated, tp_pp_dp; /* tp_pp_dp: args.use_tp_pp_dp_mapping (rank order tp-cp-ep-pp-dp) */
 } mg_args;
 
 /* ends_with(): does s end with suffix? */
@@ -143,7 +147,7 @@ static gfs_err args_sane(const gfs_pv *args, const char *path)
 static gfs_err read_args(const gfs_pv *root, const char *path, mg_args *a)
 {
 	const gfs_pv *args = gfs_pv_dict_get(root, "args");
-	int64_t v, etp, swiglu;
+	int64_t v, etp, swiglu, order;
 	gfs_err err;
 
 	if (!args || args->kind != GFS_PV_OBJECT || !args->u.obj.state ||
@@ -166,6 +170,13 @@ static gfs_err read_args(const gfs_pv *root, const char *path, mg_args *a)
 		err = arg_int(args, "virtual_pipeline_model_parallel_size", 1, path, &v);
 	if (!err)
 		err = arg_int(args, "expert_tensor_parallel_size", a->tp, path, &etp);
+	if (!err)
+		err = arg_int(args, "rank", -1, path, &a->rank);
+	if (!err)
+		err = arg_int(args, "world_size", -1, path, &a->world);
+	if (!err)
+		err = arg_int(args, "use_tp_pp_dp_mapping", 0, path, &order);
+	a->tp_pp_dp = !err && order != 0;
 	if (!err)
 		err = arg_int(args, "swiglu", 0, path, &swiglu);
 	if (err)
@@ -202,6 +213,44 @@ static void rank_dir(const mg_args *a, int64_t tp, int64_t pp, int64_t ep, char 
 		k += snprintf(buf + k, n - (size_t)k, "_%03lld", (long long)pp);
 	if (a->ep > 1)
 		snprintf(buf + k, n - (size_t)k, "_%03lld", (long long)ep);
+}
+
+/*
+ * check_identity(): the file at path, read as tensor rank tp, pipeline
+ * stage pp, expert rank ep, against the rank its args say saved it (fa,
+ * under Megatron-Core's rank order: tensor ranks innermost, then context
+ * and expert ranks, data ranks, pipeline stages outermost; with
+ * use_tp_pp_dp_mapping only the tensor rank is checked), and against the
+ * world size of rank 0's args (a).  Args without a rank, or written by one
+ * process for every rank (a world size smaller than the T x P x E ranks, as
+ * a conversion tool's), cannot say: nothing is checked.
+ */
+static gfs_err check_identity(const char *path, const mg_args *a, const mg_args *fa, int64_t tp,
+			      int64_t pp, int64_t ep)
+{
+	const int64_t mp = a->tp * a->pp * a->ep;
+	int64_t rtp, rpp, rep;
+
+	if (fa->world >= 0 && a->world >= 0 && fa->world != a->world)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: its args say a world size of %lld, the other ranks' %lld: not a file of this save",
+				path, (long long)fa->world, (long long)a->world);
+	if (fa->rank < 0 || fa->world < mp)
+		return GFS_OK;
+	if (fa->world % mp != 0 || fa->rank >= fa->world)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: its args say rank %lld of a world of %lld, which TP %lld x PP %lld x EP %lld do not divide",
+				path, (long long)fa->rank, (long long)fa->world, (long long)a->tp,
+				(long long)a->pp, (long long)a->ep);
+	rtp = fa->rank % a->tp;
+	rep = fa->tp_pp_dp ? ep : fa->rank / a->tp % a->ep;
+	rpp = fa->tp_pp_dp ? pp : fa->rank / (fa->world / a->pp);
+	if (rtp == tp && rpp == pp && rep == ep)
+		return GFS_OK;
+	return gfs_fail(GFS_ERR_FORMAT,
+			"%s: its args say rank %lld saved it (tensor rank %lld, pipeline stage %lld, expert rank %lld), not tensor rank %lld, pipeline stage %lld, expert rank %lld: another rank's file",
+			path, (long long)fa->rank, (long long)rtp, (long long)rpp, (long long)rep,
+			(long long)tp, (long long)pp, (long long)ep);
 }
 
 /*
@@ -442,6 +491,37 @@ static gfs_err omit_rest(mg_import *mg, const char *rel, const gfs_pv *root)
 }
 
 /*
+ * tied_copy(): the output_layer.weight v of the file at path (entry e,
+ * its place) under args that say the embeddings are tied: at PP 1 the
+ * model holds no output layer weight, so one contradicts the args; on the
+ * last stage it is Megatron's copy of the embedding, kept in mg->copies to
+ * become a replica of it (add_copies()).
+ */
+static gfs_err tied_copy(mg_import *mg, const mg_args *a, const gfs_tzip *zip, const char *path,
+			 const gfs_pv *v, const mg_ent *e)
+{
+	mg_ent c = *e;
+	mg_ent *n;
+	gfs_err err;
+
+	if (a->pp == 1)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: output_layer.weight: the args say the output layer is tied to the embedding (untie_embeddings_and_output_weights False), but the file holds one: they contradict each other",
+				path);
+	if ((int64_t)e->pp != a->pp - 1 || !v || v->kind != GFS_PV_TENSOR)
+		return GFS_OK;
+	err = tensor_ent(mg, zip, path, "output_layer.weight", v->u.tensor, &c);
+	if (err)
+		return err;
+	n = gfs_reallocarray(mg->copies, mg->ncopies + 1, sizeof(*n));
+	if (!n)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	mg->copies = n;
+	n[mg->ncopies++] = c;
+	return GFS_OK;
+}
+
+/*
  * read_file(): the model tensors of rank (tp, pp, ep)'s file, whose args
  * must agree with a.  Of an expert rank > 0 only the expert tensors are
  * kept (the others are replicas of expert rank 0's).
@@ -484,6 +564,8 @@ static gfs_err read_file(mg_import *mg, const mg_args *a, int64_t tp, int64_t pp
 		     fa.nexperts != a->nexperts))
 		err = gfs_fail(GFS_ERR_FORMAT, "%s: its args disagree with the other ranks' (TP %lld x PP %lld x EP %lld)",
 			       path, (long long)fa.tp, (long long)fa.pp, (long long)fa.ep);
+	if (!err)
+		err = check_identity(path, a, &fa, tp, pp, ep);
 	if (err)
 		goto out;
 	model = gfs_pv_dict_get(gfs_pickle_root(pk), "model");
@@ -514,11 +596,14 @@ static gfs_err read_file(mg_import *mg, const mg_args *a, int64_t tp, int64_t pp
 				       gfs_shown_key(key, strlen(key), shown));
 			break;
 		}
+		if (mg->tied && strcmp(key, "output_layer.weight") == 0 &&
+		    (err = tied_copy(mg, a, zip, path, it->value, &e)) != GFS_OK)
+			break;
 		if (ends_with(key, "._extra_state") || strcmp(key, "_extra_state") == 0 ||
 		    (mg->tied && strcmp(key, "output_layer.weight") == 0)) {
 			err = omit(mg, rel, "model.", key,
 				   strcmp(key, "output_layer.weight") == 0
-					   ? "the last stage's copy of the tied embedding"
+					   ? "the last stage's copy of the tied embedding (a replica verify compares)"
 					   : "TransformerEngine extra state");
 			continue;
 		}
@@ -757,6 +842,41 @@ static gfs_err build(mg_import *mg)
 }
 
 /*
+ * add_copies(): each tied copy (mg->copies, one per tensor rank of the last
+ * stage) as a replica of its rows of embedding.word_embeddings.weight, of
+ * the same dtype and shard shape: verify compares them byte for byte.
+ */
+static gfs_err add_copies(mg_import *mg)
+{
+	size_t emb = mg->l->ntensors;
+
+	for (size_t i = 0; i < mg->l->ntensors; i++)
+		if (strcmp(mg->l->tensors[i].name, "embedding.word_embeddings.weight") == 0)
+			emb = i;
+	for (size_t i = 0; i < mg->ncopies; i++) {
+		const mg_ent *c = &mg->copies[i];
+		const gfs_tensor *t = emb < mg->l->ntensors ? &mg->l->tensors[emb] : NULL;
+		const gfs_piece p = { .kind = GFS_PIECE_FILE, .src = c->src, .toff = c->tp * c->nbytes,
+				      .src_off = c->off, .len = c->nbytes, .count = 1 };
+
+		if (!t || t->dtype != c->dtype || t->ndim != c->ndim || c->ndim != 2 ||
+		    t->shape[1] != c->shape[1] || t->shape[0] != c->shape[0] * (uint64_t)mg->tp)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: output_layer.weight, the copy of the tied embedding, %s",
+					mg->files[c->file],
+					t ? "differs in dtype or shape from tensor rank's embedding shard"
+					  : "copies an embedding the save does not hold");
+		if (c->nbytes) {
+			const gfs_err err = gfs_layout_add_replica_on_read(mg->l, emb, &p);
+
+			if (err)
+				return err;
+		}
+	}
+	return GFS_OK;
+}
+
+/*
  * read_small(): the regular file dir/name (less than n bytes, no NUL),
  * trimmed, into buf.
  */
@@ -805,10 +925,10 @@ static bool has_entry(const char *dir, const char *rel)
 	       stat(path, &st) == 0;
 }
 
-bool gfs_megatron_detect(const char *dir)
+/* is_iteration(): does dir look like a Megatron iteration directory (either form)? */
+static bool is_iteration(const char *dir)
 {
-	return has_entry(dir, MG_LATEST) ||
-	       (has_entry(dir, ".metadata") && has_entry(dir, "metadata.json") &&
+	return (has_entry(dir, ".metadata") && has_entry(dir, "metadata.json") &&
 		has_entry(dir, "common.pt")) || has_entry(dir, "mp_rank_00/" MG_FILE) ||
 	       has_entry(dir, "mp_rank_00_000/" MG_FILE) ||
 	       has_entry(dir, "mp_rank_00_000_000/" MG_FILE);
@@ -851,6 +971,50 @@ static bool known_rank(const mg_args *a, const char *name)
 		return false;
 	rank_dir(a, t, p, e, want, sizeof(want));
 	return strcmp(want, name) == 0;
+}
+
+/*
+ * iterations(): how many iter_NNNNNNN (or release) directories of dir look
+ * like Megatron iteration directories; the first one's name in first
+ * (MG_TAG_MAX bytes), their names, comma-separated, in list (n bytes, cut
+ * short with "...").
+ */
+static size_t iterations(const char *dir, char *first, char *list, size_t n)
+{
+	DIR *d = opendir(dir);
+	const struct dirent *de;
+	size_t count = 0, k = 0;
+
+	first[0] = list[0] = '\0';
+	if (!d)
+		return 0;
+	while ((de = readdir(d))) {
+		char path[PATH_MAX];
+
+		if (!valid_tag(de->d_name) || strlen(de->d_name) >= MG_TAG_MAX ||
+		    (size_t)snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) >= sizeof(path) ||
+		    !is_iteration(path))
+			continue;
+		if (count++ == 0)
+			snprintf(first, MG_TAG_MAX, "%s", de->d_name);
+		if (k < n) {
+			const int w = snprintf(list + k, n - k, "%s%s", k ? ", " : "", de->d_name);
+
+			k = w < 0 || (size_t)w >= n - k ? n : k + (size_t)w;
+			if (k == n && n > 4)
+				snprintf(list + n - 4, 4, "...");
+		}
+	}
+	closedir(d);
+	return count;
+}
+
+bool gfs_megatron_detect(const char *dir)
+{
+	char first[MG_TAG_MAX], list[8];
+
+	return has_entry(dir, MG_LATEST) || is_iteration(dir) ||
+	       iterations(dir, first, list, sizeof(list)) > 0;
 }
 
 /*
@@ -912,25 +1076,56 @@ static gfs_err first_args(const char *dir, mg_args *a, gfs_arch *arch, char *src
 			dir, "");
 }
 
-/* iter_dir(): the iteration directory of dir and tag into buf. */
-static gfs_err iter_dir(const char *dir, const char *tag, char *buf, size_t n)
+/*
+ * iter_dir(): the iteration directory of dir and tag into buf.  A tag is
+ * iter_NNNNNNN, release, or the iteration's number.  A save directory
+ * without the tracker file: its only iteration directory (*note says so;
+ * n bytes), or a refusal listing them.
+ */
+static gfs_err iter_dir(const char *dir, const char *tag, char *buf, size_t n, char *note,
+			size_t nn)
 {
-	char it[80];
+	char it[80], first[MG_TAG_MAX], list[512];
+	size_t count;
 	gfs_err err;
 
-	if (!has_entry(dir, MG_LATEST)) {
-		if (tag)
-			return gfs_fail(GFS_ERR_INVAL,
-					"%s: a tag picks an iteration of a save directory (one holding " MG_LATEST ")",
-					dir);
-		snprintf(buf, n, "%s", dir);
-		return GFS_OK;
-	}
+	note[0] = '\0';
 	if (tag) {
-		if (!valid_tag(tag))
-			return gfs_fail(GFS_ERR_INVAL, "tag '%s': not iter_NNNNNNN or release", tag);
-		snprintf(it, sizeof(it), "%s", tag);
-	} else {
+		bool digits = tag[0] != '\0' && strlen(tag) <= 10;
+
+		for (const char *c = tag; digits && *c; c++)
+			digits = *c >= '0' && *c <= '9';
+		if (digits)
+			snprintf(it, sizeof(it), "iter_%07llu", strtoull(tag, NULL, 10));
+		else if (valid_tag(tag))
+			snprintf(it, sizeof(it), "%s", tag);
+		else
+			return gfs_fail(GFS_ERR_INVAL, "tag '%s': not iter_NNNNNNN or release (or the iteration's number)", tag);
+	}
+	if (!has_entry(dir, MG_LATEST)) {
+		if (is_iteration(dir)) {
+			if (tag)
+				return gfs_fail(GFS_ERR_INVAL,
+						"%s: a tag picks an iteration of a save directory (one holding " MG_LATEST " or iter_* directories)",
+						dir);
+			snprintf(buf, n, "%s", dir);
+			return GFS_OK;
+		}
+		count = iterations(dir, first, list, sizeof(list));
+		if (!tag && count > 1)
+			return gfs_fail(GFS_ERR_NOTFOUND,
+					"%s: no " MG_LATEST " and %zu iteration directories (%s): choose one with --tag (mount: -o tag=)",
+					dir, count, list);
+		if (!tag && count == 1) {
+			snprintf(it, sizeof(it), "%s", first);
+			snprintf(note, nn, "%s has no " MG_LATEST ": using its only iteration directory, %s",
+				 dir, first);
+		}
+		if (!tag && count == 0) {
+			snprintf(buf, n, "%s", dir);
+			return GFS_OK;
+		}
+	} else if (!tag) {
 		char line[65];
 		char *end;
 		unsigned long long v;
@@ -952,7 +1147,7 @@ static gfs_err iter_dir(const char *dir, const char *tag, char *buf, size_t n)
 		return gfs_fail(GFS_ERR_INVAL, "%s: path too long", dir);
 	if (!has_entry(dir, it))
 		return gfs_fail(GFS_ERR_NOTFOUND, "%s: no iteration directory %s%s", dir, it,
-				tag ? "" : " (the one " MG_LATEST " names)");
+				tag || note[0] ? "" : " (the one " MG_LATEST " names)");
 	return GFS_OK;
 }
 
@@ -985,6 +1180,8 @@ static gfs_err import_legacy(const char *idir, gfs_arch *arch, char *src, gfs_la
 		err = fix_layers(&mg, &a);
 	if (!err)
 		err = build(&mg);
+	if (!err)
+		err = add_copies(&mg);
 	if (!err) {
 		snprintf(note, sizeof(note), "legacy Megatron-LM checkpoint, TP %lld x PP %lld x EP %lld",
 			 (long long)a.tp, (long long)a.pp, (long long)a.ep);
@@ -1000,6 +1197,7 @@ static gfs_err import_legacy(const char *idir, gfs_arch *arch, char *src, gfs_la
 	free(mg.tmpls);
 	free(mg.thash);
 	free(mg.ents);
+	free(mg.copies);
 	if (err) {
 		gfs_layout_free(mg.l);
 		return err;
@@ -1301,6 +1499,136 @@ static gfs_err hf_config_meta(gfs_layout *hf, const char *dir, const gfs_arch *a
 }
 
 /*
+ * The two spellings of the norms of a Megatron-Core layer: the local layer
+ * spec's modules (legacy saves) and TransformerEngine's, whose
+ * LayerNormLinear holds the norm (torch_dist keys whatever the spec, MoE
+ * layers included).
+ */
+static const struct {
+	const char *local, *te;
+} mg_forms[] = {
+	{ ".input_layernorm.weight", ".self_attention.linear_qkv.layer_norm_weight" },
+	{ ".input_layernorm.bias", ".self_attention.linear_qkv.layer_norm_bias" },
+	{ ".pre_mlp_layernorm.weight", ".mlp.linear_fc1.layer_norm_weight" },
+	{ ".pre_mlp_layernorm.bias", ".mlp.linear_fc1.layer_norm_bias" },
+};
+
+/* form_name(): name in the local (te false) or TransformerEngine spelling into buf (n bytes). */
+static gfs_err form_name(const char *name, bool te, char *buf, size_t n)
+{
+	const size_t len = strlen(name);
+	const char *to = "";
+	size_t cut = 0;
+
+	for (size_t i = 0; i < sizeof(mg_forms) / sizeof(mg_forms[0]); i++) {
+		const char *from = te ? mg_forms[i].local : mg_forms[i].te;
+
+		if (strncmp(name, MG_STACKED, strlen(MG_STACKED)) == 0 && ends_with(name, from)) {
+			cut = strlen(from);
+			to = te ? mg_forms[i].te : mg_forms[i].local;
+			break;
+		}
+	}
+	if ((size_t)snprintf(buf, n, "%.*s%s", (int)(len - cut), name, to) >= n)
+		return gfs_fail(GFS_ERR_LIMIT, "%s: name too long", name);
+	return GFS_OK;
+}
+
+/*
+ * spell(): the Megatron view mg with its norms in one spelling
+ * (-o naming=megatron-local or megatron-te), so that a legacy and a
+ * torch_dist save of one model list the same names.  Takes mg.
+ */
+static gfs_err spell(gfs_layout *mg, bool te, const char *idir, gfs_layout **out)
+{
+	gfs_layout *l = NULL;
+	char name[4096];
+	gfs_err err = gfs_layout_derive(mg, "megatron", &l);
+
+	for (size_t i = 0; i < mg->ntensors && !err; i++) {
+		const gfs_tensor *t = &mg->tensors[i];
+		size_t ti;
+
+		err = form_name(t->name, te, name, sizeof(name));
+		if (!err)
+			err = gfs_layout_add_tensor(l, name, t->dtype, t->ndim, t->shape, &ti);
+		if (!err && t->nbytes)
+			err = gfs_layout_add_extent(l, ti, 0, mg, i, 0, t->nbytes);
+	}
+	if (!err)
+		err = gfs_layout_set_note(l, te ? "Megatron view, TransformerEngine norm names (-o naming=megatron-te)"
+						: "Megatron view, local norm names (-o naming=megatron-local)");
+	if (!err)
+		err = gfs_layout_finish(l, idir);
+	gfs_layout_free(mg);
+	if (err) {
+		gfs_layout_free(l);
+		return err;
+	}
+	*out = l;
+	return GFS_OK;
+}
+
+/*
+ * agree_config(): every number both the args (a, possibly incomplete: 0 is
+ * a size they lack) and the hf_config (c) give must be equal, or the
+ * mount is refused naming the field and both values; the config only
+ * fills what the args lack.
+ */
+static gfs_err agree_config(const gfs_arch *a, const gfs_arch *c, const char *idir)
+{
+	const struct {
+		const char *field, *arg;
+		int64_t have, want;
+	} ints[] = {
+		{ "vocab_size", "vocab_size", c->vocab, a->vocab },
+		{ "hidden_size", "hidden_size", c->hidden, a->hidden },
+		{ "num_hidden_layers", "num_layers", c->layers, a->layers },
+		{ "num_attention_heads", "num_attention_heads", c->heads, a->heads },
+		{ "num_key_value_heads", "num_query_groups", c->groups, a->groups },
+		{ "head_dim", "kv_channels", c->kv_channels, a->kv_channels },
+		{ "intermediate_size", c->experts ? "moe_ffn_hidden_size" : "ffn_hidden_size",
+		  c->experts ? c->moe_ffn : c->ffn, a->experts ? a->moe_ffn : a->ffn },
+		{ "num_local_experts", "num_experts", c->experts, a->experts },
+		{ "num_experts_per_tok", "moe_router_topk", c->topk, a->topk },
+	};
+	const struct {
+		const char *field, *arg;
+		double have, want;
+	} nums[] = {
+		{ "rms_norm_eps", "norm_epsilon", c->eps, a->eps },
+		{ "rope_theta", "rotary_base", c->theta, a->theta },
+	};
+
+	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
+		if ((ints[i].want != 0 ||
+		     (!a->incomplete && strcmp(ints[i].field, "num_local_experts") == 0)) &&
+		    ints[i].have != ints[i].want)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: the hf_config config.json's %s is %lld, but args.%s is %lld (%s): they must agree",
+					idir, ints[i].field, (long long)ints[i].have, ints[i].arg,
+					(long long)ints[i].want, a->source);
+	for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++)
+		if (nums[i].want > 0 && nums[i].have != nums[i].want) {
+			char have[32], want[32];
+			int prec = 6;
+
+			do { /* the shortest precision that tells them apart */
+				snprintf(have, sizeof(have), "%.*g", prec, nums[i].have);
+				snprintf(want, sizeof(want), "%.*g", prec, nums[i].want);
+			} while (strcmp(have, want) == 0 && ++prec <= 17);
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: the hf_config config.json's %s is %s, but args.%s is %s (%s): they must agree",
+					idir, nums[i].field, have, nums[i].arg, want, a->source);
+		}
+	if (c->tied != a->tied)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: the hf_config config.json's tie_word_embeddings is %s, but args.untie_embeddings_and_output_weights is %s (%s): they must agree",
+				idir, c->tied ? "true" : "false", a->tied ? "False" : "True", a->source);
+	return GFS_OK;
+}
+
+/*
  * choose_view(): the layout to serve: mg itself (the Megatron view) or its
  * Hugging Face view, as opts and the architecture say.  Without args
  * (!have_args), noargs says why and noargs_how how the save was made.
@@ -1317,8 +1645,11 @@ static gfs_err choose_view(gfs_layout *mg, const gfs_import_opts *opts, gfs_arch
 	char note[400];
 	gfs_err err = GFS_OK;
 
+	if (naming && (strcmp(naming, "megatron-local") == 0 || strcmp(naming, "megatron-te") == 0))
+		return spell(mg, strcmp(naming, "megatron-te") == 0, idir, out);
 	if (naming && strcmp(naming, "hf") != 0 && strcmp(naming, "megatron") != 0)
-		err = gfs_fail(GFS_ERR_INVAL, "naming '%s': hf, megatron or auto", naming);
+		err = gfs_fail(GFS_ERR_INVAL, "naming '%s': hf, megatron, megatron-local, megatron-te or auto",
+			       naming);
 	if (!err && naming && strcmp(naming, "megatron") == 0) {
 		*out = mg;
 		return gfs_layout_set_note(mg, opts->hf_config ? "Megatron view (-o naming=megatron; hf_config not used)"
@@ -1330,6 +1661,8 @@ static gfs_err choose_view(gfs_layout *mg, const gfs_import_opts *opts, gfs_arch
 			err = gfs_fail(GFS_ERR_UNSUPPORTED,
 				       "%s: the Hugging Face naming cannot express %s (%s): mount with -o naming=megatron",
 				       idir, args_arch->why, args_arch->source);
+		if (!err && have_args)
+			err = agree_config(args_arch, &cfg, idir);
 		a = &cfg;
 	} else if (!err && !have_args) {
 		if (naming)
@@ -1377,12 +1710,12 @@ gfs_err gfs_import_megatron(const char *dir, const gfs_import_opts *opts, gfs_la
 {
 	gfs_layout *mg = NULL;
 	gfs_arch arch = { 0 };
-	char idir[PATH_MAX], src[PATH_MAX + 16];
+	char idir[PATH_MAX], src[PATH_MAX + 16], pick[PATH_MAX + 128];
 	bool have_args = true, dcp = false;
 	gfs_err err;
 
 	*out = NULL;
-	err = iter_dir(dir, opts ? opts->tag : NULL, idir, sizeof(idir));
+	err = iter_dir(dir, opts ? opts->tag : NULL, idir, sizeof(idir), pick, sizeof(pick));
 	if (err)
 		return err;
 	if (has_entry(idir, ".metadata") && !has_entry(idir, "metadata.json")) {
@@ -1396,8 +1729,23 @@ gfs_err gfs_import_megatron(const char *dir, const gfs_import_opts *opts, gfs_la
 	}
 	if (err)
 		return err;
-	return choose_view(mg, opts, &arch, have_args,
-			   dcp ? "the args of a torch_dcp save are not read" : "common.pt holds no args",
-			   dcp ? "a pickled object in its .distcp files" : "a bare dist_checkpointing.save",
-			   idir, out);
+	err = choose_view(mg, opts, &arch, have_args,
+			  dcp ? "the args of a torch_dcp save are not read" : "common.pt holds no args",
+			  dcp ? "a pickled object in its .distcp files" : "a bare dist_checkpointing.save",
+			  idir, out);
+	if (!err && pick[0]) {
+		char note[sizeof(pick) + 512];
+
+		snprintf(note, sizeof(note), "%s%s%s", pick, (*out)->note ? "; " : "",
+			 (*out)->note ? (*out)->note : "");
+		for (char *c = note; *c; c++)
+			if ((unsigned char)*c < 0x20 || *c == 0x7f)
+				*c = '?';
+		err = gfs_layout_set_note(*out, note);
+		if (err) {
+			gfs_layout_free(*out);
+			*out = NULL;
+		}
+	}
+	return err;
 }

@@ -223,7 +223,7 @@ static gfs_err st_entry_parse(const char *path, const cJSON *it, uint64_t data_l
 	if (e->dtype == GFS_DT_INVALID || e->dtype == GFS_DT_C128 ||
 	    strcmp(gfs_dtype_st_name(e->dtype), dts) != 0)
 		return gfs_fail(GFS_ERR_UNSUPPORTED,
-				"%s: %s: dtype \"%.32s\" is not supported (F64, F32, F16, BF16, C64, I64, I32, I16, I8, U8, BOOL)",
+				"%s: %s: dtype \"%.32s\" is not supported (F64, F32, F16, BF16, C64, I64, I32, I16, I8, U8, BOOL, F8_E4M3, F8_E5M2, F8_E8M0)",
 				path, e->name, shown(dts));
 	if (!cJSON_IsArray(shape))
 		return gfs_fail(GFS_ERR_FORMAT, "%s: %s: shape is not an array", path, e->name);

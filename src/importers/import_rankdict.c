@@ -152,19 +152,29 @@ static bool sub_ranks(const char *dir, const char *name)
 /*
  * latest_step(): the global_step_N directory name that dir's
  * latest_checkpointed_iteration.txt names into buf; false if the file is
- * absent or holds no number.
+ * absent or holds no number.  When err is not NULL, *err is the error of a
+ * tracker file that is there but cannot be read as one (a FIFO, a
+ * directory, too long), GFS_OK otherwise.
  */
-static bool latest_step(const char *dir, char *buf, size_t n)
+static bool latest_step(const char *dir, char *buf, size_t n, gfs_err *err)
 {
 	char path[PATH_MAX], *line = NULL;
 	const char *s;
 	uint32_t v;
 	size_t len;
 	bool ok;
+	gfs_err rerr;
 
-	if ((size_t)snprintf(path, sizeof(path), "%s/" RD_LATEST, dir) >= sizeof(path) ||
-	    gfs_read_meta(path, 31, 0, &line, &len) != GFS_OK)
+	if (err)
+		*err = GFS_OK;
+	if ((size_t)snprintf(path, sizeof(path), "%s/" RD_LATEST, dir) >= sizeof(path))
 		return false;
+	rerr = gfs_read_meta(path, 31, 0, &line, &len);
+	if (rerr) {
+		if (err && rerr != GFS_ERR_NOTFOUND)
+			*err = rerr;
+		return false;
+	}
 	ok = strlen(line) == len; /* a NUL inside holds no number */
 	while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' '))
 		line[--len] = '\0';
@@ -174,6 +184,39 @@ static bool latest_step(const char *dir, char *buf, size_t n)
 	if (ok)
 		snprintf(buf, n, "global_step_%u", v);
 	return ok;
+}
+
+/*
+ * only_steps(): how many global_step_* directories of dir hold actor/ or
+ * critic/ rank files; the first one's name in first (nf bytes), their
+ * names, comma-separated, in list (n bytes, cut short).
+ */
+static size_t only_steps(const char *dir, char *first, size_t nf, char *list, size_t n)
+{
+	DIR *d = opendir(dir);
+	const struct dirent *de;
+	size_t count = 0, k = 0;
+
+	first[0] = list[0] = '\0';
+	if (!d)
+		return 0;
+	while ((de = readdir(d))) {
+		char sdir[PATH_MAX];
+
+		if (strncmp(de->d_name, "global_step_", 12) != 0 || strlen(de->d_name) >= nf ||
+		    (size_t)snprintf(sdir, sizeof(sdir), "%s/%s", dir, de->d_name) >= sizeof(sdir) ||
+		    (!sub_ranks(sdir, "actor") && !sub_ranks(sdir, "critic")))
+			continue;
+		if (count++ == 0)
+			snprintf(first, nf, "%s", de->d_name);
+		if (k < n) {
+			const int w = snprintf(list + k, n - k, "%s%s", k ? ", " : "", de->d_name);
+
+			k = w < 0 || (size_t)w >= n - k ? n : k + (size_t)w;
+		}
+	}
+	closedir(d);
+	return count;
 }
 
 /* has_steps(): does dir hold a global_step_* directory? */
@@ -195,8 +238,11 @@ bool gfs_rankdict_detect(const char *dir)
 {
 	char step[64];
 
+	char list[8];
+
 	return holds_ranks(dir) || sub_ranks(dir, "actor") || sub_ranks(dir, "critic") ||
-	       (latest_step(dir, step, sizeof(step)) && has_steps(dir));
+	       (latest_step(dir, step, sizeof(step), NULL) && has_steps(dir)) ||
+	       only_steps(dir, step, sizeof(step), list, sizeof(list)) > 0;
 }
 
 /* valid_tag(): a plain directory name. */
@@ -205,12 +251,17 @@ static bool valid_tag(const char *t)
 	return t[0] && strcmp(t, ".") != 0 && strcmp(t, "..") != 0 && !strchr(t, '/');
 }
 
-/* rank_dir(): the directory holding the rank files, for dir and tag, into buf. */
-static gfs_err rank_dir(const char *dir, const char *tag, char *buf, size_t n, bool *via_latest)
+/*
+ * rank_dir(): the directory holding the rank files, for dir and tag, into
+ * buf; *only: the step directory is the only one of a save directory
+ * without the tracker file.
+ */
+static gfs_err rank_dir(const char *dir, const char *tag, char *buf, size_t n, bool *via_latest,
+		       bool *only)
 {
 	char step[64], sdir[PATH_MAX];
 
-	*via_latest = false;
+	*via_latest = *only = false;
 	if (holds_ranks(dir)) {
 		if (tag)
 			return gfs_fail(GFS_ERR_INVAL,
@@ -221,10 +272,22 @@ static gfs_err rank_dir(const char *dir, const char *tag, char *buf, size_t n, b
 	}
 	snprintf(sdir, sizeof(sdir), "%s", dir);
 	if (!sub_ranks(dir, "actor") && !sub_ranks(dir, "critic") && (!tag || !sub_ranks(dir, tag))) {
-		if (!latest_step(dir, step, sizeof(step)))
-			return gfs_fail(GFS_ERR_NOTFOUND,
-					"%s: no " RD_PREFIX "W_rank_R.pt file, actor/ or critic/ directory, or " RD_LATEST " naming a step",
-					dir);
+		char list[512];
+		size_t count = 0;
+		gfs_err lerr;
+		const bool named = latest_step(dir, step, sizeof(step), &lerr);
+
+		if (lerr)
+			return lerr;
+		if (!named &&
+		    (count = only_steps(dir, step, sizeof(step), list, sizeof(list))) != 1)
+			return count > 1 ? gfs_fail(GFS_ERR_NOTFOUND,
+						    "%s: no " RD_LATEST " and %zu step directories (%s): mount one of them",
+						    dir, count, list)
+					 : gfs_fail(GFS_ERR_NOTFOUND,
+						    "%s: no " RD_PREFIX "W_rank_R.pt file, actor/ or critic/ directory, or " RD_LATEST " naming a step",
+						    dir);
+		*only = count == 1;
 		if ((size_t)snprintf(sdir, sizeof(sdir), "%s/%s", dir, step) >= sizeof(sdir))
 			return gfs_fail(GFS_ERR_INVAL, "%s: path too long", dir);
 		if (!is_dir(dir, step))
@@ -1150,11 +1213,11 @@ gfs_err gfs_import_rankdict(const char *dir, const char *tag, gfs_layout **out)
 	rd_import ri = { 0 };
 	char rdir[PATH_MAX], info[256], note[PATH_MAX + 1200], onote[1024] = "";
 	char **names = NULL;
-	bool via_latest;
+	bool via_latest, only;
 	gfs_err err;
 
 	*out = NULL;
-	err = rank_dir(dir, tag, rdir, sizeof(rdir), &via_latest);
+	err = rank_dir(dir, tag, rdir, sizeof(rdir), &via_latest, &only);
 	if (!err)
 		err = list_ranks(rdir, &ri.world, &names);
 	if (err)
@@ -1199,8 +1262,9 @@ gfs_err gfs_import_rankdict(const char *dir, const char *tag, gfs_layout **out)
 		err = gfs_layout_set_info(ri.l, info);
 	}
 	if (!err && (via_latest || strcmp(rdir, dir) != 0 || onote[0])) {
-		snprintf(note, sizeof(note), "%s%s%s%s", via_latest || strcmp(rdir, dir) != 0 ? "read " : "",
+		snprintf(note, sizeof(note), "%s%s%s%s%s", via_latest || strcmp(rdir, dir) != 0 ? "read " : "",
 			 via_latest || strcmp(rdir, dir) != 0 ? rdir : "",
+			 only ? " (no " RD_LATEST ": the only step directory)" : "",
 			 onote[0] && (via_latest || strcmp(rdir, dir) != 0) ? "; " : "", onote);
 		err = gfs_layout_set_note(ri.l, note);
 	}

@@ -354,7 +354,7 @@ static gfs_err copy_pieces(gfs_layout *dst, size_t di, const gfs_tensor *t, cons
 
 static const uint32_t *remap_of(const lbuild *b, const gfs_layout *l, const gfs_layout *base)
 {
-	return l == base ? b->remap_base : b->remap_ad;
+	return l == base || l == base->inputs ? b->remap_base : b->remap_ad;
 }
 
 /* add_input(): input copy of tensor idx of l; *ii its index. */
@@ -374,17 +374,38 @@ static gfs_err add_input(lbuild *b, const gfs_layout *l, size_t idx, const gfs_l
 	return err;
 }
 
-/* add_plain(): output tensor name with the pieces of entry idx of l. */
+/*
+ * add_operands(): the operands of computed tensor t of l (a dequantized FP8
+ * weight) as inputs of the output; c: its computation on them.
+ */
+static gfs_err add_operands(lbuild *b, const gfs_layout *l, const gfs_tensor *t,
+			    const gfs_layout *base, gfs_compute *c)
+{
+	gfs_err err = GFS_OK;
+
+	*c = *t->comp;
+	for (int k = 0; k < GFS_OPIN_COUNT && !err; k++)
+		if (c->in[k] >= 0)
+			err = add_input(b, l->inputs, (size_t)c->in[k], base, &c->in[k]);
+	return err;
+}
+
+/* add_plain(): output tensor name with the pieces (or computation) of entry idx of l. */
 static gfs_err add_plain(lbuild *b, const char *name, const gfs_layout *l, size_t idx,
 			 const gfs_layout *base)
 {
 	const gfs_tensor *t = gfs_layout_target(l, idx);
+	gfs_compute c;
 	size_t k;
 	gfs_err err;
 
-	if (t->comp)
+	if (t->comp && t->comp->op != GFS_OP_DEQUANT)
 		return gfs_fail(GFS_ERR_UNSUPPORTED, "%s: already a computed tensor", t->name);
 	err = gfs_layout_add_tensor(b->out, name, t->dtype, t->ndim, t->shape, &k);
+	if (!err && t->comp)
+		err = add_operands(b, l, t, base, &c);
+	if (!err && t->comp)
+		return gfs_layout_set_compute(b->out, k, &c);
 	return err ? err : copy_pieces(b->out, k, t, remap_of(b, l, base));
 }
 
@@ -395,7 +416,7 @@ static gfs_err add_merged(lbuild *b, const char *name, lmod *m, bool bias, const
 	const gfs_tensor *W = gfs_layout_target(wl, wi);
 	const bool emb = m->l[R_EA] != NULL;
 	const int ra = emb ? R_EA : R_A, rb = emb ? R_EB : R_B;
-	gfs_compute c = { .op = GFS_OP_LORA, .in = { -1, -1, -1, -1 } };
+	gfs_compute c = { .op = GFS_OP_LORA, .in = GFS_OPIN_NONE };
 	const gfs_tensor *A = &m->l[ra]->tensors[m->idx[ra]];
 	size_t k;
 	gfs_err err;
@@ -403,8 +424,18 @@ static gfs_err add_merged(lbuild *b, const char *name, lmod *m, bool bias, const
 	if (A->ndim != 2)
 		return gfs_fail(GFS_ERR_FORMAT, "%s: %s must be 2-D", A->name, role_names[ra]);
 	err = module_scale(&b->cfg, m->path, A->shape[0], &c.scale);
-	if (!err)
+	if (!err && W->comp && W->comp->op == GFS_OP_DEQUANT && !bias) {
+		/* a dequantized FP8 weight: its FP8 bytes and scale are the weight operand */
+		gfs_compute d;
+
+		err = add_operands(b, wl, W, base, &d);
+		c.in[GFS_OPIN_W] = d.in[GFS_OPIN_W];
+		c.in[GFS_OPIN_S] = d.in[GFS_OPIN_S];
+		c.block[0] = d.block[0];
+		c.block[1] = d.block[1];
+	} else if (!err) {
 		err = add_input(b, wl, wi, base, &c.in[GFS_OPIN_W]);
+	}
 	if (err)
 		return err;
 	if (bias) {

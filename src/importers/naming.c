@@ -851,8 +851,16 @@ static gfs_err read_arch(const cJSON *c, const char *path, gfs_arch *a)
 		err = cfg_num(c, path, "rms_norm_eps", 1e-6, &a->eps);
 	if (!err)
 		err = cfg_num(c, path, "rope_theta", 10000.0, &a->theta);
-	if (!err && cJSON_IsObject(rp))
-		err = cfg_num(rp, path, "rope_theta", a->theta, &a->theta);
+	if (!err && cJSON_IsObject(rp)) {
+		double theta;
+
+		err = cfg_num(rp, path, "rope_theta", a->theta, &theta);
+		if (!err && gfs_json_get(c, "rope_theta") && theta != a->theta)
+			err = gfs_fail(GFS_ERR_FORMAT,
+				       "%s: rope_theta %.17g and rope_parameters.rope_theta %.17g disagree",
+				       path, a->theta, theta);
+		a->theta = theta;
+	}
 	if (!err)
 		err = cfg_family(c, path, a);
 	if (err)
@@ -1364,6 +1372,35 @@ static gfs_err check_all_used(const gfs_layout *mg, const gfs_arch *a, const cha
 	return GFS_OK;
 }
 
+/*
+ * carry_replicas(): the replicas of mg's embedding (embed: its index; the
+ * last stage's copy of a tied one) onto hf's model.embed_tokens.weight,
+ * its first rows: the same bytes at the same offsets, clipped to them.
+ */
+static gfs_err carry_replicas(const gfs_layout *mg, size_t embed, gfs_layout *hf)
+{
+	size_t to = hf->ntensors;
+
+	for (size_t i = 0; i < hf->ntensors; i++)
+		if (strcmp(hf->tensors[i].name, "model.embed_tokens.weight") == 0)
+			to = i;
+	for (size_t i = 0; i < mg->nreplicas && to < hf->ntensors; i++) {
+		gfs_piece p = mg->replicas[i].p;
+		const uint64_t n = hf->tensors[to].nbytes;
+		gfs_err err;
+
+		if (mg->replicas[i].ti != embed || p.count != 1 || p.toff >= n)
+			continue;
+		if (p.len > n - p.toff)
+			p.len = n - p.toff;
+		err = mg->replicas[i].on_read ? gfs_layout_add_replica_on_read(hf, to, &p)
+					      : gfs_layout_add_replica(hf, to, &p);
+		if (err)
+			return err;
+	}
+	return GFS_OK;
+}
+
 gfs_err gfs_naming_to_hf(const gfs_layout *mg, const gfs_arch *a, const char *label,
 			 gfs_layout **out)
 {
@@ -1405,6 +1442,8 @@ gfs_err gfs_naming_to_hf(const gfs_layout *mg, const gfs_arch *a, const char *la
 	}
 	if (!err)
 		err = check_all_used(mg, a, label, c.used);
+	if (!err && embed >= 0)
+		err = carry_replicas(mg, (size_t)embed, hf);
 	if (!err && !a->config)
 		err = make_config(a, fam, embed >= 0 ? mg->tensors[embed].dtype : GFS_DT_F32, &config);
 	if (!err)

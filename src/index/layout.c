@@ -57,6 +57,69 @@ typedef struct gfs_tbuild {
 	char *alias_target; /* an alias: its target's name */
 } gfs_tbuild;
 
+gfs_err gfs_layout_declare(gfs_layout *l, const char *what, const char *part)
+{
+	assert(l && !l->finished && what && part && !l->decls.what);
+	l->decls.what = gfs_strdup(what);
+	l->decls.part = gfs_strdup(part);
+	if (!l->decls.what || !l->decls.part)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	return GFS_OK;
+}
+
+gfs_err gfs_layout_govern(gfs_layout *l, size_t ti, const gfs_split_claim *split)
+{
+	gfs_decls *d = &l->decls;
+	const gfs_tensor *t;
+
+	assert(l && !l->finished && d->what && ti < gfs_layout_nentries(l));
+	assert(!d->ngoverned || d->governed[d->ngoverned - 1] < ti);
+	t = &l->tensors[ti];
+	if (t->alias_of >= 0)
+		return gfs_fail(GFS_ERR_FORMAT, "tensor %s: an alias cannot follow declarations",
+				t->name);
+	if (split) {
+		const uint64_t es = gfs_dtype_size(t->dtype);
+		uint64_t a = 0, b = 0, last = 0;
+		const bool fits = split->nparts >= 2 && split->count >= 1 &&
+				  gfs_mul_u64(split->nparts - 1, split->step, &a) &&
+				  gfs_mul_u64(split->count - 1, split->stride, &b) &&
+				  gfs_add_u64(a, b, &last) && gfs_add_u64(last, split->len, &last);
+
+		if (split->ti != ti || !fits || split->len == 0 || split->len % es ||
+		    split->step < split->len || (split->count > 1 && split->stride < split->len) ||
+		    last > t->nbytes)
+			return gfs_fail(GFS_ERR_FORMAT, "tensor %s: a malformed split claim", t->name);
+		if (!gfs_grow((void **)&d->splits, &d->cap_splits, d->nsplits, sizeof(*d->splits), 8))
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		d->splits[d->nsplits++] = *split;
+	}
+	if (!gfs_grow((void **)&d->governed, &d->cap_governed, d->ngoverned, sizeof(*d->governed),
+		      8))
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	d->governed[d->ngoverned++] = ti;
+	return GFS_OK;
+}
+
+bool gfs_layout_governed(const gfs_layout *l, size_t i)
+{
+	const gfs_tensor *t = gfs_layout_target(l, i);
+	const size_t ti = (size_t)(t - l->tensors);
+	size_t lo = 0, hi = l->decls.ngoverned;
+
+	while (lo < hi) {
+		const size_t mid = lo + (hi - lo) / 2;
+
+		if (l->decls.governed[mid] == ti)
+			return true;
+		if (l->decls.governed[mid] < ti)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return false;
+}
+
 void gfs_layout_free(gfs_layout *l)
 {
 	if (!l)
@@ -73,6 +136,10 @@ void gfs_layout_free(gfs_layout *l)
 	}
 	free(l->omitted);
 	free(l->replicas);
+	free(l->decls.what);
+	free(l->decls.part);
+	free(l->decls.governed);
+	free(l->decls.splits);
 	for (size_t i = 0; i < l->nsources; i++) {
 		free(l->sources[i].path);
 		free(l->sources[i].abspath);
@@ -654,10 +721,20 @@ gfs_err gfs_layout_add_replica(gfs_layout *l, size_t ti, const gfs_piece *p)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	l->replicas[l->nreplicas].ti = ti;
 	l->replicas[l->nreplicas].p = *p;
+	l->replicas[l->nreplicas].on_read = false;
 	if (p->count == 1)
 		l->replicas[l->nreplicas].p.dst_stride = l->replicas[l->nreplicas].p.src_stride = 0;
 	l->nreplicas++;
 	return GFS_OK;
+}
+
+gfs_err gfs_layout_add_replica_on_read(gfs_layout *l, size_t ti, const gfs_piece *p)
+{
+	const gfs_err err = gfs_layout_add_replica(l, ti, p);
+
+	if (!err)
+		l->replicas[l->nreplicas - 1].on_read = true;
+	return err;
 }
 
 gfs_err gfs_layout_add_object(gfs_layout *l, const char *name, uint32_t src,

@@ -84,11 +84,20 @@ static cJSON *piece_json(const gfs_piece *p, bool general)
 /* compute_json(): the "compute" member of computed tensor t (version 3). */
 static cJSON *compute_json(const gfs_layout *l, const gfs_compute *c)
 {
-	static const char *const roles[] = { "weight", "lora_A", "lora_B", "magnitude" };
+	static const char *const roles[] = { "weight", "lora_A", "lora_B", "magnitude", "weight_scale" };
 	cJSON *o = cJSON_CreateObject();
 	bool ok = o && cJSON_AddStringToObject(o, "op", gfs_op_name(c->op)) &&
 		  cJSON_AddNumberToObject(o, "scale", c->scale) &&
 		  cJSON_AddBoolToObject(o, "transpose", (c->flags & GFS_OPF_T) != 0);
+
+	if (ok && c->block[0]) { /* DEQUANT, or LORA/DORA of an FP8 weight */
+		const double bs[2] = { c->block[0], c->block[1] };
+		cJSON *b = cJSON_CreateDoubleArray(bs, 2);
+
+		ok = b && cJSON_AddItemToObject(o, "block", b);
+		if (!ok)
+			cJSON_Delete(b);
+	}
 
 	for (int k = 0; ok && k < GFS_OPIN_COUNT; k++)
 		if (c->in[k] >= 0)
@@ -978,8 +987,9 @@ static gfs_err parse_pieces(gfs_layout *l, size_t ti, const cJSON *pieces, const
 /* parse_compute(): the "compute" member of tensor ti (version 3). */
 static gfs_err parse_compute(gfs_layout *l, size_t ti, const cJSON *c, const char *name)
 {
-	static const char *const roles[] = { "weight", "lora_A", "lora_B", "magnitude" };
-	gfs_compute comp = { .in = { -1, -1, -1, -1 } };
+	static const char *const roles[] = { "weight", "lora_A", "lora_B", "magnitude", "weight_scale" };
+	gfs_compute comp = { .in = GFS_OPIN_NONE };
+	const cJSON *block = gfs_json_get(c, "block");
 	const cJSON *scale = gfs_json_get(c, "scale");
 	const cJSON *tr = gfs_json_get(c, "transpose");
 	const char *op;
@@ -1000,6 +1010,19 @@ static gfs_err parse_compute(gfs_layout *l, size_t ti, const cJSON *c, const cha
 		return gfs_fail(GFS_ERR_FORMAT, "tensor %s: compute transpose must be true or false", name);
 	if (tr && cJSON_IsTrue(tr))
 		comp.flags |= GFS_OPF_T;
+	if (block) {
+		if (!cJSON_IsArray(block) || cJSON_GetArraySize(block) != 2)
+			return gfs_fail(GFS_ERR_FORMAT, "tensor %s: compute block must be [BM, BN]", name);
+		for (int k = 0; k < 2; k++) {
+			const cJSON *v = cJSON_GetArrayItem(block, k);
+
+			if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > UINT32_MAX ||
+			    v->valuedouble != (double)(uint32_t)v->valuedouble)
+				return gfs_fail(GFS_ERR_FORMAT, "tensor %s: compute block must be [BM, BN], whole numbers >= 1",
+						name);
+			comp.block[k] = (uint32_t)v->valuedouble;
+		}
+	}
 	for (int k = 0; k < GFS_OPIN_COUNT; k++) {
 		const cJSON *v = gfs_json_get(c, roles[k]);
 		const char *in;

@@ -145,8 +145,11 @@ static gfs_err make_tensor(vm *m, const gfs_pv *args, bool v3, gfs_pv **out)
 	key = pid->u.seq.items[2];
 	loc = pid->u.seq.items[3];
 	numel = pid->u.seq.items[4];
+	/* v3 (FP8 and other dtypes without a typed storage): torch.storage.UntypedStorage,
+	 * its numel in bytes, as torch 2.1+ writes it */
 	if (!gfs_pk_str_eq(pid->u.seq.items[0], "storage", 7) || cls->kind != GFS_PV_GLOBAL ||
-	    strcmp(cls->u.global.module, "torch") != 0 || key->kind != GFS_PV_STR ||
+	    (strcmp(cls->u.global.module, "torch") != 0 &&
+	     !(v3 && gfs_pv_is_global(cls, "torch.storage", "UntypedStorage"))) || key->kind != GFS_PV_STR ||
 	    loc->kind != GFS_PV_STR || numel->kind != GFS_PV_INT)
 		return GFS_OK;
 

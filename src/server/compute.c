@@ -27,6 +27,10 @@ typedef struct prep {
 	gfs_merge_r32 *R32;       /* R for the bf16 filter (exact products), or NULL */
 	double *m;                /* DoRA, norms per row: the magnitude [rows] */
 	double *colf;             /* DoRA, norms per column: m[j] / ||V[:, j]|| [cols] */
+	/* DEQUANT: rows counts every matrix [M, cols] of the weight */
+	float *S;                 /* the scale grid as float32 [rows / M * gm, gn] */
+	float lut[256];           /* float32 of each FP8 byte of the weight (exact) */
+	size_t M, gm, gn, bm, bn; /* rows per matrix, the grid, the block */
 } prep;
 
 typedef struct cslot {
@@ -103,6 +107,7 @@ static void prep_free(prep *p)
 	gfs_merge_r32_free(p->R32);
 	free(p->m);
 	free(p->colf);
+	free(p->S);
 	free(p);
 }
 
@@ -220,6 +225,35 @@ static double *pack(double *R, size_t r, size_t cols)
 
 static gfs_err compute_block_f64(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
 				 const prep *p, uint64_t block, bool dora, scratch *w);
+static void dequant_rows(const prep *p, size_t i0, size_t n, const uint8_t *q, gfs_dtype out,
+			 uint8_t *data);
+
+/*
+ * read_w(): rows [i0, i0 + n) of the weight of LORA/DORA tensor t into
+ * w->raw, in dtype *wdt: as stored, or an FP8 weight (with a scale operand)
+ * dequantized to float32 (its FP8 bytes read behind the float32 values,
+ * which overtake none of them).
+ */
+static gfs_err read_w(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
+		      const prep *p, size_t i0, size_t n, scratch *w, gfs_dtype *wdt)
+{
+	const gfs_compute *c = t->comp;
+	const gfs_tensor *W = &l->inputs->tensors[c->in[GFS_OPIN_W]];
+	const size_t ne = n * p->cols;
+	gfs_err err;
+
+	assert(ne <= w->cap);
+	if (c->in[GFS_OPIN_S] < 0) {
+		*wdt = W->dtype;
+		return gfs_tensor_read_raw(l, s, W, (uint64_t)i0 * p->cols * gfs_dtype_size(W->dtype),
+					   w->raw, ne * gfs_dtype_size(W->dtype));
+	}
+	*wdt = GFS_DT_F32;
+	err = gfs_tensor_read_raw(l, s, W, (uint64_t)i0 * p->cols, w->raw + 4 * ne, ne);
+	if (!err)
+		dequant_rows(p, i0, n, w->raw + 4 * ne, GFS_DT_F32, w->raw);
+	return err;
+}
 
 /*
  * check_inputs(): the checksummed records holding bytes of t's inputs are
@@ -250,6 +284,50 @@ static gfs_err check_inputs(const gfs_layout *l, const gfs_srcset *s, const gfs_
 	return err;
 }
 
+/* bits_f32(): the float32 with bits u. */
+static float bits_f32(uint32_t u)
+{
+	float f;
+
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+/*
+ * prep_dequant(): the scale grid of DEQUANT tensor t as float32 (exact from
+ * F32, BF16 and F8_E8M0) and the weight's FP8 table.
+ */
+static gfs_err prep_dequant(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
+			    prep *p)
+{
+	const gfs_compute *c = t->comp;
+	const gfs_tensor *W = &l->inputs->tensors[c->in[GFS_OPIN_W]];
+	const gfs_tensor *S = &l->inputs->tensors[c->in[GFS_OPIN_S]];
+	uint8_t *raw = gfs_iobuf(S->nbytes ? (size_t)S->nbytes : 1);
+	gfs_err err = GFS_OK;
+
+	p->cols = (size_t)t->shape[t->ndim - 1];
+	p->M = (size_t)t->shape[t->ndim - 2];
+	p->rows = p->cols ? (size_t)(t->numel / p->cols) : 0;
+	p->bm = c->block[0];
+	p->bn = c->block[1];
+	p->gm = p->M / p->bm + (p->M % p->bm != 0);
+	p->gn = p->cols / p->bn + (p->cols % p->bn != 0);
+	for (int b = 0; b < 256; b++)
+		p->lut[b] = gfs_fp8_to_f32(W->dtype, (uint8_t)b);
+	p->S = gfs_calloc(S->numel ? (size_t)S->numel : 1, sizeof(*p->S));
+	if (!raw || !p->S)
+		err = gfs_fail(GFS_ERR_NOMEM, "out of memory (scale %s)", S->name);
+	if (!err)
+		err = gfs_tensor_read_raw(l, s, S, 0, raw, (size_t)S->nbytes);
+	for (size_t i = 0; !err && i < S->numel; i++)
+		p->S[i] = S->dtype == GFS_DT_F8_E8M0 ? gfs_fp8_to_f32(S->dtype, raw[i])
+			: S->dtype == GFS_DT_BF16 ? bits_f32((uint32_t)gfs_le16(raw + 2 * i) << 16)
+			: bits_f32(gfs_le32(raw + 4 * i));
+	free(raw);
+	return err;
+}
+
 /* build_prep(): the factors of computed tensor t, its inputs' records checked first. */
 static gfs_err build_prep(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
 			  prep **out)
@@ -265,6 +343,16 @@ static gfs_err build_prep(const gfs_layout *l, const gfs_srcset *s, const gfs_te
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	if (c->op == GFS_OP_DEQUANT) {
+		err = prep_dequant(l, s, t, p);
+		p->rb = p->cols == 0 || p->cols >= GFS_CBLOCK_ELEMS ? 1 : GFS_CBLOCK_ELEMS / p->cols;
+		if (err) {
+			prep_free(p);
+			return gfs_fail_prefix(err, "tensor %s", t->name);
+		}
+		*out = p;
+		return GFS_OK;
+	}
 	if (c->op == GFS_OP_LORA_BIAS) {
 		p->rows = 1;
 		p->cols = (size_t)t->shape[0];
@@ -301,6 +389,8 @@ static gfs_err build_prep(const gfs_layout *l, const gfs_srcset *s, const gfs_te
 		if (!err && c->op == GFS_OP_DORA)
 			err = read_input(l, s, &in[c->in[GFS_OPIN_M]], &p->m);
 	}
+	if (!err && c->in[GFS_OPIN_S] >= 0) /* an FP8 weight: dequantized first */
+		err = prep_dequant(l, s, t, p);
 	if (!err && !(p->R = pack(p->R, p->r, p->cols)))
 		err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	if (!err && p->exact && c->op == GFS_OP_LORA)
@@ -374,18 +464,14 @@ static gfs_err compute_block_f64(const gfs_layout *l, const gfs_srcset *s, const
 				 const prep *p, uint64_t block, bool dora, scratch *w)
 {
 	const gfs_compute *c = t->comp;
-	const gfs_tensor *W = &l->inputs->tensors[c->in[GFS_OPIN_W]];
-	const size_t es = gfs_dtype_size(W->dtype);
 	const size_t i0 = (size_t)block * p->rb;
 	const size_t n = p->rows - i0 < p->rb ? p->rows - i0 : p->rb;
 	double *v = w->v;
-	void *raw = w->raw;
-	gfs_err err;
+	gfs_dtype wdt;
+	gfs_err err = read_w(l, s, t, p, i0, n, w, &wdt);
 
-	assert(n * p->cols <= w->cap && es <= sizeof(double));
-	err = gfs_tensor_read_raw(l, s, W, (uint64_t)i0 * p->cols * es, raw, n * p->cols * es);
 	if (!err) {
-		gfs_merge_widen(W->dtype, raw, v, n * p->cols);
+		gfs_merge_widen(wdt, w->raw, v, n * p->cols);
 		gfs_merge_lora_rows(n, p->cols, p->r, c->scale, p->C + i0 * p->r, p->R, v,
 				    p->exact);
 		if (dora && p->colf)
@@ -397,6 +483,42 @@ static gfs_err compute_block_f64(const gfs_layout *l, const gfs_srcset *s, const
 }
 
 /*
+ * dequant_rows(): rows [i0, i0 + n) of DEQUANT tensor t from their FP8
+ * bytes q: float32(q) * float32(scale of its block), a float32 product,
+ * rounded once to dtype out into data.
+ */
+static void dequant_rows(const prep *p, size_t i0, size_t n, const uint8_t *q, gfs_dtype out,
+			 uint8_t *data)
+{
+	const size_t os = gfs_dtype_size(out);
+
+	for (size_t i = i0; i < i0 + n; i++) {
+		const float *srow = p->S + ((i / p->M) * p->gm + (i % p->M) / p->bm) * p->gn;
+
+		for (size_t j0 = 0; j0 < p->cols; j0 += p->bn) {
+			const size_t j1 = p->cols - j0 < p->bn ? p->cols : j0 + p->bn;
+			const float sc = srow[j0 / p->bn];
+
+			switch (out) {
+			case GFS_DT_BF16:
+				for (size_t j = j0; j < j1; j++) {
+					const uint16_t h = gfs_bf16_round(p->lut[q[j]] * sc);
+
+					data[2 * j] = (uint8_t)h;
+					data[2 * j + 1] = (uint8_t)(h >> 8);
+				}
+				break;
+			default:
+				for (size_t j = j0; j < j1; j++)
+					gfs_f32_round(out, p->lut[q[j]] * sc, data + os * j);
+			}
+		}
+		q += p->cols;
+		data += os * p->cols;
+	}
+}
+
+/*
  * compute_block(): block `block` of t rounded to dtype out into data:
  * compute_block_f64() then gfs_merge_round(), in one pass without DoRA.
  */
@@ -405,21 +527,27 @@ static gfs_err compute_block(const gfs_layout *l, const gfs_srcset *s, const gfs
 {
 	const gfs_compute *c = t->comp;
 	const gfs_tensor *W = &l->inputs->tensors[c->in[GFS_OPIN_W]];
-	const size_t es = gfs_dtype_size(W->dtype);
 	const size_t i0 = (size_t)block * p->rb;
 	const size_t n = p->rows - i0 < p->rb ? p->rows - i0 : p->rb;
+	gfs_dtype wdt;
 	gfs_err err;
 
+	if (c->op == GFS_OP_DEQUANT) {
+		assert(n * p->cols <= w->cap);
+		err = gfs_tensor_read_raw(l, s, W, (uint64_t)i0 * p->cols, w->raw, n * p->cols);
+		if (!err)
+			dequant_rows(p, i0, n, w->raw, out, data);
+		return err;
+	}
 	if (c->op == GFS_OP_DORA) {
 		err = compute_block_f64(l, s, t, p, block, true, w);
 		if (!err)
 			gfs_merge_round(out, w->v, data, n * p->cols);
 		return err;
 	}
-	assert(n * p->cols <= w->cap && es <= sizeof(double));
-	err = gfs_tensor_read_raw(l, s, W, (uint64_t)i0 * p->cols * es, w->raw, n * p->cols * es);
+	err = read_w(l, s, t, p, i0, n, w, &wdt);
 	if (!err)
-		gfs_merge_lora_round(W->dtype, w->raw, n, p->cols, p->r, c->scale,
+		gfs_merge_lora_round(wdt, w->raw, n, p->cols, p->r, c->scale,
 				     p->C + i0 * p->r, p->R, p->R32, p->exact, out, data);
 	return err;
 }

@@ -18,6 +18,7 @@
 #include <zstd.h>
 
 #include "gatherfs/server/compute.h"
+#include "gatherfs/server/declcheck.h"
 #include "gatherfs/server/integrity.h"
 #include "gatherfs/server/server.h"
 
@@ -56,7 +57,18 @@ typedef struct rec_table {
 	atomic_bool *bg;     /* [entries]: a background check of the entry was started */
 	unsigned nbg;        /* background checks running (under mu; cv signals the end of one) */
 	atomic_bool stop;    /* set by gfs_srcset_close(): background checks stop */
+	pthread_mutex_t decl_mu; /* held while the declarations are checked */
+	_Atomic int decl_state;  /* DECL_* */
+	char *decl_why;          /* DECL_WRONG: the line (set before decl_state) */
+	_Atomic int *rep;    /* [entries] rep_state of each entry's on_read replicas; NULL: no replicas */
+	size_t *rep_bad;     /* [entries] REP_BAD: the replica that differs */
 } rec_table;
+
+/* The declarations' check in a srcset (gfs_srcset_decls_require()). */
+enum { DECL_UNCHECKED, DECL_RIGHT, DECL_WRONG };
+
+/* What the comparison of an entry's replicas (gfs_layout.replicas) found. */
+enum rep_state { REP_NONE, REP_UNCHECKED, REP_BUSY, REP_OK, REP_BAD };
 
 static void rec_table_free(rec_table *rt)
 {
@@ -64,10 +76,14 @@ static void rec_table_free(rec_table *rt)
 		return;
 	pthread_cond_destroy(&rt->cv);
 	pthread_mutex_destroy(&rt->mu);
+	pthread_mutex_destroy(&rt->decl_mu);
+	free(rt->decl_why);
 	free(rt->state);
 	free(rt->piece_base);
 	free(rt->piece_crc);
 	free(rt->bg);
+	free(rt->rep);
+	free(rt->rep_bad);
 	free(rt);
 }
 
@@ -88,6 +104,13 @@ static rec_table *rec_table_new(const gfs_layout *l)
 		free(rt);
 		return NULL;
 	}
+	if (pthread_mutex_init(&rt->decl_mu, NULL) != 0) {
+		pthread_cond_destroy(&rt->cv);
+		pthread_mutex_destroy(&rt->mu);
+		free(rt);
+		return NULL;
+	}
+	atomic_init(&rt->decl_state, DECL_UNCHECKED);
 	atomic_init(&rt->nbad, 0);
 	atomic_init(&rt->stop, false);
 	rt->state = gfs_calloc(l->nrecords ? l->nrecords : 1, sizeof(*rt->state));
@@ -106,6 +129,19 @@ static rec_table *rec_table_new(const gfs_layout *l)
 		atomic_init(&rt->bg[i], false);
 	for (size_t r = 0; r < l->nrecords; r++)
 		atomic_init(&rt->state[r], GFS_REC_UNCHECKED);
+	if (l->nreplicas) {
+		rt->rep = gfs_calloc(nent, sizeof(*rt->rep));
+		rt->rep_bad = gfs_calloc(nent, sizeof(*rt->rep_bad));
+		if (!rt->rep || !rt->rep_bad) {
+			rec_table_free(rt);
+			return NULL;
+		}
+		for (size_t i = 0; i < nent; i++)
+			atomic_init(&rt->rep[i], REP_NONE);
+		for (size_t r = 0; r < l->nreplicas; r++)
+			if (l->replicas[r].on_read)
+				atomic_store(&rt->rep[l->replicas[r].ti], REP_UNCHECKED);
+	}
 	return rt;
 }
 
@@ -299,6 +335,13 @@ void gfs_srcset_set_verify(gfs_srcset *s, bool on, gfs_notice_fn notice)
 	s->notice = notice;
 }
 
+bool gfs_srcset_replicas_servable(const gfs_srcset *s, size_t ti)
+{
+	assert(ti < gfs_layout_nentries(s->layout));
+	return !s->verify || !s->rt->rep || atomic_load(&s->rt->rep[ti]) == REP_NONE ||
+	       atomic_load(&s->rt->rep[ti]) == REP_OK;
+}
+
 bool gfs_srcset_rec_servable(const gfs_srcset *s, uint32_t r)
 {
 	const int state = atomic_load(&s->rt->state[r]);
@@ -306,6 +349,42 @@ bool gfs_srcset_rec_servable(const gfs_srcset *s, uint32_t r)
 	assert(r < s->layout->nrecords);
 	return state == GFS_REC_OK ||
 	       (!s->verify && state != GFS_REC_BAD && !s->layout->records[r].lazy);
+}
+
+gfs_err gfs_srcset_decls_require(const gfs_srcset *s)
+{
+	rec_table *rt = s->rt;
+	gfs_err err = GFS_OK;
+
+	if (atomic_load(&rt->decl_state) == DECL_UNCHECKED) {
+		(void)pthread_mutex_lock(&rt->decl_mu);
+		if (atomic_load(&rt->decl_state) == DECL_UNCHECKED) {
+			char *why = NULL;
+
+			err = gfs_decl_check(s->layout, s, &why, NULL);
+			if (!err) {
+				rt->decl_why = why;
+				atomic_store(&rt->decl_state, why ? DECL_WRONG : DECL_RIGHT);
+			}
+		}
+		(void)pthread_mutex_unlock(&rt->decl_mu);
+	}
+	if (err)
+		return gfs_fail_prefix(err, "checking %s against the data", s->layout->decls.what);
+	if (atomic_load(&rt->decl_state) == DECL_WRONG)
+		return gfs_fail(GFS_ERR_IO, "%s", rt->decl_why);
+	return GFS_OK;
+}
+
+bool gfs_srcset_decls_wrong(const gfs_srcset *s)
+{
+	return atomic_load(&s->rt->decl_state) == DECL_WRONG;
+}
+
+bool gfs_srcset_entry_servable(const gfs_srcset *s, size_t i)
+{
+	return !s->verify || !s->layout->decls.ngoverned ||
+	       atomic_load(&s->rt->decl_state) == DECL_RIGHT || !gfs_layout_governed(s->layout, i);
 }
 
 size_t gfs_srcset_nbad(const gfs_srcset *s)
@@ -1058,14 +1137,14 @@ static gfs_err require_records(const gfs_layout *l, const gfs_srcset *s, const g
 }
 
 /*
- * read_native(): bytes [off, off+len) of tensor t in its own dtype.  The
+ * read_span(): bytes [off, off+len) of tensor t in its own dtype.  The
  * candidate pieces (O(log n) to find) are those that may intersect the
  * range; each copies its runs that do.  The pieces tile the tensor, so every
  * byte is written exactly once.  A FILE piece's source is checked for
  * changes once after its bytes are read.
  */
-static gfs_err read_native(const gfs_layout *l, const gfs_srcset *s,
-			   const gfs_tensor *t, uint64_t off, uint8_t *buf, size_t len)
+static gfs_err read_span(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
+			 uint64_t off, uint8_t *buf, size_t len)
 {
 	const uint64_t end = off + len;
 	const gfs_piece_span sp = gfs_piece_candidates(t, off, end);
@@ -1110,6 +1189,109 @@ static gfs_err read_native(const gfs_layout *l, const gfs_srcset *s,
 	return GFS_OK;
 }
 
+/*
+ * compare_replicas(): the bytes every on_read replica of entry ti holds against
+ * those t (its target) serves there, read in chunks of n bytes into a and
+ * b.  @return GFS_OK and *bad the first replica that differs, or
+ * l->nreplicas when none does.
+ */
+static gfs_err compare_replicas(const gfs_layout *l, const gfs_srcset *s, size_t ti,
+				const gfs_tensor *t, uint8_t *a, uint8_t *b, size_t n, size_t *bad)
+{
+	gfs_err err = GFS_OK;
+
+	*bad = l->nreplicas;
+	for (size_t i = 0; i < l->nreplicas && !err && *bad == l->nreplicas; i++) {
+		const gfs_replica *r = &l->replicas[i];
+
+		if (r->ti != ti || !r->on_read)
+			continue;
+		err = check_unchanged(l, s, r->p.src);
+		for (uint64_t k = 0; !err && *bad == l->nreplicas && k < r->p.count; k++)
+			for (uint64_t o = 0; !err && *bad == l->nreplicas && o < r->p.len; o += n) {
+				const size_t m = r->p.len - o < n ? (size_t)(r->p.len - o) : n;
+
+				err = read_span(l, s, t, r->p.toff + k * r->p.dst_stride + o, a, m);
+				if (!err)
+					err = gfs_pread_full(s->fds[r->p.src], b, m,
+							     r->p.src_off + k * r->p.src_stride + o,
+							     l->sources[r->p.src].path);
+				if (!err && memcmp(a, b, m) != 0)
+					*bad = i;
+			}
+	}
+	return err;
+}
+
+/*
+ * require_replicas(): under -o verify=read, before entry t's first bytes
+ * are served, its on_read replicas (copies the checkpoint keeps of some of
+ * its bytes, gfs_layout.replicas) are compared with them, once a srcset; a
+ * replica that differs fails every read of the entry (GFS_ERR_IO naming
+ * it).  Concurrent readers wait for the one comparing.
+ */
+static gfs_err require_replicas(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t)
+{
+	enum { CMP_CHUNK = 1 << 20 };
+	rec_table *rt = s->rt;
+	const size_t ti = (size_t)(t - l->tensors);
+	int st = atomic_load(&rt->rep[ti]);
+
+	if (st == REP_UNCHECKED && atomic_compare_exchange_strong(&rt->rep[ti], &st, REP_BUSY)) {
+		uint8_t *a = malloc(CMP_CHUNK), *b = malloc(CMP_CHUNK);
+		size_t bad = l->nreplicas;
+		const gfs_err err = a && b ? compare_replicas(l, s, ti, t, a, b, CMP_CHUNK, &bad)
+					   : gfs_fail(GFS_ERR_NOMEM, "out of memory");
+
+		free(a);
+		free(b);
+		(void)pthread_mutex_lock(&rt->mu);
+		rt->rep_bad[ti] = bad;
+		atomic_store(&rt->rep[ti], err ? REP_UNCHECKED : bad < l->nreplicas ? REP_BAD : REP_OK);
+		(void)pthread_cond_broadcast(&rt->cv);
+		(void)pthread_mutex_unlock(&rt->mu);
+		if (err)
+			return err;
+		st = atomic_load(&rt->rep[ti]);
+	}
+	if (st == REP_BUSY) {
+		(void)pthread_mutex_lock(&rt->mu);
+		while ((st = atomic_load(&rt->rep[ti])) == REP_BUSY)
+			(void)pthread_cond_wait(&rt->cv, &rt->mu);
+		(void)pthread_mutex_unlock(&rt->mu);
+		if (st == REP_UNCHECKED)
+			return require_replicas(l, s, t);
+	}
+	if (st == REP_BAD) {
+		const gfs_replica *r = &l->replicas[rt->rep_bad[ti]];
+
+		return gfs_fail(GFS_ERR_IO,
+				"tensor %s: a copy the checkpoint keeps of its bytes [%llu, %llu), in %s at offset %llu, holds other values: not served (gatherfs-inspect verify compares them)",
+				t->name, (unsigned long long)r->p.toff,
+				(unsigned long long)(r->p.toff + (r->p.count - 1) * r->p.dst_stride + r->p.len),
+				l->sources[r->p.src].path, (unsigned long long)r->p.src_off);
+	}
+	return GFS_OK;
+}
+
+/*
+ * read_native(): read_span(), after the replicas of t are compared under
+ * -o verify=read (require_replicas()).
+ */
+static gfs_err read_native(const gfs_layout *l, const gfs_srcset *s,
+			   const gfs_tensor *t, uint64_t off, uint8_t *buf, size_t len)
+{
+	if (s->verify && s->rt->rep && len > 0 &&
+	    atomic_load(&s->rt->rep[t - l->tensors]) != REP_NONE &&
+	    atomic_load(&s->rt->rep[t - l->tensors]) != REP_OK) {
+		const gfs_err err = require_replicas(l, s, t);
+
+		if (err)
+			return err;
+	}
+	return read_span(l, s, t, off, buf, len);
+}
+
 gfs_err gfs_tensor_read_raw(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
 			    uint64_t off, void *buf, size_t len)
 {
@@ -1131,6 +1313,12 @@ gfs_err gfs_tensor_read(const gfs_layout *l, const gfs_srcset *s, size_t i,
 
 	assert(s->layout == l);
 	assert(off + len <= t->numel * os);
+	if (!gfs_srcset_entry_servable(s, i)) {
+		const gfs_err err = gfs_srcset_decls_require(s);
+
+		if (err)
+			return gfs_fail_prefix(err, "tensor %s: not served", l->tensors[i].name);
+	}
 	if (t->comp)
 		return gfs_compute_read(l, s, s->cc, (size_t)(t - l->tensors), out, off, buf, len);
 	if (out == t->dtype)

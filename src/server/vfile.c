@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/uio.h>
 
+#include "gatherfs/server/declcheck.h"
 #include "gatherfs/server/vfile.h"
 
 struct gfs_vfile {
@@ -421,8 +422,10 @@ static gfs_err map_tensor(const gfs_vfile *vf, const gfs_seg *seg, uint64_t off,
 		if (err)
 			return err;
 	}
-	if (t->strided || t->comp || gfs_dtype_out(t->dtype, vf->ctx->want) != t->dtype)
-		return GFS_ERR_LIMIT;
+	if (t->strided || t->comp || gfs_dtype_out(t->dtype, vf->ctx->want) != t->dtype ||
+	    !gfs_srcset_entry_servable(vf->ctx->src, seg->u.tensor.entry) ||
+	    !gfs_srcset_replicas_servable(vf->ctx->src, (size_t)(t - l->tensors)))
+		return GFS_ERR_LIMIT; /* the copy path checks (the declarations and replicas too) */
 	while (pos < end) {
 		const gfs_piece_span sp = gfs_piece_candidates(t, pos, end);
 		const gfs_piece *pc = NULL;

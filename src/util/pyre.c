@@ -6,6 +6,7 @@
  */
 #include "config.h"
 
+#include <assert.h>
 #include <ctype.h>
 #include <string.h>
 
@@ -152,7 +153,7 @@ static int rx_at(gfs_pyre *r, size_t i, const char *s)
 	const gfs_pyre_atom *t;
 	size_t n = 0, lo, hi;
 
-	if (++r->steps > GFS_PYRE_MAX_STEPS)
+	if (++r->steps > r->limit)
 		return -1;
 	if (i == r->n)
 		return !r->end || *s == '\0';
@@ -175,10 +176,16 @@ static int rx_at(gfs_pyre *r, size_t i, const char *s)
 
 /*
  * gfs_pyre_match(): re.match(pattern, name) of a pattern gfs_pyre_compile() took:
- * 1 a match, 0 none, -1 too costly to tell.
+ * 1 a match, 0 none, -1 too costly to tell; its steps are taken off *budget.
  */
-int gfs_pyre_match(gfs_pyre *r, const char *name)
+int gfs_pyre_match(gfs_pyre *r, const char *name, unsigned long *budget)
 {
+	int m;
+
+	assert(r && name && budget);
 	r->steps = 0;
-	return rx_at(r, 0, name);
+	r->limit = *budget < GFS_PYRE_MAX_STEPS ? *budget : GFS_PYRE_MAX_STEPS;
+	m = rx_at(r, 0, name);
+	*budget -= r->steps < *budget ? r->steps : *budget;
+	return m;
 }

@@ -246,13 +246,29 @@ static void pk_int_tuple(pkbuf *b, const uint64_t *v, uint32_t n)
 typedef struct pk_memos {
 	uint32_t odict;                   /* collections.OrderedDict */
 	uint32_t rebuild;                 /* torch._utils._rebuild_tensor_v2 */
+	uint32_t rebuild3;                /* torch._utils._rebuild_tensor_v3 (FP8) */
+	uint32_t untyped;                 /* torch.storage.UntypedStorage (FP8) */
 	uint32_t storage[GFS_DT_COUNT_];  /* torch.<X>Storage */
+	uint32_t dtg[GFS_DT_COUNT_];      /* torch.<dtype> (FP8, for _rebuild_tensor_v3) */
 	uint32_t *persid;                 /* per layout entry: its storage's persistent id */
 } pk_memos;
 
+/* pk_global_memo(): GLOBAL module.name, memoised in *memo. */
+static void pk_global_memo(pkbuf *b, uint32_t *memo, const char *module, const char *name)
+{
+	if (*memo != UINT32_MAX) {
+		pk_memo_get(b, *memo);
+	} else {
+		pk_global(b, module, name);
+		*memo = pk_memo_put(b);
+	}
+}
+
 /*
  * pk_tensor_as(): the REDUCE of _rebuild_tensor_v2 for entry i, presented
- * with shape[0..ndim) (same numel as the entry) and requires_grad.  The
+ * with shape[0..ndim) (same numel as the entry) and requires_grad; an FP8
+ * tensor as torch 2.1+ writes it: _rebuild_tensor_v3 with an UntypedStorage
+ * of numel bytes and the dtype (torch.float8_e4m3fn...) as last argument.  The
  * storage of a target seen for the first time gets key *nkeys (recorded in
  * keys[]); later references BINGET its memoised persistent id tuple.
  */
@@ -263,6 +279,8 @@ static gfs_err pk_tensor_as(pkbuf *b, const gfs_vctx *ctx, pk_memos *m, size_t i
 	const gfs_layout *l = ctx->layout;
 	const size_t ti = l->tensors[i].alias_of >= 0 ? (size_t)l->tensors[i].alias_of : i;
 	const gfs_tensor *t = &l->tensors[ti];
+	const gfs_dtype out = gfs_dtype_out(t->dtype, ctx->want);
+	const bool v3 = gfs_dtype_storage_class(out)[0] == '\0';
 	uint64_t stride[GFS_MAX_DIMS];
 	uint64_t step = 1;
 
@@ -279,29 +297,24 @@ static gfs_err pk_tensor_as(pkbuf *b, const gfs_vctx *ctx, pk_memos *m, size_t i
 	if (step != t->numel && t->numel != 0)
 		return gfs_fail(GFS_ERR_INVAL, "tensor %s: presented with another element count",
 				t->name);
-	if (m->rebuild != UINT32_MAX) {
-		pk_memo_get(b, m->rebuild);
-	} else {
-		pk_global(b, "torch._utils", "_rebuild_tensor_v2");
-		m->rebuild = pk_memo_put(b);
-	}
-	pk_op(b, '('); /* MARK: arguments of _rebuild_tensor_v2 */
+	if (v3)
+		pk_global_memo(b, &m->rebuild3, "torch._utils", "_rebuild_tensor_v3");
+	else
+		pk_global_memo(b, &m->rebuild, "torch._utils", "_rebuild_tensor_v2");
+	pk_op(b, '('); /* MARK: arguments of _rebuild_tensor_v2/v3 */
 	if (m->persid[ti] != UINT32_MAX) {
 		pk_memo_get(b, m->persid[ti]);
 	} else {
-		const gfs_dtype out = gfs_dtype_out(t->dtype, ctx->want);
 		char key[24];
 
 		snprintf(key, sizeof(key), "%zu", *nkeys);
 		keys[(*nkeys)++] = ti;
 		pk_op(b, '(');
 		pk_str(b, "storage");
-		if (m->storage[out] != UINT32_MAX) {
-			pk_memo_get(b, m->storage[out]);
-		} else {
-			pk_global(b, "torch", gfs_dtype_storage_class(out));
-			m->storage[out] = pk_memo_put(b);
-		}
+		if (v3)
+			pk_global_memo(b, &m->untyped, "torch.storage", "UntypedStorage");
+		else
+			pk_global_memo(b, &m->storage[out], "torch", gfs_dtype_storage_class(out));
 		pk_str(b, key);
 		pk_str(b, "cpu");
 		pk_int(b, t->numel);
@@ -321,6 +334,8 @@ static gfs_err pk_tensor_as(pkbuf *b, const gfs_vctx *ctx, pk_memos *m, size_t i
 	}
 	pk_op(b, ')');
 	pk_op(b, 'R');  /* backward_hooks = OrderedDict() */
+	if (v3)
+		pk_global_memo(b, &m->dtg[out], "torch", gfs_dtype_name(out));
 	pk_op(b, 't');
 	pk_op(b, 'R');
 	return GFS_OK;
@@ -352,6 +367,8 @@ static gfs_err build_pickle(const gfs_vctx *ctx, const size_t *entries, size_t n
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	memset(m.persid, 0xff, gfs_layout_nentries(l) * sizeof(*m.persid));
 	memset(m.storage, 0xff, sizeof(m.storage));
+	memset(m.dtg, 0xff, sizeof(m.dtg));
+	m.rebuild3 = m.untyped = UINT32_MAX;
 	*nkeys = 0;
 	pk_put(b, "\x80\x02", 2); /* PROTO 2 */
 	pk_global(b, "collections", "OrderedDict");
@@ -824,6 +841,8 @@ static void kh_compute(keyhash *h, const gfs_layout *l, const gfs_compute *c)
 	kh_u64(h, (uint64_t)c->op);
 	kh_u64(h, c->flags);
 	kh_u64(h, scale);
+	if (c->block[0]) /* DEQUANT, or LORA/DORA of an FP8 weight */
+		kh_u64(h, (uint64_t)c->block[0] << 32 | c->block[1]);
 	for (int k = 0; k < GFS_OPIN_COUNT; k++) {
 		const gfs_tensor *in = c->in[k] >= 0 ? &l->inputs->tensors[c->in[k]] : NULL;
 
@@ -1523,7 +1542,8 @@ gfs_err gfs_pkw_new(const gfs_vctx *ctx, gfs_pkw **out)
 	}
 	memset(w->m.persid, 0xff, n * sizeof(*w->m.persid));
 	memset(w->m.storage, 0xff, sizeof(w->m.storage));
-	w->m.odict = w->m.rebuild = UINT32_MAX;
+	memset(w->m.dtg, 0xff, sizeof(w->m.dtg));
+	w->m.odict = w->m.rebuild = w->m.rebuild3 = w->m.untyped = UINT32_MAX;
 	pk_put(&w->b, "\x80\x02", 2); /* PROTO 2 */
 	*out = w;
 	return GFS_OK;

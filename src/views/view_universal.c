@@ -2,7 +2,7 @@
 /*
  * gatherfs — the universal view: compose a DeepSpeed universal checkpoint
  * from the layout's masters and optimizer-state entries (view_universal.h,
- * format: docs of ds_to_universal, v0.14.5).
+ * format: ds_to_universal's output, v0.14.5 and v0.19.5).
  */
 #include "config.h"
 
@@ -30,6 +30,7 @@ struct gfs_uview {
 	size_t nzips, cap_zips;
 	gfs_vfile **owned;  /* other vfiles */
 	size_t nowned, cap_owned;
+	char note[256];     /* gfs_uview_note(), "" for none */
 };
 
 /* The plan: trainable params (names of the states' entries) and states. */
@@ -122,7 +123,7 @@ static gfs_err make_plan(const gfs_layout *l, uv_plan *p)
 
 	if (o->moe)
 		return gfs_fail(GFS_ERR_UNSUPPORTED,
-				"a mixture-of-experts checkpoint: DeepSpeed 0.14.5 cannot load universal checkpoints of MoE models (deepspeedai/DeepSpeed#5716)");
+				"a mixture-of-experts checkpoint: no DeepSpeed release loads universal checkpoints of MoE models (deepspeedai/DeepSpeed#5716)");
 	if (o->zero_stage < 1 || l->noptim == 0)
 		return gfs_fail(GFS_ERR_NOTFOUND, "no DeepSpeed optimizer state");
 	if (o->tp_ranks > 1)
@@ -131,11 +132,7 @@ static gfs_err make_plan(const gfs_layout *l, uv_plan *p)
 				o->tp_ranks);
 	if (o->round_robin)
 		return gfs_fail(GFS_ERR_UNSUPPORTED,
-				"saved with round_robin_gradients: DeepSpeed 0.14.5's universal loader maps such a checkpoint's params to the wrong bytes");
-	if (o->zero_stage == 3 && (o->ngroups > 1 || o->nflat > 1))
-		return gfs_fail(GFS_ERR_UNSUPPORTED,
-				"ZeRO-3 with %zu param groups in %u sub-groups: DeepSpeed 0.14.5's universal loader reads only one of each",
-				o->ngroups, o->nflat);
+				"saved with round_robin_gradients: DeepSpeed's universal loader (0.14.5) maps such a checkpoint's params to the wrong bytes");
 	if (!o->groups)
 		return gfs_fail(GFS_ERR_UNSUPPORTED,
 				"the optimizer's param_groups hold values other than numbers, strings, bools and lists");
@@ -172,7 +169,7 @@ static gfs_err make_plan(const gfs_layout *l, uv_plan *p)
 	if (o->zero_stage == 3 &&
 	    (p->nstates != 2 || !known_state(p, "exp_avg") || !known_state(p, "exp_avg_sq")))
 		return gfs_fail(GFS_ERR_UNSUPPORTED,
-				"ZeRO-3 optimizer states other than exp_avg and exp_avg_sq (Adam's): DeepSpeed 0.14.5's universal loader reads only those");
+				"ZeRO-3 optimizer states other than exp_avg and exp_avg_sq (Adam's): DeepSpeed's ZeRO-3 universal loader reads only those");
 	if (!p->has_step)
 		return gfs_fail(GFS_ERR_UNSUPPORTED,
 				"no step tensor in the optimizer state: DeepSpeed's universal loader needs one");
@@ -407,6 +404,10 @@ gfs_err gfs_uview_new(const gfs_layout *l, const gfs_srcset *src, const gfs_crcc
 	}
 	u->ctx = (gfs_vctx){ .layout = l, .src = src, .want = GFS_DT_INVALID,
 			     .crc_cache = crc_cache };
+	if (l->optim.zero_stage == 3 && (l->optim.ngroups > 1 || l->optim.nflat > 1))
+		snprintf(u->note, sizeof(u->note),
+			 "universal view of ZeRO-3 with %zu param groups in %u sub-groups: DeepSpeed >= 0.18 loads it (older releases read one group); call gatherfs_resume.restore_param_groups() after load_checkpoint (docs/universal.md)",
+			 l->optim.ngroups, l->optim.nflat);
 	err = compose(u, &p);
 	free(p.params);
 	if (err) {
@@ -431,6 +432,11 @@ void gfs_uview_free(gfs_uview *u)
 	free(u->zips);
 	free(u->owned);
 	free(u);
+}
+
+const char *gfs_uview_note(const gfs_uview *u)
+{
+	return u->note[0] ? u->note : NULL;
 }
 
 size_t gfs_uview_nfiles(const gfs_uview *u)

@@ -12,8 +12,10 @@ reads it) and compared: same folders, same files, fp32/moment bytes
 (sha256), step, param_groups of the optimizer; the model-states files are
 byte-identical to the checkpoint's.  optim/<state>/NAME and
 optim/<state>.safetensors must hold the same bytes.  With --real, DeepSpeed's
-own ds_to_universal output DIR must decode to the same values (the tests
-keep it next to the checkpoint, hidden behind the view).
+own ds_to_universal output DIR must decode to the same values, with the same
+pickled structure and the same tensor bytes (the tests keep it next to the
+checkpoint, hidden behind the view); DeepSpeed's zips are not byte-identical
+(torch 2.x adds a random serialization id).
 """
 import argparse
 import filecmp
@@ -24,6 +26,7 @@ import os
 import pickle
 import struct
 import sys
+import zipfile
 
 import torch
 
@@ -78,6 +81,24 @@ def sha(t):
 def plain_groups(groups):
     return [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items() if k != "params"}
             for g in groups]
+
+
+def structure(o):
+    """What a pickle decodes to, without tensor values: types, keys, dtypes, shapes, strides."""
+    if torch.is_tensor(o):
+        return ("tensor", str(o.dtype), tuple(o.shape), o.stride(), o.requires_grad)
+    if isinstance(o, dict):
+        return (type(o).__name__, [(k, structure(v)) for k, v in o.items()])
+    if isinstance(o, (list, tuple)):
+        return (type(o).__name__, [structure(v) for v in o])
+    return (type(o).__name__, o)
+
+
+def storages(path):
+    """The tensor bytes of a torch zip: its data/N records, by N."""
+    with zipfile.ZipFile(path) as z:
+        return {n.split("/data/", 1)[1]: z.read(n) for n in z.namelist() if "/data/" in n and
+                not n.split("/data/", 1)[1].startswith(".") and "/.data/" not in n}
 
 
 def main():
@@ -194,6 +215,11 @@ def main():
             for f in os.listdir(os.path.join(rzero, name)):
                 x = torch.load(os.path.join(rzero, name, f))
                 y = torch.load(os.path.join(zero, name, f))
+                if structure(x) != structure(y):
+                    fail(f"zero/{name}/{f}: pickled structure {structure(y)} differs from DeepSpeed's "
+                         f"{structure(x)}")
+                if storages(os.path.join(rzero, name, f)) != storages(os.path.join(zero, name, f)):
+                    fail(f"zero/{name}/{f}: tensor bytes differ from DeepSpeed's")
                 if isinstance(x, dict):
                     x, y = x["param"], y["param"]
                 if x.shape != y.shape or not torch.equal(x, y):
@@ -201,6 +227,14 @@ def main():
         r = load_any(os.path.join(rzero, "optimizer_state.pt"))
         if plain_groups(r["param_groups"]) != plain_groups(groups):
             fail("optimizer_state.pt: param_groups differ from DeepSpeed's")
+        if stage3:
+            # the view's optimizer_state.pt is the part of DeepSpeed's that the loader reads
+            ri = r["optimizer_state_dict"]
+            if structure(ri["param_groups"]) != structure(groups):
+                fail(f"optimizer_state.pt: param_groups {groups} != DeepSpeed's {ri['param_groups']}")
+            if structure(ri["state"][0]["step"]) != structure(opt["optimizer_state_dict"]["state"][0]["step"]) \
+                    or float(ri["state"][0]["step"]) != float(opt["optimizer_state_dict"]["state"][0]["step"]):
+                fail("optimizer_state.pt: step differs from DeepSpeed's")
     print(f"check_universal: ok: {a.case}: {nfiles} files, {len(params)} params"
           f"{', equal to DeepSpeed' + chr(39) + 's' if a.real else ''}")
 

@@ -120,5 +120,40 @@ int main(void)
 	tap_ok(gfs_dtype_from_storage_class("BFloat16Storage") == GFS_DT_BF16 &&
 	       gfs_dtype_from_storage_class("LongStorage") == GFS_DT_I64 &&
 	       gfs_dtype_from_storage_class("Bogus") == GFS_DT_INVALID, "storage classes map to dtypes");
+	tap_ok(gfs_dtype_from_storage_class("") == GFS_DT_INVALID &&
+	       gfs_dtype_parse("F8_E4M3") == GFS_DT_F8_E4M3 &&
+	       gfs_dtype_parse("float8_e8m0fnu") == GFS_DT_F8_E8M0 &&
+	       gfs_dtype_size(GFS_DT_F8_E5M2) == 1 && !gfs_dtype_is_float(GFS_DT_F8_E4M3) &&
+	       gfs_dtype_out(GFS_DT_F8_E4M3, GFS_DT_BF16) == GFS_DT_F8_E4M3,
+	       "FP8 dtypes: names, size 1, never converted by -o dtype=");
+	tap_ok(gfs_fp8_to_f32(GFS_DT_F8_E4M3, 0x7e) == 448.0f &&
+	       gfs_fp8_to_f32(GFS_DT_F8_E4M3, 0x01) == ldexpf(1, -9) &&
+	       gfs_fp8_to_f32(GFS_DT_F8_E4M3, 0x08) == ldexpf(1, -6) &&
+	       gfs_fp8_to_f32(GFS_DT_F8_E4M3, 0x38) == 1.0f &&
+	       gfs_fp8_to_f32(GFS_DT_F8_E4M3, 0xb9) == -1.125f &&
+	       isnan(gfs_fp8_to_f32(GFS_DT_F8_E4M3, 0x7f)) && isnan(gfs_fp8_to_f32(GFS_DT_F8_E4M3, 0xff)) &&
+	       signbit(gfs_fp8_to_f32(GFS_DT_F8_E4M3, 0x80)),
+	       "E4M3: 448, subnormals, 1, -1.125, NaN, -0");
+	tap_ok(gfs_fp8_to_f32(GFS_DT_F8_E5M2, 0x7b) == 57344.0f &&
+	       gfs_fp8_to_f32(GFS_DT_F8_E5M2, 0x01) == ldexpf(1, -16) &&
+	       gfs_fp8_to_f32(GFS_DT_F8_E5M2, 0x3c) == 1.0f &&
+	       gfs_fp8_to_f32(GFS_DT_F8_E5M2, 0xfc) == -INFINITY &&
+	       isnan(gfs_fp8_to_f32(GFS_DT_F8_E5M2, 0x7d)),
+	       "E5M2: 57344, subnormal, 1, -inf, NaN");
+	tap_ok(gfs_fp8_to_f32(GFS_DT_F8_E8M0, 0x7f) == 1.0f &&
+	       gfs_fp8_to_f32(GFS_DT_F8_E8M0, 0x00) == ldexpf(1, -127) &&
+	       gfs_fp8_to_f32(GFS_DT_F8_E8M0, 0xfe) == ldexpf(1, 127) &&
+	       isnan(gfs_fp8_to_f32(GFS_DT_F8_E8M0, 0xff)),
+	       "E8M0: 2^(b - 127), 0xff NaN");
+	{
+		bool mono = true;
+
+		for (int b = 1; b < 0x7f; b++)
+			mono = mono && gfs_fp8_to_f32(GFS_DT_F8_E4M3, (uint8_t)b) >
+					       gfs_fp8_to_f32(GFS_DT_F8_E4M3, (uint8_t)(b - 1)) &&
+			       gfs_fp8_to_f32(GFS_DT_F8_E4M3, (uint8_t)(b | 0x80)) ==
+				       -gfs_fp8_to_f32(GFS_DT_F8_E4M3, (uint8_t)b);
+		tap_ok(mono, "E4M3: the 126 finite positive codes increase, negatives mirror them");
+	}
 	return tap_done();
 }

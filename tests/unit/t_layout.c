@@ -3,7 +3,7 @@
  * Unit tests for the layout index, its JSON form and the tensor byte server:
  * piece merging, validation errors, alias resolution, JSON round trip, reads
  * at every offset with and without dtype conversion, checksummed records and
- * their checks.
+ * their checks, declarations (gfs_layout_declare()) and their check.
  */
 #include "config.h"
 
@@ -14,6 +14,7 @@
 
 #include <zlib.h>
 
+#include "gatherfs/server/declcheck.h"
 #include "gatherfs/server/integrity.h"
 #include "gatherfs/util/json.h"
 #include "gatherfs/index/layout.h"
@@ -765,6 +766,130 @@ static void test_derive(void)
 	gfs_layout_free(z);
 }
 
+/*
+ * decl_case(): a layout of one U8 [2, 4] tensor "t" (pieces: src bytes
+ * a0.. for row 0's halves, a1.. for row 1's; a < 0: zeros) and an
+ * ungoverned "u", declared; t governed with claim sc (NULL: none) and
+ * the replica rep (NULL: none).  Returns what gfs_decl_check() says (1
+ * wrong, 0 right, -1 an error), its line in why (freed by the caller).
+ */
+static int decl_case(const int *a, const gfs_split_claim *sc, const gfs_piece *rep, char **why)
+{
+	const uint64_t s24[2] = { 2, 4 }, s4[1] = { 4 };
+	gfs_layout *l = NULL;
+	gfs_srcset *s = NULL;
+	uint32_t src;
+	size_t t, u;
+	int got = -1;
+	gfs_err err = gfs_layout_new("test", tmpdir, &l);
+
+	*why = NULL;
+	err = err ? err : gfs_layout_add_source(l, "src.bin", 256, &src);
+	err = err ? err : gfs_layout_add_tensor(l, "t", GFS_DT_U8, 2, s24, &t);
+	for (int k = 0; !err && k < 4; k++)
+		err = a[k] < 0 ? gfs_layout_add_zero(l, t, 2)
+			       : gfs_layout_add_piece(l, t, src, (uint64_t)a[k], 2);
+	err = err ? err : gfs_layout_add_tensor(l, "u", GFS_DT_U8, 1, s4, &u);
+	err = err ? err : gfs_layout_add_piece(l, u, src, 0, 4);
+	err = err ? err : gfs_layout_add_alias(l, "tied", "t");
+	err = err ? err : gfs_layout_declare(l, "the test split", "rank");
+	if (!err && sc) {
+		gfs_split_claim c = *sc;
+
+		c.ti = t;
+		err = gfs_layout_govern(l, t, &c);
+	} else if (!err) {
+		err = gfs_layout_govern(l, t, NULL);
+	}
+	err = err ? err : (rep ? gfs_layout_add_replica(l, t, rep) : GFS_OK);
+	err = err ? err : gfs_layout_finish(l, "test");
+	err = err ? err : gfs_srcset_open(l, &s);
+	if (!err) {
+		tap_ok(gfs_layout_governed(l, t) && !gfs_layout_governed(l, u) &&
+			       gfs_layout_governed(l, (size_t)gfs_layout_find(l, "tied")),
+		       "governed: t and its alias, not u");
+		err = gfs_decl_check(l, s, why, NULL);
+		got = err ? -1 : *why != NULL;
+	}
+	if (!err) {
+		uint8_t b[8];
+		const gfs_err rt = gfs_tensor_read(l, s, t, GFS_DT_INVALID, 0, b, 8);
+		const gfs_err ru = gfs_tensor_read(l, s, u, GFS_DT_INVALID, 0, b, 4);
+
+		tap_ok(got ? rt == GFS_ERR_IO && strstr(gfs_errmsg(), "tensor t: not served: the test split is wrong")
+			   : rt == GFS_OK,
+		       "a read of t: %s", got ? "EIO naming the proof" : "served");
+		tap_ok(ru == GFS_OK && gfs_srcset_decls_wrong(s) == (got == 1),
+		       "u, governed by nothing, is served");
+	}
+	gfs_srcset_close(s);
+	if (!err && got == 1) { /* without verification, nothing is checked or refused */
+		uint8_t b[8];
+
+		err = gfs_srcset_open(l, &s);
+		if (!err) {
+			gfs_srcset_set_verify(s, false, NULL);
+			tap_ok(gfs_tensor_read(l, s, t, GFS_DT_INVALID, 0, b, 8) == GFS_OK,
+			       "verification off: t is served unchecked");
+		}
+		gfs_srcset_close(s);
+	}
+	gfs_layout_free(l);
+	return err ? -1 : got;
+}
+
+static void test_decls(void)
+{
+	/* split on dim 0: ranks hold rows 0 and 1 (4 bytes each) */
+	const gfs_split_claim d0 = { .nparts = 2, .step = 4, .len = 4, .count = 1 };
+	/* split on dim 1: rank y holds run y (2 bytes) of each row */
+	const gfs_split_claim d1 = { .nparts = 2, .step = 2, .len = 2, .count = 2, .stride = 4 };
+	const int same_rows[4] = { 10, 12, 10, 12 }, other_rows[4] = { 10, 12, 20, 22 };
+	const int same_cols[4] = { 10, 10, 12, 12 }, zeros[4] = { -1, -1, -1, -1 };
+	const gfs_piece equal = { .kind = GFS_PIECE_FILE, .src_off = 10, .toff = 0, .len = 4, .count = 1 };
+	const gfs_piece other = { .kind = GFS_PIECE_FILE, .src_off = 11, .toff = 0, .len = 4, .count = 1 };
+	char *why = NULL;
+	gfs_layout *l = NULL;
+	gfs_split_claim bad = d0;
+	const uint64_t s4[1] = { 4 };
+	size_t t;
+	uint32_t src;
+	int got;
+
+	got = decl_case(same_rows, &d0, NULL, &why);
+	tap_ok(got == 1 && strstr(why, "t is declared split between 2 ranks, but ranks 0 to 1 hold byte-identical slices"),
+	       "identical rows declared split on dim 0: wrong (%s)", why ? why : "");
+	free(why);
+	tap_ok(decl_case(other_rows, &d0, NULL, &why) == 0, "different rows declared split on dim 0: right");
+	free(why);
+	tap_ok(decl_case(same_cols, &d1, NULL, &why) == 1, "identical columns declared split on dim 1: wrong");
+	free(why);
+	tap_ok(decl_case(same_rows, &d1, NULL, &why) == 0, "different columns declared split on dim 1: right");
+	free(why);
+	tap_ok(decl_case(zeros, &d0, NULL, &why) == 0, "identical but constant slices: right");
+	free(why);
+	tap_ok(decl_case(other_rows, NULL, &equal, &why) == 0, "a replica equal to the bytes served: right");
+	free(why);
+	got = decl_case(other_rows, NULL, &other, &why);
+	tap_ok(got == 1 && strstr(why, "the copies of t differ (src.bin at offset 11"),
+	       "a replica that differs: wrong (%s)", why ? why : "");
+	free(why);
+	/* malformed claims are refused */
+	if (gfs_layout_new("test", tmpdir, &l) || gfs_layout_add_source(l, "src.bin", 256, &src) ||
+	    gfs_layout_add_tensor(l, "t", GFS_DT_F32, 1, s4, &t) || gfs_layout_declare(l, "d", "rank"))
+		abort();
+	bad.ti = t;
+	bad.nparts = 1;
+	tap_ok(gfs_layout_govern(l, t, &bad) == GFS_ERR_FORMAT, "one part: refused");
+	bad = (gfs_split_claim){ .ti = t, .nparts = 2, .step = 12, .len = 8, .count = 1 };
+	tap_ok(gfs_layout_govern(l, t, &bad) == GFS_ERR_FORMAT, "a slice past the tensor: refused");
+	bad = (gfs_split_claim){ .ti = t, .nparts = 2, .step = 6, .len = 6, .count = 1 };
+	tap_ok(gfs_layout_govern(l, t, &bad) == GFS_ERR_FORMAT, "runs of part elements: refused");
+	bad = (gfs_split_claim){ .ti = t, .nparts = UINT32_MAX, .step = UINT64_MAX / 2, .len = 4, .count = 1 };
+	tap_ok(gfs_layout_govern(l, t, &bad) == GFS_ERR_FORMAT, "an overflowing claim: refused");
+	gfs_layout_free(l);
+}
+
 int main(void)
 {
 	make_source();
@@ -776,6 +901,7 @@ int main(void)
 	test_records_order();
 	test_rflat();
 	test_derive();
+	test_decls();
 	expect_finish_error("a gap in the pieces", 0, "cover 4 of its 8");
 	expect_finish_error("pieces beyond the tensor", 1, "exceed");
 	expect_finish_error("a piece past the end of its source", 2, "past its end");

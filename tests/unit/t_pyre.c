@@ -2,10 +2,11 @@
 /*
  * Unit tests for the re.match() subset (pyre.h): every construct it takes,
  * matches and non-matches, the anchoring, what it refuses, and the step
- * bound that answers -1.
+ * bound and the caller's budget that answer -1.
  */
 #include "config.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,9 +19,11 @@ static gfs_pyre re;
 /* m(): re.match(p, s): 1, 0, -1; 2 when p is refused. */
 static int m(const char *p, const char *s)
 {
+	unsigned long budget = ULONG_MAX;
+
 	if (!gfs_pyre_compile(p, &re))
 		return 2;
-	return gfs_pyre_match(&re, s);
+	return gfs_pyre_match(&re, s, &budget);
 }
 
 /* shown(): s with its control bytes as \xNN, for a TAP line. */
@@ -158,10 +161,40 @@ int main(void)
 	       "a match past %d steps answers -1", GFS_PYRE_MAX_STEPS);
 	tap_ok(m(".*.*x", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa") == 0,
 	       "a small backtracking search answers 0");
-	/* the count restarts with each match */
+	/* the per-match count restarts with each match */
 	tap_ok(gfs_pyre_compile(".*.*x", &re), ".*.*x compiles");
-	for (int i = 0; i < 3; i++)
-		tap_ok(gfs_pyre_match(&re, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaax") == 1,
+	for (int i = 0; i < 3; i++) {
+		unsigned long budget = GFS_PYRE_MAX_STEPS;
+
+		tap_ok(gfs_pyre_match(&re, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaax", &budget) == 1,
 		       "match %d of one compiled pattern", i + 1);
+	}
+	/* the caller's budget is shared by its matches: each takes its steps
+	 * off; a match that would need more answers -1, and so does every one
+	 * after the budget is spent */
+	{
+		const char *name = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+		unsigned long budget = ULONG_MAX, one, left;
+		int i, r = 0;
+
+		tap_ok(gfs_pyre_compile(".*.*.*x", &re), ".*.*.*x compiles");
+		tap_ok(gfs_pyre_match(&re, name, &budget) == 0, "a costly non-match answers 0");
+		one = ULONG_MAX - budget;
+		tap_ok(one > 1000 && one <= GFS_PYRE_MAX_STEPS, "it took %lu steps off the budget", one);
+		budget = 10 * one;
+		for (i = 0; i < 1000 && (r = gfs_pyre_match(&re, name, &budget)) == 0; i++)
+			;
+		tap_ok(r == -1 && i == 10 && budget == 0,
+		       "a budget of 10 such matches: the 11th answers -1 (%d matches, %lu left)", i, budget);
+		tap_ok(gfs_pyre_compile("a", &re) && gfs_pyre_match(&re, "a", &budget) == -1,
+		       "once spent, even a one-step match answers -1");
+		budget = one - 1;
+		tap_ok(gfs_pyre_compile(".*.*.*x", &re) && gfs_pyre_match(&re, name, &budget) == -1 &&
+			       budget == 0,
+		       "a match needing more than the budget left answers -1 and spends it");
+		left = 5;
+		tap_ok(gfs_pyre_compile("ab", &re) && gfs_pyre_match(&re, "ab", &left) == 1 && left == 2,
+		       "a cheap match takes its 3 steps");
+	}
 	return tap_done();
 }

@@ -5,6 +5,8 @@
 #ifndef GATHERFS_DTYPE_H
 #define GATHERFS_DTYPE_H
 
+#include <string.h>
+
 #include "gatherfs/util/common.h"
 
 typedef enum gfs_dtype {
@@ -21,6 +23,9 @@ typedef enum gfs_dtype {
 	GFS_DT_I8,
 	GFS_DT_U8,
 	GFS_DT_BOOL,
+	GFS_DT_F8_E4M3, /* float8_e4m3fn */
+	GFS_DT_F8_E5M2, /* float8_e5m2 */
+	GFS_DT_F8_E8M0, /* float8_e8m0fnu (UE8M0: 2^(e - 127), 0xff NaN) */
 	GFS_DT_COUNT_
 } gfs_dtype;
 
@@ -33,11 +38,48 @@ const char *gfs_dtype_name(gfs_dtype dt);
 /* gfs_dtype_st_name(): the safetensors name ("F32", "BF16", "I64"...). */
 const char *gfs_dtype_st_name(gfs_dtype dt);
 
-/* gfs_dtype_storage_class(): torch's legacy storage class ("FloatStorage"...). */
+/*
+ * gfs_dtype_storage_class(): torch's legacy storage class ("FloatStorage"...);
+ * "" for the FP8 dtypes, which torch pickles with an untyped storage and the
+ * dtype (torch._utils._rebuild_tensor_v3).
+ */
 const char *gfs_dtype_storage_class(gfs_dtype dt);
 
-/* gfs_dtype_is_float(): true for F64, F32, F16, BF16 (real floating point). */
+/*
+ * gfs_dtype_is_float(): true for F64, F32, F16, BF16 (real floating point
+ * that -o dtype= converts between; the FP8 dtypes are not).
+ */
 bool gfs_dtype_is_float(gfs_dtype dt);
+
+/* gfs_dtype_is_fp8(): true for F8_E4M3, F8_E5M2, F8_E8M0. */
+bool gfs_dtype_is_fp8(gfs_dtype dt);
+
+/*
+ * gfs_fp8_to_f32(): the value of FP8 byte b of dtype dt (gfs_dtype_is_fp8())
+ * as float32, exactly (every FP8 value is a float32; NaN encodings give a
+ * quiet NaN with b's sign, E5M2 infinities infinity).
+ */
+float gfs_fp8_to_f32(gfs_dtype dt, uint8_t b);
+
+/*
+ * gfs_bf16_round(): the bits of float32 f rounded once to bfloat16 (nearest,
+ * ties to even; NaN stays a quiet NaN with its sign and top payload bits).
+ */
+static inline uint16_t gfs_bf16_round(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, sizeof(u));
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x0040u);
+	return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/*
+ * gfs_f32_round(): float32 f rounded once to floating-point dtype dt (F32,
+ * F16 or BF16; nearest, ties to even), stored little-endian at dst.
+ */
+void gfs_f32_round(gfs_dtype dt, float f, void *dst);
 
 /*
  * gfs_dtype_parse(): accept a torch name ("float32", "bfloat16"), a short

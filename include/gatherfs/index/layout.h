@@ -187,22 +187,36 @@ typedef struct gfs_piece_ref {
  *   LORA_BIAS  W + s * A, all of shape [n] (a bias and lora_B.bias)
  *   DORA       (M / ||V||) * V with V as for LORA: the norm of each output
  *              feature, M [R] per row, or with GFS_OPF_T M [C] per column
+ *   DEQUANT    FP8 weight W [..., R, C] (F8_E4M3 or F8_E5M2) times the scale
+ *              S of its block: out[e, i, j] = float32(W[e, i, j]) *
+ *              float32(S[e, i / BM, j / BN]) (a float32 product, as torch
+ *              and DeepSeek's fp8_cast_bf16.py compute it), rounded once to
+ *              the output dtype; S (F32, BF16 or F8_E8M0) holds the grid
+ *              [..., ceil(R / BM), ceil(C / BN)] (edge blocks ragged), or is
+ *              one value (0-d or [1]) when the grid is 1 x 1; block = {BM, BN}
+ *
+ * LORA and DORA may take an FP8 weight W (2-D) with its scale S and block
+ * as DEQUANT's: W is then DEQUANT's float32 value (a LoRA adapter merged
+ * onto a dequantized base).
  */
 typedef enum gfs_op {
 	GFS_OP_LORA = 1,
 	GFS_OP_LORA_BIAS = 2,
 	GFS_OP_DORA = 3,
+	GFS_OP_DEQUANT = 4,
 } gfs_op;
 
 #define GFS_OPF_T 1u /* the delta is (B @ A)^T */
 #define GFS_MAX_LORA_RANK 65536
 
-enum { GFS_OPIN_W, GFS_OPIN_A, GFS_OPIN_B, GFS_OPIN_M, GFS_OPIN_COUNT };
+enum { GFS_OPIN_W, GFS_OPIN_A, GFS_OPIN_B, GFS_OPIN_M, GFS_OPIN_S, GFS_OPIN_COUNT };
+#define GFS_OPIN_NONE { -1, -1, -1, -1, -1 }
 
 typedef struct gfs_compute {
 	gfs_op op;
 	uint32_t flags;                /* GFS_OPF_* */
-	double scale;                  /* s, finite */
+	double scale;                  /* s, finite (LORA, DORA; 0 for DEQUANT) */
+	uint32_t block[2];             /* DEQUANT, or with an FP8 weight: BM, BN >= 1; else 0 */
 	int64_t in[GFS_OPIN_COUNT];    /* indices into the inputs table, -1: unused */
 } gfs_compute;
 
@@ -380,7 +394,42 @@ typedef struct gfs_text {
 typedef struct gfs_replica {
 	size_t ti;
 	gfs_piece p;
+	bool on_read; /* also compared before ti's first read under -o verify (gfs_layout_add_replica_on_read()) */
 } gfs_replica;
+
+/*
+ * A split claim of the declarations (gfs_layout_declare()): entry ti is
+ * nparts slices put together; slice y is the count runs of len bytes at
+ * tensor bytes y * step + k * stride (k < count).  Slices that are all
+ * byte-identical and not constant prove the declaration wrong (a
+ * replicated tensor declared split).
+ */
+typedef struct gfs_split_claim {
+	size_t ti;
+	uint32_t nparts;
+	uint64_t step, len, count, stride;
+} gfs_split_claim;
+
+/*
+ * What an importer followed without being able to check it from the
+ * files' metadata alone (which tensors are copies of one another, which
+ * are slices of a larger one: a DeepSpeed tp_split file or
+ * universal_checkpoint_info), to be checked against the data before any
+ * entry it governs is served: every replica (gfs_replica) of a governed
+ * entry must equal the bytes served, every split claim must hold.  One
+ * proven wrong makes the declarations untrusted: no governed entry is
+ * served (server/declcheck.h).
+ */
+typedef struct gfs_decls {
+	char *what;           /* what declared ("the tp_split file F"); NULL: nothing */
+	char *part;           /* what one slice is ("tensor rank") */
+	size_t *governed;     /* entries the declarations govern, ascending */
+	size_t ngoverned;
+	size_t cap_governed;
+	gfs_split_claim *splits;
+	size_t nsplits;
+	size_t cap_splits;
+} gfs_decls;
 
 typedef struct gfs_layout {
 	char *format;   /* source format: "deepspeed", "json", ... */
@@ -398,6 +447,7 @@ typedef struct gfs_layout {
 	gfs_replica *replicas; /* gfs_layout_add_replica(); not in the JSON, not derived */
 	size_t nreplicas;
 	size_t nreplicas_cap;
+	gfs_decls decls;  /* gfs_layout_declare(); not in the JSON, not derived */
 	size_t nomitted;
 	gfs_object *objects; /* non-tensor entries, listed but not served as tensors */
 	size_t nobjects;
@@ -497,6 +547,36 @@ gfs_err gfs_layout_add_omitted(gfs_layout *l, const char *name, const char *why)
  * an alias.
  */
 gfs_err gfs_layout_add_replica(gfs_layout *l, size_t ti, const gfs_piece *p);
+
+/*
+ * gfs_layout_declare(): say that the entries added from now on with
+ * gfs_layout_govern() follow declarations what (one line: "the tp_split
+ * file F"), whose slices are each called part ("tensor rank").  Once per
+ * layout, before it is finished.
+ */
+gfs_err gfs_layout_declare(gfs_layout *l, const char *what, const char *part);
+
+/*
+ * gfs_layout_govern(): entry ti (not an alias; entries in ascending order)
+ * follows the declarations; with split non-NULL (split->ti == ti, nparts >=
+ * 2, its runs inside the tensor, of whole elements), its slices must not
+ * be byte-identical unless constant.  After gfs_layout_declare().
+ */
+gfs_err gfs_layout_govern(gfs_layout *l, size_t ti, const gfs_split_claim *split);
+
+/*
+ * gfs_layout_governed(): does entry i (its alias target for an alias)
+ * follow the declarations?  O(log n).
+ */
+bool gfs_layout_governed(const gfs_layout *l, size_t i);
+
+/*
+ * gfs_layout_add_replica_on_read(): gfs_layout_add_replica(), and the
+ * server compares the replica before the first read of tensor ti under
+ * -o verify (a copy whose disagreement makes the tensor untrustworthy, not
+ * one of several equal sources of which one is served).
+ */
+gfs_err gfs_layout_add_replica_on_read(gfs_layout *l, size_t ti, const gfs_piece *p);
 
 /*
  * gfs_layout_derive(): a new, unfinished layout of format format over the
@@ -674,7 +754,7 @@ gfs_err gfs_layout_set_compute(gfs_layout *l, size_t ti, const gfs_compute *c);
  */
 gfs_err gfs_layout_check_computed(gfs_layout *l, const char *label);
 
-/* gfs_op_name(): "lora", "lora_bias", "dora". */
+/* gfs_op_name(): "lora", "lora_bias", "dora", "dequant". */
 const char *gfs_op_name(gfs_op op);
 
 /* gfs_op_parse(): the op named s, or 0. */

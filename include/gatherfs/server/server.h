@@ -115,6 +115,14 @@ void gfs_srcset_set_verify(gfs_srcset *s, bool on, gfs_notice_fn notice);
  */
 bool gfs_srcset_rec_servable(const gfs_srcset *s, uint32_t r);
 
+/*
+ * gfs_srcset_replicas_servable(): may bytes of entry ti (a target, not an
+ * alias) be served without comparing its on_read replicas
+ * (gfs_layout.replicas) first: it has none, they were found equal, or the
+ * srcset does not verify reads.  A reader that bypasses gfs_tensor_read() (splicing) must ask.
+ */
+bool gfs_srcset_replicas_servable(const gfs_srcset *s, size_t ti);
+
 /* gfs_srcset_nbad(): how many records have been found BAD so far. */
 size_t gfs_srcset_nbad(const gfs_srcset *s);
 

@@ -24,7 +24,10 @@
  * \1 ...), a quantifier with nothing before it, a*+, a?? and a???, a trailing
  * '\', an unclosed class, more than GFS_PYRE_MAX_ATOMS atoms.
  * Matching backtracks; one gfs_pyre_match() takes at most
- * GFS_PYRE_MAX_STEPS steps and answers -1 (too costly to tell) past them.
+ * GFS_PYRE_MAX_STEPS steps, and no more than its caller's budget has left
+ * (a count the caller owns, shared by every match of one import: many
+ * patterns that each stay under the per-match bound still cost a bounded
+ * total), and answers -1 (too costly to tell) past either.
  */
 #ifndef GATHERFS_PYRE_H
 #define GATHERFS_PYRE_H
@@ -49,7 +52,8 @@ typedef struct gfs_pyre {
 	gfs_pyre_atom a[GFS_PYRE_MAX_ATOMS];
 	size_t n;
 	bool end;        /* '$' last */
-	unsigned long steps;
+	unsigned long steps; /* of the match under way */
+	unsigned long limit; /* its bound: GFS_PYRE_MAX_STEPS, or less as the budget says */
 } gfs_pyre;
 
 /*
@@ -62,8 +66,10 @@ bool gfs_pyre_compile(const char *p, gfs_pyre *r);
 /*
  * gfs_pyre_match(): re.match(pattern, name) of a pattern gfs_pyre_compile()
  * took: 1 a match, 0 none, -1 too costly to tell (more than
- * GFS_PYRE_MAX_STEPS steps).  r is not const: it counts the steps.
+ * GFS_PYRE_MAX_STEPS steps, or more than *budget).  Each step taken is
+ * taken off *budget (the caller's total for all its matches); at 0 every
+ * later match answers -1.  r is not const: it counts the steps.
  */
-int gfs_pyre_match(gfs_pyre *r, const char *name);
+int gfs_pyre_match(gfs_pyre *r, const char *name, unsigned long *budget);
 
 #endif

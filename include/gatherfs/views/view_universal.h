@@ -3,7 +3,7 @@
  * gatherfs — the universal view: a DeepSpeed checkpoint's optimizer state
  * presented as the "universal checkpoint" that DeepSpeed's
  * `"checkpoint": {"load_universal": true}` loads at any world size (the
- * v0.14.5 loader; format: ds_to_universal.py's output), served from the
+ * v0.14.5 and v0.19.5 loaders; format: ds_to_universal.py's output), served from the
  * shards without conversion:
  *
  *   latest_universal                 "<tag>_universal" (no newline)
@@ -36,16 +36,24 @@ typedef struct gfs_uview gfs_uview;
  * as in gfs_vctx (may be NULL).  Reads no tensor data.
  * @return GFS_OK and *out (freed with gfs_uview_free());
  * GFS_ERR_NOTFOUND if l holds no DeepSpeed optimizer state;
- * GFS_ERR_UNSUPPORTED, with one line saying why, for what DeepSpeed
- * v0.14.5's universal loader cannot consume correctly (round-robin
- * gradients, ZeRO-3 with several param groups or sub-groups, states other
- * than exp_avg/exp_avg_sq at stage 3, no step, non-fp32 state).
+ * GFS_ERR_UNSUPPORTED, with one line saying why, for what DeepSpeed's
+ * universal loader cannot consume correctly (mixture-of-experts, tensor
+ * parallelism, round-robin gradients, states other than exp_avg/exp_avg_sq
+ * at stage 3, no step, non-fp32 state).  ZeRO-3 with several param groups
+ * or sub-groups is served (DeepSpeed >= 0.18 loads it: gfs_uview_note()).
  */
 gfs_err gfs_uview_new(const gfs_layout *l, const gfs_srcset *src, const gfs_crccache *crc_cache,
 		      gfs_uview **out);
 
 /* gfs_uview_free(): NULL allowed. */
 void gfs_uview_free(gfs_uview *u);
+
+/*
+ * gfs_uview_note(): one line for the user about who can load the view
+ * (ZeRO-3 with several param groups or sub-groups needs DeepSpeed >= 0.18),
+ * or NULL.  Owned by u.
+ */
+const char *gfs_uview_note(const gfs_uview *u);
 
 /*
  * gfs_uview_nfiles(), gfs_uview_path(), gfs_uview_vfile(): the files, in

@@ -436,6 +436,8 @@ static gfs_err moe_plan(ds_ckpt *c)
  */
 static gfs_err moe_zip(ds_ckpt *c, ds_file *f)
 {
+	gfs_err err;
+
 	if (f->zip)
 		return GFS_OK;
 	if (c->zip_held) {
@@ -445,10 +447,9 @@ static gfs_err moe_zip(ds_ckpt *c, ds_file *f)
 		c->zip_held->fd = -1;
 		c->zip_held = NULL;
 	}
-	f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
-	if (f->fd < 0)
-		return gfs_fail(errno == ENOENT ? GFS_ERR_NOTFOUND : GFS_ERR_IO, "%s: cannot open: %s",
-				f->path, strerror(errno));
+	err = gfs_open_regular(f->path, 0, &f->fd, NULL);
+	if (err)
+		return err;
 	c->zip_held = f;
 	return gfs_tzip_open(f->fd, 0, f->size, f->path, NULL, &f->zip);
 }

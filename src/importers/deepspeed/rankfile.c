@@ -73,6 +73,7 @@ gfs_err ds_name_peek(ds_file *f)
 gfs_err ds_file_stat(ds_file *f, const char *dir, const char *name)
 {
 	struct stat st;
+	gfs_err err;
 	const size_t plen = strlen(dir) + 1 + strlen(name) + 1;
 
 	f->fd = -1;
@@ -82,14 +83,9 @@ gfs_err ds_file_stat(ds_file *f, const char *dir, const char *name)
 	if (!f->name || !f->path)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	snprintf(f->path, plen, "%s/%s", dir, name);
-	f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
-	if (f->fd < 0)
-		return gfs_fail(errno == ENOENT ? GFS_ERR_NOTFOUND : GFS_ERR_IO,
-				"%s: cannot open: %s", f->path, strerror(errno));
-	if (fstat(f->fd, &st) != 0)
-		return gfs_fail(GFS_ERR_IO, "%s: stat failed: %s", f->path, strerror(errno));
-	if (!S_ISREG(st.st_mode))
-		return gfs_fail(GFS_ERR_FORMAT, "%s: not a regular file", f->path);
+	err = gfs_open_regular(f->path, 0, &f->fd, &st);
+	if (err)
+		return err;
 	f->size = (uint64_t)st.st_size;
 	if (f->size == 0)
 		return gfs_fail(GFS_ERR_FORMAT, "%s: empty file (0 bytes), not a torch checkpoint",

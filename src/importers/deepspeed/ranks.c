@@ -343,10 +343,11 @@ gfs_err ds_resolve_tagdir(const char *dir, const char *tag, char **tagdir, char 
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	if (!tag) {
 		snprintf(path, sizeof(path), "%s/latest", dir);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0 && errno != ENOENT)
-			return gfs_fail(GFS_ERR_IO, "%s: %s", path, strerror(errno));
-		if (fd < 0) {
+		gfs_err oerr = gfs_open_regular(path, 0, &fd, NULL);
+
+		if (oerr && oerr != GFS_ERR_NOTFOUND)
+			return oerr;
+		if (oerr) {
 			/* No `latest`: DIR is the tag directory, or holds only one. */
 			gfs_err err = only_tag(dir, &only);
 

@@ -10,6 +10,7 @@
  */
 #include "config.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,15 @@ enum { TP_REP, TP_AVG, TP_SUB2, TP_SUB, TP_ROW, TP_VOCAB, TP_NKINDS, TP_COL = TP
 #define TP_SPLIT_MAX_BYTES (1u << 20)
 #define TP_SPLIT_MAX_PATS 4096
 
+/*
+ * The steps of pattern matching (pyre.h) one import may take in all: a
+ * base, and more for each param name classified (real patterns take tens
+ * to hundreds of steps a name and pattern); past it the import is refused.
+ * Some 10^8 steps take a fraction of a second.
+ */
+#define TP_PYRE_BUDGET_BASE (1ul << 26)
+#define TP_PYRE_BUDGET_PER_NAME (1ul << 16)
+
 static const char *const tp_keys[TP_NKINDS] = {
 	"tp_replicated_parameter_patterns", "parameter_to_average_patterns",
 	"parameter_with_2_sub_params_cat_dim_0", "parameter_with_sub_params",
@@ -40,6 +50,8 @@ typedef struct tp_info {
 	size_t npats;
 	int64_t vocab;   /* original_vocab_size, or -1 */
 	const char *file; /* the tp_split file (the first pattern matching decides), or NULL */
+	const char *from; /* the file the patterns come from (file, or a model-states file) */
+	unsigned long budget; /* matching steps left to this import (TP_PYRE_BUDGET_*) */
 } tp_info;
 
 /* tp_info_free(): free what tp_info_read() allocated in ti. */
@@ -62,6 +74,7 @@ static gfs_err tp_info_read(const ds_ckpt *c, const ds_file *f, tp_info *ti)
 
 	memset(ti, 0, sizeof(*ti));
 	ti->vocab = -1;
+	ti->from = f->path;
 	if (!uci || uci->kind != GFS_PV_DICT)
 		return gfs_fail(GFS_ERR_UNSUPPORTED,
 				"%s: %zu tensor-parallel ranks and no universal_checkpoint_info patterns in %s: which dimension each param is split on is not recorded (refused, not guessed; -o tp_split=FILE gives it)",
@@ -117,7 +130,7 @@ static gfs_err tp_split_read(const char *path, tp_info *ti)
 
 	memset(ti, 0, sizeof(*ti));
 	ti->vocab = -1;
-	ti->file = path;
+	ti->file = ti->from = path;
 	err = gfs_read_text(path, TP_SPLIT_MAX_BYTES, &text, &len);
 	if (err)
 		return gfs_fail_prefix(err, "tp_split");
@@ -160,18 +173,31 @@ static gfs_err tp_split_read(const char *path, tp_info *ti)
 }
 
 /*
+ * tp_too_costly(): the refusal of a match that answered -1 for param name:
+ * the one match past GFS_PYRE_MAX_STEPS, or the import's budget spent.
+ */
+static gfs_err tp_too_costly(const ds_ckpt *c, const tp_info *ti, const char *name,
+			     const char *what)
+{
+	if (ti->budget == 0)
+		return gfs_fail(GFS_ERR_UNSUPPORTED,
+				"%s: matching its %s patterns took all the steps one import may take (at param %s): patterns that backtrack this much are refused",
+				ti->from, what, name);
+	return gfs_fail(GFS_ERR_UNSUPPORTED, "%s: param %s: matching the %s patterns of %s takes too long",
+			c->tagdir, name, what, ti->from);
+}
+
+/*
  * tp_split_classify(): kind of the first pattern of the tp_split file
  * that param name matches; none is refused.
  */
 static gfs_err tp_split_classify(const ds_ckpt *c, tp_info *ti, const char *name, int *kind)
 {
 	for (size_t i = 0; i < ti->npats; i++) {
-		const int m = gfs_pyre_match(&ti->pats[i], name);
+		const int m = gfs_pyre_match(&ti->pats[i], name, &ti->budget);
 
 		if (m < 0)
-			return gfs_fail(GFS_ERR_UNSUPPORTED,
-					"%s: param %s: matching the tp_split patterns of %s takes too long",
-					c->tagdir, name, ti->file);
+			return tp_too_costly(c, ti, name, "tp_split");
 		if (m) {
 			*kind = ti->kind[i];
 			return GFS_OK;
@@ -190,7 +216,7 @@ static int tp_matches(tp_info *ti, int k, const char *name)
 
 		if (ti->kind[i] != k)
 			continue;
-		m = gfs_pyre_match(&ti->pats[i], name);
+		m = gfs_pyre_match(&ti->pats[i], name, &ti->budget);
 		if (m)
 			return m;
 	}
@@ -229,9 +255,7 @@ static gfs_err tp_classify(const ds_ckpt *c, tp_info *ti, const char *name, uint
 	} else {
 		for (int k = 0; k < TP_NKINDS; k++)
 			if ((m[k] = tp_matches(ti, k, name)) < 0)
-				return gfs_fail(GFS_ERR_UNSUPPORTED,
-						"%s: param %s: matching the universal_checkpoint_info %s takes too long",
-						c->tagdir, name, tp_keys[k]);
+				return tp_too_costly(c, ti, name, tp_keys[k]);
 	}
 	if (!ti->file && ds_in_list(gfs_pv_dict_get(c->stages[0].model[0].root, "buffer_names"), name)) {
 		bool any = false;
@@ -326,6 +350,42 @@ static gfs_err tp_emit(const ds_ckpt *c, size_t ti, const flat *const *fl, const
 		for (size_t y = 0; !err && y < c->nstages; y++)
 			err = ds_flat_emit(c->l, ti, fl[y], off[y] + o * run, run);
 	return err;
+}
+
+/*
+ * tp_govern(): entry ti (slices of shape ndim/shape, put together as how
+ * says) follows the declarations: its replicas (tp_emit()) must equal the
+ * copy served; a split entry's slices must not be byte-identical unless
+ * constant (a replicated tensor declared split).  A vocabulary param cut
+ * to fewer rows has no split claim (its last slice is cut).
+ */
+static gfs_err tp_govern(const ds_ckpt *c, size_t ti, uint32_t ndim, const uint64_t *shape,
+			 const tp_how *how)
+{
+	const uint64_t es = gfs_dtype_size(c->l->tensors[ti].dtype);
+	uint64_t numel = 1, outer = 1;
+	gfs_split_claim sc = { .ti = ti, .nparts = (uint32_t)c->nstages };
+
+	for (uint32_t d = 0; d < ndim; d++)
+		numel *= shape[d];
+	if (how->dim < 0 || numel == 0 ||
+	    (ndim && how->rows != shape[0] * (how->dim == 0 ? c->nstages : 1)))
+		return gfs_layout_govern(c->l, ti, NULL);
+	if (how->sub2) { /* slice y: its two halves, each after the other slices' */
+		sc.len = sc.step = numel / 2 * es;
+		sc.count = 2;
+		sc.stride = sc.len * c->nstages;
+	} else if (how->dim == 0) {
+		sc.len = sc.step = numel * es;
+		sc.count = 1;
+	} else { /* slice y: run y of each of the outer rows */
+		for (uint32_t d = 0; d < (uint32_t)how->dim; d++)
+			outer *= shape[d];
+		sc.len = sc.step = numel / outer * es;
+		sc.count = outer;
+		sc.stride = sc.len * c->nstages;
+	}
+	return gfs_layout_govern(c->l, ti, &sc);
 }
 
 /*
@@ -431,6 +491,8 @@ static gfs_err tp_entry(ds_ckpt *c, tp_info *ti, const char *name, int state)
 					    ndim, full, &idx);
 	if (!err)
 		err = tp_emit(c, idx, fl, off, ndim, shape, &how);
+	if (!err)
+		err = tp_govern(c, idx, ndim, shape, &how);
 	free(fl);
 	free(off);
 	ds_flats_free(own, own ? c->nstages : 0);
@@ -445,6 +507,20 @@ gfs_err ds_tp_build(ds_ckpt *c, char **note)
 	tp_info ti;
 	gfs_err err = c->tp_split ? tp_split_read(c->tp_split, &ti) : tp_info_read(c, &s0->model[0], &ti);
 
+	if (!err && module && module->kind == GFS_PV_DICT) {
+		const size_t names = module->u.dict.len * (1 + s0->nstates);
+
+		ti.budget = names > (ULONG_MAX - TP_PYRE_BUDGET_BASE) / TP_PYRE_BUDGET_PER_NAME
+				    ? ULONG_MAX
+				    : TP_PYRE_BUDGET_BASE + TP_PYRE_BUDGET_PER_NAME * names;
+	}
+	if (!err) {
+		char decl[PATH_MAX + 64];
+
+		snprintf(decl, sizeof(decl),
+			 ti.file ? "the tp_split file %s" : "universal_checkpoint_info of %s", ti.from);
+		err = gfs_layout_declare(c->l, decl, "tensor rank");
+	}
 	for (size_t y = 0; !err && y < c->nstages; y++)
 		err = ds_anon_note(&c->stages[y], note);
 	for (size_t y = 0; !err && y < c->nstages; y++) {
