@@ -40,6 +40,31 @@ for c in qwen3_tp1:qwen3 qwen3moe_ep2:qwen3_moe qwen2moe_tp1:qwen2_moe dsv3_tp1:
 	check "$case/torch_dist" "$case" "Hugging Face view ($family naming" -o hf_config="$case/hf_ref"
 done
 
+echo "== -o hf_config with args: the family's fields must agree"
+check "$DATA/qwen3moe_ep2/training_torch_dist" "$DATA/qwen3moe_ep2" "Hugging Face view (qwen3_moe naming" \
+	-o hf_config="$DATA/qwen3moe_ep2/hf_ref"
+check "$DATA/dsv3_tp1/legacy_torch" "$DATA/dsv3_tp1" "Hugging Face view (deepseek_v3 naming" \
+	-o hf_config="$DATA/dsv3_tp1/hf_ref"
+# disagree CASE EDIT PATTERN: CASE's reference config.json after EDIT (python on c) is refused
+disagree() {
+	rm -rf "$T/cfg" && mkdir "$T/cfg"
+	timeout 60 "$PYTHON3" -c "
+import json, sys
+c = json.load(open(sys.argv[1]))
+exec(sys.argv[3])
+json.dump(c, open(sys.argv[2], 'w'))" "$DATA/$1/hf_ref/config.json" "$T/cfg/config.json" "$2" || fail "cfg $2"
+	expect_mount_fail "$3" "$DATA/$1/training_torch_dist" "$T/mnt" -o hf_config="$T/cfg"
+}
+disagree qwen3moe_ep2 'c["norm_topk_prob"] = False' "config.json's norm_topk_prob is 0, but the args of .* give 1: they must agree"
+disagree qwen3moe_ep2 'c["mlp_only_layers"] = [1]' "config.json makes layer 1 dense, but the args of .* make it one with experts: they must agree"
+disagree qwen3_tp1 'c["model_type"] = "llama"' "config.json's model_type is llama, but the args of .* say qwen3: they must agree"
+disagree dsv3_tp1 'c["routed_scaling_factor"] = 1.0' "config.json's routed_scaling_factor is 1, but the args of .* give 2.5: they must agree"
+disagree dsv3_tp1 'c["first_k_dense_replace"] = 0' "config.json makes layer 0 one with experts, but the args of .* make it dense: they must agree"
+disagree dsv3_tp1 'c["n_shared_experts"] = 2' "config.json's shared expert size is 64, but the args of .* give 32: they must agree"
+disagree dsv3_tp1 'c["kv_lora_rank"] = 16' "config.json's kv_lora_rank is 16, but the args of .* give 32: they must agree"
+disagree dsv3_tp1 'c["rope_interleave"] = False' "rope_interleave false: Megatron's MLA rotary is the interleaved one"
+disagree qwen2moe_tp1 'c["shared_expert_intermediate_size"] = 48' "config.json's shared expert size is 48, but the args of .* give 96: they must agree"
+
 echo "== refusals: a note and the Megatron view; one line with -o naming=hf"
 fresh() {
 	rm -rf "$T/bad"

@@ -1625,7 +1625,7 @@ static gfs_err agree_config(const gfs_arch *a, const gfs_arch *c, const char *id
 		return gfs_fail(GFS_ERR_FORMAT,
 				"%s: the hf_config config.json's tie_word_embeddings is %s, but args.untie_embeddings_and_output_weights is %s (%s): they must agree",
 				idir, c->tied ? "true" : "false", a->tied ? "False" : "True", a->source);
-	return GFS_OK;
+	return a->family ? gfs_arch_family_agree(a, c, idir) : GFS_OK;
 }
 
 /*

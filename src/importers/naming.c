@@ -788,6 +788,13 @@ static gfs_err cfg_family(const cJSON *c, const char *path, gfs_arch *a)
 	if (err)
 		return err;
 	a->shared_ffn = shared * a->moe_ffn;
+	err = cfg_int(c, path, "n_group", 1, &a->n_group);
+	if (!err)
+		err = cfg_int(c, path, "topk_group", 1, &a->topk_group);
+	if (!err)
+		err = cfg_num(c, path, "routed_scaling_factor", 1.0, &a->scaling);
+	if (err)
+		return err;
 	a->groups = a->heads;
 	a->kv_channels = a->v_head;
 	fk = gfs_json_get(c, "first_k_dense_replace");
@@ -904,6 +911,50 @@ gfs_err gfs_arch_from_hf_config(const char *dir, gfs_arch *a)
 		gfs_arch_clear(a);
 	a->source = "the hf_config config.json";
 	return err;
+}
+
+gfs_err gfs_arch_family_agree(const gfs_arch *a, const gfs_arch *c, const char *idir)
+{
+	const bool ds = strcmp(c->family, "deepseek_v3") == 0;
+	const bool moe = a->experts > 0;
+	const struct {
+		const char *field;
+		int64_t have, want;
+		bool when;
+	} ints[] = {
+		{ "shared expert size", c->shared_ffn, a->shared_ffn, moe },
+		{ "norm_topk_prob", c->norm_topk, a->norm_topk, moe },
+		{ "q_lora_rank", c->q_lora, a->q_lora, ds },
+		{ "kv_lora_rank", c->kv_lora, a->kv_lora, ds },
+		{ "qk_nope_head_dim", c->qk_head, a->qk_head, ds },
+		{ "qk_rope_head_dim", c->qk_rope, a->qk_rope, ds },
+		{ "v_head_dim", c->v_head, a->v_head, ds },
+		{ "n_group", c->n_group, a->n_group, ds },
+		{ "topk_group", c->topk_group, a->topk_group, ds },
+	};
+
+	assert(a && a->family && c && c->family && idir);
+	if (strcmp(a->family, c->family) != 0)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: the hf_config config.json's model_type is %s, but %s say %s: they must agree",
+				idir, c->family, a->source, a->family);
+	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
+		if (ints[i].when && ints[i].have != ints[i].want)
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: the hf_config config.json's %s is %lld, but %s give %lld: they must agree",
+					idir, ints[i].field, (long long)ints[i].have, a->source,
+					(long long)ints[i].want);
+	if (ds && c->scaling != a->scaling)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: the hf_config config.json's routed_scaling_factor is %.17g, but %s give %.17g: they must agree",
+				idir, c->scaling, a->source, a->scaling);
+	for (int64_t l = 0; moe && l < a->layers && l < c->layers; l++)
+		if (is_dense(a, l) != is_dense(c, l))
+			return gfs_fail(GFS_ERR_FORMAT,
+					"%s: the hf_config config.json makes layer %lld %s, but %s make it %s: they must agree",
+					idir, (long long)l, is_dense(c, l) ? "dense" : "one with experts", a->source,
+					is_dense(a, l) ? "dense" : "one with experts");
+	return GFS_OK;
 }
 
 void gfs_arch_clear(gfs_arch *a)

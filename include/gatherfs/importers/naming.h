@@ -62,6 +62,16 @@ gfs_err gfs_arch_from_args(const gfs_pv *args, const char *src, gfs_arch *a);
  */
 gfs_err gfs_arch_from_hf_config(const char *dir, gfs_arch *a);
 
+/*
+ * gfs_arch_family_agree(): the family-specific fields of the args'
+ * architecture a (family set) and an hf_config's c agree: model_type, the
+ * dense layers (mlp_only_layers, first_k_dense_replace), norm_topk_prob,
+ * the shared expert size, the MLA ranks and head dims, n_group,
+ * topk_group, routed_scaling_factor.  Else GFS_ERR_FORMAT naming idir,
+ * the field and both values.
+ */
+gfs_err gfs_arch_family_agree(const gfs_arch *a, const gfs_arch *c, const char *idir);
+
 /* gfs_arch_clear(): free what a owns. */
 void gfs_arch_clear(gfs_arch *a);
 
