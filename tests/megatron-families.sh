@@ -32,13 +32,32 @@ check() {
 	gfs_umount "$T/mnt" || fail "unmount"
 }
 
-for c in qwen3_tp1:qwen3 qwen3moe_ep2:qwen3_moe qwen2moe_tp1:qwen2_moe dsv3_tp1:deepseek_v3; do
+for c in qwen3_tp1:qwen3 qwen3moe_ep2:qwen3_moe qwen2moe_tp1:qwen2_moe dsv3_tp1:deepseek_v3 \
+	qwen3_tie_bf16_pp2:qwen3 qwen3moe_mixed_presoftmax_tp1:qwen3_moe dsv2lite_noqlora_tp1:deepseek_v3; do
 	case=$DATA/${c%%:*} family=${c#*:}
 	echo "== ${c%%:*} ($family)"
 	check "$case/legacy_torch" "$case" "Hugging Face view ($family naming"
 	check "$case/training_torch_dist" "$case" "Hugging Face view ($family naming"
 	check "$case/torch_dist" "$case" "Hugging Face view ($family naming" -o hf_config="$case/hf_ref"
 done
+
+echo "== TransformerEngine's grouped experts (linear_fc1.weight<e>) read like SequentialMLP's"
+check "$DATA/qwen3moe_grouped_ep2/legacy_torch" "$DATA/qwen3moe_ep2" "Hugging Face view (qwen3_moe naming"
+timeout 60 "$INSPECT" ls --naming megatron "$DATA/qwen3moe_grouped_ep2/legacy_torch" >"$T/ls" 2>/dev/null ||
+	fail "ls grouped"
+grep -q "^decoder.layers.2.mlp.experts.local_experts.3.linear_fc1.weight " "$T/ls" ||
+	fail "grouped: rank 1's weight1 is not expert 3"
+
+echo "== multi-token prediction layers: left out of the HF view, listed by ls --all"
+mtp="$DATA/qwen3_mtp_tp1/legacy_torch"
+check "$mtp" "$DATA/qwen3_tp1" \
+	"Hugging Face view (qwen3 naming; -o naming=megatron for Megatron's names); 12 multi-token prediction tensors (mtp.\*) left out: gatherfs-inspect ls --all lists them"
+timeout 60 "$INSPECT" ls --all "$mtp" >"$T/ls" 2>/dev/null || fail "ls --all mtp"
+[ "$(grep -c "^mtp.layers.0.* (left out: a multi-token prediction layer: the Hugging Face model has none)" "$T/ls")" -eq 12 ] ||
+	fail "ls --all: not the 12 MTP tensors: $(grep mtp "$T/ls")"
+grep -q "^mtp.layers.0.eh_proj.weight " "$T/ls" || fail "ls --all: no eh_proj"
+timeout 60 "$INSPECT" ls --naming megatron "$mtp" 2>/dev/null | grep -q "^mtp.layers.0.mtp_model_layer.self_attention.linear_qkv.weight " ||
+	fail "Megatron view: no MTP layer"
 
 echo "== -o hf_config with args: the family's fields must agree"
 check "$DATA/qwen3moe_ep2/training_torch_dist" "$DATA/qwen3moe_ep2" "Hugging Face view (qwen3_moe naming" \

@@ -397,7 +397,6 @@ static const char *unsupported(const gfs_pv *args, char *buf, size_t n)
 		  " qwen2_moe deepseek_v3 " },
 		{ "window_size", "sliding-window attention (window_size)", "" },
 		{ "rotary_seq_len_interpolation_factor", "RoPE interpolation (rotary_seq_len_interpolation_factor)", "" },
-		{ "mtp_num_layers", "multi-token prediction layers (mtp_num_layers)", "" },
 		{ "experimental_attention_variant", "an experimental attention variant", "" },
 		{ "heterogeneous_layers_config_path", "heterogeneous layers", "" },
 		{ "heterogeneous_layers_config_encoded_json", "heterogeneous layers", "" },
@@ -1407,15 +1406,28 @@ static gfs_err make_config(const gfs_arch *a, const nm_family *fam, gfs_dtype dt
 	return GFS_OK;
 }
 
-/* check_all_used(): every Megatron tensor went somewhere (an untied copy of a tied one aside). */
+/*
+ * check_all_used(): every Megatron tensor went somewhere (an untied copy of
+ * a tied one aside); multi-token prediction layers (mtp.*: no HF class has
+ * them) are left out of hf, listed as such.
+ */
 static gfs_err check_all_used(const gfs_layout *mg, const gfs_arch *a, const char *label,
-			      const bool *used)
+			      const bool *used, gfs_layout *hf)
 {
 	for (size_t i = 0; i < mg->ntensors; i++) {
+		gfs_err err;
+
 		if (used[i] || mg->tensors[i].alias_of >= 0)
 			continue;
 		if (a->tied && strcmp(mg->tensors[i].name, "output_layer.weight") == 0)
 			continue; /* the last stage's copy of the tied embedding */
+		if (strncmp(mg->tensors[i].name, "mtp.", 4) == 0) {
+			err = gfs_layout_add_omitted(hf, mg->tensors[i].name,
+						     "a multi-token prediction layer: the Hugging Face model has none");
+			if (err)
+				return err;
+			continue;
+		}
 		return gfs_fail(GFS_ERR_FORMAT,
 				"%s: %s maps to nothing in the %s naming (-o naming=megatron serves it)",
 				label, mg->tensors[i].name, a->family);
@@ -1492,7 +1504,7 @@ gfs_err gfs_naming_to_hf(const gfs_layout *mg, const gfs_arch *a, const char *la
 		}
 	}
 	if (!err)
-		err = check_all_used(mg, a, label, c.used);
+		err = check_all_used(mg, a, label, c.used, hf);
 	if (!err && embed >= 0)
 		err = carry_replicas(mg, (size_t)embed, hf);
 	if (!err && !a->config)
