@@ -116,6 +116,7 @@ refused dsv3_tp1 "a shared expert size 48 that is not a multiple of the expert s
 refused dsv3_tp1 "MLA routing without an expert bias" moe_router_enable_expert_bias=False
 refused dsv3_tp1 "MLA with a router score function other than sigmoid" "moe_router_score_function='softmax'"
 refused dsv3_tp1 "MLA with experts but no shared expert" moe_shared_expert_intermediate_size=None
+refused dsv3_tp1 "a fused MLA down projection (mla_down_proj_fusion)" mla_down_proj_fusion=True
 refused qwen2moe_tp1 "a shared expert without its sigmoid gate" moe_shared_expert_gate=False
 refused qwen3_tp1 "QKV biases with QK layernorm" add_qkv_bias=True
 refused qwen3moe_ep2 "experts with QKV biases" add_qkv_bias=True

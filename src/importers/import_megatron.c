@@ -758,6 +758,9 @@ static mg_split split_of(const mg_import *mg, const char *t)
 	static const char *const column[] = {
 		"word_embeddings.weight", "output_layer.weight", "linear_qkv.weight",
 		"linear_qkv.bias",
+		/* MLA: the up projections and linear_q_proj are column-parallel, the
+		   down projections (backend.linear()) duplicated */
+		"linear_q_proj.weight", "linear_q_up_proj.weight", "linear_kv_up_proj.weight",
 	};
 
 	if (mg->tp == 1)

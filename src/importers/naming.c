@@ -297,6 +297,7 @@ static const struct {
 	{ "qk_layernorm", "QK layernorm (qk_layernorm)", " qwen3 qwen3_moe deepseek_v3 " },
 	{ "add_bias_linear", "biases other than QKV (add_bias_linear)", "" },
 	{ "multi_latent_attention", "MLA (multi_latent_attention)", " deepseek_v3 " },
+	{ "mla_down_proj_fusion", "a fused MLA down projection (mla_down_proj_fusion)", "" },
 	{ "use_rope_scaling", "RoPE scaling (use_rope_scaling)", "" },
 	{ "squared_relu", "an activation other than SiLU with GLU (squared_relu)", "" },
 	{ "layernorm_zero_centered_gamma", "zero-centred norm weights (layernorm_zero_centered_gamma)", "" },
