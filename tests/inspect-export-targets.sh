@@ -12,7 +12,8 @@
 # output (a pipe; /dev/full is a write error, exit 1), the same bytes as the
 # file.  /dev/full as OUT is refused, as the README says.  A FIFO or a
 # symbolic link that takes OUT's name while the export runs is refused at
-# the rename, not replaced.
+# the rename, not replaced.  Without a .bin/.safetensors suffix such a
+# target is still refused as what it is (exit 1), before the suffix rule.
 . "${top_srcdir:-.}/tests/lib.sh"
 mktempdir
 T=$TESTTMP
@@ -87,6 +88,25 @@ if [ "$(id -u)" -eq 0 ] && mknod "$D/null.bin" c 1 3 2>/dev/null; then
 else
 	echo "SKIP (this case only): not root or no mknod: no character device made with mknod"
 fi
+
+# Without a .bin/.safetensors suffix (and no --format) the target is still
+# checked first: one refusal naming what it is, exit 1, not "name it .bin".
+mkfifo "$D/fifo"
+refused "FIFO, no suffix" "a FIFO, not a regular file" "$D/fifo" "$C" "$D/fifo"
+ln -s real.bin "$D/link"
+refused "symlink, no suffix" "a symbolic link, not a regular file" "$D/link" "$C" "$D/link"
+mkdir "$D/dir"
+refused "directory, no suffix" "a directory, not a regular file" "$D/dir" "$C" "$D/dir"
+rm "$D/fifo" "$D/link"
+rmdir "$D/dir"
+if [ -c /dev/null ]; then
+	refused "/dev/null, no suffix" "a character device, not a regular file" /dev/null \
+		"$C" /dev/null
+fi
+"$INSPECT" export "$C" "$D/newname" 2>"$T/err"
+[ $? -eq 2 ] || fail "a new name without a suffix: want exit status 2 ($(cat "$T/err"))"
+grep -q "name it .bin or .safetensors" "$T/err" || fail "a new name without a suffix: $(cat "$T/err")"
+[ ! -e "$D/newname" ] || fail "a new name without a suffix was created"
 
 # --shard-size: OUT a regular file, a symlink to a directory, a FIFO.
 mkdir "$D/real"

@@ -73,7 +73,7 @@ grep -q "gatherfs: $T/mixed: hiding model.safetensors: the mount shows the deeps
 check_cat "$mnt" "$CKPTS/$Z/.expected-default.tsv"
 "$PYTHON3" "$top_srcdir/tests/tools/check_safetensors.py" "$mnt/model.safetensors" "$CKPTS/$Z/.expected-default.tsv" ||
 	fail "mixed: model.safetensors is not the DeepSpeed model"
-[ "$(ls "$mnt" | tr '\n' ' ')" = "config.json generation_config.json layout.json model.safetensors optim pytorch_model.bin tensors " ] ||
+[ "$(ls "$mnt" | tr '\n' ' ')" = "config.json generation_config.json global_step3_universal latest_universal layout.json model.safetensors optim pytorch_model.bin tensors " ] ||
 	fail "mixed: root lists $(ls "$mnt" | tr '\n' ' ')"
 gfs_umount "$mnt" || fail "unmount $mnt"
 gfs_mount "$T/mixed" "$mnt" -o shard_size=64K 2> "$T/err" || fail "mount mixed, shards: $(cat "$T/err")"

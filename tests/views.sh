@@ -48,8 +48,9 @@ for case in "$CKPTS"/*/; do
 					fail "$name ($mode): exported $(basename "$f") differs from the mount"
 			done
 		done
-		n_st=$(ls "$out/sh-safetensors" | wc -l)
-		n_bin=$(ls "$out/sh-bin" | wc -l)
+		# (and config.json beside them, compared with the mount's above)
+		n_st=$(ls "$out/sh-safetensors" | grep -c -e '^model' -e '^pytorch_model')
+		n_bin=$(ls "$out/sh-bin" | grep -c -e '^model' -e '^pytorch_model')
 		n_mnt=$(ls "$mnt" | grep -c -e '^model' -e '^pytorch_model')
 		[ $((n_st + n_bin)) -eq "$n_mnt" ] || fail "export wrote $n_st + $n_bin files, the mount shows $n_mnt"
 		gfs_umount "$mnt" || fail "unmount"

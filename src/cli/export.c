@@ -109,12 +109,12 @@ static gfs_err refuse(const char *path, mode_t m, bool want_dir)
 }
 
 /*
- * check_target(): path (not followed if a symbolic link) is a name export
+ * gfs_export_check_target(): path (not followed if a symbolic link) is a name export
  * may write: missing, or a regular file (want_dir: a directory).  Anything
  * else (a device, a FIFO, a socket, a symbolic link, a directory where a
  * file is meant) is GFS_ERR_INVAL naming path and what it is.
  */
-static gfs_err check_target(const char *path, bool want_dir)
+gfs_err gfs_export_check_target(const char *path, bool want_dir)
 {
 	char *name = gfs_strdup(path);
 	size_t n = name ? strlen(name) : 0;
@@ -469,10 +469,10 @@ static gfs_err make_view(const gfs_vctx *ctx, gfs_format fmt, const size_t *entr
  */
 static gfs_err commit(const char *dir, outfile *files, size_t nshards, outfile *index)
 {
-	gfs_err err = dir ? check_target(dir, true) : GFS_OK;
+	gfs_err err = dir ? gfs_export_check_target(dir, true) : GFS_OK;
 
 	if (!err && index)
-		err = check_target(index->final, false);
+		err = gfs_export_check_target(index->final, false);
 	if (!err && index) {
 		if (unlink(index->final) == 0)
 			err = fsync_dir(index->final);
@@ -536,8 +536,9 @@ gfs_err gfs_export(const gfs_layout *l, const gfs_srcset *s, const char *out,
 	gfs_shard_plan *plan = NULL;
 	job *jobs = NULL;
 	outfile *files = NULL;
-	size_t njobs = 0;
+	size_t njobs = 0, ix = 0; /* files[ix]: the index, after the shards and o->extra */
 	char *index = NULL, *index_path = NULL;
+	char **extra_path = NULL;
 	uint8_t *buf = NULL;
 	progress pg = { .on = o->progress, .t0 = now_s() };
 	guard g = { .mu = PTHREAD_MUTEX_INITIALIZER, .progress = o->progress };
@@ -549,7 +550,7 @@ gfs_err gfs_export(const gfs_layout *l, const gfs_srcset *s, const char *out,
 		assert(!o->shard_size && !o->signals);
 		return export_stdout(&ctx, o);
 	}
-	err = check_target(out, o->shard_size != 0);
+	err = gfs_export_check_target(out, o->shard_size != 0);
 	if (err)
 		return err;
 	sigemptyset(&oldmask);
@@ -564,18 +565,20 @@ gfs_err gfs_export(const gfs_layout *l, const gfs_srcset *s, const char *out,
 	}
 	if (err)
 		goto out;
+	ix = njobs + (plan ? o->nextra : 0);
 	jobs = gfs_calloc(njobs, sizeof(*jobs));
-	files = gfs_calloc(njobs + 1, sizeof(*files));
+	files = gfs_calloc(ix + 1, sizeof(*files));
+	extra_path = gfs_calloc(ix - njobs + 1, sizeof(*extra_path));
 	buf = gfs_iobuf(EXPORT_CHUNK);
-	if (!jobs || !files || !buf) {
+	if (!jobs || !files || !extra_path || !buf) {
 		err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
 		goto out;
 	}
-	for (size_t i = 0; i <= njobs; i++)
+	for (size_t i = 0; i <= ix; i++)
 		files[i].fd = -1;
 	pthread_mutex_lock(&g.mu);
 	g.files = files;
-	g.nfiles = njobs + 1;
+	g.nfiles = ix + 1;
 	pthread_mutex_unlock(&g.mu);
 	for (size_t i = 0; !err && i < njobs; i++) {
 		if (plan) {
@@ -607,11 +610,16 @@ gfs_err gfs_export(const gfs_layout *l, const gfs_srcset *s, const char *out,
 		err = index_path ? gfs_shard_index_json(l, plan, stem, ext, !st, &index)
 				 : gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	}
+	for (size_t k = 0; !err && k < ix - njobs; k++)
+		if (!(extra_path[k] = gfs_path_join(out, o->extra[k].name)))
+			err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	/* Every name written must be new or a regular file before anything is created. */
 	for (size_t i = 0; !err && plan && i < njobs; i++)
-		err = check_target(jobs[i].path, false);
+		err = gfs_export_check_target(jobs[i].path, false);
+	for (size_t k = 0; !err && k < ix - njobs; k++)
+		err = gfs_export_check_target(extra_path[k], false);
 	if (!err && plan)
-		err = check_target(index_path, false);
+		err = gfs_export_check_target(index_path, false);
 	if (!err && plan) {
 		pthread_mutex_lock(&g.mu);
 		if (mkdir(out, 0755) == 0)
@@ -628,25 +636,33 @@ gfs_err gfs_export(const gfs_layout *l, const gfs_srcset *s, const char *out,
 		if (!err)
 			err = stream(jobs[i].vf, &files[i], buf, &pg);
 	}
-	if (!err && index) {
+	for (size_t k = 0; !err && k < ix - njobs; k++) {
 		pthread_mutex_lock(&g.mu);
-		err = out_open(&files[njobs], index_path);
+		err = out_open(&files[njobs + k], extra_path[k]);
 		pthread_mutex_unlock(&g.mu);
 		if (!err)
-			err = write_all(&files[njobs], (const uint8_t *)index, strlen(index));
+			err = write_all(&files[njobs + k], (const uint8_t *)o->extra[k].text,
+					o->extra[k].len);
+	}
+	if (!err && index) {
+		pthread_mutex_lock(&g.mu);
+		err = out_open(&files[ix], index_path);
+		pthread_mutex_unlock(&g.mu);
 		if (!err)
-			err = write_all(&files[njobs], (const uint8_t *)"\n", 1);
+			err = write_all(&files[ix], (const uint8_t *)index, strlen(index));
+		if (!err)
+			err = write_all(&files[ix], (const uint8_t *)"\n", 1);
 	}
 	/* Everything is written: flush it all, then move it into place, the index last. */
-	for (size_t i = 0; !err && i <= njobs; i++)
+	for (size_t i = 0; !err && i <= ix; i++)
 		if (files[i].created)
 			err = out_flush(&files[i]);
 	if (!err) {
 		pthread_mutex_lock(&g.mu);
-		err = commit(plan ? out : NULL, files, njobs, index ? &files[njobs] : NULL);
+		err = commit(plan ? out : NULL, files, ix, index ? &files[ix] : NULL);
 		if (!err) {
 			g.committed = true;
-			for (size_t i = 0; i <= njobs; i++)
+			for (size_t i = 0; i <= ix; i++)
 				out_release(&files[i]);
 		}
 		pthread_mutex_unlock(&g.mu);
@@ -657,7 +673,7 @@ gfs_err gfs_export(const gfs_layout *l, const gfs_srcset *s, const char *out,
 		fputc('\n', stderr);
 out:
 	pthread_mutex_lock(&g.mu);
-	for (size_t i = 0; files && i <= njobs; i++)
+	for (size_t i = 0; files && i <= ix; i++)
 		out_abort(&files[i]);
 	if (err && g.made_dir)
 		(void)rmdir(g.made_dir);
@@ -671,6 +687,9 @@ out:
 		gfs_vfile_free(jobs[i].st);
 		free(jobs[i].path);
 	}
+	for (size_t k = 0; extra_path && k < ix - njobs; k++)
+		free(extra_path[k]);
+	free(extra_path);
 	free(jobs);
 	free(files);
 	free(buf);

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,8 @@
 
 #include "gatherfs/cli/analyze.h"
 #include "gatherfs/cli/export.h"
+#include "gatherfs/fs/hfconfig.h"
+#include "gatherfs/importers/hfcache.h"
 #include "gatherfs/importers/import.h"
 #include "gatherfs/importers/import_plain.h"
 #include "gatherfs/server/declcheck.h"
@@ -134,6 +137,7 @@ typedef struct inspect_opts {
 	double atol, rtol;      /* diff */
 	const char *state;      /* --optim=STATE (cat): which state */
 	gfs_lora_cli lora;
+	bool untied;            /* the LoRA merge untied the head (config.json says so) */
 } inspect_opts;
 
 /* usage(): the help text on out.  @return fputs()'s result. */
@@ -142,10 +146,20 @@ static int usage(FILE *out)
 	return fputs("Usage: gatherfs-inspect COMMAND [OPTIONS] (DIR | --layout FILE) [NAME | OUT]\n"
 	      "       gatherfs-inspect diff [OPTIONS] A B\n"
 	      "\n"
-	      "Look at a sharded checkpoint (a DeepSpeed ZeRO 1/2/3 save or tag directory,\n"
-	      "a PyTorch DCP directory, plain model files: model.safetensors,\n"
-	      "pytorch_model.bin, sharded, a ZeRO-3 save of gatherfs_save.py, or a layout\n"
-	      "JSON file) without mounting it.\n"
+	      "Look at a sharded checkpoint without mounting it.\n"
+	      "Formats (detected; --input-format forces one):\n"
+	      "  DeepSpeed ZeRO 1/2/3, BF16_Optimizer\n"
+	      "  DeepSpeed optimizer state, universal checkpoint\n"
+	      "  DeepSpeed pipeline, MoE, tensor parallel\n"
+	      "  PyTorch DCP (torch.distributed.checkpoint)\n"
+	      "  Megatron-LM / Megatron-Core (legacy and torch_dist)\n"
+	      "  Per-rank state dicts (verl, FSDP1/FSDP2)\n"
+	      "  Rank-local ZeRO-3 saves (gatherfs_save.py, LOMO)\n"
+	      "  Plain model files, Hugging Face cache\n"
+	      "  FP8 weight-quantized Hugging Face models (DeepSeek-V3, Qwen3-FP8,\n"
+	      "    compressed-tensors)\n"
+	      "  LoRA: PEFT adapters, merged on read\n"
+	      "  A layout JSON (hand-written or saved)\n"
 	      "\n"
 	      "Commands (all take --tag, --input-format, --prefix, --naming, --hf-config,\n"
 	      "--tp-split and --layout; the other\n"
@@ -155,17 +169,21 @@ static int usage(FILE *out)
 	      "                     view shows (optimizer, RNG, extra state)\n"
 	      "                     [--json] [--dtype] [--all]\n"
 	      "  cat DIR NAME       write tensor NAME's raw little-endian contiguous bytes\n"
-	      "                     to standard output  [--dtype]\n"
+	      "                     to standard output (config.json,\n"
+	      "                     generation_config.json: as the mount serves them)\n"
+	      "                     [--dtype]\n"
 	      "  layout DIR         print the layout index as JSON\n"
 	      "  verify DIR         check the stored CRC-32 of every zip record tensor\n"
 	      "                     bytes come from, then read every piece once; report\n"
 	      "                     each corrupt record with the tensors it affects;\n"
 	      "                     exit 0: all checked and sound, 1: corrupt or\n"
 	      "                     unreadable, 3: sound but some sources carry no\n"
-	      "                     checksum (listed as UNVERIFIED:)\n"
+	      "                     checksum (listed as UNVERIFIED:); a Hugging Face\n"
+	      "                     cache's blobs are checked against their hash names\n"
 	      "  export DIR OUT     write a view to regular files: OUT.bin (torch zip) or\n"
 	      "                     OUT.safetensors; with --shard-size, OUT is a directory\n"
-	      "                     that receives Hugging Face shards and their index;\n"
+	      "                     that receives Hugging Face shards, their index and\n"
+	      "                     config.json (what from_pretrained(OUT) needs);\n"
 	      "                     OUT - (with --format) is standard output.  OUT must\n"
 	      "                     be new or a regular file (a directory with\n"
 	      "                     --shard-size): a device, FIFO or symlink is refused\n"
@@ -298,13 +316,13 @@ static int finish_stdout(int rc)
 	return 1;
 }
 
-static gfs_err load(const inspect_opts *o, const char *dir, gfs_layout **l)
+/* load(): import dir (or load --layout), apply --dequant, --lora / --merge (*untied). */
+static gfs_err load(const inspect_opts *o, const char *dir, gfs_layout **l, bool *untied)
 {
 	const gfs_import_opts io = {
 		.tag = o->tag, .format = o->input_format, .prefix = o->prefix,
 		.naming = o->naming, .hf_config = o->hf_config, .tp_split = o->tp_split,
 	};
-	bool untied;
 	gfs_err err = o->layout ? gfs_layout_load_file(o->layout, l) : gfs_import(dir, &io, l);
 
 	if (err)
@@ -319,7 +337,7 @@ static gfs_err load(const inspect_opts *o, const char *dir, gfs_layout **l)
 		}
 	}
 	if (!err)
-		err = gfs_lora_apply(&o->lora, l, &untied);
+		err = gfs_lora_apply(&o->lora, l, untied);
 	if (!err)
 		err = gfs_fp8_check_dtype(*l, o->dtype);
 	if (err) {
@@ -482,6 +500,28 @@ static int cmd_ls_optim(const inspect_opts *o, const gfs_layout *l)
 	return 0;
 }
 
+/*
+ * name_width(): the NAME column's width for ls: 48, or the longest name
+ * listed (tensors, objects and, with --all, the entries left out), so the
+ * columns after it stay aligned.
+ */
+static int name_width(const inspect_opts *o, const gfs_layout *l)
+{
+	static char nb[LS_NAME_BUF];
+	size_t w = 48, n;
+
+	for (size_t i = 0; i < l->ntensors; i++)
+		if ((n = strlen(ls_name(l->tensors[i].name, nb))) > w)
+			w = n;
+	for (size_t i = 0; i < l->nobjects; i++)
+		if ((n = strlen(l->objects[i].name)) > w)
+			w = n;
+	for (size_t i = 0; o->all && i < l->nomitted; i++)
+		if ((n = strlen(ls_name(l->omitted[i].name, nb))) > w)
+			w = n;
+	return (int)w;
+}
+
 typedef struct hash_ctx {
 	gfs_rside x;
 	char (*hex)[65];
@@ -530,6 +570,7 @@ static char (*ls_hashes(const inspect_opts *o, const gfs_layout *l))[65]
 static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 {
 	const bool kinds = !o->optim && has_kinds(l); /* O(tensors): once */
+	int w;
 	char (*hex)[65] = NULL;
 
 	if (o->optim)
@@ -584,8 +625,9 @@ static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 		free(text);
 		return 0;
 	}
-	out_ok(printf("%-48s %-9s %-20s %14s  %s%s%s\n", "NAME", "DTYPE", "SHAPE", "BYTES", "ALIAS_OF",
-		      kinds ? "  KIND" : "", hex ? "  SHA256" : ""));
+	w = name_width(o, l);
+	out_ok(printf("%-*s %-9s %-20s %14s  %s%s%s\n", w, "NAME", "DTYPE", "SHAPE", "BYTES",
+		      "ALIAS_OF", kinds ? "  KIND" : "", hex ? "  SHA256" : ""));
 	for (size_t i = 0; i < l->ntensors && !out_errno; i++) {
 		const gfs_tensor *t = &l->tensors[i];
 		const gfs_dtype dt = gfs_dtype_out(t->dtype, o->dtype);
@@ -593,7 +635,7 @@ static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 		char shape[512], kb[32];
 
 		format_shape(t, shape, sizeof(shape));
-		out_ok(printf("%-48s %-9s %-20s %14" PRIu64 "  %s%s%s%s%s\n", ls_name(t->name, nb),
+		out_ok(printf("%-*s %-9s %-20s %14" PRIu64 "  %s%s%s%s%s\n", w, ls_name(t->name, nb),
 			      gfs_dtype_name(dt), shape, t->numel * gfs_dtype_size(dt),
 			      t->alias_of >= 0 ? ls_name(l->tensors[t->alias_of].name, ab) : "-",
 			      kinds ? "  " : "", kinds ? kind_of(t, kb, sizeof(kb)) : "",
@@ -602,12 +644,12 @@ static int cmd_ls(const inspect_opts *o, const gfs_layout *l)
 	free(hex);
 	/* non-tensor entries (DCP bytes): listed, never served as tensors */
 	for (size_t i = 0; i < l->nobjects && !out_errno; i++)
-		out_ok(printf("%-48s %-9s %-20s %14" PRIu64 "  %s\n", l->objects[i].name, "object",
+		out_ok(printf("%-*s %-9s %-20s %14" PRIu64 "  %s\n", w, l->objects[i].name, "object",
 			      "-", l->objects[i].len, "-"));
 	for (size_t i = 0; o->all && i < l->nomitted && !out_errno; i++) {
 		static char nb[LS_NAME_BUF];
 
-		out_ok(printf("%-48s %-9s %-20s %14s  - (left out: %s)\n",
+		out_ok(printf("%-*s %-9s %-20s %14s  - (left out: %s)\n", w,
 			      ls_name(l->omitted[i].name, nb), "omitted", "-", "-", l->omitted[i].text));
 	}
 	if (!o->all && l->nomitted)
@@ -632,6 +674,43 @@ static gfs_err write_all(int fd, const uint8_t *p, size_t n)
 	return GFS_OK;
 }
 
+/*
+ * served_config(): gfs_config_served() of name, and config.json of a
+ * --dequant model as the mount's -o dequant= serves it (gfs_fp8_config()).
+ */
+static gfs_err served_config(const inspect_opts *o, const gfs_layout *l, const char *name,
+			     char **text, size_t *len)
+{
+	gfs_err err = gfs_config_served(l, name, o->dtype, o->untied, text, len, NULL);
+	char *t;
+
+	if (err || o->dequant == GFS_DT_INVALID || strcmp(name, "config.json") != 0)
+		return err;
+	err = gfs_fp8_config(l, *text, o->dequant, &t);
+	free(*text);
+	*text = err ? NULL : t;
+	*len = *text ? strlen(*text) : 0;
+	return err;
+}
+
+/* cat_config(): cat of config.json or generation_config.json, as the mount serves it. */
+static int cat_config(const inspect_opts *o, const gfs_layout *l, const char *name)
+{
+	char *text;
+	size_t len;
+	gfs_err err = served_config(o, l, name, &text, &len);
+
+	if (err)
+		return fail();
+	if (!text) {
+		fprintf(stderr, "gatherfs-inspect: no tensor and no %s in this checkpoint\n", name);
+		return 1;
+	}
+	err = write_all(STDOUT_FILENO, (const uint8_t *)text, len);
+	free(text);
+	return err ? fail() : 0;
+}
+
 static int cmd_cat(const inspect_opts *o, const gfs_layout *l, const char *name)
 {
 	const int64_t i = o->state ? gfs_layout_find_state(l, o->state, name)
@@ -647,6 +726,9 @@ static int cmd_cat(const inspect_opts *o, const gfs_layout *l, const char *name)
 		return 1;
 	}
 	if (i < 0) {
+		for (size_t k = 0; k < GFS_CONFIG_NNAMES; k++)
+			if (strcmp(name, gfs_config_names[k]) == 0)
+				return cat_config(o, l, name);
 		fprintf(stderr, "gatherfs-inspect: no tensor named '%s' (see `gatherfs-inspect ls`)\n",
 			name);
 		return 1;
@@ -729,8 +811,10 @@ static int cmd_export(const inspect_opts *o, const gfs_layout *l, const char *ou
 		.format = o->format, .want = o->dtype, .shard_size = o->shard_size,
 		.progress = isatty(STDERR_FILENO), .signals = !to_stdout,
 	};
+	gfs_export_file extra[GFS_CONFIG_NNAMES] = { { 0 } };
+	char *texts[GFS_CONFIG_NNAMES] = { 0 };
 	gfs_srcset *s = NULL;
-	gfs_err err;
+	gfs_err err = GFS_OK;
 
 	if (to_stdout && o->shard_size) {
 		fprintf(stderr, "gatherfs-inspect: --shard-size writes a directory, not standard output\n");
@@ -740,6 +824,9 @@ static int cmd_export(const inspect_opts *o, const gfs_layout *l, const char *ou
 		fprintf(stderr, "gatherfs-inspect: -: give --format bin or safetensors for standard output\n");
 		return 2;
 	}
+	/* a target export may not write is refused first, whatever its name */
+	if (!to_stdout && gfs_export_check_target(out, o->shard_size != 0))
+		return fail();
 	if (eo.format == GFS_FORMAT_NONE)
 		eo.format = o->shard_size ? GFS_FORMAT_SAFETENSORS : gfs_format_from_name(out);
 	if (eo.format == GFS_FORMAT_NONE) {
@@ -747,10 +834,22 @@ static int cmd_export(const inspect_opts *o, const gfs_layout *l, const char *ou
 			out);
 		return 2;
 	}
-	err = gfs_srcset_open(l, &s);
+	/* a sharded export is a model directory: the config files go with it */
+	for (size_t k = 0; o->shard_size && !err && k < GFS_CONFIG_NNAMES; k++) {
+		err = served_config(o, l, gfs_config_names[k], &texts[k], &extra[eo.nextra].len);
+		if (!err && texts[k]) {
+			extra[eo.nextra].name = gfs_config_names[k];
+			extra[eo.nextra++].text = texts[k];
+		}
+	}
+	eo.extra = extra;
+	if (!err)
+		err = gfs_srcset_open(l, &s);
 	if (!err)
 		err = gfs_export(l, s, out, &eo);
 	gfs_srcset_close(s);
+	for (size_t k = 0; k < GFS_CONFIG_NNAMES; k++)
+		free(texts[k]);
 	return err ? fail() : 0;
 }
 
@@ -790,12 +889,57 @@ static size_t report_bad(const gfs_layout *l, const gfs_srcset *s)
 	return nbad;
 }
 
+/* What gfs_hf_verify() found: the snapshot's files whose blob hash matched, how many did not. */
+typedef struct blob_check {
+	const gfs_layout *l;
+	bool *hashed; /* [nsources]: the source is a snapshot file whose blob hash matched */
+	size_t nok, nbad;
+} blob_check;
+
+static void blob_seen(void *ctx, const char *name, const char *blob, const char *got)
+{
+	blob_check *b = ctx;
+	const size_t rlen = strlen(b->l->root_dir);
+
+	if (got) {
+		b->nbad++;
+		out_ok(printf("BLOB DIFFERS: %s/%s: blobs/%s holds contents whose %s is %s\n",
+			      b->l->root_dir, name, blob, strlen(blob) == 40 ? "git blob SHA-1" : "SHA-256",
+			      got));
+		return;
+	}
+	b->nok++;
+	for (size_t i = 0; i < b->l->nsources; i++) {
+		const char *p = b->l->sources[i].abspath;
+
+		if (strncmp(p, b->l->root_dir, rlen) == 0 && p[rlen] == '/' && strcmp(p + rlen + 1, name) == 0)
+			b->hashed[i] = true;
+	}
+}
+
+/*
+ * check_blobs(): for a layout read from a Hugging Face cache snapshot,
+ * check every file's blob against the hash its name is (gfs_hf_verify()),
+ * one line per blob that differs; b->hashed marks the sources vouched for.
+ * Anything else: nothing checked.
+ */
+static gfs_err check_blobs(const gfs_layout *l, blob_check *b)
+{
+	char real[PATH_MAX];
+
+	b->l = l;
+	if (!l->root_dir || !realpath(l->root_dir, real) || !gfs_hf_is_snapshot(real))
+		return GFS_OK;
+	return gfs_hf_verify(l->root_dir, blob_seen, b);
+}
+
 /*
  * report_unsummed(): one line per source holding tensor bytes that no
- * stored checksum covers (nothing could vouch for them).  @return whether
- * there is one, false too when out of memory (after a line).
+ * stored checksum covers (nothing could vouch for them), but for those
+ * hashed (a matching blob hash; NULL: none).  @return whether there is
+ * one, false too when out of memory (after a line).
  */
-static bool report_unsummed(const gfs_layout *l)
+static bool report_unsummed(const gfs_layout *l, const bool *hashed)
 {
 	gfs_unsummed u;
 	const gfs_source *src;
@@ -803,6 +947,14 @@ static bool report_unsummed(const gfs_layout *l)
 	if (!gfs_unsummed_init(&u, l)) {
 		fputs("gatherfs-inspect: out of memory\n", stderr);
 		return false;
+	}
+	if (hashed) {
+		bool left = false;
+
+		for (size_t i = 0; i < l->nsources; i++)
+			left |= u.src[i] &= !hashed[i];
+		if (!left)
+			u.bytes = 0;
 	}
 	while ((src = gfs_unsummed_next(&u)) != NULL) {
 		out_ok(printf("UNVERIFIED: %s: no stored checksum covers its tensor bytes\n",
@@ -871,16 +1023,28 @@ static int cmd_verify(const gfs_layout *l)
 	uint64_t bytes = 0, pieces = 0, aliases = 0, nonfinite = 0, rbytes = 0;
 	gfs_integrity_stats st = { 0 };
 	size_t nbad = 0, ndiff = 0;
+	blob_check bc = { .hashed = gfs_calloc(l->nsources ? l->nsources : 1, sizeof(bool)) };
 	bool unsummed;
 	const double t0 = now_s();
 	gfs_err err;
 	double dt, dt_crc = 0;
 
-	if (!buf) {
+	if (!buf || !bc.hashed) {
+		free(buf);
+		free(bc.hashed);
 		fputs("gatherfs-inspect: out of memory\n", stderr);
 		return 1;
 	}
-	err = gfs_srcset_open(l, &s);
+	err = check_blobs(l, &bc);
+	if (!err && bc.nbad) {
+		free(buf);
+		free(bc.hashed);
+		fprintf(stderr, "gatherfs-inspect: %zu of %zu cache blobs do not match the hash they are named by\n",
+			bc.nbad, bc.nbad + bc.nok);
+		return 1;
+	}
+	if (!err)
+		err = gfs_srcset_open(l, &s);
 	if (!err) {
 		/* every record and replica is checked here, each reported: reads need not */
 		gfs_srcset_set_verify(s, false, NULL);
@@ -890,6 +1054,7 @@ static int cmd_verify(const gfs_layout *l)
 	if (!err && nbad) {
 		report_bad(l, s);
 		free(buf);
+		free(bc.hashed);
 		gfs_srcset_close(s);
 		fprintf(stderr, "gatherfs-inspect: %zu of %zu checksummed records are corrupt\n", nbad,
 			l->nrecords);
@@ -936,9 +1101,12 @@ static int cmd_verify(const gfs_layout *l)
 	}
 	free(buf);
 	gfs_srcset_close(s);
-	if (err)
+	if (err) {
+		free(bc.hashed);
 		return fail();
+	}
 	if (ndiff) {
+		free(bc.hashed);
 		fprintf(stderr, "gatherfs-inspect: %zu of %zu replicas differ from the copy served\n",
 			ndiff, l->nreplicas);
 		return 1;
@@ -958,7 +1126,11 @@ static int cmd_verify(const gfs_layout *l)
 	if (l->decls.what)
 		out_ok(printf("OK: %s holds: %zu split tensors' slices are not byte-identical copies (or are constant), the replicated ones' copies are equal\n",
 			      l->decls.what, l->decls.nsplits));
-	unsummed = report_unsummed(l);
+	if (bc.nok)
+		out_ok(printf("OK: %zu Hugging Face cache blobs match the hash they are named by\n",
+			      bc.nok));
+	unsummed = report_unsummed(l, bc.hashed);
+	free(bc.hashed);
 	if (nonfinite)
 		out_ok(printf("note: %" PRIu64 " NaN or infinite floating-point values\n", nonfinite));
 	return unsummed ? 3 : 0;
@@ -1122,7 +1294,9 @@ static int cmd_diff(const inspect_opts *o, const inspect_opts side[2], char **po
 		dirs[k] = so[k].layout ? NULL : pos[p++];
 	}
 	for (int k = 0; k < 2; k++) {
-		if (load(&so[k], dirs[k], &l[k]) || gfs_srcset_open(l[k], &s[k])) {
+		bool untied;
+
+		if (load(&so[k], dirs[k], &l[k], &untied) || gfs_srcset_open(l[k], &s[k])) {
 			fprintf(stderr, "gatherfs-inspect: %c: %s\n", 'A' + k, gfs_errmsg());
 			goto out;
 		}
@@ -1319,7 +1493,7 @@ int main(int argc, char **argv)
 		}
 		dir = o.layout ? NULL : argv[optind];
 	}
-	if (load(&o, dir, &l))
+	if (load(&o, dir, &l, &o.untied))
 		return fail();
 	say_source(&o, dir, l, strcmp(cmd, "ls") == 0 || strcmp(cmd, "verify") == 0);
 	if (strcmp(cmd, "ls") == 0)

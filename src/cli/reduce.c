@@ -136,6 +136,233 @@ static size_t widen(gfs_dtype dt, const uint8_t *p, size_t n, double *v)
 	}
 }
 
+/* vreader_raw(): the next chunk's bytes in r->raw, *elems elements (0 at the end). */
+static gfs_err vreader_raw(vreader *r, size_t *elems)
+{
+	const size_t per = is_complex(r->dt) ? CHUNK_VALUES / 2 : CHUNK_VALUES;
+	const uint64_t left = (r->nbytes - r->off) / r->es;
+	gfs_err err;
+
+	*elems = left < per ? (size_t)left : per;
+	if (!*elems)
+		return GFS_OK;
+	err = gfs_tensor_read(r->x->l, r->x->s, r->i, r->x->want, r->off, r->raw, *elems * r->es);
+	if (err)
+		return gfs_fail_prefix(err, "%s", r->x->what);
+	r->off += *elems * r->es;
+	return GFS_OK;
+}
+
+/*
+ * The moments of a chunk of finite values are kept in four lanes: lane j
+ * takes the values k with k % 4 == j, in order, the last n % 4 values
+ * lane 0; the lanes are then combined in a fixed order.  The AVX2 kernels
+ * (x86-64, chosen at run time) are the same operations on the same lanes,
+ * so they give the same bits as the plain loops; the compiler never fuses
+ * a multiply with an add (ISO C mode for GCC, the pragma for clang).
+ */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+#if defined(__x86_64__) && defined(__GNUC__)
+#define REDUCE_X86 1
+#include <immintrin.h>
+#endif
+
+typedef struct lanes {
+	double s[4], q[4], lo[4], hi[4];
+	uint64_t z[4];
+} lanes;
+
+/*
+ * lanes_plain(): the lanes of the n values at v; @return false when one
+ * of them is NaN or infinite (then the lanes mean nothing).
+ */
+static bool lanes_plain(const double *v, size_t n, lanes *L)
+{
+	double bad = 0;
+	size_t k = 0;
+
+	*L = (lanes){ .lo = { INFINITY, INFINITY, INFINITY, INFINITY },
+		      .hi = { -INFINITY, -INFINITY, -INFINITY, -INFINITY } };
+	for (; k + 4 <= n; k += 4)
+		for (int j = 0; j < 4; j++) {
+			const double x = v[k + j];
+
+			L->s[j] += x;
+			L->q[j] += x * x;
+			L->lo[j] = x < L->lo[j] ? x : L->lo[j];
+			L->hi[j] = x > L->hi[j] ? x : L->hi[j];
+			L->z[j] += x == 0;
+			bad += x * 0; /* NaN from here on after a NaN or an infinity */
+		}
+	for (; k < n; k++) {
+		L->s[0] += v[k];
+		L->q[0] += v[k] * v[k];
+		L->lo[0] = v[k] < L->lo[0] ? v[k] : L->lo[0];
+		L->hi[0] = v[k] > L->hi[0] ? v[k] : L->hi[0];
+		L->z[0] += v[k] == 0;
+		bad += v[k] * 0;
+	}
+	return bad == 0;
+}
+
+/* m2_plain(): the lanes' sum of squared deviations of the n values at v from mean. */
+static double m2_plain(const double *v, size_t n, double mean)
+{
+	double m[4] = { 0 };
+	size_t k = 0;
+
+	for (; k + 4 <= n; k += 4)
+		for (int j = 0; j < 4; j++)
+			m[j] += (v[k + j] - mean) * (v[k + j] - mean);
+	for (; k < n; k++)
+		m[0] += (v[k] - mean) * (v[k] - mean);
+	return (m[0] + m[1]) + (m[2] + m[3]);
+}
+
+#ifdef REDUCE_X86
+#define AVX2 __attribute__((target("avx2")))
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+/* load4(): the four values of dtype dt (fp64, fp32, bf16) at p + k elements, as fp64 (exact). */
+AVX2 static ALWAYS_INLINE __m256d load4(gfs_dtype dt, const uint8_t *p, size_t k)
+{
+	__m128i b;
+
+	if (dt == GFS_DT_F64)
+		return _mm256_loadu_pd((const double *)(const void *)(p + 8 * k));
+	if (dt == GFS_DT_F32)
+		return _mm256_cvtps_pd(_mm_loadu_ps((const float *)(const void *)(p + 4 * k)));
+	/* bf16: the high half of an fp32 */
+	b = _mm_cvtepu16_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p + 2 * k)));
+	return _mm256_cvtps_pd(_mm_castsi128_ps(_mm_slli_epi32(b, 16)));
+}
+
+/* lanes_k(): lanes_plain() of the first n4 (a multiple of 4) values of dtype dt at p. */
+AVX2 static ALWAYS_INLINE bool lanes_k(gfs_dtype dt, const uint8_t *p, size_t n4, lanes *L)
+{
+	const __m256d zero = _mm256_setzero_pd();
+	__m256d s = zero, q = zero, bad = zero;
+	__m256d lo = _mm256_set1_pd(INFINITY), hi = _mm256_set1_pd(-INFINITY);
+	__m256i z = _mm256_setzero_si256();
+
+	for (size_t k = 0; k < n4; k += 4) {
+		const __m256d x = load4(dt, p, k);
+
+		s = _mm256_add_pd(s, x);
+		q = _mm256_add_pd(q, _mm256_mul_pd(x, x));
+		lo = _mm256_min_pd(x, lo); /* x < lo ? x : lo */
+		hi = _mm256_max_pd(x, hi); /* x > hi ? x : hi */
+		z = _mm256_sub_epi64(z, _mm256_castpd_si256(_mm256_cmp_pd(x, zero, _CMP_EQ_OQ)));
+		bad = _mm256_add_pd(bad, _mm256_mul_pd(x, zero));
+	}
+	_mm256_storeu_pd(L->s, s);
+	_mm256_storeu_pd(L->q, q);
+	_mm256_storeu_pd(L->lo, lo);
+	_mm256_storeu_pd(L->hi, hi);
+	_mm256_storeu_si256((__m256i *)(void *)L->z, z);
+	return _mm256_movemask_pd(_mm256_cmp_pd(bad, zero, _CMP_NEQ_UQ)) == 0;
+}
+
+/* m2_k(): the lanes of m2_plain() of the first n4 (a multiple of 4) values of dtype dt at p. */
+AVX2 static ALWAYS_INLINE void m2_k(gfs_dtype dt, const uint8_t *p, size_t n4, double mean,
+				    double m[4])
+{
+	const __m256d mu = _mm256_set1_pd(mean);
+	__m256d acc = _mm256_setzero_pd();
+
+	for (size_t k = 0; k < n4; k += 4) {
+		const __m256d d = _mm256_sub_pd(load4(dt, p, k), mu);
+
+		acc = _mm256_add_pd(acc, _mm256_mul_pd(d, d));
+	}
+	_mm256_storeu_pd(m, acc);
+}
+
+AVX2 static bool lanes_avx2(gfs_dtype dt, const uint8_t *p, size_t n4, lanes *L)
+{
+	switch (dt) {
+	case GFS_DT_F64: return lanes_k(GFS_DT_F64, p, n4, L);
+	case GFS_DT_F32: return lanes_k(GFS_DT_F32, p, n4, L);
+	default: return lanes_k(GFS_DT_BF16, p, n4, L);
+	}
+}
+
+AVX2 static void m2_avx2(gfs_dtype dt, const uint8_t *p, size_t n4, double mean, double m[4])
+{
+	switch (dt) {
+	case GFS_DT_F64: m2_k(GFS_DT_F64, p, n4, mean, m); break;
+	case GFS_DT_F32: m2_k(GFS_DT_F32, p, n4, mean, m); break;
+	default: m2_k(GFS_DT_BF16, p, n4, mean, m); break;
+	}
+}
+
+/* use_avx2(): whether this CPU runs the AVX2 kernels (GATHERFS_REDUCE_ISA=plain: never). */
+static bool use_avx2(void)
+{
+	const char *cap = getenv("GATHERFS_REDUCE_ISA");
+
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx2") && !(cap && strcmp(cap, "plain") == 0);
+}
+
+/*
+ * any_special_avx2(): whether one of the n values at p of dtype dt (a
+ * complex one: its parts) has all its exponent bits set (NaN or infinity;
+ * none for an integer dtype).
+ */
+AVX2 static bool any_special_avx2(gfs_dtype dt, const uint8_t *p, size_t n)
+{
+	const size_t w = gfs_dtype_size(dt) / (is_complex(dt) ? 2 : 1), bytes = n * w;
+	__m256i e, hit = _mm256_setzero_si256();
+	size_t k = 0;
+	bool tail = false;
+
+	switch (dt) {
+	case GFS_DT_F64:
+	case GFS_DT_C128:
+		e = _mm256_set1_epi64x(0x7ff0000000000000);
+		for (; k + 32 <= bytes; k += 32) {
+			const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(p + k));
+
+			hit = _mm256_or_si256(hit, _mm256_cmpeq_epi64(_mm256_and_si256(x, e), e));
+		}
+		for (; k < bytes; k += 8)
+			tail |= (gfs_le64(p + k) & 0x7ff0000000000000u) == 0x7ff0000000000000u;
+		break;
+	case GFS_DT_F32:
+	case GFS_DT_C64:
+		e = _mm256_set1_epi32(0x7f800000);
+		for (; k + 32 <= bytes; k += 32) {
+			const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(p + k));
+
+			hit = _mm256_or_si256(hit, _mm256_cmpeq_epi32(_mm256_and_si256(x, e), e));
+		}
+		for (; k < bytes; k += 4)
+			tail |= (gfs_le32(p + k) & 0x7f800000u) == 0x7f800000u;
+		break;
+	case GFS_DT_F16:
+	case GFS_DT_BF16: {
+		const uint16_t m = dt == GFS_DT_F16 ? 0x7c00u : 0x7f80u;
+
+		e = _mm256_set1_epi16((short)m);
+		for (; k + 32 <= bytes; k += 32) {
+			const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(p + k));
+
+			hit = _mm256_or_si256(hit, _mm256_cmpeq_epi16(_mm256_and_si256(x, e), e));
+		}
+		for (; k < bytes; k += 2)
+			tail |= (gfs_le16(p + k) & m) == m;
+		break;
+	}
+	default:
+		break;
+	}
+	return tail || !_mm256_testz_si256(hit, hit);
+}
+#endif
+
 /*
  * count_special(): how many of the n elements of dtype dt at p are NaN
  * (*nan) and infinite (*inf), from their bits (a complex element: both
@@ -159,6 +386,11 @@ static void count_special(gfs_dtype dt, const uint8_t *p, size_t n, uint64_t *na
 	if (is_complex(dt))
 		n *= 2;
 	/* a first pass without branches: most chunks have no such value */
+#ifdef REDUCE_X86
+	if (use_avx2() && dt != GFS_DT_F8_E4M3 && dt != GFS_DT_F8_E5M2 && dt != GFS_DT_F8_E8M0)
+		hit = any_special_avx2(dt, p, n);
+	else
+#endif
 	switch (dt) {
 	case GFS_DT_F64:
 	case GFS_DT_C128:
@@ -199,77 +431,118 @@ static void count_special(gfs_dtype dt, const uint8_t *p, size_t n, uint64_t *na
 	*inf = ni;
 }
 
-/* vreader_raw(): the next chunk's bytes in r->raw, *elems elements (0 at the end). */
-static gfs_err vreader_raw(vreader *r, size_t *elems)
-{
-	const size_t per = is_complex(r->dt) ? CHUNK_VALUES / 2 : CHUNK_VALUES;
-	const uint64_t left = (r->nbytes - r->off) / r->es;
-	gfs_err err;
+/*
+ * A chunk's values: n values of dtype dt (fp64, fp32 or bf16: the
+ * kernels read them where they are; any other dtype is widened to fp64 in
+ * v first), with v a buffer for all n widened.
+ */
+typedef struct vchunk {
+	gfs_dtype dt;
+	const uint8_t *p;
+	size_t n;
+	double *v;
+	bool widened; /* v holds the n values */
+	bool avx2;
+} vchunk;
 
-	*elems = left < per ? (size_t)left : per;
-	if (!*elems)
-		return GFS_OK;
-	err = gfs_tensor_read(r->x->l, r->x->s, r->i, r->x->want, r->off, r->raw, *elems * r->es);
-	if (err)
-		return gfs_fail_prefix(err, "%s", r->x->what);
-	r->off += *elems * r->es;
-	return GFS_OK;
+/* chunk_v(): the chunk's values as fp64 (c->v). */
+static const double *chunk_v(vchunk *c)
+{
+	if (!c->widened)
+		widen(c->dt, c->p, c->n, c->v);
+	c->widened = true;
+	return c->v;
+}
+
+#ifdef REDUCE_X86
+/*
+ * chunk_tail(): the last n % 4 of the chunk's values (at most 3) as fp64
+ * at t; @return its first n - n % 4 values for the kernels: their dtype
+ * in *dt, *p, their count in *n4.
+ */
+static const double *chunk_tail(const vchunk *c, double t[3], gfs_dtype *dt, const uint8_t **p,
+				size_t *n4)
+{
+	*n4 = c->n & ~(size_t)3;
+	if (c->widened) {
+		*dt = GFS_DT_F64;
+		*p = (const uint8_t *)c->v;
+		return c->v + *n4;
+	}
+	*dt = c->dt;
+	*p = c->p;
+	widen(c->dt, c->p + *n4 * gfs_dtype_size(c->dt), c->n - *n4, t);
+	return t;
+}
+#endif
+
+/*
+ * chunk_lanes(): lanes_plain() of the chunk's values; @return false when
+ * one of them is NaN or infinite.
+ */
+static bool chunk_lanes(vchunk *c, lanes *L)
+{
+#ifdef REDUCE_X86
+	if (c->avx2) {
+		double tb[3];
+		gfs_dtype dt;
+		const uint8_t *p;
+		size_t n4;
+		const double *t = chunk_tail(c, tb, &dt, &p, &n4);
+		bool ok = lanes_avx2(dt, p, n4, L);
+
+		for (size_t k = 0; k < c->n - n4; k++) {
+			L->s[0] += t[k];
+			L->q[0] += t[k] * t[k];
+			L->lo[0] = t[k] < L->lo[0] ? t[k] : L->lo[0];
+			L->hi[0] = t[k] > L->hi[0] ? t[k] : L->hi[0];
+			L->z[0] += t[k] == 0;
+			ok = ok && isfinite(t[k]);
+		}
+		return ok;
+	}
+#endif
+	return lanes_plain(chunk_v(c), c->n, L);
+}
+
+/* chunk_m2(): m2_plain() of the chunk's values. */
+static double chunk_m2(vchunk *c, double mean)
+{
+#ifdef REDUCE_X86
+	if (c->avx2) {
+		double tb[3], m[4];
+		gfs_dtype dt;
+		const uint8_t *p;
+		size_t n4;
+		const double *t = chunk_tail(c, tb, &dt, &p, &n4);
+
+		m2_avx2(dt, p, n4, mean, m);
+		for (size_t k = 0; k < c->n - n4; k++)
+			m[0] += (t[k] - mean) * (t[k] - mean);
+		return (m[0] + m[1]) + (m[2] + m[3]);
+	}
+#endif
+	return m2_plain(chunk_v(c), c->n, mean);
 }
 
 /*
- * finite_moments(): min, max, sum of n finite values (into *mn, *mx, *sum),
- * their squares added to *sq, their zeros to *zeros; four independent
- * accumulators, then combined in a fixed order (the same result every run).
+ * chunk_of(): the chunk of the n elements of dtype dt at p (a complex
+ * element: its two parts), v a buffer for its values as fp64.
  */
-static void finite_moments(const double *v, size_t n, double *mn, double *mx, double *sum,
-			   double *sq, uint64_t *zeros)
+static vchunk chunk_of(gfs_dtype dt, const uint8_t *p, size_t n, double *v)
 {
-	double s[4] = { 0 }, q[4] = { 0 }, lo[4], hi[4];
-	uint64_t z[4] = { 0 };
-	size_t k = 0;
+	vchunk c = { .dt = dt, .p = p, .n = n, .v = v };
 
-	for (int j = 0; j < 4; j++) {
-		lo[j] = INFINITY;
-		hi[j] = -INFINITY;
+	if (dt == GFS_DT_C64 || dt == GFS_DT_C128) {
+		c.dt = dt == GFS_DT_C64 ? GFS_DT_F32 : GFS_DT_F64;
+		c.n = 2 * n;
 	}
-	for (; k + 4 <= n; k += 4)
-		for (int j = 0; j < 4; j++) {
-			const double x = v[k + j];
-
-			s[j] += x;
-			q[j] += x * x;
-			lo[j] = x < lo[j] ? x : lo[j];
-			hi[j] = x > hi[j] ? x : hi[j];
-			z[j] += x == 0;
-		}
-	for (; k < n; k++) {
-		s[0] += v[k];
-		q[0] += v[k] * v[k];
-		lo[0] = v[k] < lo[0] ? v[k] : lo[0];
-		hi[0] = v[k] > hi[0] ? v[k] : hi[0];
-		z[0] += v[k] == 0;
-	}
-	*sum = (s[0] + s[1]) + (s[2] + s[3]);
-	*sq += (q[0] + q[1]) + (q[2] + q[3]);
-	*zeros += z[0] + z[1] + z[2] + z[3];
-	for (int j = 0; j < 4; j++) {
-		*mn = lo[j] < *mn ? lo[j] : *mn;
-		*mx = hi[j] > *mx ? hi[j] : *mx;
-	}
-}
-
-/* finite_m2(): the sum of squared deviations from mean of n finite values. */
-static double finite_m2(const double *v, size_t n, double mean)
-{
-	double m[4] = { 0 };
-	size_t k = 0;
-
-	for (; k + 4 <= n; k += 4)
-		for (int j = 0; j < 4; j++)
-			m[j] += (v[k + j] - mean) * (v[k + j] - mean);
-	for (; k < n; k++)
-		m[0] += (v[k] - mean) * (v[k] - mean);
-	return (m[0] + m[1]) + (m[2] + m[3]);
+#ifdef REDUCE_X86
+	c.avx2 = use_avx2();
+#endif
+	if (c.dt != GFS_DT_F64 && c.dt != GFS_DT_F32 && c.dt != GFS_DT_BF16)
+		chunk_v(&c);
+	return c;
 }
 
 gfs_err gfs_reduce_stats(const gfs_rside *x, size_t i, gfs_tstats *out)
@@ -283,40 +556,48 @@ gfs_err gfs_reduce_stats(const gfs_rside *x, size_t i, gfs_tstats *out)
 			     .absmax = NAN };
 	while (!err && !(err = vreader_raw(&r, &n)) && n) {
 		double cmin = INFINITY, cmax = -INFINITY, csum = 0, cm2 = 0, cmean;
-		uint64_t cn = 0, nan, inf;
+		uint64_t cn = 0;
+		vchunk c = chunk_of(r.dt, r.raw, n, r.v);
+		lanes L;
+		const double *v;
+		bool finite = chunk_lanes(&c, &L);
 
-		count_special(r.dt, r.raw, n, &nan, &inf);
-		n = widen(r.dt, r.raw, n, r.v);
-		if (!nan && !inf) {
-			finite_moments(r.v, n, &cmin, &cmax, &csum, &sq, &out->zeros);
-			cn = n;
+		if (finite) {
+			csum = (L.s[0] + L.s[1]) + (L.s[2] + L.s[3]);
+			sq += (L.q[0] + L.q[1]) + (L.q[2] + L.q[3]);
+			out->zeros += L.z[0] + L.z[1] + L.z[2] + L.z[3];
+			for (int j = 0; j < 4; j++) {
+				cmin = L.lo[j] < cmin ? L.lo[j] : cmin;
+				cmax = L.hi[j] > cmax ? L.hi[j] : cmax;
+			}
+			cn = c.n;
 		}
-		for (size_t k = 0; (nan || inf) && k < n; k++) {
-			const double v = r.v[k];
-
-			if (isnan(v)) {
+		v = finite ? NULL : chunk_v(&c);
+		n = c.n;
+		for (size_t k = 0; !finite && k < n; k++) {
+			if (isnan(v[k])) {
 				out->nan++;
 				continue;
 			}
-			if (isinf(v)) {
+			if (isinf(v[k])) {
 				out->inf++;
 				continue;
 			}
-			out->zeros += v == 0;
-			cmin = v < cmin ? v : cmin;
-			cmax = v > cmax ? v : cmax;
-			csum += v;
-			sq += v * v;
+			out->zeros += v[k] == 0;
+			cmin = v[k] < cmin ? v[k] : cmin;
+			cmax = v[k] > cmax ? v[k] : cmax;
+			csum += v[k];
+			sq += v[k] * v[k];
 			cn++;
 		}
 		if (!cn)
 			continue;
 		cmean = csum / (double)cn;
-		if (!nan && !inf)
-			cm2 = finite_m2(r.v, n, cmean);
-		for (size_t k = 0; (nan || inf) && k < n; k++)
-			if (isfinite(r.v[k]))
-				cm2 += (r.v[k] - cmean) * (r.v[k] - cmean);
+		if (finite)
+			cm2 = chunk_m2(&c, cmean);
+		for (size_t k = 0; !finite && k < n; k++)
+			if (isfinite(v[k]))
+				cm2 += (v[k] - cmean) * (v[k] - cmean);
 		/* Chan et al.: merge this chunk's (count, mean, M2) into the total */
 		if (!out->finite) {
 			mean = cmean;

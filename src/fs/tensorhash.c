@@ -21,7 +21,7 @@ struct gfs_thash {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	size_t n;
-	unsigned char *state; /* [n] H_* under mu */
+	unsigned char *state; /* [n] H_* under mu; NULL until the first request */
 	char (*hex)[65];      /* [n] valid once H_DONE */
 };
 
@@ -29,19 +29,9 @@ gfs_err gfs_thash_new(size_t nnodes, gfs_thash **out)
 {
 	gfs_thash *h = calloc(1, sizeof(*h));
 
-	if (h) {
-		h->n = nnodes;
-		h->state = calloc(nnodes ? nnodes : 1, 1);
-		h->hex = calloc(nnodes ? nnodes : 1, sizeof(*h->hex));
-	}
-	if (!h || !h->state || !h->hex) {
-		if (h) {
-			free(h->state);
-			free(h->hex);
-		}
-		free(h);
+	if (!h)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	}
+	h->n = nnodes; /* the tables come with the first request (gfs_thash_get()) */
 	pthread_mutex_init(&h->mu, NULL);
 	pthread_cond_init(&h->cv, NULL);
 	*out = h;
@@ -91,6 +81,18 @@ gfs_err gfs_thash_get(gfs_thash *h, const gfs_fs *fs, const gfs_node *n, char he
 
 	assert(i < h->n);
 	pthread_mutex_lock(&h->mu);
+	if (!h->state) { /* no memory for hashes nobody asked for */
+		h->state = calloc(h->n, 1);
+		h->hex = calloc(h->n, sizeof(*h->hex));
+		if (!h->state || !h->hex) {
+			free(h->state);
+			free(h->hex);
+			h->state = NULL;
+			h->hex = NULL;
+			pthread_mutex_unlock(&h->mu);
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		}
+	}
 	while (h->state[i] == H_BUSY)
 		pthread_cond_wait(&h->cv, &h->mu);
 	if (h->state[i] == H_DONE) {

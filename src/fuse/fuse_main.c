@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "fuse_ll.h"
+#include "gatherfs/fs/hfconfig.h"
 #include "gatherfs/importers/import.h"
 #include "gatherfs/importers/import_plain.h"
 #include "gatherfs/server/declcheck.h"
@@ -196,10 +197,21 @@ static int cli_proc(void *data, const char *arg, int key, struct fuse_args *outa
 static void usage(const char *prog)
 {
 	printf("usage: %s [options] CHECKPOINT MOUNTPOINT\n\n"
-	       "Mounts a DeepSpeed ZeRO or PyTorch DCP checkpoint directory, plain model\n"
-	       "files (model.safetensors, pytorch_model.bin, sharded), a ZeRO-3 save of\n"
-	       "gatherfs_save.py or a gatherfs layout JSON file read-only: pytorch_model.bin,\n"
+	       "Mounts a checkpoint read-only as whole model files: pytorch_model.bin,\n"
 	       "model.safetensors, tensors/, layout.json and the checkpoint's own files.\n"
+	       "Formats (detected; -o format= forces one):\n"
+	       "  DeepSpeed ZeRO 1/2/3, BF16_Optimizer\n"
+	       "  DeepSpeed optimizer state, universal checkpoint\n"
+	       "  DeepSpeed pipeline, MoE, tensor parallel\n"
+	       "  PyTorch DCP (torch.distributed.checkpoint)\n"
+	       "  Megatron-LM / Megatron-Core (legacy and torch_dist)\n"
+	       "  Per-rank state dicts (verl, FSDP1/FSDP2)\n"
+	       "  Rank-local ZeRO-3 saves (gatherfs_save.py, LOMO)\n"
+	       "  Plain model files, Hugging Face cache\n"
+	       "  FP8 weight-quantized Hugging Face models (DeepSeek-V3, Qwen3-FP8,\n"
+	       "    compressed-tensors)\n"
+	       "  LoRA: PEFT adapters, merged on read\n"
+	       "  A layout JSON (hand-written or saved)\n"
 	       "See gatherfs(1).\n\n"
 	       "gatherfs options:\n"
 	       "    -o dtype=bf16|fp16|fp32  present floating-point tensors in this dtype\n"
@@ -754,8 +766,9 @@ int main(int argc, char *argv[])
 	gfs_srcset *adapter_src = NULL;
 	gfs_fs_file untied_cfg = { .name = "config.json" };
 	char *cfg_text = NULL;
+	size_t cfg_len = 0;
 	gfs_err err;
-	bool dtype_ok, dequant_ok, untied = false;
+	bool dtype_ok, dequant_ok, untied = false, cfg_rewritten = false;
 	gfs_dtype dequant;
 	uint64_t prefetch;
 	verify_mode vmode;
@@ -847,8 +860,14 @@ int main(int argc, char *argv[])
 		err = dequant_apply(&layout, dequant);
 	if (!err)
 		err = gfs_lora_apply(&lora_cli, &layout, &untied);
-	if (!err && untied)
-		err = gfs_lora_untied_config(layout, &cfg_text);
+	/* config.json made to agree with the tensors served (untied head, dtype) */
+	if (!err && (untied || fso.want != GFS_DT_INVALID))
+		err = gfs_config_served(layout, "config.json", fso.want, untied, &cfg_text,
+					&cfg_len, &cfg_rewritten);
+	if (!err && !cfg_rewritten) {
+		free(cfg_text);
+		cfg_text = NULL;
+	}
 	if (!err && dequant != GFS_DT_INVALID)
 		err = dequant_config(layout, dequant, &cfg_text);
 	if (!err)

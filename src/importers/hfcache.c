@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include <assert.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -16,6 +17,8 @@
 #include <unistd.h>
 
 #include "gatherfs/importers/hfcache.h"
+#include "gatherfs/util/sha1.h"
+#include "gatherfs/util/sha256.h"
 
 #define REPO_PREFIX "models--"
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -213,7 +216,8 @@ static const char *blob_of(char *text, const char *real, size_t rlen)
 	return k == ARRAY_LEN(want) + 1 ? comp : NULL;
 }
 
-int gfs_hf_open_blob(int dfd, const char *real, const char *name)
+/* open_blob(): gfs_hf_open_blob(), the blob's name copied into blob_name[PATH_MAX]. */
+static int open_blob(int dfd, const char *real, const char *name, char *blob_name)
 {
 	char text[PATH_MAX];
 	const size_t rlen = repo_len(real);
@@ -235,6 +239,7 @@ int gfs_hf_open_blob(int dfd, const char *real, const char *name)
 		errno = EXDEV;
 		return -1;
 	}
+	snprintf(blob_name, PATH_MAX, "%s", blob);
 	rfd = openat(dfd, "../..", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (rfd < 0)
 		return -1;
@@ -252,4 +257,112 @@ int gfs_hf_open_blob(int dfd, const char *real, const char *name)
 	}
 	close(bfd);
 	return fd;
+}
+
+int gfs_hf_open_blob(int dfd, const char *real, const char *name)
+{
+	char blob[PATH_MAX];
+
+	return open_blob(dfd, real, name, blob);
+}
+
+/* is_hex(): s is exactly n lower-case hex digits. */
+static bool is_hex(const char *s, size_t n)
+{
+	return strlen(s) == n && strspn(s, "0123456789abcdef") == n;
+}
+
+/*
+ * hash_blob(): the hex hash of fd's contents its name says (64 hex digits:
+ * SHA-256; 40: git's blob SHA-1 of "blob LEN\0" + contents) into got.
+ */
+static gfs_err hash_blob(int fd, const char *label, bool sha1, char got[65])
+{
+	static const char digits[] = "0123456789abcdef";
+	enum { CHUNK = 1 << 20 };
+	uint8_t *buf = malloc(CHUNK), dig[32];
+	struct stat st;
+	gfs_sha256 c256;
+	gfs_sha1 c1;
+	uint64_t off = 0;
+	gfs_err err = GFS_OK;
+
+	if (!buf)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+		err = gfs_fail(GFS_ERR_IO, "%s: not a regular file", label);
+	gfs_sha256_init(&c256);
+	gfs_sha1_init(&c1);
+	if (!err && sha1) {
+		char head[32];
+		const int hn = snprintf(head, sizeof(head), "blob %llu", (unsigned long long)st.st_size);
+
+		gfs_sha1_update(&c1, head, (size_t)hn + 1); /* with its NUL */
+	}
+	while (!err && off < (uint64_t)st.st_size) {
+		const size_t n = (uint64_t)st.st_size - off < CHUNK ? (size_t)((uint64_t)st.st_size - off)
+								    : CHUNK;
+
+		err = gfs_pread_full(fd, buf, n, off, label);
+		if (!err && sha1)
+			gfs_sha1_update(&c1, buf, n);
+		else if (!err)
+			gfs_sha256_update(&c256, buf, n);
+		off += n;
+	}
+	free(buf);
+	if (err)
+		return err;
+	if (sha1)
+		gfs_sha1_final(&c1, dig);
+	else
+		gfs_sha256_final(&c256, dig);
+	for (int i = 0; i < (sha1 ? 20 : 32); i++) {
+		got[2 * i] = digits[dig[i] >> 4];
+		got[2 * i + 1] = digits[dig[i] & 15];
+	}
+	got[sha1 ? 40 : 64] = '\0';
+	return GFS_OK;
+}
+
+gfs_err gfs_hf_verify(const char *snapshot, gfs_hf_blob_fn fn, void *ctx)
+{
+	char real[PATH_MAX];
+	DIR *d;
+	gfs_err err = GFS_OK;
+
+	if (!realpath(snapshot, real) || !gfs_hf_is_snapshot(real))
+		return gfs_fail(GFS_ERR_INVAL, "%s: not a snapshot of a Hugging Face cache repository",
+				snapshot);
+	d = opendir(real);
+	if (!d)
+		return gfs_fail(GFS_ERR_IO, "%s: cannot open directory: %s", real, strerror(errno));
+	for (;;) {
+		char blob[PATH_MAX], got[65];
+		const struct dirent *de;
+		int fd;
+
+		errno = 0;
+		de = readdir(d);
+		if (!de) {
+			if (errno)
+				err = gfs_fail(GFS_ERR_IO, "%s: cannot list: %s", real, strerror(errno));
+			break;
+		}
+		if (de->d_type != DT_LNK)
+			continue;
+		fd = open_blob(dirfd(d), real, de->d_name, blob);
+		if (fd < 0)
+			continue; /* not a link into blobs/: the views do not show it either */
+		if (is_hex(blob, 64) || is_hex(blob, 40)) {
+			err = hash_blob(fd, de->d_name, is_hex(blob, 40), got);
+			if (!err)
+				fn(ctx, de->d_name, blob, strcmp(got, blob) == 0 ? NULL : got);
+		}
+		close(fd);
+		if (err)
+			break;
+	}
+	closedir(d);
+	return err;
 }

@@ -192,6 +192,29 @@ static gfs_err import_hf(const char *repo, const gfs_import_opts *opts, gfs_layo
 		return err;
 	snap_opts.tag = NULL;
 	err = import_path(snap, &snap_opts, out);
+	if (!err) {
+		/* which snapshot, and through which ref, on stderr with the layout's note */
+		const char *rev = strrchr(snap, '/') + 1;
+		const char *tag = opts ? opts->tag : NULL;
+		const char *old = (*out)->note;
+		const bool given = tag && strcmp(tag, rev) == 0;
+		const size_t n = strlen(rev) + (tag ? strlen(tag) : 4) + (old ? strlen(old) : 0) + 64;
+		char *note = malloc(n);
+
+		if (note) {
+			snprintf(note, n, "Hugging Face cache: snapshot %s%s%s%s%s", rev,
+				 given ? " (given)" : ", named by refs/", given ? "" : tag ? tag : "main",
+				 old ? "; " : "", old ? old : "");
+			err = gfs_layout_set_note(*out, note);
+		} else {
+			err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		}
+		free(note);
+		if (err) {
+			gfs_layout_free(*out);
+			*out = NULL;
+		}
+	}
 	free(snap);
 	return err;
 }

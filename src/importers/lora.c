@@ -869,54 +869,6 @@ gfs_err gfs_lora_adapter(const gfs_layout *l, gfs_layout **out)
 	return GFS_OK;
 }
 
-gfs_err gfs_lora_untied_config(const gfs_layout *l, char **text)
-{
-	char *path = l->root_dir ? gfs_path_join(l->root_dir, "config.json") : NULL;
-	struct stat st;
-	char *buf = NULL;
-	cJSON *root = NULL;
-	gfs_err err = GFS_OK;
-	int fd;
-
-	*text = NULL;
-	if (!l->root_dir)
-		return GFS_OK;
-	if (!path)
-		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		free(path);
-		return GFS_OK;
-	}
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > CONFIG_MAX)
-		err = gfs_fail(GFS_ERR_FORMAT, "%s: not a regular file of at most 16 MiB", path);
-	if (!err && !(buf = malloc((size_t)st.st_size + 1)))
-		err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	if (!err)
-		err = gfs_pread_full(fd, buf, (size_t)st.st_size, 0, path);
-	close(fd);
-	if (!err)
-		err = gfs_json_parse(buf, (size_t)st.st_size, path, &root);
-	if (!err && !cJSON_IsObject(root))
-		err = gfs_fail(GFS_ERR_FORMAT, "%s: not a JSON object", path);
-	if (!err) {
-		cJSON *f = cJSON_CreateFalse();
-
-		if (!f || (cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings")
-				   ? !cJSON_ReplaceItemInObjectCaseSensitive(root, "tie_word_embeddings", f)
-				   : !cJSON_AddItemToObject(root, "tie_word_embeddings", f))) {
-			cJSON_Delete(f);
-			err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
-		}
-	}
-	if (!err && !(*text = cJSON_Print(root)))
-		err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	cJSON_Delete(root);
-	free(buf);
-	free(path);
-	return err;
-}
-
 gfs_err gfs_lora_saved_note(const gfs_layout *l, char **note)
 {
 	char *path = l->root_dir ? gfs_path_join(l->root_dir, "adapter_model.safetensors") : NULL;

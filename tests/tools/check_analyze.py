@@ -157,6 +157,22 @@ def dtypes_file():
     return d
 
 
+def finite_file():
+    """Finite fp64, fp32 and bf16 tensors of several chunks (128 Ki values) and a
+    few more, over a wide range: sums that depend on their order."""
+    g = torch.Generator().manual_seed(4)
+    out = {}
+    for st, dt, n in (("F64", torch.float64, 300001), ("F32", torch.float32, 262147),
+                      ("BF16", torch.bfloat16, 131075)):
+        x = (torch.randn(n, generator=g, dtype=torch.float64)
+             * torch.exp(2 * torch.randn(n, generator=g, dtype=torch.float64)) + 1.5).to(dt)
+        raw = x.view(torch.int16).numpy().tobytes() if dt == torch.bfloat16 else x.numpy().tobytes()
+        out["model.layers.0.%s.weight" % st.lower()] = [st, [n], bytearray(raw)]
+    d = os.path.join(TMP, "finite")
+    st_save(os.path.join(d, "model.safetensors"), out)
+    return d
+
+
 def ndiff_of(a, b):
     x, y = as_tensor(a).double().flatten(), as_tensor(b).double().flatten()
     same = (x == y) & ~((x == 0) & (torch.signbit(x) != torch.signbit(y)))
@@ -311,10 +327,14 @@ def test_stats():
         k[2] = bytearray(struct.pack(f"<{n}f", *[v + 1000.0 for v in vals]))
 
     planted = variant("stats_planted", plant)
-    for d in (LLAMA, base_moe(), planted, big_pair()[2][0], dtypes_file()):
+    for d in (LLAMA, base_moe(), planted, big_pair()[2][0], dtypes_file(), finite_file()):
         t = st_load(os.path.join(d, "model.safetensors"))
-        rows = jsonl(run("stats", "--json", d, want=0).stdout)
+        out = run("stats", "--json", d, want=0).stdout
+        rows = jsonl(out)
         check([r["name"] for r in rows] == list(t), f"stats {d}: every tensor in order")
+        plain = subprocess.run([INSPECT, "stats", "--json", d], capture_output=True, text=True,
+                               timeout=600, env=dict(os.environ, GATHERFS_REDUCE_ISA="plain"))
+        check(plain.stdout == out, f"stats {d}: the plain loops give the bits of the AVX2 kernels")
         bad = []
         for r in rows:
             e = fp64_stats(as_tensor(t[r["name"]]))

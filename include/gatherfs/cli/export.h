@@ -15,6 +15,13 @@ typedef enum gfs_format {
 	GFS_FORMAT_SAFETENSORS, /* model.safetensors */
 } gfs_format;
 
+/* A small file written beside the shards (config.json...). */
+typedef struct gfs_export_file {
+	const char *name; /* a plain file name */
+	const char *text;
+	size_t len;
+} gfs_export_file;
+
 typedef struct gfs_export_opts {
 	gfs_format format;
 	gfs_dtype want;      /* GFS_DT_INVALID: tensors in their own dtype */
@@ -22,6 +29,8 @@ typedef struct gfs_export_opts {
 	bool progress;       /* draw a progress bar on stderr */
 	bool signals;        /* on SIGINT/SIGTERM/SIGHUP remove every temporary file,
 				then die of the signal (see export.c) */
+	const gfs_export_file *extra; /* with shard_size: files written into out too, */
+	size_t nextra;                /* under the same rules as the shards */
 } gfs_export_opts;
 
 /*
@@ -32,14 +41,23 @@ typedef struct gfs_export_opts {
 gfs_format gfs_format_from_name(const char *s);
 
 /*
+ * gfs_export_check_target(): path (not followed if a symbolic link) is a
+ * name export may write: missing, or a regular file (want_dir: a
+ * directory).  Anything else (a device, a FIFO, a socket, a symbolic link,
+ * a directory where a file is meant) is GFS_ERR_INVAL naming path and what
+ * it is.
+ */
+gfs_err gfs_export_check_target(const char *path, bool want_dir);
+
+/*
  * gfs_export(): write the view.  Without shard_size, out is the file to
  * write, or "-": standard output, written as it is produced (no temporary
  * file; o->signals must be off); with shard_size, out is a directory
  * (created if missing) that receives the shard files and the index, named as
- * transformers names them.  Before anything is created every name is
+ * transformers names them, and o->extra's files.  Before anything is created every name is
  * checked without following a symbolic link: out must be missing or a
  * regular file (with shard_size: a directory), each shard and the index
- * missing or a regular file; anything else (a device, a FIFO, a socket, a
+ * (and each extra file) missing or a regular file; anything else (a device, a FIFO, a socket, a
  * symbolic link, a directory where a file is meant) is GFS_ERR_INVAL naming
  * it and what it is, and nothing is touched.  Each name is checked again at
  * its rename, which replaces only a regular file (a missing name with

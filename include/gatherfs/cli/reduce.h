@@ -5,8 +5,9 @@
  * value widened to fp64 (exact for fp64/fp32/fp16/bf16; integers exact below
  * 2^53; a complex tensor is its real and imaginary parts): the numbers of
  * `gatherfs-inspect diff`, `stats` and `check`.  One tensor is reduced in
- * one thread, in order, so the results do not depend on the chunk size or
- * on the threads that run the tensors.
+ * one thread, chunk by chunk in order (a fixed chunk size, fixed lanes
+ * within a chunk, the same bits with or without AVX2), so the results do
+ * not depend on the threads that run the tensors nor on the CPU.
  */
 #ifndef GATHERFS_REDUCE_H
 #define GATHERFS_REDUCE_H

@@ -12,7 +12,7 @@
 
 typedef struct gfs_thash gfs_thash;
 
-/* gfs_thash_new(): an empty cache for the nodes of a namespace of nnodes nodes. */
+/* gfs_thash_new(): an empty cache for the nodes of a namespace of nnodes nodes (its tables allocated on the first request). */
 gfs_err gfs_thash_new(size_t nnodes, gfs_thash **out);
 
 /* gfs_thash_free(): free it; NULL allowed. */

@@ -58,4 +58,22 @@ bool gfs_hf_is_snapshot(const char *real);
  */
 int gfs_hf_open_blob(int dfd, const char *real, const char *name);
 
+/*
+ * gfs_hf_blob_fn: called by gfs_hf_verify() for each file of the snapshot
+ * checked: its name in the snapshot, its blob's name (the hash it should
+ * have), and got NULL when the contents hash to it, else the hash they have.
+ */
+typedef void (*gfs_hf_blob_fn)(void *ctx, const char *name, const char *blob, const char *got);
+
+/*
+ * gfs_hf_verify(): hash every file of snapshot (a snapshot directory,
+ * gfs_hf_is_snapshot() of its real path) that is a link straight into
+ * blobs/ (as gfs_hf_open_blob()) under a hash name: 64 hex digits, an LFS
+ * file, is its contents' SHA-256; 40, a small file git stores, is git's
+ * blob SHA-1 (of "blob LEN\0" and the contents).  fn is called for each.
+ * Subdirectories and other names are not looked at.  @return an error
+ * (unreadable file, not a snapshot) or GFS_OK, whatever the hashes.
+ */
+gfs_err gfs_hf_verify(const char *snapshot, gfs_hf_blob_fn fn, void *ctx);
+
 #endif

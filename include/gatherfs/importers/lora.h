@@ -90,15 +90,6 @@ typedef struct gfs_lora_cli {
 gfs_err gfs_lora_apply(const gfs_lora_cli *c, gfs_layout **layout, bool *untied);
 
 /*
- * gfs_lora_untied_config(): for a merge that untied a head (*untied from
- * gfs_lora_apply()), the config.json of l's root directory with
- * "tie_word_embeddings": false, as a new string in *text (NULL when the
- * root has no config.json).  An unreadable or malformed config.json is an
- * error naming it.
- */
-gfs_err gfs_lora_untied_config(const gfs_layout *l, char **text);
-
-/*
  * gfs_lora_saved_note(): for a PEFT-wrapped layout l, a one-line note when
  * the adapter_model.safetensors saved in its root directory is empty (no
  * tensors: HF Trainer's fallback) or has [0]-shaped tensors (a ZeRO-3 save
