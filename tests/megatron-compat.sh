@@ -57,6 +57,7 @@ for c in qwen3_tp1 qwen3moe_ep2 qwen2moe_tp1 dsv3_tp1 qwen3_tie_bf16_pp2 qwen3mo
 	add "$FAM/$c/legacy_torch" "$FAM/$c"
 	add "$FAM/$c/training_torch_dist" "$FAM/$c"
 done
+add "$FAM/dsv3_nobias_tp1/legacy_torch" "$FAM/dsv3_nobias_tp1"
 add "$FAM/qwen3moe_grouped_ep2/legacy_torch" "$FAM/qwen3moe_ep2"
 add "$FAM/qwen3_mtp_tp1/legacy_torch" "$FAM/qwen3_tp1"
 COMPAT_BINDS="$top_srcdir $T" timeout 900 "$top_srcdir/tests/compat/compat-run.sh" \

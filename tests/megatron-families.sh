@@ -32,6 +32,11 @@ check() {
 	gfs_umount "$T/mnt" || fail "unmount"
 }
 
+fresh() {
+	rm -rf "$T/bad"
+	cp -r "$DATA/$1/legacy_torch" "$T/bad"
+	chmod -R u+w "$T/bad"
+}
 for c in qwen3_tp1:qwen3 qwen3moe_ep2:qwen3_moe qwen2moe_tp1:qwen2_moe dsv3_tp1:deepseek_v3 \
 	qwen3_tie_bf16_pp2:qwen3 qwen3moe_mixed_presoftmax_tp1:qwen3_moe dsv2lite_noqlora_tp1:deepseek_v3; do
 	case=$DATA/${c%%:*} family=${c#*:}
@@ -40,6 +45,16 @@ for c in qwen3_tp1:qwen3 qwen3moe_ep2:qwen3_moe qwen2moe_tp1:qwen2_moe dsv3_tp1:
 	check "$case/training_torch_dist" "$case" "Hugging Face view ($family naming"
 	check "$case/torch_dist" "$case" "Hugging Face view ($family naming" -o hf_config="$case/hf_ref"
 done
+
+echo "== DeepSeek-V3 routing without an expert bias: e_score_correction_bias zeros"
+nb="$DATA/dsv3_nobias_tp1"
+check "$nb/legacy_torch" "$nb" "Hugging Face view (deepseek_v3 naming"
+check "$nb/torch_dist" "$nb" "Hugging Face view (deepseek_v3 naming" -o hf_config="$nb/hf_ref"
+# args that say there is none while the save has one: the bias maps to nothing
+fresh dsv3_tp1
+f="$T/bad/iter_0000003/mp_rank_00/model_optim_rng.pt"
+timeout 60 "$PYTHON3" "$EDIT" "$f" "$T/edited" moe_router_enable_expert_bias=False && mv "$T/edited" "$f" || fail "edit"
+expect_refused "decoder.layers.1.mlp.router.expert_bias maps to nothing in the deepseek_v3 naming" "$T/bad"
 
 echo "== TransformerEngine's grouped experts (linear_fc1.weight<e>) read like SequentialMLP's"
 check "$DATA/qwen3moe_grouped_ep2/legacy_torch" "$DATA/qwen3moe_ep2" "Hugging Face view (qwen3_moe naming"
@@ -85,11 +100,6 @@ disagree dsv3_tp1 'c["rope_interleave"] = False' "rope_interleave false: Megatro
 disagree qwen2moe_tp1 'c["shared_expert_intermediate_size"] = 48' "config.json's shared expert size is 48, but the args of .* give 96: they must agree"
 
 echo "== refusals: a note and the Megatron view; one line with -o naming=hf"
-fresh() {
-	rm -rf "$T/bad"
-	cp -r "$DATA/$1/legacy_torch" "$T/bad"
-	chmod -R u+w "$T/bad"
-}
 # refused CASE WHAT NAME=VALUE...: CASE's legacy save with its args edited so is refused for WHAT
 refused() {
 	fresh "$1"
@@ -113,7 +123,6 @@ refused dsv3_tp1 "MLA without its latent norms (qk_layernorm)" qk_layernorm=Fals
 refused dsv3_tp1 "an MLA model whose norm epsilon is not 1e-6" layernorm_epsilon=0.00001
 refused dsv3_tp1 "a shared expert size 48 that is not a multiple of the expert size 32" \
 	moe_shared_expert_intermediate_size=48
-refused dsv3_tp1 "MLA routing without an expert bias" moe_router_enable_expert_bias=False
 refused dsv3_tp1 "MLA with a router score function other than sigmoid" "moe_router_score_function='softmax'"
 refused dsv3_tp1 "MLA with experts but no shared expert" moe_shared_expert_intermediate_size=None
 refused dsv3_tp1 "a fused MLA down projection (mla_down_proj_fusion)" mla_down_proj_fusion=True

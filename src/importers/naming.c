@@ -28,6 +28,7 @@ typedef enum nm_split {
 	NM_GATE,  /* gated fc1 [gate; up]: the first half */
 	NM_UP,
 	NM_VOCAB, /* the first `vocab` rows (padding trimmed) */
+	NM_ZERO,  /* no source: zeros of the embedding's dtype */
 } nm_split;
 
 /* A dimension of a tensor, as the architecture gives it. */
@@ -47,6 +48,8 @@ enum {
 	R_EXPAX = 64,   /* the Megatron tensor holds every expert, expert axis first (no '@') */
 	R_QLORA = 128,  /* MLA with a query low-rank projection */
 	R_NOQLORA = 256, /* MLA without one (q_lora_rank None) */
+	R_EBIAS = 512,  /* routers with an expert bias */
+	R_NOEBIAS = 1024, /* routers without one */
 };
 
 /*
@@ -177,7 +180,10 @@ static const nm_rule deepseek_v3_rules[] = {
 	{ L_ "self_attention.linear_proj.weight", { D_H, D_MLAO }, H_ "self_attn.o_proj.weight", NM_ALL, R_LAYER },
 	EXPERTS,
 	ROUTER("mlp.gate.weight"),
-	{ L_ "mlp.router.expert_bias", { D_E }, H_ "mlp.gate.e_score_correction_bias", NM_ALL, R_LAYER | R_MOE },
+	{ L_ "mlp.router.expert_bias", { D_E }, H_ "mlp.gate.e_score_correction_bias", NM_ALL,
+	  R_LAYER | R_MOE | R_EBIAS },
+	/* without moe_router_enable_expert_bias Megatron routes by the plain sigmoid: a zero bias */
+	{ NULL, { D_E }, H_ "mlp.gate.e_score_correction_bias", NM_ZERO, R_LAYER | R_MOE | R_NOEBIAS },
 	SHARED("mlp.shared_experts"),
 	DENSE_MLP,
 	IN_NORM,
@@ -376,8 +382,6 @@ static const char *family_unsupported(const gfs_pv *args, const char *fam)
 		return "YaRN RoPE scaling (rope_type yarn; MLA's default): not shown to match transformers";
 	if (!arg_str_is(args, "rope_type", "rope"))
 		return "an MLA RoPE other than rope_type 'rope'";
-	if (!arg_true(args, "moe_router_enable_expert_bias"))
-		return "MLA routing without an expert bias (DeepSeek-V3 has e_score_correction_bias)";
 	if (!arg(args, "moe_shared_expert_intermediate_size"))
 		return "MLA with experts but no shared expert (DeepSeek-V3 has n_shared_experts)";
 	if (arg_true(args, "moe_shared_expert_gate"))
@@ -578,6 +582,7 @@ static gfs_err family_args(const gfs_pv *args, const char *src, const char *fam,
 		err = gfs_fail(GFS_ERR_FORMAT, "%s: args.moe_router_topk_scaling_factor is not a positive number", src);
 	if (err)
 		return err;
+	a->expert_bias = arg_true(args, "moe_router_enable_expert_bias");
 	/* Megatron divides sigmoid top-k scores by their sum only when top-k > 1 */
 	a->norm_topk = a->topk > 1;
 	while (a->first_dense < a->layers && is_dense(a, a->first_dense))
@@ -981,6 +986,10 @@ static bool applies(const nm_rule *r, const gfs_arch *a, int64_t l)
 		return false;
 	if ((r->when & R_NOQLORA) && a->q_lora)
 		return false;
+	if ((r->when & R_EBIAS) && !a->expert_bias)
+		return false;
+	if ((r->when & R_NOEBIAS) && a->expert_bias)
+		return false;
 	return true;
 }
 
@@ -1090,6 +1099,8 @@ static size_t rows_of(nm_split split, const gfs_arch *a, uint64_t rows, nm_rows 
 	case NM_VOCAB:
 		out[n++] = (nm_rows){ 0, (uint64_t)a->vocab, 0 };
 		break;
+	case NM_ZERO: /* no rows: emit() writes zeros */
+		break;
 	case NM_GATE:
 		out[n++] = (nm_rows){ 0, rows / 2, 0 };
 		break;
@@ -1162,7 +1173,7 @@ static gfs_err find_source(const nm_ctx *c, size_t r, int64_t layer, int64_t exp
 	for (size_t k = 0; k < c->n; k++) {
 		int64_t i;
 
-		if (strcmp(rules[k].hf, rules[r].hf) != 0 || !applies(&rules[k], c->a, layer))
+		if (!rules[k].mg || strcmp(rules[k].hf, rules[r].hf) != 0 || !applies(&rules[k], c->a, layer))
 			continue;
 		err = fill(rules[k].mg, layer, expert, name, sizeof(name));
 		if (err)
@@ -1205,7 +1216,22 @@ static gfs_err emit(gfs_layout *hf, const nm_ctx *c, size_t r, int64_t layer, in
 	char name[1024];
 	int64_t si;
 	size_t k = r;
-	gfs_err err = find_source(c, r, layer, expert, &si, &k);
+	gfs_err err;
+
+	if (c->rules[r].split == NM_ZERO) {
+		const int64_t e = gfs_layout_find(c->mg, "embedding.word_embeddings.weight");
+		const gfs_dtype dt = e >= 0 ? c->mg->tensors[e].dtype : GFS_DT_F32;
+		const uint64_t shape[1] = { (uint64_t)dim_of(c->a, c->rules[r].shape[0]) };
+		size_t ti;
+
+		err = fill(c->rules[r].hf, layer, expert, name, sizeof(name));
+		if (!err)
+			err = gfs_layout_add_tensor(hf, name, dt, 1, shape, &ti);
+		if (!err)
+			err = gfs_layout_add_zero(hf, ti, shape[0] * gfs_dtype_size(dt));
+		return err;
+	}
+	err = find_source(c, r, layer, expert, &si, &k);
 
 	if (!err && (err = check_shape(&c->mg->tensors[si], &c->rules[k], c->a)) != GFS_OK)
 		err = gfs_fail_prefix(err, "%s", c->label);
@@ -1473,15 +1499,30 @@ gfs_err gfs_naming_to_hf(const gfs_layout *mg, const gfs_arch *a, const char *la
 	char *config = NULL;
 	const int64_t embed = gfs_layout_find(mg, "embedding.word_embeddings.weight");
 	nm_ctx c = { fam ? fam->rules : NULL, fam ? fam->n : 0, a, mg, label, NULL, NULL };
+	gfs_arch *own = NULL;
 	gfs_err err;
 
 	assert(mg && mg->finished && a && a->family && fam && a->vocab > 0 && label && out);
 	*out = NULL;
+	if (a->config && strcmp(a->family, "deepseek_v3") == 0) {
+		/* a config.json does not say whether the router had an expert bias: its tensors do */
+		char name[96];
+
+		own = gfs_calloc(1, sizeof(*own));
+		if (!own)
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		*own = *a;
+		snprintf(name, sizeof(name), "decoder.layers.%lld.mlp.router.expert_bias",
+			 (long long)a->first_dense);
+		own->expert_bias = gfs_layout_find(mg, name) >= 0;
+		c.a = a = own;
+	}
 	c.used = gfs_calloc(mg->ntensors + 1, sizeof(*c.used));
 	c.rows = gfs_calloc((size_t)a->groups + 1, sizeof(*c.rows));
 	if (!c.used || !c.rows) {
 		free(c.used);
 		free(c.rows);
+		free(own);
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	}
 	err = gfs_layout_derive(mg, mg->format, &hf);
@@ -1519,6 +1560,7 @@ gfs_err gfs_naming_to_hf(const gfs_layout *mg, const gfs_arch *a, const char *la
 	free(config);
 	free(c.used);
 	free(c.rows);
+	free(own);
 	if (err) {
 		gfs_layout_free(hf);
 		return err;

@@ -36,6 +36,7 @@ typedef struct gfs_arch {
 	bool shared_gate;    /* the shared expert's sigmoid gate (Qwen2-MoE) */
 	bool norm_topk;      /* HF norm_topk_prob */
 	double scaling;      /* DeepSeek routed_scaling_factor */
+	bool expert_bias;    /* DeepSeek: the router's expert_bias (else the HF bias is zeros) */
 	int64_t n_group, topk_group;               /* DeepSeek group-limited routing */
 	int64_t q_lora, kv_lora, qk_head, qk_rope, v_head; /* MLA; q_lora 0: none */
 	int64_t first_dense; /* DeepSeek first_k_dense_replace */
