@@ -15,7 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "gatherfs/cli/analyze.h"
+#include "gatherfs/cli/check.h"
 #include "gatherfs/util/json.h"
 
 #define CONFIG_MAX ((size_t)16 << 20)

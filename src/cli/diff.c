@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gatherfs/cli/analyze.h"
+#include "gatherfs/cli/diff.h"
 
 typedef enum dstatus { D_EQUAL, D_CLOSE, D_DIFFERS, D_ONLY_A, D_ONLY_B, D_MISMATCH, D_N } dstatus;
 

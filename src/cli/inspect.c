@@ -19,7 +19,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gatherfs/cli/analyze.h"
+#include "gatherfs/cli/check.h"
+#include "gatherfs/cli/diff.h"
+#include "gatherfs/cli/stats.h"
 #include "gatherfs/cli/export.h"
 #include "gatherfs/fs/hfconfig.h"
 #include "gatherfs/importers/hfcache.h"

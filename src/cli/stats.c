@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gatherfs/cli/analyze.h"
+#include "gatherfs/cli/stats.h"
 
 typedef struct sctx {
 	const gfs_rside *x;
