@@ -22,6 +22,18 @@ on the vocabulary, padded to a multiple of 128 x T.  Every chunk is a
 complete torch.save archive whose payload is a hole (bench/sparse_zip.py).
 Default: a Llama-70B shape (80 layers, hidden 8192, ffn 28672, 64 heads in 8
 groups, vocabulary 128256) at TP 8 x PP 4, bf16.  Writes OUT/.gen-done last.
+
+--shape dsv3: a DeepSeek-V3-shaped save instead (61 layers, the first 3
+dense, 256 routed experts + 1 shared, MLA q_lora 1536, kv_lora 512, qk 128
++ rope 64, v 128, 128 heads, hidden 7168, ffn 18432, expert ffn 2048,
+vocabulary 129280) at EP 8 x PP 4 (TP 1; --ep, and the --dsv3-* sizes
+below, change it): a list moe_layer_freq, so Megatron-Core's per-layer keys
+(decoder.layers.<i>.*, no layer axis) with TransformerEngine's norm keys
+(linear_q_up_proj.layer_norm_weight, ...), each MoE layer's experts one
+tensor [E, 2Fm, H] / [E, H, Fm] split over the expert ranks on axis 0,
+everything else written by expert rank 0 of its stage; layers spread over
+the stages as evenly as they go (16, 15, 15, 15).  args say rope_type
+'rope' (the real model's is yarn, which the Hugging Face naming refuses).
 """
 import argparse
 import json
@@ -81,6 +93,47 @@ def keys(a):
     return out, vpad
 
 
+def keys_dsv3(a):
+    """keys() for --shape dsv3: (key, global shape, chunks), vocabulary padded."""
+    P, EP, L, H = a.pp, a.ep, a.layers, a.hidden
+    N, Lq, Lkv, Dn, Dr, Dv = a.heads, a.q_lora, a.kv_lora, a.qk_head, a.qk_rope, a.v_head
+    E, Fm, F = a.experts, a.moe_ffn, a.ffn
+    vpad = -(-a.vocab // 128) * 128
+    rank = lambda p, e: p * EP + e  # noqa: E731
+    stage = [min(P - 1, l * P // L) for l in range(L)]
+    out = [("embedding.word_embeddings.weight", (vpad, H), [(rank(0, 0), (0, 0), (vpad, H))])]
+    for l in range(L):
+        r = rank(stage[l], 0)
+        pre = "decoder.layers.%d." % l
+
+        def one(name, shape):
+            out.append((pre + name, shape, [(r, (0,) * len(shape), shape)]))
+        one("input_layernorm.weight", (H,))
+        one("self_attention.linear_q_down_proj.weight", (Lq, H))
+        one("self_attention.linear_q_up_proj.layer_norm_weight", (Lq,))
+        one("self_attention.linear_q_up_proj.weight", (N * (Dn + Dr), Lq))
+        one("self_attention.linear_kv_down_proj.weight", (Lkv + Dr, H))
+        one("self_attention.linear_kv_up_proj.layer_norm_weight", (Lkv,))
+        one("self_attention.linear_kv_up_proj.weight", (N * (Dn + Dv), Lkv))
+        one("self_attention.linear_proj.weight", (H, N * Dv))
+        if l < a.dense:
+            one("mlp.linear_fc1.layer_norm_weight", (H,))
+            one("mlp.linear_fc1.weight", (2 * F, H))
+            one("mlp.linear_fc2.weight", (H, F))
+            continue
+        one("pre_mlp_layernorm.weight", (H,))
+        one("mlp.router.weight", (E, H))
+        one("mlp.router.expert_bias", (E,))
+        for name, shape in (("linear_fc1.weight", (2 * Fm, H)), ("linear_fc2.weight", (H, Fm))):
+            out.append((pre + "mlp.experts.experts." + name, (E,) + shape,
+                        [(rank(stage[l], e), (e * E // EP, 0, 0), (E // EP,) + shape) for e in range(EP)]))
+        one("mlp.shared_experts.linear_fc1.weight", (2 * Fm * a.shared, H))
+        one("mlp.shared_experts.linear_fc2.weight", (H, Fm * a.shared))
+    out.append(("decoder.final_layernorm.weight", (H,), [(rank(P - 1, 0), (0,), (H,))]))
+    out.append(("output_layer.weight", (vpad, H), [(rank(P - 1, 0), (0, 0), (vpad, H))]))
+    return out, vpad
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
@@ -94,13 +147,25 @@ def main():
     ap.add_argument("--vocab", type=int, default=128256)
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--shape", default="llama", choices=("llama", "dsv3"))
+    ap.add_argument("--ep", type=int, default=8)
+    for n, v in (("dense", 3), ("experts", 256), ("shared", 1), ("moe-ffn", 2048), ("q-lora", 1536),
+                 ("kv-lora", 512), ("qk-head", 128), ("qk-rope", 64), ("v-head", 128)):
+        ap.add_argument("--dsv3-" + n, dest=n.replace("-", "_"), type=int, default=v)
     a = ap.parse_args()
-    assert a.layers % a.pp == 0 and a.groups % a.tp == 0 and a.ffn % a.tp == 0
+    if a.shape == "dsv3":
+        for n, v in (("tp", 1), ("layers", 61), ("hidden", 7168), ("ffn", 18432), ("heads", 128),
+                     ("vocab", 129280)):
+            if getattr(a, n) == ap.get_default(n):
+                setattr(a, n, v)
+        assert a.tp == 1 and a.experts % a.ep == 0 and a.pp <= a.layers and a.dense < a.layers
+    else:
+        assert a.layers % a.pp == 0 and a.groups % a.tp == 0 and a.ffn % a.tp == 0
     rnd = random.Random(a.seed)
     dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float32
     it = os.path.join(a.out, "iter_0000001")
     os.makedirs(it, exist_ok=True)
-    params, vpad = keys(a)
+    params, vpad = keys_dsv3(a) if a.shape == "dsv3" else keys(a)
     files = {}
     sdm, planner, storage = {}, {}, {}
     for name, shape, chunks in params:
@@ -138,6 +203,17 @@ def main():
         untie_embeddings_and_output_weights=True, add_bias_linear=False, add_qkv_bias=False,
         tensor_model_parallel_size=a.tp, pipeline_model_parallel_size=a.pp,
         expert_model_parallel_size=1, bf16=a.dtype == "bf16")
+    if a.shape == "dsv3":
+        vars(args).update(
+            group_query_attention=False, num_query_groups=a.heads, kv_channels=a.v_head,
+            norm_epsilon=1e-6, rotary_base=10000, expert_model_parallel_size=a.ep,
+            multi_latent_attention=True, qk_layernorm=True, rope_type="rope", q_lora_rank=a.q_lora,
+            kv_lora_rank=a.kv_lora, qk_head_dim=a.qk_head, qk_pos_emb_head_dim=a.qk_rope,
+            v_head_dim=a.v_head, num_experts=a.experts, moe_router_topk=8,
+            moe_ffn_hidden_size=a.moe_ffn, moe_shared_expert_intermediate_size=a.moe_ffn * a.shared,
+            moe_layer_freq=[0] * a.dense + [1] * (a.layers - a.dense),
+            moe_router_score_function="sigmoid", moe_router_enable_expert_bias=True,
+            moe_router_topk_scaling_factor=2.5, moe_router_num_groups=8, moe_router_group_topk=4)
     torch.save({"args": args, "checkpoint_version": 3.0, "iteration": 1}, os.path.join(it, "common.pt"))
     with open(os.path.join(a.out, "latest_checkpointed_iteration.txt"), "w") as f:
         f.write("1")

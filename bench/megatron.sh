@@ -6,7 +6,9 @@
 #
 # CKPT: a Megatron save (default: a sparse Llama-70B-shaped torch_dist
 # checkpoint at TP 8 x PP 4, bf16, written once by bench/gen_megatron.py under
-# /var/tmp/gatherfs-bench/mg70b: 141 GB of holes).  Rows:
+# /var/tmp/gatherfs-bench/mg70b: 141 GB of holes; "dsv3": a DeepSeek-V3-shaped
+# one, bench/gen_megatron.py --shape dsv3, 61 layers, 256 + 1 experts, MLA, EP
+# 8 x PP 4, bf16, under /var/tmp/gatherfs-bench/dsv3).  Rows:
 #   mount time        gatherfs CKPT MNT until MNT/model.safetensors can be
 #                     stat'ed (median of 3 fresh mounts)
 #   daemon RSS        VmRSS after mount, VmHWM after the read
@@ -25,7 +27,10 @@ set -eu
 B=$(cd "${2:-.}" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
 C=${1:-/var/tmp/gatherfs-bench/mg70b}
-if [ -z "${1:-}" ] && [ ! -e "$C/.gen-done" ]; then
+if [ "$C" = dsv3 ]; then
+	C=/var/tmp/gatherfs-bench/dsv3
+	[ -e "$C/.gen-done" ] || /usr/bin/python3 "$here/gen_megatron.py" "$C" --shape dsv3
+elif [ -z "${1:-}" ] && [ ! -e "$C/.gen-done" ]; then
 	/usr/bin/python3 "$here/gen_megatron.py" "$C"
 fi
 . "$here/lib.sh"

@@ -297,6 +297,31 @@ static bool parse_index(const char **s, int64_t *out)
 }
 
 /*
+ * grouped_name(): TransformerEngine's grouped MLP (TEGroupedMLP) stores
+ * local expert e's weights as "….mlp.experts.linear_fc1.weight<e>" (its
+ * GroupedLinear's "weight%d" parameters); write key as SequentialMLP names
+ * them ("….mlp.experts.local_experts.<e>.linear_fc1.weight") into out (room
+ * for strlen(key) + 15).  @return whether key was one.
+ */
+static bool grouped_name(const char *key, char *out)
+{
+	static const char mid[] = ".mlp.experts.linear_fc";
+	const char *hit = strstr(key, mid), *w, *d;
+
+	if (!hit || (hit[sizeof(mid) - 1] != '1' && hit[sizeof(mid) - 1] != '2'))
+		return false;
+	w = hit + sizeof(mid);
+	if (strncmp(w, ".weight", 7) != 0)
+		return false;
+	d = w + 7;
+	if (*d < '0' || *d > '9' || (d[0] == '0' && d[1]) || strspn(d, "0123456789") != strlen(d))
+		return false;
+	sprintf(out, "%.*s.mlp.experts.local_experts.%s.linear_fc%c.weight", (int)(hit - key), key, d,
+		hit[sizeof(mid) - 1]);
+	return true;
+}
+
+/*
  * split_name(): the template of key (layer number after "decoder.layers."
  * and expert number after "local_experts." replaced by MG_MARK), with the
  * numbers in *layer and *expert (-1 if absent).  @return a new string, or
@@ -305,14 +330,19 @@ static bool parse_index(const char **s, int64_t *out)
 static char *split_name(const char *key, int64_t *layer, int64_t *expert)
 {
 	static const char *const marks[2] = { "decoder.layers.", "local_experts." };
-	const size_t n = strlen(key);
-	char *t = gfs_calloc(n + 1, 1);
+	const size_t n = strlen(key) + sizeof("local_experts.");
+	char *t = gfs_calloc(n + 1, 1), *grouped = gfs_calloc(n + 1, 1);
 	const char *s = key;
 	char *o = t;
 
 	*layer = *expert = -1;
-	if (!t)
+	if (!t || !grouped) {
+		free(t);
+		free(grouped);
 		return NULL;
+	}
+	if (grouped_name(key, grouped))
+		s = grouped;
 	for (int m = 0; m < 2; m++) {
 		const char *hit = strstr(s, marks[m]);
 		const char *num;
@@ -331,6 +361,7 @@ static char *split_name(const char *key, int64_t *layer, int64_t *expert)
 		*(m == 0 ? layer : expert) = v;
 	}
 	strcpy(o, s);
+	free(grouped);
 	return t;
 }
 
@@ -727,6 +758,9 @@ static mg_split split_of(const mg_import *mg, const char *t)
 	static const char *const column[] = {
 		"word_embeddings.weight", "output_layer.weight", "linear_qkv.weight",
 		"linear_qkv.bias",
+		/* MLA: the up projections and linear_q_proj are column-parallel, the
+		   down projections (backend.linear()) duplicated */
+		"linear_q_proj.weight", "linear_q_up_proj.weight", "linear_kv_up_proj.weight",
 	};
 
 	if (mg->tp == 1)
@@ -1625,7 +1659,7 @@ static gfs_err agree_config(const gfs_arch *a, const gfs_arch *c, const char *id
 		return gfs_fail(GFS_ERR_FORMAT,
 				"%s: the hf_config config.json's tie_word_embeddings is %s, but args.untie_embeddings_and_output_weights is %s (%s): they must agree",
 				idir, c->tied ? "true" : "false", a->tied ? "False" : "True", a->source);
-	return GFS_OK;
+	return a->family ? gfs_arch_family_agree(a, c, idir) : GFS_OK;
 }
 
 /*
@@ -1697,8 +1731,17 @@ static gfs_err choose_view(gfs_layout *mg, const gfs_import_opts *opts, gfs_arch
 		*out = NULL;
 	}
 	if (!err) {
-		snprintf(note, sizeof(note), "Hugging Face view (%s naming; -o naming=megatron for Megatron's names)",
-			 a->family);
+		size_t mtp = 0;
+
+		for (size_t i = 0; i < mg->ntensors; i++)
+			mtp += strncmp(mg->tensors[i].name, "mtp.", 4) == 0;
+		if (mtp)
+			snprintf(note, sizeof(note),
+				 "Hugging Face view (%s naming; -o naming=megatron for Megatron's names); %zu multi-token prediction tensors (mtp.*) left out: gatherfs-inspect ls --all lists them",
+				 a->family, mtp);
+		else
+			snprintf(note, sizeof(note),
+				 "Hugging Face view (%s naming; -o naming=megatron for Megatron's names)", a->family);
 		err = gfs_layout_set_note(*out, note);
 	}
 	gfs_arch_clear(&cfg);
