@@ -476,13 +476,14 @@ gfs_err ds_tp_build(ds_ckpt *c, char **note)
 	for (size_t k = 0; !err && k < s0->nstates; k++)
 		for (size_t i = 0; !err && i < s0->ntrain; i++) {
 			const train_param *tp = &s0->train[i];
-			const tview *tv = &s0->states[k].values[tp->group];
+			const tview *tv;
 			size_t idx;
 
 			if (!s0->states[k].scalar) {
 				err = tp_entry(c, &ti, tp->name, (int)k);
 				continue;
 			}
+			tv = &s0->states[k].values[tp->group]; /* a scalar state's values */
 			err = gfs_layout_add_state(c->l, s0->states[k].name, tp->name, tv->dtype, 0, NULL,
 						   &idx);
 			if (!err)
