@@ -148,7 +148,7 @@ static bool one_component(const char *s)
 /* add_entry(): apply one "REV\tNAME\tTARGET" or "@ref\tNAME\tTEXT" line. */
 static void add_entry(char *line)
 {
-	char *name = strchr(line, '\t'), *target, *dollar, dir[1000], to[2000];
+	char *name = strchr(line, '\t'), *target, *dollar, dir[1300], to[2000];
 
 	if (!name || !(target = strchr(name + 1, '\t')))
 		return;
@@ -177,7 +177,10 @@ static void add_entry(char *line)
 	} else {
 		snprintf(to, sizeof(to), "%s", target);
 	}
-	fuzz_link(to, dir, name);
+	snprintf(dir + strlen(dir), sizeof(dir) - strlen(dir), "/%s", name);
+	unlink(dir);
+	if (symlink(to, dir) != 0) /* an empty or too long target: no entry */
+		return;
 }
 
 /* check_blobs(): open every entry of the snapshot tag selects as a blob. */
