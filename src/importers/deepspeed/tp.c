@@ -40,6 +40,7 @@ typedef struct tp_info {
 	size_t npats;
 	int64_t vocab;   /* original_vocab_size, or -1 */
 	const char *file; /* the tp_split file (the first pattern matching decides), or NULL */
+	cJSON *json;     /* the tp_split file as parsed: its patterns point into it; or NULL */
 } tp_info;
 
 /* tp_info_free(): free what tp_info_read() allocated in ti. */
@@ -47,6 +48,7 @@ static void tp_info_free(tp_info *ti)
 {
 	free(ti->pats);
 	free(ti->kind);
+	cJSON_Delete(ti->json);
 }
 
 /*
@@ -105,7 +107,8 @@ static gfs_err tp_info_read(const ds_ckpt *c, const ds_file *f, tp_info *ti)
  * tp_split_read(): the patterns of the tp_split file at path: a JSON object
  * whose members map a pattern (re.match, pyre.h's subset) to 0 or 1 (the
  * dimension the slices are joined on) or "replicated", in file order.
- * Anything else is refused with one line naming the file.
+ * Anything else is refused with one line naming the file.  ti keeps the
+ * parsed file, which the compiled patterns point into (tp_info_free()).
  */
 static gfs_err tp_split_read(const char *path, tp_info *ti)
 {
@@ -155,7 +158,7 @@ static gfs_err tp_split_read(const char *path, tp_info *ti)
 				       path, ds_printable(it->string, shown, sizeof(shown)));
 		}
 	}
-	cJSON_Delete(j);
+	ti->json = j; /* the compiled patterns borrow its strings (pyre.h) */
 	return err;
 }
 
