@@ -52,6 +52,7 @@ typedef struct tp_info {
 	const char *file; /* the tp_split file (the first pattern matching decides), or NULL */
 	const char *from; /* the file the patterns come from (file, or a model-states file) */
 	unsigned long budget; /* matching steps left to this import (TP_PYRE_BUDGET_*) */
+	cJSON *json;     /* the tp_split file as parsed: its patterns point into it; or NULL */
 } tp_info;
 
 /* tp_info_free(): free what tp_info_read() allocated in ti. */
@@ -59,6 +60,7 @@ static void tp_info_free(tp_info *ti)
 {
 	free(ti->pats);
 	free(ti->kind);
+	cJSON_Delete(ti->json);
 }
 
 /*
@@ -118,7 +120,8 @@ static gfs_err tp_info_read(const ds_ckpt *c, const ds_file *f, tp_info *ti)
  * tp_split_read(): the patterns of the tp_split file at path: a JSON object
  * whose members map a pattern (re.match, pyre.h's subset) to 0 or 1 (the
  * dimension the slices are joined on) or "replicated", in file order.
- * Anything else is refused with one line naming the file.
+ * Anything else is refused with one line naming the file.  ti keeps the
+ * parsed file, which the compiled patterns point into (tp_info_free()).
  */
 static gfs_err tp_split_read(const char *path, tp_info *ti)
 {
@@ -168,7 +171,7 @@ static gfs_err tp_split_read(const char *path, tp_info *ti)
 				       path, ds_printable(it->string, shown, sizeof(shown)));
 		}
 	}
-	cJSON_Delete(j);
+	ti->json = j; /* the compiled patterns borrow its strings (pyre.h) */
 	return err;
 }
 
@@ -552,13 +555,14 @@ gfs_err ds_tp_build(ds_ckpt *c, char **note)
 	for (size_t k = 0; !err && k < s0->nstates; k++)
 		for (size_t i = 0; !err && i < s0->ntrain; i++) {
 			const train_param *tp = &s0->train[i];
-			const tview *tv = &s0->states[k].values[tp->group];
+			const tview *tv;
 			size_t idx;
 
 			if (!s0->states[k].scalar) {
 				err = tp_entry(c, &ti, tp->name, (int)k);
 				continue;
 			}
+			tv = &s0->states[k].values[tp->group]; /* a scalar state's values */
 			err = gfs_layout_add_state(c->l, s0->states[k].name, tp->name, tv->dtype, 0, NULL,
 						   &idx);
 			if (!err)
