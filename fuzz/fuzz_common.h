@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "gatherfs/arith/dtype.h"
+#include "gatherfs/server/declcheck.h"
 #include "gatherfs/server/server.h"
 
 /*
@@ -75,6 +76,20 @@ static inline bool fuzz_bad_chunk(const gfs_layout *l, const gfs_srcset *s, size
 				(off + len + out_sz - 1) / out_sz * in_sz);
 }
 
+/*
+ * fuzz_refused_entry(): does the server refuse entry i on purpose, for what
+ * the data proved: declarations (a tp_split file, universal_checkpoint_info)
+ * shown wrong and i governed by them, or on-read replicas of its target
+ * that differ?  Its EIO is then the answer, and only its own.
+ */
+static inline bool fuzz_refused_entry(const gfs_layout *l, const gfs_srcset *s, size_t i)
+{
+	const size_t ti = l->tensors[i].alias_of >= 0 ? (size_t)l->tensors[i].alias_of : i;
+
+	return (gfs_srcset_decls_wrong(s) && gfs_layout_governed(l, i)) ||
+	       !gfs_srcset_replicas_servable(s, ti);
+}
+
 static inline bool fuzz_read_all(const gfs_layout *l, const gfs_srcset *s)
 {
 	static uint8_t buf[1 << 16];
@@ -92,6 +107,8 @@ static inline bool fuzz_read_all(const gfs_layout *l, const gfs_srcset *s)
 				if (err == GFS_ERR_IO && gfs_srcset_nbad(s) > 0 &&
 				    fuzz_bad_chunk(l, s, i, wants[w], off, len))
 					continue;
+				if (err == GFS_ERR_IO && fuzz_refused_entry(l, s, i))
+					break;
 				if (err == GFS_ERR_IO && l->lazy_records)
 					return true;
 				if (err != GFS_OK) {
