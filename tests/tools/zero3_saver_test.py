@@ -206,6 +206,13 @@ def worker(g, out, rank, ws, tag, fail_rank, store, opts):
         return
     before = {n: (p.data.clone(), None if p.ds_tensor is None else p.ds_tensor.clone())
               for n, p in model.named_parameters()}
+    # the ranks reach the save together, as after a training step's
+    # collectives: without it a rank the scheduler starts late could find
+    # the others' new manifests beside its own of an unfinished earlier
+    # save of the tag and take them for a complete save (the saver itself
+    # takes no collective); a --stop-rank rank never comes
+    if opts["stop_rank"] < 0:
+        dist.barrier(group)
     try:
         res = g.save_zero3(model, out, tag=tag, config={"model_type": "small"} if rank == 0 else None,
                            overwrite=opts["overwrite"])
