@@ -6,7 +6,8 @@
       arithmetic, state-dict planning (tied names, buffers), exact comparison,
       the manifest text.
   zero3_saver_test.py SAVER save OUT W [--tag T] [--fail-rank R] [--seed S]
-                      [--truth PATH] [--overwrite] [--stop-rank R] [--refused] [--bad-args]
+                      [--truth PATH] [--overwrite] [--stop-rank R] [--last-rank R]
+                      [--refused] [--bad-args]
       W real processes (torch.distributed, gloo) each partition a small model
       by DeepSpeed's arithmetic (ceil(numel / W) elements per rank, NaN
       padding) onto plain attributes (ds_id, ds_tensor, ds_numel, ds_shape,
@@ -19,7 +20,8 @@
       --truth: where rank 0 writes the truth; --overwrite: save_zero3(...,
       overwrite=True).  --stop-rank R: rank R runs the saver's own pieces
       (argument checks, prepare_dir(), write_data()) and stops before
-      write_manifest(), as a rank killed while writing would.  --refused:
+      write_manifest(), as a rank killed while writing would.  --last-rank
+      R: rank R saves after every other rank has saved.  --refused:
       every rank's save must be refused (a complete save of the tag) and
       change nothing.  --bad-args: every rank calls save_zero3 with each of a
       list of bad arguments; each must raise SaveError and change nothing
@@ -206,17 +208,20 @@ def worker(g, out, rank, ws, tag, fail_rank, store, opts):
         return
     before = {n: (p.data.clone(), None if p.ds_tensor is None else p.ds_tensor.clone())
               for n, p in model.named_parameters()}
-    # the ranks reach the save together, as after a training step's
-    # collectives: without it a rank the scheduler starts late could find
-    # the others' new manifests beside its own of an unfinished earlier
-    # save of the tag and take them for a complete save (the saver itself
-    # takes no collective); a --stop-rank rank never comes
-    if opts["stop_rank"] < 0:
+    # --last-rank R: rank R saves once every other rank has (a retry of a
+    # tag whose earlier save R did not finish: a rank that finished that
+    # one and starts late would find the others' new manifests beside its
+    # own old one, a complete set, and refuse: the case docs/zero3-save.md
+    # says no collective-free protocol can tell)
+    last = opts.get("last_rank", -1)
+    if last >= 0 and rank == last:
         dist.barrier(group)
     try:
         res = g.save_zero3(model, out, tag=tag, config={"model_type": "small"} if rank == 0 else None,
                            overwrite=opts["overwrite"])
     except g.SaveError as e:
+        if last >= 0 and rank != last:
+            dist.barrier(group)
         check(rank == fail_rank, f"rank {rank}: unexpected {e}")
         d = os.path.join(out, g.tag_dir(tag))
         check(not os.path.exists(os.path.join(d, f"zero3-rank-{rank}.json")), "a failed rank left a manifest")
@@ -225,6 +230,8 @@ def worker(g, out, rank, ws, tag, fail_rank, store, opts):
               "a failed rank left a temporary file")
         print(f"ok: rank {rank} failed as asked: {e}")
         return
+    if last >= 0 and rank != last:
+        dist.barrier(group)
     check(rank != fail_rank, f"rank {rank} should have failed")
     check(res["rank"] == rank and res["world_size"] == ws, f"rank/world {res}")
     for n, p in model.named_parameters():
@@ -264,6 +271,7 @@ def main():
         opts = {"seed": int(args[args.index("--seed") + 1]) if "--seed" in args else 7,
                 "truth": args[args.index("--truth") + 1] if "--truth" in args else None,
                 "stop_rank": int(args[args.index("--stop-rank") + 1]) if "--stop-rank" in args else -1,
+                "last_rank": int(args[args.index("--last-rank") + 1]) if "--last-rank" in args else -1,
                 "overwrite": "--overwrite" in args, "refused": "--refused" in args,
                 "bad_args": "--bad-args" in args}
         save(g, saver, out, ws, tag, fail_rank, opts)
