@@ -145,24 +145,14 @@ typedef struct inspect_opts {
 /* usage(): the help text on out.  @return fputs()'s result. */
 static int usage(FILE *out)
 {
-	return fputs("Usage: gatherfs-inspect COMMAND [OPTIONS] (DIR | --layout FILE) [NAME | OUT]\n"
+	if (fputs("Usage: gatherfs-inspect COMMAND [OPTIONS] (DIR | --layout FILE) [NAME | OUT]\n"
 	      "       gatherfs-inspect diff [OPTIONS] A B\n"
 	      "\n"
 	      "Look at a sharded checkpoint without mounting it.\n"
-	      "Formats (detected; --input-format forces one):\n"
-	      "  DeepSpeed ZeRO 1/2/3, BF16_Optimizer\n"
-	      "  DeepSpeed optimizer state, universal checkpoint\n"
-	      "  DeepSpeed pipeline, MoE, tensor parallel\n"
-	      "  PyTorch DCP (torch.distributed.checkpoint)\n"
-	      "  Megatron-LM / Megatron-Core (legacy and torch_dist)\n"
-	      "  Per-rank state dicts (verl, FSDP1/FSDP2)\n"
-	      "  Rank-local ZeRO-3 saves (gatherfs_save.py, LOMO)\n"
-	      "  Plain model files, Hugging Face cache\n"
-	      "  FP8 weight-quantized Hugging Face models (DeepSeek-V3, Qwen3-FP8,\n"
-	      "    compressed-tensors)\n"
-	      "  LoRA: PEFT adapters, merged on read\n"
-	      "  A layout JSON (hand-written or saved)\n"
-	      "\n"
+	      "Formats (detected; --input-format forces one):\n", out) < 0 ||
+	    fputs(gfs_import_formats, out) < 0)
+		return EOF;
+	return fputs("\n"
 	      "Commands (all take --tag, --input-format, --prefix, --naming, --hf-config,\n"
 	      "--tp-split and --layout; the other\n"
 	      "options a command takes are shown in brackets):\n"

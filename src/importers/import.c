@@ -219,6 +219,20 @@ static gfs_err import_hf(const char *repo, const gfs_import_opts *opts, gfs_layo
 	return err;
 }
 
+const char gfs_import_formats[] =
+	"  DeepSpeed ZeRO 1/2/3, BF16_Optimizer\n"
+	"  DeepSpeed optimizer state, universal checkpoint\n"
+	"  DeepSpeed pipeline, MoE, tensor parallel\n"
+	"  PyTorch DCP (torch.distributed.checkpoint)\n"
+	"  Megatron-LM / Megatron-Core (legacy and torch_dist)\n"
+	"  Per-rank state dicts (verl, FSDP1/FSDP2)\n"
+	"  Rank-local ZeRO-3 saves (gatherfs_save.py, LOMO)\n"
+	"  Plain model files, Hugging Face cache\n"
+	"  FP8 weight-quantized Hugging Face models (DeepSeek-V3, Qwen3-FP8,\n"
+	"    compressed-tensors)\n"
+	"  LoRA: PEFT adapters, merged on read\n"
+	"  A layout JSON (hand-written or saved)\n";
+
 gfs_err gfs_import(const char *path, const gfs_import_opts *opts, gfs_layout **out)
 {
 	char *real = opts && opts->tag ? realpath(path, NULL) : NULL;

@@ -55,6 +55,12 @@ typedef struct gfs_import_opts {
 gfs_err gfs_import(const char *path, const gfs_import_opts *opts, gfs_layout **out);
 
 /*
+ * gfs_import_formats: the formats gfs_import() detects, for --help texts: one
+ * per line, each indented two spaces and ending in a newline.
+ */
+extern const char gfs_import_formats[];
+
+/*
  * gfs_import_deepspeed(): import a DeepSpeed ZeRO 1/2/3 (or BF16_Optimizer)
  * checkpoint; dir and tag as for gfs_import().  The output follows DESIGN.md
  * §2: model key order, fp32 masters for trainable params, frozen params and
