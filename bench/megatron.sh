@@ -89,7 +89,7 @@ s=$(bench_now)
 base_b=$(/usr/bin/python3 "$here/preadall.py" 8 $shards)
 e=$(bench_now)
 base_s=$(echo "$e - $s" | bc)
-echo "checkpoint $C ($(stat -c %s $shards | awk '{ s += $1 } END { print s }') bytes in $(echo $shards | wc -w) $kind files)"
+echo "checkpoint $C ($(stat -c %s $shards | awk '{ s += $1 } END { printf "%.0f", s }') bytes in $(echo $shards | wc -w) $kind files)"
 echo "model.safetensors: $size bytes"
 awk -v m="$mt" -v all="$mounts" 'BEGIN { printf "mount time (median of 3)   %8.3f s   (%s)\n", m, all }'
 awk -v r="$rss" -v h="$hwm" 'BEGIN { printf "daemon RSS after mount     %8.1f MiB, peak %.1f MiB after the read\n", r / 1024, h / 1024 }'
