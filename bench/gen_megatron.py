@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
-"""Write a Megatron-Core torch_dist checkpoint of any size, payloads as holes.
+"""Write a Megatron-Core torch_dist or legacy checkpoint of any size, payloads as holes.
 
 Usage:
-  gen_megatron.py OUT [--tp T] [--pp P] [--layers L] [--hidden H] [--ffn F]
-                      [--heads N] [--groups G] [--vocab V] [--dtype bf16|fp32]
+  gen_megatron.py OUT [--format torch_dist|legacy] [--tp T] [--pp P]
+                      [--layers L] [--hidden H] [--ffn F] [--heads N]
+                      [--groups G] [--vocab V] [--dtype bf16|fp32]
 
 OUT receives what Megatron-LM's save_checkpoint (--ckpt-format torch_dist)
 writes for a Llama-shaped GPTModel at TP T x PP P (data parallel 1): OUT/
@@ -34,6 +35,21 @@ tensor [E, 2Fm, H] / [E, H, Fm] split over the expert ranks on axis 0,
 everything else written by expert rank 0 of its stage; layers spread over
 the stages as evenly as they go (16, 15, 15, 15).  args say rope_type
 'rope' (the real model's is yarn, which the Hugging Face naming refuses).
+
+--format legacy: what save_checkpoint writes with --ckpt-format torch
+instead (Llama shape only): OUT/latest_checkpointed_iteration.txt ("1") and,
+for rank r = p * T + t, OUT/iter_0000001/mp_rank_TT_PPP/model_optim_rng.pt
+(mp_rank_TT when P is 1), one torch 2.x torch.save archive (prefix
+model_optim_rng) of {args (that rank's: rank, world_size), checkpoint_version
+3.0, iteration 1, model, rng_state, num_floating_point_operations_so_far}.
+model is that rank's GPTModel state dict, as the real legacy saves of
+tests/data/megatron (local layer spec) hold it: its stage's layers numbered
+from 0, input_layernorm / pre_mlp_layernorm norms (replicated), linear_qkv
+and linear_fc1 ([gate_t; up_t]) its rows, linear_proj and linear_fc2 its
+columns, each linear layer's _extra_state None, the embedding (stage 0) and
+output layer (last stage) its rows of the padded vocabulary.  rng_state
+holds Python's and torch's generator states (no numpy's: stdlib and torch
+only).  Every payload is a hole.
 """
 import argparse
 import json
@@ -93,6 +109,60 @@ def keys(a):
     return out, vpad
 
 
+def legacy_model(a, vpad, p, t):
+    """Rank (stage p, tensor rank t)'s legacy model state dict (padded vocabulary vpad),
+    tensors as holes."""
+    T, P, H, F = a.tp, a.pp, a.hidden, a.ffn
+    D = a.hidden // a.heads
+    dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float32
+    hole = lambda *shape: sparse_zip.empty_hole(torch.Size(shape).numel(), dtype).view(shape)  # noqa: E731
+    m = {}
+    if p == 0:
+        m["embedding.word_embeddings.weight"] = hole(vpad // T, H)
+    for l in range(a.layers // P):
+        pre = "decoder.layers.%d." % l
+        m[pre + "input_layernorm.weight"] = hole(H)
+        m[pre + "self_attention.linear_proj.weight"] = hole(H, a.heads * D // T)
+        m[pre + "self_attention.linear_proj._extra_state"] = None
+        m[pre + "self_attention.linear_qkv.weight"] = hole((a.heads + 2 * a.groups) * D // T, H)
+        m[pre + "self_attention.linear_qkv._extra_state"] = None
+        m[pre + "pre_mlp_layernorm.weight"] = hole(H)
+        m[pre + "mlp.linear_fc1.weight"] = hole(2 * F // T, H)
+        m[pre + "mlp.linear_fc1._extra_state"] = None
+        m[pre + "mlp.linear_fc2.weight"] = hole(H, F // T)
+        m[pre + "mlp.linear_fc2._extra_state"] = None
+    if p == P - 1:
+        m["decoder.final_layernorm.weight"] = hole(H)
+        m["output_layer.weight"] = hole(vpad // T, H)
+        m["output_layer._extra_state"] = None
+    return m
+
+
+def write_legacy(a, vpad, args, rnd):
+    """OUT/iter_0000001/mp_rank_*/model_optim_rng.pt of every rank (--format legacy)."""
+    for p in range(a.pp):
+        for t in range(a.tp):
+            r = p * a.tp + t
+            d = os.path.join(a.out, "iter_0000001", "mp_rank_%02d" % t + ("_%03d" % p if a.pp > 1 else ""))
+            os.makedirs(d, exist_ok=True)
+            rank_args = argparse.Namespace(**vars(args))
+            rank_args.rank = r
+            gen = torch.Generator()
+            gen.manual_seed(a.seed + r)
+            ckpt = {"args": rank_args, "checkpoint_version": 3.0, "iteration": 1,
+                    "model": legacy_model(a, vpad, p, t),
+                    "rng_state": [{"random_rng_state": random.Random(a.seed + r).getstate(),
+                                   "torch_rng_state": gen.get_state(),
+                                   "cuda_rng_state": torch.zeros(16, dtype=torch.uint8),
+                                   "rng_tracker_states": {}}],
+                    "num_floating_point_operations_so_far": 0}
+            with open(os.path.join(d, "model_optim_rng.pt"), "wb") as f:
+                sid = str(rnd.getrandbits(128)).zfill(40).encode()
+                sparse_zip.sparse_save_torch2(ckpt, f, sid, "model_optim_rng")
+                f.truncate(f.tell())
+            sparse_zip.forget_holes()
+
+
 def keys_dsv3(a):
     """keys() for --shape dsv3: (key, global shape, chunks), vocabulary padded."""
     P, EP, L, H = a.pp, a.ep, a.layers, a.hidden
@@ -134,38 +204,12 @@ def keys_dsv3(a):
     return out, vpad
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("out")
-    ap.add_argument("--tp", type=int, default=8)
-    ap.add_argument("--pp", type=int, default=4)
-    ap.add_argument("--layers", type=int, default=80)
-    ap.add_argument("--hidden", type=int, default=8192)
-    ap.add_argument("--ffn", type=int, default=28672)
-    ap.add_argument("--heads", type=int, default=64)
-    ap.add_argument("--groups", type=int, default=8)
-    ap.add_argument("--vocab", type=int, default=128256)
-    ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"))
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--shape", default="llama", choices=("llama", "dsv3"))
-    ap.add_argument("--ep", type=int, default=8)
-    for n, v in (("dense", 3), ("experts", 256), ("shared", 1), ("moe-ffn", 2048), ("q-lora", 1536),
-                 ("kv-lora", 512), ("qk-head", 128), ("qk-rope", 64), ("v-head", 128)):
-        ap.add_argument("--dsv3-" + n, dest=n.replace("-", "_"), type=int, default=v)
-    a = ap.parse_args()
-    if a.shape == "dsv3":
-        for n, v in (("tp", 1), ("layers", 61), ("hidden", 7168), ("ffn", 18432), ("heads", 128),
-                     ("vocab", 129280)):
-            if getattr(a, n) == ap.get_default(n):
-                setattr(a, n, v)
-        assert a.tp == 1 and a.experts % a.ep == 0 and a.pp <= a.layers and a.dense < a.layers
-    else:
-        assert a.layers % a.pp == 0 and a.groups % a.tp == 0 and a.ffn % a.tp == 0
-    rnd = random.Random(a.seed)
+def write_torch_dist(a, params, args, rnd):
+    """OUT/iter_0000001/: the DCP files of keys() params, metadata.json and common.pt
+    (--format torch_dist)."""
     dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float32
     it = os.path.join(a.out, "iter_0000001")
     os.makedirs(it, exist_ok=True)
-    params, vpad = keys_dsv3(a) if a.shape == "dsv3" else keys(a)
     files = {}
     sdm, planner, storage = {}, {}, {}
     for name, shape, chunks in params:
@@ -194,6 +238,40 @@ def main():
     with open(os.path.join(it, "metadata.json"), "w") as f:
         json.dump({"sharded_backend": "torch_dist", "sharded_backend_version": 1,
                    "common_backend": "torch", "common_backend_version": 1}, f)
+    torch.save({"args": args, "checkpoint_version": 3.0, "iteration": 1}, os.path.join(it, "common.pt"))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("--format", default="torch_dist", choices=("torch_dist", "legacy"))
+    ap.add_argument("--tp", type=int, default=8)
+    ap.add_argument("--pp", type=int, default=4)
+    ap.add_argument("--layers", type=int, default=80)
+    ap.add_argument("--hidden", type=int, default=8192)
+    ap.add_argument("--ffn", type=int, default=28672)
+    ap.add_argument("--heads", type=int, default=64)
+    ap.add_argument("--groups", type=int, default=8)
+    ap.add_argument("--vocab", type=int, default=128256)
+    ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--shape", default="llama", choices=("llama", "dsv3"))
+    ap.add_argument("--ep", type=int, default=8)
+    for n, v in (("dense", 3), ("experts", 256), ("shared", 1), ("moe-ffn", 2048), ("q-lora", 1536),
+                 ("kv-lora", 512), ("qk-head", 128), ("qk-rope", 64), ("v-head", 128)):
+        ap.add_argument("--dsv3-" + n, dest=n.replace("-", "_"), type=int, default=v)
+    a = ap.parse_args()
+    if a.shape == "dsv3":
+        for n, v in (("tp", 1), ("layers", 61), ("hidden", 7168), ("ffn", 18432), ("heads", 128),
+                     ("vocab", 129280)):
+            if getattr(a, n) == ap.get_default(n):
+                setattr(a, n, v)
+        assert a.tp == 1 and a.experts % a.ep == 0 and a.pp <= a.layers and a.dense < a.layers
+    else:
+        assert a.layers % a.pp == 0 and a.groups % a.tp == 0 and a.ffn % a.tp == 0
+    assert a.format == "torch_dist" or a.shape == "llama", "--format legacy: Llama shape only"
+    rnd = random.Random(a.seed)
+    params, vpad = keys_dsv3(a) if a.shape == "dsv3" else keys(a)
     args = argparse.Namespace(
         num_layers=a.layers, hidden_size=a.hidden, ffn_hidden_size=a.ffn,
         num_attention_heads=a.heads, group_query_attention=True, num_query_groups=a.groups,
@@ -214,7 +292,13 @@ def main():
             moe_layer_freq=[0] * a.dense + [1] * (a.layers - a.dense),
             moe_router_score_function="sigmoid", moe_router_enable_expert_bias=True,
             moe_router_topk_scaling_factor=2.5, moe_router_num_groups=8, moe_router_group_topk=4)
-    torch.save({"args": args, "checkpoint_version": 3.0, "iteration": 1}, os.path.join(it, "common.pt"))
+    if a.format == "legacy":
+        vars(args).update(ckpt_format="torch", transformer_impl="local", data_parallel_size=1,
+                          world_size=a.tp * a.pp,
+                          params_dtype=torch.bfloat16 if a.dtype == "bf16" else torch.float32)
+        write_legacy(a, vpad, args, rnd)
+    else:
+        write_torch_dist(a, params, args, rnd)
     with open(os.path.join(a.out, "latest_checkpointed_iteration.txt"), "w") as f:
         f.write("1")
     open(os.path.join(a.out, ".gen-done"), "w").close()

@@ -1,14 +1,18 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
-# bench/megatron.sh [CKPT] [BUILDDIR] [GIB]: a Megatron-Core torch_dist
-# checkpoint mounted as a Hugging Face model, against a plain parallel read of
-# its .distcp files, in the same run.
+# bench/megatron.sh [CKPT] [BUILDDIR] [GIB]: a Megatron-Core torch_dist or
+# legacy checkpoint mounted as a Hugging Face model, against a plain parallel
+# read of its .distcp (or mp_rank_*/model_optim_rng.pt) files, in the same run.
 #
 # CKPT: a Megatron save (default: a sparse Llama-70B-shaped torch_dist
 # checkpoint at TP 8 x PP 4, bf16, written once by bench/gen_megatron.py under
 # /var/tmp/gatherfs-bench/mg70b: 141 GB of holes; "dsv3": a DeepSeek-V3-shaped
 # one, bench/gen_megatron.py --shape dsv3, 61 layers, 256 + 1 experts, MLA, EP
-# 8 x PP 4, bf16, under /var/tmp/gatherfs-bench/dsv3).  Rows:
+# 8 x PP 4, bf16, under /var/tmp/gatherfs-bench/dsv3; "legacy": the default's
+# shape saved in the legacy form, bench/gen_megatron.py --format legacy, 32
+# mp_rank_TT_PPP/model_optim_rng.pt files, under
+# /var/tmp/gatherfs-bench/benchlegacy-mg70b).  The iteration read is the one
+# latest_checkpointed_iteration.txt names (CKPT itself without it).  Rows:
 #   mount time        gatherfs CKPT MNT until MNT/model.safetensors can be
 #                     stat'ed (median of 3 fresh mounts)
 #   daemon RSS        VmRSS after mount, VmHWM after the read
@@ -17,8 +21,10 @@
 #                     vocabulary trimmed; every record's CRC-32 checked first,
 #                     the default -o verify=read) with dd bs=1M, from a fresh
 #                     mount
-#   baseline          bench/preadall.py 8 over all the .distcp files (the same
-#                     bytes, no re-arrangement, no check)
+#   baseline          bench/preadall.py 8 over all the .distcp files, or a
+#                     legacy save's model_optim_rng.pt files (the same bytes
+#                     and the rest of the archives, no re-arrangement, no
+#                     check)
 # The payloads are holes, read as zeros at memory speed (no page cache can
 # hold 141 GB here), so this measures gatherfs's own cost (index,
 # re-arrangement, CRC-32 of every record) against a reader's, not storage.
@@ -30,14 +36,28 @@ C=${1:-/var/tmp/gatherfs-bench/mg70b}
 if [ "$C" = dsv3 ]; then
 	C=/var/tmp/gatherfs-bench/dsv3
 	[ -e "$C/.gen-done" ] || /usr/bin/python3 "$here/gen_megatron.py" "$C" --shape dsv3
+elif [ "$C" = legacy ]; then
+	C=/var/tmp/gatherfs-bench/benchlegacy-mg70b
+	[ -e "$C/.gen-done" ] || /usr/bin/python3 "$here/gen_megatron.py" "$C" --format legacy
 elif [ -z "${1:-}" ] && [ ! -e "$C/.gen-done" ]; then
 	/usr/bin/python3 "$here/gen_megatron.py" "$C"
 fi
 . "$here/lib.sh"
 bench_workdir
-it=$(find "$C" -maxdepth 2 -name .metadata | head -1)
-it=$(dirname "$it")
-shards=$(find "$it" -name '*.distcp' | sort)
+it=$C
+if [ -f "$C/latest_checkpointed_iteration.txt" ]; then
+	tag=$(cat "$C/latest_checkpointed_iteration.txt")
+	case $tag in
+	release) it=$C/release ;;
+	*) it=$C/$(printf 'iter_%07d' "$tag") ;;
+	esac
+fi
+shards=$(find "$it" -maxdepth 1 -name '*.distcp' | sort)
+kind=.distcp
+if [ -z "$shards" ]; then
+	shards=$(find "$it" -maxdepth 2 -path '*/mp_rank_*/model_optim_rng.pt' | sort)
+	kind=.pt
+fi
 
 mounts=""
 for i in 1 2 3; do
@@ -69,13 +89,13 @@ s=$(bench_now)
 base_b=$(/usr/bin/python3 "$here/preadall.py" 8 $shards)
 e=$(bench_now)
 base_s=$(echo "$e - $s" | bc)
-echo "checkpoint $C ($(cat $shards | wc -c) bytes in $(echo $shards | wc -w) .distcp files)"
+echo "checkpoint $C ($(stat -c %s $shards | awk '{ s += $1 } END { printf "%.0f", s }') bytes in $(echo $shards | wc -w) $kind files)"
 echo "model.safetensors: $size bytes"
 awk -v m="$mt" -v all="$mounts" 'BEGIN { printf "mount time (median of 3)   %8.3f s   (%s)\n", m, all }'
 awk -v r="$rss" -v h="$hwm" 'BEGIN { printf "daemon RSS after mount     %8.1f MiB, peak %.1f MiB after the read\n", r / 1024, h / 1024 }'
-awk -v b="$read_b" -v t="$read_s" -v bb="$base_b" -v bt="$base_s" 'BEGIN {
+awk -v b="$read_b" -v t="$read_s" -v bb="$base_b" -v bt="$base_s" -v k="$kind" 'BEGIN {
 	printf "first read, model.safetensors  %8.2f GB in %7.2f s = %6.2f GB/s\n", b / 1e9, t, b / t / 1e9
-	printf "baseline, preadall.py 8 .distcp %7.2f GB in %7.2f s = %6.2f GB/s\n", bb / 1e9, bt, bb / bt / 1e9
+	printf "baseline, preadall.py 8 %-7s %7.2f GB in %7.2f s = %6.2f GB/s\n", k, bb / 1e9, bt, bb / bt / 1e9
 	printf "ratio (gatherfs / baseline)      %6.2fx\n", (b / t) / (bb / bt)
 }'
 echo "command: bench/megatron.sh ${1:-\"\"} ${2:-.} ${3:-}"

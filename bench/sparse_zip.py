@@ -212,12 +212,13 @@ def sparse_save(obj, path):
             raise
 
 
-def sparse_save_torch2(obj, f, serialization_id):
+def sparse_save_torch2(obj, f, serialization_id, prefix="archive"):
     """Append to open file f the archive torch 2.x's torch.save writes for obj
-    (prefix "archive", .format_version, .storage_alignment, byteorder,
-    .data/serialization_id records), hole() storages as holes.  Returns its
-    length in bytes."""
-    w = SparseZipWriter(f, "archive")
+    (archive prefix prefix: "archive" for a buffer, the file name without
+    extension for a path; .format_version, .storage_alignment, byteorder,
+    .data/serialization_id records), hole() storages as holes, however many
+    (a whole state dict of them).  Returns its length in bytes."""
+    w = SparseZipWriter(f, prefix)
     torch.serialization._save(obj, _Torch2Records(w, serialization_id),
                               torch.serialization.pickle, 2)
     w.write_record("version", b"3\n", 2)
