@@ -21,6 +21,7 @@
 # with the shards warm (read once first).  Prints the median of each and
 # `ratio (load_file / dd) N.NNx`: the page-fault path's speed as a fraction
 # of the sequential read's (issue 45's target: >= 0.80x).
+# GATHERFS_OPTS: more mount options (e.g. "-o readahead_kb=4096").
 # Needs root (the compat root: tests/compat/make-compat-root.sh) and FUSE.
 set -eu
 B=$(cd "${2:-.}" && pwd)
@@ -51,7 +52,7 @@ for t in sd.values():
 print("%.4f %d" % (time.perf_counter() - t0, n))
 EOF
 
-"$B/gatherfs" "$C" "$W/m" 2>/dev/null
+"$B/gatherfs" ${GATHERFS_OPTS:-} "$C" "$W/m" 2>/dev/null
 size=$(timeout 60 stat -c %s "$W/m/model.safetensors")
 timeout 600 cp "$W/m/model.safetensors" "$W/local.safetensors"
 timeout 10 fusermount3 -u "$W/m"
@@ -61,11 +62,11 @@ pyload() { COMPAT_BINDS="$W" timeout 600 "$run" "$R" python3 "$W/load.py" "$1" |
 dds="" loads="" locals=""
 i=0
 while [ "$i" -lt "$rounds" ]; do
-	"$B/gatherfs" "$C" "$W/m" 2>/dev/null
+	"$B/gatherfs" ${GATHERFS_OPTS:-} "$C" "$W/m" 2>/dev/null
 	bench_time timeout 600 dd if="$W/m/model.safetensors" of=/dev/null bs=1M status=none
 	dds="$dds $T"
 	timeout 10 fusermount3 -u "$W/m"
-	"$B/gatherfs" "$C" "$W/m" 2>/dev/null
+	"$B/gatherfs" ${GATHERFS_OPTS:-} "$C" "$W/m" 2>/dev/null
 	loads="$loads $(pyload "$W/m/model.safetensors")"
 	timeout 10 fusermount3 -u "$W/m"
 	locals="$locals $(pyload "$W/local.safetensors")"
@@ -80,4 +81,4 @@ awk -v s="$size" -v d="$d" -v l="$l" -v o="$o" -v ds="$dds" -v ls="$loads" -v os
 	printf "load_file, local copy     %7.3f s = %5.2f GB/s  (%s)\n", o, s / o / 1e9, os
 	printf "ratio (load_file / dd)    %6.2fx\n", d / l
 }'
-echo "command: bench/st-mmap.sh ${1:-\"\"} $B $rounds"
+echo "command: ${GATHERFS_OPTS:+GATHERFS_OPTS=\"$GATHERFS_OPTS\" }bench/st-mmap.sh ${1:-\"\"} $B $rounds"
