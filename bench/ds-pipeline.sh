@@ -18,7 +18,8 @@
 #                     every record's CRC-32 checked first, the default
 #                     -o verify=read) with dd bs=1M, from a fresh mount
 #   baseline          bench/preadall.py 8 over all the layer files (the bf16
-#                     module weights, no re-arrangement, no check)
+#                     module weights, no re-arrangement, no check); with GIB,
+#                     over as many of their first bytes as the first read read
 # The payloads are holes, read as zeros at memory speed, so this measures
 # gatherfs's own cost (index, partition mapping, CRC-32 of every record)
 # against a reader's, not storage.
@@ -61,7 +62,7 @@ wait "$pid" || true
 read_s=$(echo "$e - $s" | bc)
 read_b=$(( count * 1048576 < size ? count * 1048576 : size ))
 s=$(bench_now)
-base_b=$(/usr/bin/python3 "$here/preadall.py" 8 $shards)
+base_b=$(/usr/bin/python3 "$here/preadall.py" 8 ${gib:+--bytes=$read_b} $shards)
 e=$(bench_now)
 base_s=$(echo "$e - $s" | bc)
 echo "checkpoint $C ($(stat -c %s $shards | paste -sd+ | bc) bytes in $(echo $shards | wc -w) layer files)"

@@ -24,7 +24,8 @@
 #   baseline          bench/preadall.py 8 over all the .distcp files, or a
 #                     legacy save's model_optim_rng.pt files (the same bytes
 #                     and the rest of the archives, no re-arrangement, no
-#                     check)
+#                     check); with GIB, over as many of their first bytes as
+#                     the first read read
 # The payloads are holes, read as zeros at memory speed (no page cache can
 # hold 141 GB here), so this measures gatherfs's own cost (index,
 # re-arrangement, CRC-32 of every record) against a reader's, not storage.
@@ -86,7 +87,7 @@ wait "$pid" || true
 read_s=$(echo "$e - $s" | bc)
 read_b=$(( count * 1048576 < size ? count * 1048576 : size ))
 s=$(bench_now)
-base_b=$(/usr/bin/python3 "$here/preadall.py" 8 $shards)
+base_b=$(/usr/bin/python3 "$here/preadall.py" 8 ${gib:+--bytes=$read_b} $shards)
 e=$(bench_now)
 base_s=$(echo "$e - $s" | bc)
 echo "checkpoint $C ($(stat -c %s $shards | awk '{ s += $1 } END { printf "%.0f", s }') bytes in $(echo $shards | wc -w) $kind files)"

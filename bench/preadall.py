@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
-"""preadall.py N FILE...: read the files with N threads of 1 MiB preads.
+"""preadall.py N [--bytes=B] FILE...: read the files with N threads of 1 MiB
+preads; with --bytes, only their first B bytes (in file order, whole blocks).
 
 The bandwidth limit of storage that needs many requests in flight: the
 blocks of all files are shared out to N threads from one queue.  Prints the
@@ -16,12 +17,19 @@ BLOCK = 1 << 20
 
 def main():
     n, files = int(sys.argv[1]), sys.argv[2:]
+    limit = None
+    if files and files[0].startswith("--bytes="):
+        limit, files = int(files[0][len("--bytes="):]), files[1:]
     fds = [os.open(f, os.O_RDONLY) for f in files]
     work = queue.SimpleQueue()
+    queued = 0
     for fd in fds:
         size = os.fstat(fd).st_size
         for off in range(0, size, BLOCK):
+            if limit is not None and queued >= limit:
+                break
             work.put((fd, off))
+            queued += min(BLOCK, size - off)
     total = [0] * n
 
     def reader(i):
