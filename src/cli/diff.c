@@ -176,23 +176,13 @@ static int write_html(const dctx *c, const drow *rows, size_t n, const size_t *c
 	/* per layer: the largest relative change ||a-b||/||a|| of its tensors */
 	for (size_t k = 0; labels && vals && k < n; k++) {
 		const drow *r = &rows[k];
-		const long layer = gfs_layer_of(tensor_of(r->ia >= 0 ? c->a : c->b,
-							  r->ia >= 0 ? r->ia : r->ib)->name);
+		const size_t g = gfs_layer_bar(labels, vals, &ng, &last,
+					       tensor_of(r->ia >= 0 ? c->a : c->b,
+							 r->ia >= 0 ? r->ia : r->ib)->name);
 		const double v = rel_change(r);
 
-		if (layer != last || ng == 0) {
-			char name[32];
-
-			if (layer < 0)
-				snprintf(name, sizeof(name), "other");
-			else
-				snprintf(name, sizeof(name), "layer %ld", layer);
-			labels[ng] = strdup(name);
-			vals[ng++] = 0;
-			last = layer;
-		}
-		if (!isnan(v) && (v > vals[ng - 1] || isinf(v)))
-			vals[ng - 1] = v;
+		if (!isnan(v) && (v > vals[g] || isinf(v)))
+			vals[g] = v;
 	}
 	gfs_html_chart(f, "Relative change per layer (largest ||a-b||/||a|| of its tensors)",
 		       "||a-b|| / ||a||", labels, vals, ng, true);

@@ -4,6 +4,7 @@
  */
 #include "config.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -108,6 +109,25 @@ long gfs_layer_of(const char *name)
 		}
 	}
 	return -1;
+}
+
+size_t gfs_layer_bar(char **labels, double *values, size_t *n, long *last, const char *name)
+{
+	const long layer = gfs_layer_of(name);
+
+	assert(labels && values && n && last && name);
+	if (layer != *last || *n == 0) {
+		char label[32];
+
+		if (layer < 0)
+			snprintf(label, sizeof(label), "other");
+		else
+			snprintf(label, sizeof(label), "layer %ld", layer);
+		labels[*n] = strdup(label);
+		values[(*n)++] = 0;
+		*last = layer;
+	}
+	return *n - 1;
 }
 
 FILE *gfs_html_open(const char *path, const char *title)

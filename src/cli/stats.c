@@ -80,22 +80,9 @@ static int write_html(const gfs_rside *x, const gfs_tstats *st, const char *path
 	fputs("</p>\n", f);
 	labels = calloc(l->ntensors ? l->ntensors : 1, sizeof(*labels));
 	vals = calloc(l->ntensors ? l->ntensors : 1, sizeof(*vals));
-	for (size_t i = 0; labels && vals && i < l->ntensors; i++) {
-		const long layer = gfs_layer_of(l->tensors[i].name);
-
-		if (layer != last || ng == 0) {
-			char name[32];
-
-			if (layer < 0)
-				snprintf(name, sizeof(name), "other");
-			else
-				snprintf(name, sizeof(name), "layer %ld", layer);
-			labels[ng] = strdup(name);
-			vals[ng++] = 0;
-			last = layer;
-		}
-		vals[ng - 1] += st[i].l2 * st[i].l2;
-	}
+	for (size_t i = 0; labels && vals && i < l->ntensors; i++)
+		vals[gfs_layer_bar(labels, vals, &ng, &last, l->tensors[i].name)] +=
+			st[i].l2 * st[i].l2;
 	for (size_t k = 0; k < ng; k++)
 		vals[k] = sqrt(vals[k]);
 	gfs_html_chart(f, "L2 norm per layer (all its tensors together)", "l2", labels, vals, ng,

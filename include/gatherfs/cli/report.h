@@ -43,6 +43,15 @@ void gfs_html_str(FILE *f, const char *s);
 long gfs_layer_of(const char *name);
 
 /*
+ * gfs_layer_bar(): the bar of a per-layer chart that tensor name, the next
+ * tensor in order, adds to: a new one, labels[*n] ("layer N" or "other",
+ * NULL if out of memory) and values[*n] = 0, when its layer differs from
+ * *last (the previous tensor's; -2 before the first).  labels and values
+ * have room for one bar per tensor.  @return the bar's index.
+ */
+size_t gfs_layer_bar(char **labels, double *values, size_t *n, long *last, const char *name);
+
+/*
  * gfs_html_open(): create path and write the head of a page titled title,
  * styles inline.  @return the stream, or NULL after one line on stderr.
  */
