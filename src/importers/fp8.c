@@ -258,22 +258,6 @@ typedef struct dqb {
 	uint32_t *remap;
 } dqb;
 
-/* copy_pieces(): give tensor (or input) di of dst the pieces of t, sources remapped. */
-static gfs_err copy_pieces(gfs_layout *dst, size_t di, const gfs_tensor *t, const uint32_t *remap)
-{
-	for (size_t p = 0; p < t->npieces; p++) {
-		gfs_piece pc = gfs_tensor_piece(t, p);
-		gfs_err err;
-
-		if (pc.kind != GFS_PIECE_ZERO)
-			pc.src = remap[pc.src];
-		err = gfs_layout_add_general(dst, di, &pc);
-		if (err)
-			return err;
-	}
-	return GFS_OK;
-}
-
 /* add_input(): input copy of base tensor t; *ii its index. */
 static gfs_err add_input(dqb *b, const gfs_tensor *t, int64_t *ii)
 {
@@ -281,7 +265,7 @@ static gfs_err add_input(dqb *b, const gfs_tensor *t, int64_t *ii)
 	gfs_err err = gfs_layout_add_input(b->out, t->name, t->dtype, t->ndim, t->shape, &k);
 
 	if (!err)
-		err = copy_pieces(b->out->inputs, k, t, b->remap);
+		err = gfs_layout_copy_pieces(b->out->inputs, k, t, b->remap);
 	*ii = (int64_t)k;
 	return err;
 }
@@ -454,7 +438,7 @@ static gfs_err add_entry(dqb *b, size_t i)
 		return add_dequant(b, t, stem + 1, b->q->suffix);
 	}
 	err = gfs_layout_add_tensor(b->out, e->name, t->dtype, t->ndim, t->shape, &k);
-	return err ? err : copy_pieces(b->out, k, t, b->remap);
+	return err ? err : gfs_layout_copy_pieces(b->out, k, t, b->remap);
 }
 
 /* build(): b->out from b->base. */

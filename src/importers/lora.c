@@ -336,22 +336,6 @@ static gfs_err collect(lbuild *b, const gfs_layout *l)
 
 /* ---------------------------------------------------------------- output */
 
-/* copy_pieces(): give tensor (or input) di of dst the pieces of t, sources remapped. */
-static gfs_err copy_pieces(gfs_layout *dst, size_t di, const gfs_tensor *t, const uint32_t *remap)
-{
-	for (size_t p = 0; p < t->npieces; p++) {
-		gfs_piece pc = gfs_tensor_piece(t, p);
-		gfs_err err;
-
-		if (pc.kind != GFS_PIECE_ZERO)
-			pc.src = remap[pc.src];
-		err = gfs_layout_add_general(dst, di, &pc);
-		if (err)
-			return err;
-	}
-	return GFS_OK;
-}
-
 static const uint32_t *remap_of(const lbuild *b, const gfs_layout *l, const gfs_layout *base)
 {
 	return l == base || l == base->inputs ? b->remap_base : b->remap_ad;
@@ -369,7 +353,7 @@ static gfs_err add_input(lbuild *b, const gfs_layout *l, size_t idx, const gfs_l
 		return gfs_fail(GFS_ERR_UNSUPPORTED, "%s: already a computed tensor", t->name);
 	err = gfs_layout_add_input(b->out, l->tensors[idx].name, t->dtype, t->ndim, t->shape, &k);
 	if (!err)
-		err = copy_pieces(b->out->inputs, k, t, remap_of(b, l, base));
+		err = gfs_layout_copy_pieces(b->out->inputs, k, t, remap_of(b, l, base));
 	*ii = (int64_t)k;
 	return err;
 }
@@ -406,7 +390,7 @@ static gfs_err add_plain(lbuild *b, const char *name, const gfs_layout *l, size_
 		err = add_operands(b, l, t, base, &c);
 	if (!err && t->comp)
 		return gfs_layout_set_compute(b->out, k, &c);
-	return err ? err : copy_pieces(b->out, k, t, remap_of(b, l, base));
+	return err ? err : gfs_layout_copy_pieces(b->out, k, t, remap_of(b, l, base));
 }
 
 /* add_merged(): output tensor name = module m merged onto W (entry wi of wl). */

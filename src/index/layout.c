@@ -591,6 +591,23 @@ gfs_err gfs_layout_add_general(gfs_layout *l, size_t ti, const gfs_piece *p)
 	return GFS_OK;
 }
 
+gfs_err gfs_layout_copy_pieces(gfs_layout *l, size_t ti, const gfs_tensor *t,
+			       const uint32_t *remap)
+{
+	assert(l && t && remap);
+	for (size_t p = 0; p < t->npieces; p++) {
+		gfs_piece pc = gfs_tensor_piece(t, p);
+		gfs_err err;
+
+		if (pc.kind != GFS_PIECE_ZERO)
+			pc.src = remap[pc.src];
+		err = gfs_layout_add_general(l, ti, &pc);
+		if (err)
+			return err;
+	}
+	return GFS_OK;
+}
+
 gfs_err gfs_layout_add_rflat(gfs_layout *l, uint32_t nranks, const uint32_t *srcs,
 			     const uint64_t *offs, uint64_t nbytes, uint32_t *idx)
 {

@@ -710,6 +710,14 @@ gfs_err gfs_layout_add_zero(gfs_layout *l, size_t ti, uint64_t len);
 gfs_err gfs_layout_add_general(gfs_layout *l, size_t ti, const gfs_piece *p);
 
 /*
+ * gfs_layout_copy_pieces(): gfs_layout_add_general() of every piece of
+ * tensor t of another finished layout to tensor ti of l, each FILE or ZSTD
+ * piece's source index mapped through remap (t's layout's index -> l's).
+ */
+gfs_err gfs_layout_copy_pieces(gfs_layout *l, size_t ti, const gfs_tensor *t,
+			       const uint32_t *remap);
+
+/*
  * gfs_layout_finish(): validate and seal: unique names, pieces tile each
  * tensor exactly (every byte in exactly one run: no gap, no overlap), every
  * FILE piece lies inside its source's recorded size, every ZSTD piece's
