@@ -13,6 +13,12 @@
 #    truth) bit for bit, in the HF model's key order, and config.json gives the
 #    fields transformers reads as the reference does
 #    (tests/tools/check_family_ref.py; logits: tests/megatron-compat.sh);
+#  - MLA at TP 2 (dense, with and without a query low-rank projection; the
+#    HF naming has no dense DeepSeek-V3, and MoE at TP > 1 needs sequence
+#    parallelism, which the CPU generator does not run): the Megatron view of
+#    all three forms equals the run's truth (the local layer spec's
+#    column-parallel down projections gathered); args that fit neither a
+#    whole nor a 1/TP down projection are refused;
 #  - refusals: what no family table expresses is a note with the Megatron
 #    view, and one line under -o naming=hf.
 . "${top_srcdir:-.}/tests/lib.sh"
@@ -44,6 +50,36 @@ for c in qwen3_tp1:qwen3 qwen3moe_ep2:qwen3_moe qwen2moe_tp1:qwen2_moe dsv3_tp1:
 	check "$case/legacy_torch" "$case" "Hugging Face view ($family naming"
 	check "$case/training_torch_dist" "$case" "Hugging Face view ($family naming"
 	check "$case/torch_dist" "$case" "Hugging Face view ($family naming" -o hf_config="$case/hf_ref"
+done
+
+echo "== MLA at TP 2 (dense, so the Megatron view): equal to the run's truth in all three forms"
+# Megatron-Core's local layer spec makes the down projections column-parallel
+# (each rank 1/TP of the rows), TransformerEngine's duplicates them
+VIEWS="$top_srcdir/tests/tools/check_megatron_views.py"
+for c in mla_dense_tp2 mla_noqlora_dense_tp2; do
+	case=$DATA/$c
+	for f in legacy_torch training_torch_dist torch_dist; do
+		note="the Hugging Face naming cannot express MLA without experts"
+		[ $f = torch_dist ] && note="common.pt holds no args"
+		gfs_mount "$case/$f" "$T/mnt" 2>"$T/note" || fail "mount $c/$f: $(cat "$T/note")"
+		grep -q -- "gatherfs: note: Megatron view: $note" "$T/note" || fail "mount $c/$f: note: $(cat "$T/note")"
+		timeout 300 "$PYTHON3" "$VIEWS" dist "$T/mnt" "$case" || fail "$c/$f: not the truth"
+		gfs_umount "$T/mnt" || fail "unmount"
+	done
+done
+# args whose MLA sizes fit neither a whole nor a 1/TP down projection
+for e in q_lora_rank=48 q_lora_rank=None kv_lora_rank=8; do
+	rm -rf "$T/bad"
+	cp -r "$DATA/mla_dense_tp2/legacy_torch" "$T/bad"
+	chmod -R u+w "$T/bad"
+	f="$T/bad/iter_0000003/mp_rank_00/model_optim_rng.pt"
+	timeout 60 "$PYTHON3" "$EDIT" "$f" "$T/edited" "$e" && mv "$T/edited" "$f" || fail "edit $e"
+	case $e in
+	*=None) want="linear_q_down_proj.weight: an MLA down projection at TP 2, but the args lack q_lora_rank" ;;
+	q_*) want="linear_q_down_proj.weight: 2 dimensions, 16 rows: neither the 48 rows the args give nor their 1/2 share" ;;
+	*) want="linear_kv_down_proj.weight: 2 dimensions, 20 rows: neither the 16 rows the args give nor their 1/2 share" ;;
+	esac
+	expect_refused "$want" "$T/bad"
 done
 
 echo "== DeepSeek-V3 routing without an expert bias: e_score_correction_bias zeros"

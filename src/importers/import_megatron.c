@@ -9,7 +9,10 @@
  * the pickle reader makes of it: its BUILD state dict).  Tensor shards
  * become pieces: column-parallel ones stacked on dim 0 (a gated linear_fc1
  * split into its gate and up halves first), row-parallel ones interleaved
- * on dim 1 (strided pieces), replicated ones taken from tensor rank 0.
+ * on dim 1 (strided pieces), replicated ones taken from tensor rank 0.  The
+ * MLA down projections are either: column-parallel in the local layer spec
+ * (ColumnParallelLinear), duplicated in TransformerEngine's (TELinear); the
+ * shard's rows against the args' sizes tell which.
  */
 #include "config.h"
 
@@ -73,6 +76,7 @@ typedef struct mg_import {
 	uint32_t *thash;  /* open addressing over tmpls: index + 1, 0 = empty */
 	size_t thash_cap; /* a power of two, more than twice ntmpls */
 	int64_t tp, pp, ep, nexperts;
+	int64_t q_down, kv_down; /* rows of the whole MLA down projections; 0: unknown */
 	bool gated;
 	bool tied;        /* the last stage's output_layer.weight is a copy of the embedding */
 	mg_ent *copies;   /* tied: the last stage's output_layer.weight shards (tmpl unused) */
@@ -82,6 +86,7 @@ typedef struct mg_import {
 /* mg_args: the parallel layout a file's args give. */
 typedef struct mg_args {
 	int64_t tp, pp, ep, nexperts, nlayers;
+	int64_t q_down, kv_down; /* q_lora_rank, kv_lora_rank + qk_pos_emb_head_dim; 0: absent */
 	int64_t rank, world; /* args.rank and args.world_size of the process that saved it; -1: absent */
 	bool gated, tp_pp_dp; /* tp_pp_dp: args.use_tp_pp_dp_mapping (rank order tp-cp-ep-pp-dp) */
 } mg_args;
@@ -147,7 +152,7 @@ static gfs_err args_sane(const gfs_pv *args, const char *path)
 static gfs_err read_args(const gfs_pv *root, const char *path, mg_args *a)
 {
 	const gfs_pv *args = gfs_pv_dict_get(root, "args");
-	int64_t v, etp, swiglu, order;
+	int64_t v, etp, swiglu, order, kv_lora, rope;
 	gfs_err err;
 
 	if (!args || args->kind != GFS_PV_OBJECT || !args->u.obj.state ||
@@ -177,6 +182,13 @@ static gfs_err read_args(const gfs_pv *root, const char *path, mg_args *a)
 	if (!err)
 		err = arg_int(args, "use_tp_pp_dp_mapping", 0, path, &order);
 	a->tp_pp_dp = !err && order != 0;
+	if (!err)
+		err = arg_int(args, "q_lora_rank", 0, path, &a->q_down);
+	if (!err)
+		err = arg_int(args, "kv_lora_rank", 0, path, &kv_lora);
+	if (!err)
+		err = arg_int(args, "qk_pos_emb_head_dim", 0, path, &rope);
+	a->kv_down = kv_lora > 0 && rope > 0 ? kv_lora + rope : 0;
 	if (!err)
 		err = arg_int(args, "swiglu", 0, path, &swiglu);
 	if (err)
@@ -758,8 +770,8 @@ static mg_split split_of(const mg_import *mg, const char *t)
 	static const char *const column[] = {
 		"word_embeddings.weight", "output_layer.weight", "linear_qkv.weight",
 		"linear_qkv.bias",
-		/* MLA: the up projections and linear_q_proj are column-parallel, the
-		   down projections (backend.linear()) duplicated */
+		/* MLA: the up projections and linear_q_proj are column-parallel
+		   in every layer spec (the down projections: down_split()) */
 		"linear_q_proj.weight", "linear_q_up_proj.weight", "linear_kv_up_proj.weight",
 	};
 
@@ -775,15 +787,48 @@ static mg_split split_of(const mg_import *mg, const char *t)
 	return MG_REPLICATED;
 }
 
+/*
+ * down_split(): how the shards e (of tensor name, template t) of an MLA
+ * down projection merge, into *sp; other tensors leave *sp alone.
+ * Megatron-Core's local layer spec builds linear_q_down_proj and
+ * linear_kv_down_proj as ColumnParallelLinear (each rank 1/TP of the rows),
+ * TransformerEngine's as a duplicated TELinear (every rank all of them).
+ */
+static gfs_err down_split(const mg_import *mg, const char *t, const char *name, const mg_ent *e,
+			  mg_split *sp)
+{
+	const bool q = ends_with(t, "linear_q_down_proj.weight");
+	const int64_t rows = q ? mg->q_down : mg->kv_down;
+
+	if (mg->tp == 1 || (!q && !ends_with(t, "linear_kv_down_proj.weight")))
+		return GFS_OK;
+	if (rows == 0)
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: %s: an MLA down projection at TP %lld, but the args lack %s: whether it is split cannot be told",
+				mg->files[e->file], name, (long long)mg->tp,
+				q ? "q_lora_rank" : "kv_lora_rank or qk_pos_emb_head_dim");
+	if (e->ndim == 2 && e->shape[0] == (uint64_t)rows)
+		*sp = MG_REPLICATED;
+	else if (e->ndim == 2 && e->shape[0] * (uint64_t)mg->tp == (uint64_t)rows)
+		*sp = MG_COLUMN;
+	else
+		return gfs_fail(GFS_ERR_FORMAT,
+				"%s: %s: %u dimensions, %llu rows: neither the %lld rows the args give nor their 1/%lld share",
+				mg->files[e->file], name, e->ndim, (unsigned long long)e->shape[0],
+				(long long)rows, (long long)mg->tp);
+	return GFS_OK;
+}
+
 /* add_group(): the tensor name from the T shards g[0..T) (tensor ranks 0..T-1). */
 static gfs_err add_group(mg_import *mg, const char *name, const mg_ent *g)
 {
-	const mg_split sp = split_of(mg, mg->tmpls[g[0].tmpl]);
-	const uint64_t T = sp == MG_REPLICATED ? 1 : (uint64_t)mg->tp;
-	uint64_t shape[GFS_MAX_DIMS];
+	mg_split sp = split_of(mg, mg->tmpls[g[0].tmpl]);
+	uint64_t T, shape[GFS_MAX_DIMS];
 	size_t ti;
-	gfs_err err;
+	gfs_err err = down_split(mg, mg->tmpls[g[0].tmpl], name, &g[0], &sp);
 
+	if (err)
+		return err;
 	for (int64_t r = 1; r < mg->tp; r++) {
 		bool same = g[r].dtype == g[0].dtype && g[r].ndim == g[0].ndim;
 
@@ -794,6 +839,7 @@ static gfs_err add_group(mg_import *mg, const char *name, const mg_ent *g)
 					"%s: %s: its shard's dtype or shape differs from tensor rank 0's (%s)",
 					mg->files[g[r].file], name, mg->files[g[0].file]);
 	}
+	T = sp == MG_REPLICATED ? 1 : (uint64_t)mg->tp;
 	memcpy(shape, g[0].shape, sizeof(shape));
 	if ((sp == MG_COLUMN || sp == MG_GATED) && g[0].ndim < 1)
 		return gfs_fail(GFS_ERR_FORMAT, "%s: %s: a scalar cannot be tensor-parallel",
@@ -1203,6 +1249,8 @@ static gfs_err import_legacy(const char *idir, gfs_arch *arch, char *src, gfs_la
 	mg.pp = a.pp;
 	mg.ep = a.ep;
 	mg.nexperts = a.nexperts;
+	mg.q_down = a.q_down;
+	mg.kv_down = a.kv_down;
 	mg.gated = a.gated;
 	mg.tied = arch->tied;
 	err = gfs_layout_new("megatron", idir, &mg.l);
