@@ -20,6 +20,7 @@ with torch.empty; larger ones map a sparse temporary file (shared), which
 the kernel's overcommit check does not count against memory.
 """
 import ctypes
+import functools
 import os
 import struct
 import tempfile
@@ -33,6 +34,8 @@ _U32 = 0xFFFFFFFF
 _POLY = 0xEDB88320  # CRC-32, reflected
 
 _holes = {}  # storage address -> tensor (held, so the address is not reused)
+HOLE = -1  # write_record's data for a record of size bytes left as a hole
+_holes[HOLE] = None
 
 
 def hole(t):
@@ -55,6 +58,7 @@ def empty_hole(numel, dtype=torch.float32):
 def forget_holes():
     """Forget every registered hole (call after a save to release the pointers)."""
     _holes.clear()
+    _holes[HOLE] = None
 
 
 def _mat_times(mat, vec):
@@ -99,6 +103,11 @@ def crc32_zeros(crc, n):
     return reg ^ _U32
 
 
+@functools.lru_cache(maxsize=None)
+def _crc32_of_zeros(n):
+    return crc32_zeros(0, n)
+
+
 class SparseZipWriter:
     """The write_record() interface of torch._C.PyTorchFileWriter, with holes.
 
@@ -128,7 +137,8 @@ class SparseZipWriter:
         return z64 + b"FB" + struct.pack("<H", pad) + b"Z" * pad
 
     def write_record(self, name, data, size):
-        """Write record name: bytes data, or size bytes at address data (a storage)."""
+        """Write record name: bytes data, size bytes at address data (a storage),
+        or (data HOLE) size bytes of hole."""
         full = (self.prefix + "/" + name).encode()
         extra = self._pad_extra(len(full), size)
         off = self.pos
@@ -140,7 +150,7 @@ class SparseZipWriter:
             crc = zlib.crc32(data)
             self.f.write(data)
         elif data in _holes and size > 0:
-            crc = crc32_zeros(0, size)
+            crc = _crc32_of_zeros(size)
             self.f.seek(size, os.SEEK_CUR)
         else:
             raw = ctypes.string_at(data, size) if size else b""

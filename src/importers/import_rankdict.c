@@ -881,38 +881,99 @@ static bool boxes_meet(const rd_key *k, const rd_part *a, const rd_part *b)
 	return true;
 }
 
+/* rd_span: part i's rows [lo, end) on dimension 0. */
+typedef struct {
+	uint64_t lo, end;
+	size_t i;
+} rd_span;
+
+static int cmp_span(const void *x, const void *y)
+{
+	const rd_span *a = x, *b = y;
+
+	if (a->lo != b->lo)
+		return a->lo < b->lo ? -1 : 1;
+	return a->i < b->i ? -1 : a->i > b->i;
+}
+
+/*
+ * first_meeting(): *found, whether two of key k's parts (replicas aside)
+ * share an element, and if so *a < *b, the first such pair in part order
+ * (the pair a pairwise check would name first).  A sweep
+ * over the parts sorted by their first row compares only parts whose rows
+ * meet: O(n log n) for Shard(0) shards, pair by pair at worst.
+ */
+static gfs_err first_meeting(const rd_import *ri, const rd_key *k, size_t *a, size_t *b,
+			     bool *found)
+{
+	rd_span *sp = gfs_calloc(k->nparts ? k->nparts : 1, sizeof(*sp));
+	size_t n = 0;
+
+	if (!sp)
+		return gfs_fail(GFS_ERR_NOMEM, "%s: out of memory", ri->dir);
+	for (size_t j = 0; j < k->nparts; j++) {
+		const rd_part *p = &k->parts[j];
+
+		if (p->replica)
+			continue;
+		/* a 0-d tensor: one element, which every part holds */
+		sp[n++] = k->ndim ? (rd_span){ (uint64_t)p->lo[0], (uint64_t)p->lo[0] + (uint64_t)p->n[0], j }
+				  : (rd_span){ 0, 1, j };
+	}
+	qsort(sp, n, sizeof(*sp), cmp_span);
+	*found = false;
+	for (size_t s = 0; s < n; s++)
+		for (size_t t = s + 1; t < n && sp[t].lo < sp[s].end; t++) {
+			const size_t x = sp[s].i < sp[t].i ? sp[s].i : sp[t].i;
+			const size_t y = sp[s].i < sp[t].i ? sp[t].i : sp[s].i;
+
+			if ((!*found || x < *a || (x == *a && y < *b)) &&
+			    boxes_meet(k, &k->parts[x], &k->parts[y])) {
+				*a = x;
+				*b = y;
+				*found = true;
+			}
+		}
+	free(sp);
+	return GFS_OK;
+}
+
 /*
  * check_tiles(): the parts of key k tile it: no two share an element
- * (checked pair by pair up to RD_MAX_PAIRS parts, naming the files; beyond,
- * by the layout) and together they hold all its elements.
+ * (checked up to RD_MAX_PAIRS parts, naming the files of the first such
+ * pair; beyond, by the layout) and together they hold all its elements.
  */
 static gfs_err check_tiles(const rd_import *ri, const rd_key *k)
 {
 	uint64_t numel = 1, covered = 0;
 	char fa[96], fb[96], what[512];
+	size_t a = 0, b = 0;
+	bool meet = false;
 
 	snprintf(what, sizeof(what), "%s%s%s", k->state ? k->state : "", k->state ? " of " : "",
 		 k->name);
 	for (uint32_t d = 0; d < k->ndim; d++)
 		if (!gfs_mul_u64(numel, (uint64_t)k->shape[d], &numel))
 			return gfs_fail(GFS_ERR_FORMAT, "%s: %s: size overflows", ri->dir, what);
-	for (size_t a = 0; k->nparts <= RD_MAX_PAIRS && a < k->nparts; a++)
-		for (size_t b = a + 1; b < k->nparts; b++) {
-			const uint32_t ra = k->parts[a].rank, rb = k->parts[b].rank;
+	if (k->nparts <= RD_MAX_PAIRS) {
+		const gfs_err err = first_meeting(ri, k, &a, &b, &meet);
 
-			if (k->parts[a].replica || k->parts[b].replica ||
-			    !boxes_meet(k, &k->parts[a], &k->parts[b]))
-				continue;
-			if (k->state) {
-				snprintf(fa, sizeof(fa), "optim_world_size_%u_rank_%u.pt", ri->world, ra);
-				snprintf(fb, sizeof(fb), "optim_world_size_%u_rank_%u.pt", ri->world, rb);
-			} else {
-				snprintf(fa, sizeof(fa), "%s", ri->names[ra]);
-				snprintf(fb, sizeof(fb), "%s", ri->names[rb]);
-			}
-			return gfs_fail(GFS_ERR_FORMAT, "%s/%s: %s: its shard overlaps that of %s: the shards do not tile the tensor",
-					ri->dir, fb, what, fa);
+		if (err)
+			return err;
+	}
+	if (meet) {
+		const uint32_t ra = k->parts[a].rank, rb = k->parts[b].rank;
+
+		if (k->state) {
+			snprintf(fa, sizeof(fa), "optim_world_size_%u_rank_%u.pt", ri->world, ra);
+			snprintf(fb, sizeof(fb), "optim_world_size_%u_rank_%u.pt", ri->world, rb);
+		} else {
+			snprintf(fa, sizeof(fa), "%s", ri->names[ra]);
+			snprintf(fb, sizeof(fb), "%s", ri->names[rb]);
 		}
+		return gfs_fail(GFS_ERR_FORMAT, "%s/%s: %s: its shard overlaps that of %s: the shards do not tile the tensor",
+				ri->dir, fb, what, fa);
+	}
 	for (size_t j = 0; j < k->nparts; j++) {
 		uint64_t c = !k->parts[j].replica;
 

@@ -1,0 +1,74 @@
+#!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
+# bench/verl.sh [RANKS] [BUILDDIR] [GIB]: a verl FSDP2 checkpoint of RANKS
+# per-rank state dicts (default 256) mounted as a Hugging Face model, against
+# a plain parallel read of its rank files, in the same run.
+#
+# The checkpoint: a sparse Llama-2-7B-shaped save (32 layers, hidden 4096,
+# ffn 11008, 32 heads, vocabulary 32000, bf16, untied) as verl's
+# FSDPCheckpointManager writes it under FSDP2 on a 1-D mesh of RANKS ranks
+# (model_world_size_RANKS_rank_R.pt, each holding 291 DTensor local shards,
+# Shard(0)), written once by bench/gen_verl.py under
+# /var/tmp/gatherfs-bench/benchverl-RANKS: 13.5 GB of holes.  Rows:
+#   mount time        gatherfs CKPT MNT until MNT/model.safetensors can be
+#                     stat'ed (median of 3 fresh mounts)
+#   daemon RSS        VmRSS after mount, VmHWM after the read
+#   first read        the first GIB GiB (default: all) of MNT/model.safetensors
+#                     (every record's CRC-32 checked first, the default
+#                     -o verify=read) with dd bs=1M, from a fresh mount
+#   baseline          bench/preadall.py 8 over all the rank files (the same
+#                     bytes, no re-arrangement, no check)
+# The payloads are holes, read as zeros at memory speed, so this measures
+# gatherfs's own cost (index, RANKS x 291 pickled DTensors, re-arrangement,
+# CRC-32 of every record) against a reader's, not storage.
+# Needs a user allowed to mount FUSE and python3 with torch (the generator).
+set -eu
+ranks=${1:-256}
+B=$(cd "${2:-.}" && pwd)
+here=$(cd "$(dirname "$0")" && pwd)
+C=/var/tmp/gatherfs-bench/benchverl-$ranks
+[ -e "$C/.gen-done" ] || /usr/bin/python3 "$here/gen_verl.py" "$C" --ranks "$ranks"
+. "$here/lib.sh"
+bench_workdir
+shards=$(find "$C" -name 'model_world_size_*_rank_*.pt' | sort)
+
+mounts=""
+for i in 1 2 3; do
+	s=$(bench_now)
+	"$B/gatherfs" "$C" "$W/m" 2>/dev/null
+	timeout 600 stat "$W/m/model.safetensors" >/dev/null
+	e=$(bench_now)
+	mounts="$mounts $(echo "$e - $s" | bc)"
+	timeout 10 fusermount3 -u "$W/m"
+done
+mt=$(echo $mounts | tr ' ' '\n' | sort -n | sed -n 2p)
+"$B/gatherfs" -f "$C" "$W/m" 2>/dev/null &
+pid=$!
+until timeout 10 stat "$W/m/model.safetensors" >/dev/null 2>&1; do sleep 0.01; done
+rss=$(awk '/VmRSS/ { print $2 }' /proc/"$pid"/status)
+size=$(stat -c %s "$W/m/model.safetensors")
+gib=${3:-}
+count=$(( ${gib:-0} * 1024 ))
+[ "$count" -gt 0 ] || count=$(( (size + 1048575) / 1048576 ))
+s=$(bench_now)
+timeout 3600 dd if="$W/m/model.safetensors" of=/dev/null bs=1M count=$count status=none
+e=$(bench_now)
+hwm=$(awk '/VmHWM/ { print $2 }' /proc/"$pid"/status)
+timeout 10 fusermount3 -u "$W/m"
+wait "$pid" || true
+read_s=$(echo "$e - $s" | bc)
+read_b=$(( count * 1048576 < size ? count * 1048576 : size ))
+s=$(bench_now)
+base_b=$(/usr/bin/python3 "$here/preadall.py" 8 $shards)
+e=$(bench_now)
+base_s=$(echo "$e - $s" | bc)
+echo "checkpoint $C ($(echo $shards | xargs stat -c %s | awk '{ t += $1 } END { printf "%.0f", t }') bytes in $(echo $shards | wc -w) rank files)"
+echo "model.safetensors: $size bytes"
+awk -v m="$mt" -v all="$mounts" 'BEGIN { printf "mount time (median of 3)   %8.3f s   (%s)\n", m, all }'
+awk -v r="$rss" -v h="$hwm" 'BEGIN { printf "daemon RSS after mount     %8.1f MiB, peak %.1f MiB after the read\n", r / 1024, h / 1024 }'
+awk -v b="$read_b" -v t="$read_s" -v bb="$base_b" -v bt="$base_s" 'BEGIN {
+	printf "first read, model.safetensors  %8.2f GB in %7.2f s = %6.2f GB/s\n", b / 1e9, t, b / t / 1e9
+	printf "baseline, preadall.py 8 rank files %4.2f GB in %7.2f s = %6.2f GB/s\n", bb / 1e9, bt, bb / bt / 1e9
+	printf "ratio (gatherfs / baseline)      %6.2fx\n", (b / t) / (bb / bt)
+}'
+echo "command: bench/verl.sh $ranks ${2:-.} ${3:-}"
