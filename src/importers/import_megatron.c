@@ -1053,6 +1053,13 @@ static bool known_rank(const mg_args *a, const char *name)
 	return strcmp(want, name) == 0;
 }
 
+/* iteration_match(): a Megatron iteration directory (a gfs_dir_matches() match). */
+static bool iteration_match(const char *path, const char *name, void *ctx)
+{
+	(void)ctx;
+	return valid_tag(name) && is_iteration(path);
+}
+
 /*
  * iterations(): how many iter_NNNNNNN (or release) directories of dir look
  * like Megatron iteration directories; the first one's name in first
@@ -1061,32 +1068,7 @@ static bool known_rank(const mg_args *a, const char *name)
  */
 static size_t iterations(const char *dir, char *first, char *list, size_t n)
 {
-	DIR *d = opendir(dir);
-	const struct dirent *de;
-	size_t count = 0, k = 0;
-
-	first[0] = list[0] = '\0';
-	if (!d)
-		return 0;
-	while ((de = readdir(d))) {
-		char path[PATH_MAX];
-
-		if (!valid_tag(de->d_name) || strlen(de->d_name) >= MG_TAG_MAX ||
-		    (size_t)snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) >= sizeof(path) ||
-		    !is_iteration(path))
-			continue;
-		if (count++ == 0)
-			snprintf(first, MG_TAG_MAX, "%s", de->d_name);
-		if (k < n) {
-			const int w = snprintf(list + k, n - k, "%s%s", k ? ", " : "", de->d_name);
-
-			k = w < 0 || (size_t)w >= n - k ? n : k + (size_t)w;
-			if (k == n && n > 4)
-				snprintf(list + n - 4, 4, "...");
-		}
-	}
-	closedir(d);
-	return count;
+	return gfs_dir_matches(dir, iteration_match, NULL, first, MG_TAG_MAX, list, n);
 }
 
 bool gfs_megatron_detect(const char *dir)

@@ -186,37 +186,22 @@ static bool latest_step(const char *dir, char *buf, size_t n, gfs_err *err)
 	return ok;
 }
 
+/* step_match(): a verl step directory with rank files (a gfs_dir_matches() match). */
+static bool step_match(const char *path, const char *name, void *ctx)
+{
+	(void)ctx;
+	return strncmp(name, "global_step_", 12) == 0 &&
+	       (sub_ranks(path, "actor") || sub_ranks(path, "critic"));
+}
+
 /*
  * only_steps(): how many global_step_* directories of dir hold actor/ or
  * critic/ rank files; the first one's name in first (nf bytes), their
- * names, comma-separated, in list (n bytes, cut short).
+ * names, comma-separated, in list (n bytes, cut short with "...").
  */
 static size_t only_steps(const char *dir, char *first, size_t nf, char *list, size_t n)
 {
-	DIR *d = opendir(dir);
-	const struct dirent *de;
-	size_t count = 0, k = 0;
-
-	first[0] = list[0] = '\0';
-	if (!d)
-		return 0;
-	while ((de = readdir(d))) {
-		char sdir[PATH_MAX];
-
-		if (strncmp(de->d_name, "global_step_", 12) != 0 || strlen(de->d_name) >= nf ||
-		    (size_t)snprintf(sdir, sizeof(sdir), "%s/%s", dir, de->d_name) >= sizeof(sdir) ||
-		    (!sub_ranks(sdir, "actor") && !sub_ranks(sdir, "critic")))
-			continue;
-		if (count++ == 0)
-			snprintf(first, nf, "%s", de->d_name);
-		if (k < n) {
-			const int w = snprintf(list + k, n - k, "%s%s", k ? ", " : "", de->d_name);
-
-			k = w < 0 || (size_t)w >= n - k ? n : k + (size_t)w;
-		}
-	}
-	closedir(d);
-	return count;
+	return gfs_dir_matches(dir, step_match, NULL, first, nf, list, n);
 }
 
 /* has_steps(): does dir hold a global_step_* directory? */

@@ -5,11 +5,13 @@
 #include "config.h"
 
 #include <assert.h>
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -307,4 +309,37 @@ gfs_err gfs_read_meta(const char *path, uint64_t max, unsigned flags, char **tex
 gfs_err gfs_read_text(const char *path, uint64_t max, char **text, size_t *len)
 {
 	return gfs_read_meta(path, max, 0, text, len);
+}
+
+size_t gfs_dir_matches(const char *dir, bool (*match)(const char *path, const char *name, void *ctx),
+		       void *ctx, char *first, size_t nf, char *list, size_t n)
+{
+	DIR *d;
+	const struct dirent *de;
+	size_t count = 0, k = 0;
+
+	assert(dir && match && first && nf > 0 && list && n > 0);
+	first[0] = list[0] = '\0';
+	d = opendir(dir);
+	if (!d)
+		return 0;
+	while ((de = readdir(d))) {
+		char path[PATH_MAX];
+
+		if (strlen(de->d_name) >= nf ||
+		    (size_t)snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) >= sizeof(path) ||
+		    !match(path, de->d_name, ctx))
+			continue;
+		if (count++ == 0)
+			snprintf(first, nf, "%s", de->d_name);
+		if (k < n) {
+			const int w = snprintf(list + k, n - k, "%s%s", k ? ", " : "", de->d_name);
+
+			k = w < 0 || (size_t)w >= n - k ? n : k + (size_t)w;
+			if (k == n && n > 4)
+				snprintf(list + n - 4, 4, "...");
+		}
+	}
+	closedir(d);
+	return count;
 }
