@@ -20,7 +20,8 @@
 #   baseline          bench/preadall.py 8 over all the layer files (the bf16
 #                     module weights, no re-arrangement, no check); with GIB,
 #                     over as many of their first bytes as the first read read
-# The payloads are holes, read as zeros at memory speed, so this measures
+# The payloads are holes, read as zeros at memory speed, the files' pages
+# dropped from the page cache before each read (bench_drop), so this measures
 # gatherfs's own cost (index, partition mapping, CRC-32 of every record)
 # against a reader's, not storage.
 # Needs a user allowed to mount FUSE and python3 with torch (for the generator).
@@ -53,6 +54,7 @@ size=$(stat -c %s "$W/m/model.safetensors")
 gib=${3:-}
 count=$(( ${gib:-0} * 1024 ))
 [ "$count" -gt 0 ] || count=$(( (size + 1048575) / 1048576 ))
+bench_drop $shards
 s=$(bench_now)
 timeout 3600 dd if="$W/m/model.safetensors" of=/dev/null bs=1M count=$count status=none
 e=$(bench_now)
@@ -61,6 +63,7 @@ timeout 10 fusermount3 -u "$W/m"
 wait "$pid" || true
 read_s=$(echo "$e - $s" | bc)
 read_b=$(( count * 1048576 < size ? count * 1048576 : size ))
+bench_drop $shards
 s=$(bench_now)
 base_b=$(/usr/bin/python3 "$here/preadall.py" 8 ${gib:+--bytes=$read_b} $shards)
 e=$(bench_now)

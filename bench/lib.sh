@@ -46,6 +46,11 @@ bench_ab() {
 	bench_setup "${2:-}"
 }
 
+# bench_drop FILE...: the files' clean pages dropped from the page cache (a
+# sparse file's: the zeros its holes were read as), so that the next read of
+# them is cold, not a copy from memory.
+bench_drop() { for _bd_f in "$@"; do dd if="$_bd_f" iflag=nocache count=0 status=none; done; }
+
 # bench_now: the time now, in seconds (with nanoseconds).
 bench_now() { date +%s.%N; }
 

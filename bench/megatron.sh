@@ -26,9 +26,10 @@
 #                     and the rest of the archives, no re-arrangement, no
 #                     check); with GIB, over as many of their first bytes as
 #                     the first read read
-# The payloads are holes, read as zeros at memory speed (no page cache can
-# hold 141 GB here), so this measures gatherfs's own cost (index,
-# re-arrangement, CRC-32 of every record) against a reader's, not storage.
+# The payloads are holes, read as zeros at memory speed, the shards' pages
+# dropped from the page cache before each read (bench_drop), so this
+# measures gatherfs's own cost (index, re-arrangement, CRC-32 of every
+# record) against a reader's, not storage.
 # Needs a user allowed to mount FUSE and python3 (for the generator).
 set -eu
 B=$(cd "${2:-.}" && pwd)
@@ -78,6 +79,7 @@ size=$(stat -c %s "$W/m/model.safetensors")
 gib=${3:-}
 count=$(( ${gib:-0} * 1024 ))
 [ "$count" -gt 0 ] || count=$(( (size + 1048575) / 1048576 ))
+bench_drop $shards
 s=$(bench_now)
 timeout 3600 dd if="$W/m/model.safetensors" of=/dev/null bs=1M count=$count status=none
 e=$(bench_now)
@@ -86,6 +88,7 @@ timeout 10 fusermount3 -u "$W/m"
 wait "$pid" || true
 read_s=$(echo "$e - $s" | bc)
 read_b=$(( count * 1048576 < size ? count * 1048576 : size ))
+bench_drop $shards
 s=$(bench_now)
 base_b=$(/usr/bin/python3 "$here/preadall.py" 8 ${gib:+--bytes=$read_b} $shards)
 e=$(bench_now)

@@ -18,7 +18,8 @@
 #                     -o verify=read) with dd bs=1M, from a fresh mount
 #   baseline          bench/preadall.py 8 over all the rank files (the same
 #                     bytes, no re-arrangement, no check)
-# The payloads are holes, read as zeros at memory speed, so this measures
+# The payloads are holes, read as zeros at memory speed, the files' pages
+# dropped from the page cache before each read (bench_drop), so this measures
 # gatherfs's own cost (index, RANKS x 291 pickled DTensors, re-arrangement,
 # CRC-32 of every record) against a reader's, not storage.
 # Needs a user allowed to mount FUSE and python3 with torch (the generator).
@@ -50,6 +51,7 @@ size=$(stat -c %s "$W/m/model.safetensors")
 gib=${3:-}
 count=$(( ${gib:-0} * 1024 ))
 [ "$count" -gt 0 ] || count=$(( (size + 1048575) / 1048576 ))
+bench_drop $shards
 s=$(bench_now)
 timeout 3600 dd if="$W/m/model.safetensors" of=/dev/null bs=1M count=$count status=none
 e=$(bench_now)
@@ -58,6 +60,7 @@ timeout 10 fusermount3 -u "$W/m"
 wait "$pid" || true
 read_s=$(echo "$e - $s" | bc)
 read_b=$(( count * 1048576 < size ? count * 1048576 : size ))
+bench_drop $shards
 s=$(bench_now)
 base_b=$(/usr/bin/python3 "$here/preadall.py" 8 $shards)
 e=$(bench_now)
