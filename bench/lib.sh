@@ -51,6 +51,59 @@ bench_ab() {
 # them is cold, not a copy from memory.
 bench_drop() { for _bd_f in "$@"; do dd if="$_bd_f" iflag=nocache count=0 status=none; done; }
 
+# bench_first_read LABEL [GIB]: the rows of the first-read benchmarks
+# (megatron.sh, ds-pipeline.sh, verl.sh) of checkpoint C, whose source files
+# are $shards (LABEL names their kind): mount time (median of 3 fresh mounts,
+# until MNT/model.safetensors can be stat'ed), the daemon's RSS after mount
+# and its peak after the read, the first GIB GiB (default: all) of
+# MNT/model.safetensors read with dd bs=1M from a fresh mount, and
+# bench/preadall.py 8 over as many of the shards' first bytes (with GIB;
+# all of them without), both cold (bench_drop); then the ratio of the two.
+# Needs B, C, here, shards and W (bench_workdir).
+bench_first_read() {
+	mounts=""
+	for _bf_i in 1 2 3; do
+		s=$(bench_now)
+		"$B/gatherfs" "$C" "$W/m" 2>/dev/null
+		timeout 600 stat "$W/m/model.safetensors" >/dev/null
+		e=$(bench_now)
+		mounts="$mounts $(echo "$e - $s" | bc)"
+		timeout 10 fusermount3 -u "$W/m"
+	done
+	mt=$(echo $mounts | tr ' ' '\n' | sort -n | sed -n 2p)
+	"$B/gatherfs" -f "$C" "$W/m" 2>/dev/null &
+	pid=$!
+	until timeout 10 stat "$W/m/model.safetensors" >/dev/null 2>&1; do sleep 0.01; done
+	rss=$(awk '/VmRSS/ { print $2 }' /proc/"$pid"/status)
+	size=$(stat -c %s "$W/m/model.safetensors")
+	gib=${2:-}
+	count=$(( ${gib:-0} * 1024 ))
+	[ "$count" -gt 0 ] || count=$(( (size + 1048575) / 1048576 ))
+	bench_drop $shards
+	s=$(bench_now)
+	timeout 3600 dd if="$W/m/model.safetensors" of=/dev/null bs=1M count=$count status=none
+	e=$(bench_now)
+	hwm=$(awk '/VmHWM/ { print $2 }' /proc/"$pid"/status)
+	timeout 10 fusermount3 -u "$W/m"
+	wait "$pid" || true
+	read_s=$(echo "$e - $s" | bc)
+	read_b=$(( count * 1048576 < size ? count * 1048576 : size ))
+	bench_drop $shards
+	s=$(bench_now)
+	base_b=$(/usr/bin/python3 "$here/preadall.py" 8 ${gib:+--bytes=$read_b} $shards)
+	e=$(bench_now)
+	base_s=$(echo "$e - $s" | bc)
+	echo "checkpoint $C ($(stat -c %s $shards | awk '{ s += $1 } END { printf "%.0f", s }') bytes in $(echo $shards | wc -w) $1 files)"
+	echo "model.safetensors: $size bytes"
+	awk -v m="$mt" -v all="$mounts" 'BEGIN { printf "mount time (median of 3)   %8.3f s   (%s)\n", m, all }'
+	awk -v r="$rss" -v h="$hwm" 'BEGIN { printf "daemon RSS after mount     %8.1f MiB, peak %.1f MiB after the read\n", r / 1024, h / 1024 }'
+	awk -v b="$read_b" -v t="$read_s" -v bb="$base_b" -v bt="$base_s" -v k="$1" 'BEGIN {
+		printf "first read, model.safetensors  %8.2f GB in %7.2f s = %6.2f GB/s\n", b / 1e9, t, b / t / 1e9
+		printf "baseline, preadall.py 8 %-7s %7.2f GB in %7.2f s = %6.2f GB/s\n", k, bb / 1e9, bt, bb / bt / 1e9
+		printf "ratio (gatherfs / baseline)      %6.2fx\n", (b / t) / (bb / bt)
+	}'
+}
+
 # bench_now: the time now, in seconds (with nanoseconds).
 bench_now() { date +%s.%N; }
 

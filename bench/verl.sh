@@ -17,7 +17,8 @@
 #                     (every record's CRC-32 checked first, the default
 #                     -o verify=read) with dd bs=1M, from a fresh mount
 #   baseline          bench/preadall.py 8 over all the rank files (the same
-#                     bytes, no re-arrangement, no check)
+#                     bytes, no re-arrangement, no check); with GIB, over as
+#                     many of their first bytes as the first read read
 # The payloads are holes, read as zeros at memory speed, the files' pages
 # dropped from the page cache before each read (bench_drop), so this measures
 # gatherfs's own cost (index, RANKS x 291 pickled DTensors, re-arrangement,
@@ -33,45 +34,5 @@ C=/var/tmp/gatherfs-bench/benchverl-$ranks
 bench_workdir
 shards=$(find "$C" -name 'model_world_size_*_rank_*.pt' | sort)
 
-mounts=""
-for i in 1 2 3; do
-	s=$(bench_now)
-	"$B/gatherfs" "$C" "$W/m" 2>/dev/null
-	timeout 600 stat "$W/m/model.safetensors" >/dev/null
-	e=$(bench_now)
-	mounts="$mounts $(echo "$e - $s" | bc)"
-	timeout 10 fusermount3 -u "$W/m"
-done
-mt=$(echo $mounts | tr ' ' '\n' | sort -n | sed -n 2p)
-"$B/gatherfs" -f "$C" "$W/m" 2>/dev/null &
-pid=$!
-until timeout 10 stat "$W/m/model.safetensors" >/dev/null 2>&1; do sleep 0.01; done
-rss=$(awk '/VmRSS/ { print $2 }' /proc/"$pid"/status)
-size=$(stat -c %s "$W/m/model.safetensors")
-gib=${3:-}
-count=$(( ${gib:-0} * 1024 ))
-[ "$count" -gt 0 ] || count=$(( (size + 1048575) / 1048576 ))
-bench_drop $shards
-s=$(bench_now)
-timeout 3600 dd if="$W/m/model.safetensors" of=/dev/null bs=1M count=$count status=none
-e=$(bench_now)
-hwm=$(awk '/VmHWM/ { print $2 }' /proc/"$pid"/status)
-timeout 10 fusermount3 -u "$W/m"
-wait "$pid" || true
-read_s=$(echo "$e - $s" | bc)
-read_b=$(( count * 1048576 < size ? count * 1048576 : size ))
-bench_drop $shards
-s=$(bench_now)
-base_b=$(/usr/bin/python3 "$here/preadall.py" 8 $shards)
-e=$(bench_now)
-base_s=$(echo "$e - $s" | bc)
-echo "checkpoint $C ($(echo $shards | xargs stat -c %s | awk '{ t += $1 } END { printf "%.0f", t }') bytes in $(echo $shards | wc -w) rank files)"
-echo "model.safetensors: $size bytes"
-awk -v m="$mt" -v all="$mounts" 'BEGIN { printf "mount time (median of 3)   %8.3f s   (%s)\n", m, all }'
-awk -v r="$rss" -v h="$hwm" 'BEGIN { printf "daemon RSS after mount     %8.1f MiB, peak %.1f MiB after the read\n", r / 1024, h / 1024 }'
-awk -v b="$read_b" -v t="$read_s" -v bb="$base_b" -v bt="$base_s" 'BEGIN {
-	printf "first read, model.safetensors  %8.2f GB in %7.2f s = %6.2f GB/s\n", b / 1e9, t, b / t / 1e9
-	printf "baseline, preadall.py 8 rank files %4.2f GB in %7.2f s = %6.2f GB/s\n", bb / 1e9, bt, bb / bt / 1e9
-	printf "ratio (gatherfs / baseline)      %6.2fx\n", (b / t) / (bb / bt)
-}'
+bench_first_read rank "${3:-}"
 echo "command: bench/verl.sh $ranks ${2:-.} ${3:-}"
