@@ -152,7 +152,7 @@ static gfs_err args_sane(const gfs_pv *args, const char *path)
 static gfs_err read_args(const gfs_pv *root, const char *path, mg_args *a)
 {
 	const gfs_pv *args = gfs_pv_dict_get(root, "args");
-	int64_t v, etp, swiglu, order, kv_lora, rope;
+	int64_t v, etp, swiglu, order, kv_lora = 0, rope = 0;
 	gfs_err err;
 
 	if (!args || args->kind != GFS_PV_OBJECT || !args->u.obj.state ||
