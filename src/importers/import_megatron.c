@@ -1054,9 +1054,8 @@ static bool known_rank(const mg_args *a, const char *name)
 }
 
 /* iteration_match(): a Megatron iteration directory (a gfs_dir_matches() match). */
-static bool iteration_match(const char *path, const char *name, void *ctx)
+static bool iteration_match(const char *path, const char *name)
 {
-	(void)ctx;
 	return valid_tag(name) && is_iteration(path);
 }
 
@@ -1068,7 +1067,7 @@ static bool iteration_match(const char *path, const char *name, void *ctx)
  */
 static size_t iterations(const char *dir, char *first, char *list, size_t n)
 {
-	return gfs_dir_matches(dir, iteration_match, NULL, first, MG_TAG_MAX, list, n);
+	return gfs_dir_matches(dir, iteration_match, first, MG_TAG_MAX, list, n);
 }
 
 bool gfs_megatron_detect(const char *dir)

@@ -187,9 +187,8 @@ static bool latest_step(const char *dir, char *buf, size_t n, gfs_err *err)
 }
 
 /* step_match(): a verl step directory with rank files (a gfs_dir_matches() match). */
-static bool step_match(const char *path, const char *name, void *ctx)
+static bool step_match(const char *path, const char *name)
 {
-	(void)ctx;
 	return strncmp(name, "global_step_", 12) == 0 &&
 	       (sub_ranks(path, "actor") || sub_ranks(path, "critic"));
 }
@@ -201,7 +200,7 @@ static bool step_match(const char *path, const char *name, void *ctx)
  */
 static size_t only_steps(const char *dir, char *first, size_t nf, char *list, size_t n)
 {
-	return gfs_dir_matches(dir, step_match, NULL, first, nf, list, n);
+	return gfs_dir_matches(dir, step_match, first, nf, list, n);
 }
 
 /* has_steps(): does dir hold a global_step_* directory? */

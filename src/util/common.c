@@ -311,8 +311,8 @@ gfs_err gfs_read_text(const char *path, uint64_t max, char **text, size_t *len)
 	return gfs_read_meta(path, max, 0, text, len);
 }
 
-size_t gfs_dir_matches(const char *dir, bool (*match)(const char *path, const char *name, void *ctx),
-		       void *ctx, char *first, size_t nf, char *list, size_t n)
+size_t gfs_dir_matches(const char *dir, bool (*match)(const char *path, const char *name),
+		       char *first, size_t nf, char *list, size_t n)
 {
 	DIR *d;
 	const struct dirent *de;
@@ -328,7 +328,7 @@ size_t gfs_dir_matches(const char *dir, bool (*match)(const char *path, const ch
 
 		if (strlen(de->d_name) >= nf ||
 		    (size_t)snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) >= sizeof(path) ||
-		    !match(path, de->d_name, ctx))
+		    !match(path, de->d_name))
 			continue;
 		if (count++ == 0)
 			snprintf(first, nf, "%s", de->d_name);

@@ -160,13 +160,13 @@ gfs_err gfs_read_text(const char *path, uint64_t max, char **text, size_t *len);
 
 /*
  * gfs_dir_matches(): how many entries of directory dir match accepts
- * (match(path, name, ctx), path being dir/name; names of nf bytes or more
+ * (match(path, name), path being dir/name; names of nf bytes or more
  * and paths of PATH_MAX or more are skipped); the first one's name in first
  * (nf bytes), their names, comma-separated, in list (n bytes, cut short
  * with "...").  0, first and list empty, if dir cannot be read.
  */
-size_t gfs_dir_matches(const char *dir, bool (*match)(const char *path, const char *name, void *ctx),
-		       void *ctx, char *first, size_t nf, char *list, size_t n);
+size_t gfs_dir_matches(const char *dir, bool (*match)(const char *path, const char *name),
+		       char *first, size_t nf, char *list, size_t n);
 
 /*
  * gfs_buf: a growing byte buffer whose writers only record failure, so a
