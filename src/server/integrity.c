@@ -53,6 +53,7 @@ typedef struct chk_seg {
 
 typedef struct chk_item {
 	uint32_t rec;
+	size_t k;          /* rec's index among the claimed records */
 	size_t seg0, seg1; /* FILE: segments [seg0, seg1) */
 	uint32_t crc;      /* ZSTD: of the record's bytes */
 	bool corrupt;      /* ZSTD: the frame does not decode */
@@ -67,9 +68,29 @@ typedef struct chk_piece {
 	size_t ti, p;
 } chk_piece;
 
+/* A plan: the segments, items and pieces of the records claimed[0..n). */
+typedef struct chk_plan {
+	chk_piece *pieces;
+	size_t npieces;
+	size_t *piece0; /* [n + 1]: pieces of claimed record k: [piece0[k], piece0[k + 1]) */
+	size_t *seg0;   /* [n + 1]: its segments */
+	size_t *item0;  /* [n + 1]: its items */
+} chk_plan;
+
+/*
+ * A job: the items of the claimed records, taken in order by the workers.
+ * A record is settled (gfs_srcset_rec_settle()) by the worker that ends
+ * its last item, so that a reader waiting for it goes on while the job
+ * checks the other records.
+ */
 typedef struct chk_job {
 	const gfs_layout *l;
 	const gfs_srcset *s;
+	const uint32_t *claimed;
+	const uint32_t *want; /* per claimed record: its stored CRC-32 */
+	const chk_plan *pl;
+	atomic_size_t *left;  /* per claimed record: its items not ended yet */
+	bool *settled;        /* per claimed record: settled by the job */
 	chk_seg *segs;
 	size_t nsegs;
 	chk_item *items;
@@ -371,6 +392,65 @@ static bool zstd_bufs(chk_bufs *b)
 	return b->zin && b->zout && b->d;
 }
 
+/* combine(): the CRC-32 of segments [a, b). */
+static uint32_t combine(const chk_seg *segs, size_t a, size_t b)
+{
+	uint32_t crc = 0;
+
+	for (size_t i = a; i < b; i++)
+		crc = gfs_crc32_combine(crc, segs[i].crc, segs[i].len);
+	return crc;
+}
+
+/* seg_at(): the segment of [a, b) starting at off (there is one). */
+static size_t seg_at(const chk_seg *segs, size_t a, size_t b, uint64_t off)
+{
+	while (b - a > 1) {
+		const size_t mid = a + (b - a) / 2;
+
+		if (segs[mid].off <= off)
+			a = mid;
+		else
+			b = mid;
+	}
+	assert(segs[a].off == off);
+	return a;
+}
+
+/*
+ * settle(): claimed record k, all of whose items ended: GOOD or BAD by its
+ * CRC-32, and the CRC-32 of each summed piece in it recorded.
+ */
+static void settle(chk_job *job, size_t k)
+{
+	const chk_plan *pl = job->pl;
+	const uint32_t rec = job->claimed[k];
+	const gfs_record *r = &job->l->records[rec];
+	bool good;
+
+	if (r->kind == GFS_PIECE_ZSTD || r->len == 0) {
+		const chk_item *zi = &job->items[pl->item0[k]];
+
+		assert(pl->item0[k + 1] == pl->item0[k] + 1 && zi->rec == rec);
+		good = !zi->corrupt && zi->crc == r->crc32;
+	} else {
+		const size_t a = pl->seg0[k], b = pl->seg0[k + 1];
+
+		good = combine(job->segs, a, b) == job->want[k];
+		for (size_t i = pl->piece0[k]; good && i < pl->piece0[k + 1]; i++) {
+			const chk_piece *cp = &pl->pieces[i];
+			const size_t g0 = seg_at(job->segs, a, b, cp->off);
+			size_t g1 = g0;
+
+			while (g1 < b && job->segs[g1].off < cp->end)
+				g1++;
+			gfs_srcset_set_piece_crc(job->s, cp->ti, cp->p, combine(job->segs, g0, g1));
+		}
+	}
+	job->settled[k] = true;
+	gfs_srcset_rec_settle(job->s, rec, good ? GFS_REC_OK : GFS_REC_BAD);
+}
+
 static void *chk_worker(void *arg)
 {
 	chk_job *job = arg;
@@ -392,6 +472,8 @@ static void *chk_worker(void *arg)
 			err = check_zstd(job, it, b.d, b.zin, b.zout);
 		if (err)
 			job_fail(job, err);
+		else if (atomic_fetch_sub(&job->left[it->k], 1) == 1)
+			settle(job, it->k);
 	}
 	ZSTD_freeDCtx(b.d);
 	free(b.zout);
@@ -432,19 +514,15 @@ static int cpiece_cmp(const void *a, const void *b)
 	return x->off < y->off ? -1 : x->off > y->off;
 }
 
-/* A plan: the segments, items and pieces of the records claimed[0..n). */
-typedef struct chk_plan {
-	chk_piece *pieces;
-	size_t npieces;
-	size_t *piece0; /* [n + 1]: pieces of claimed record k: [piece0[k], piece0[k + 1]) */
-	size_t *seg0;   /* [n + 1]: its segments */
-} chk_plan;
 
 static void plan_free(chk_plan *pl, chk_job *job)
 {
 	free(pl->pieces);
 	free(pl->piece0);
 	free(pl->seg0);
+	free(pl->item0);
+	free(job->left);
+	free(job->settled);
 	free(job->segs);
 	free(job->items);
 }
@@ -488,7 +566,10 @@ static gfs_err plan(const gfs_layout *l, const uint32_t *claimed, size_t n, chk_
 
 	pl->piece0 = gfs_calloc(n + 1, sizeof(*pl->piece0));
 	pl->seg0 = gfs_calloc(n + 1, sizeof(*pl->seg0));
-	if (!pl->piece0 || !pl->seg0)
+	pl->item0 = gfs_calloc(n + 1, sizeof(*pl->item0));
+	job->left = gfs_calloc(n, sizeof(*job->left));
+	job->settled = gfs_calloc(n, sizeof(*job->settled));
+	if (!pl->piece0 || !pl->seg0 || !pl->item0 || !job->left || !job->settled)
 		goto out;
 	for (size_t k = 0; k < n; k++) {
 		plan_add ctx = { .l = l, .pl = pl, .cap = &cap_pieces, .k = k,
@@ -520,8 +601,9 @@ static gfs_err plan(const gfs_layout *l, const uint32_t *claimed, size_t n, chk_
 		size_t nb = 0;
 
 		pl->seg0[k] = job->nsegs;
+		pl->item0[k] = job->nitems;
 		if (r->kind == GFS_PIECE_ZSTD || r->len == 0) {
-			job->items[job->nitems++] = (chk_item){ .rec = claimed[k] };
+			job->items[job->nitems++] = (chk_item){ .rec = claimed[k], .k = k };
 			continue;
 		}
 		{
@@ -554,7 +636,7 @@ static gfs_err plan(const gfs_layout *l, const uint32_t *claimed, size_t n, chk_
 				    job->items[job->nitems - 1].seg1 == 0)
 					job->items[job->nitems - 1].seg1 = job->nsegs;
 				job->items[job->nitems++] =
-					(chk_item){ .rec = claimed[k], .seg0 = job->nsegs };
+					(chk_item){ .rec = claimed[k], .k = k, .seg0 = job->nsegs };
 			}
 			assert(job->nsegs < nseg_max);
 			job->segs[job->nsegs++] = (chk_seg){ .off = bounds[i],
@@ -563,35 +645,13 @@ static gfs_err plan(const gfs_layout *l, const uint32_t *claimed, size_t n, chk_
 		job->items[job->nitems - 1].seg1 = job->nsegs;
 	}
 	pl->seg0[n] = job->nsegs;
+	pl->item0[n] = job->nitems;
+	for (size_t k = 0; k < n; k++)
+		atomic_init(&job->left[k], pl->item0[k + 1] - pl->item0[k]);
 	err = GFS_OK;
 out:
 	free(bounds);
 	return err ? gfs_fail(err, "out of memory") : GFS_OK;
-}
-
-/* combine(): the CRC-32 of segments [a, b). */
-static uint32_t combine(const chk_seg *segs, size_t a, size_t b)
-{
-	uint32_t crc = 0;
-
-	for (size_t i = a; i < b; i++)
-		crc = gfs_crc32_combine(crc, segs[i].crc, segs[i].len);
-	return crc;
-}
-
-/* seg_at(): the segment of [a, b) starting at off (there is one). */
-static size_t seg_at(const chk_seg *segs, size_t a, size_t b, uint64_t off)
-{
-	while (b - a > 1) {
-		const size_t mid = a + (b - a) / 2;
-
-		if (segs[mid].off <= off)
-			a = mid;
-		else
-			b = mid;
-	}
-	assert(segs[a].off == off);
-	return a;
 }
 
 /* Lazy DCP records being confirmed (confirm()). */
@@ -635,17 +695,17 @@ static gfs_err confirm(const gfs_layout *l, const gfs_srcset *s, const uint32_t 
 
 /*
  * check_claimed(): check records claimed[0..n), which the caller holds
- * BUSY, and settle every one of them (UNCHECKED on error).
+ * BUSY, and settle every one of them: each as soon as its bytes are
+ * checked (settle()), those an error left UNCHECKED at the end.
  */
 static gfs_err check_claimed(const gfs_layout *l, const gfs_srcset *s, const uint32_t *claimed,
 			     size_t n, unsigned nthreads, gfs_integrity_stats *st)
 {
-	chk_job job = { .l = l, .s = s };
 	chk_plan pl = { 0 };
 	uint32_t *want = gfs_calloc(n ? n : 1, sizeof(*want));
+	chk_job job = { .l = l, .s = s, .claimed = claimed, .want = want, .pl = &pl };
 	gfs_err err = want ? confirm(l, s, claimed, n, want)
 			   : gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	size_t it = 0;
 
 	if (!err && n)
 		err = plan(l, claimed, n, &pl, &job);
@@ -658,42 +718,18 @@ static gfs_err check_claimed(const gfs_layout *l, const gfs_srcset *s, const uin
 		run_job(&job, nthreads);
 	err = (gfs_err)atomic_load(&job.err);
 	for (size_t k = 0; k < n; k++) {
-		const uint32_t rec = claimed[k];
-		const gfs_record *r = &l->records[rec];
-		bool good = false;
+		const gfs_record *r = &l->records[claimed[k]];
 
-		if (err) {
-			gfs_srcset_rec_settle(s, rec, GFS_REC_UNCHECKED);
+		if (!job.settled || !job.settled[k]) {
+			gfs_srcset_rec_settle(s, claimed[k], GFS_REC_UNCHECKED);
 			continue;
 		}
-		st->bytes += gfs_record_src_len(r);
-		if (r->kind == GFS_PIECE_ZSTD || r->len == 0) {
-			const chk_item *zi = &job.items[it++];
-
-			assert(zi->rec == rec);
-			if (r->kind == GFS_PIECE_ZSTD) {
-				st->frames++;
-				st->frames_sum += zi->checksum;
-			}
-			good = !zi->corrupt && zi->crc == r->crc32;
-		} else {
-			const size_t a = pl.seg0[k], b = pl.seg0[k + 1];
-
-			while (it < job.nitems && job.items[it].rec == rec)
-				it++;
-			good = combine(job.segs, a, b) == want[k];
-			for (size_t i = pl.piece0[k]; good && i < pl.piece0[k + 1]; i++) {
-				const chk_piece *cp = &pl.pieces[i];
-				const size_t g0 = seg_at(job.segs, a, b, cp->off);
-				size_t g1 = g0;
-
-				while (g1 < b && job.segs[g1].off < cp->end)
-					g1++;
-				gfs_srcset_set_piece_crc(s, cp->ti, cp->p, combine(job.segs, g0, g1));
-			}
-		}
 		st->checked++;
-		gfs_srcset_rec_settle(s, rec, good ? GFS_REC_OK : GFS_REC_BAD);
+		st->bytes += gfs_record_src_len(r);
+		if (r->kind == GFS_PIECE_ZSTD) {
+			st->frames++;
+			st->frames_sum += job.items[pl.item0[k]].checksum;
+		}
 	}
 	plan_free(&pl, &job);
 	free(want);

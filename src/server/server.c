@@ -47,6 +47,9 @@ struct gfs_srcset {
 };
 
 /* What the record checks found (gfs_rec_state), mutable behind a const srcset. */
+/* The background check of an entry (bg_start()): none yet, running, ended. */
+enum { BG_NONE, BG_RUNNING, BG_DONE };
+
 typedef struct rec_table {
 	pthread_mutex_t mu; /* with cv: waiting for a BUSY record */
 	pthread_cond_t cv;
@@ -54,7 +57,7 @@ typedef struct rec_table {
 	_Atomic int *state;  /* [nrecords] */
 	size_t *piece_base;  /* [entries]: index of each tensor's first piece in piece_crc */
 	uint32_t *piece_crc; /* CRC-32 of each contiguous FILE piece of an OK record */
-	atomic_bool *bg;     /* [entries]: a background check of the entry was started */
+	_Atomic unsigned char *bg; /* [entries]: BG_NONE, BG_RUNNING or BG_DONE */
 	unsigned nbg;        /* background checks running (under mu; cv signals the end of one) */
 	atomic_bool stop;    /* set by gfs_srcset_close(): background checks stop */
 	pthread_mutex_t decl_mu; /* held while the declarations are checked */
@@ -126,7 +129,7 @@ static rec_table *rec_table_new(const gfs_layout *l)
 		return NULL;
 	}
 	for (size_t i = 0; i < nent; i++)
-		atomic_init(&rt->bg[i], false);
+		atomic_init(&rt->bg[i], BG_NONE);
 	for (size_t r = 0; r < l->nrecords; r++)
 		atomic_init(&rt->state[r], GFS_REC_UNCHECKED);
 	if (l->nreplicas) {
@@ -1067,6 +1070,7 @@ typedef struct bg_check {
 	const gfs_layout *l;
 	const gfs_srcset *s;
 	const gfs_tensor *t;
+	size_t ti; /* t's index */
 	uint64_t want;
 } bg_check;
 
@@ -1079,8 +1083,9 @@ static void *bg_main(void *arg)
 	 * its own then, and fails with the error if it needs a bad one. */
 	(void)check_records(b->l, b->s, b->t, gfs_piece_candidates(b->t, 0, b->t->nbytes), 0,
 			    b->t->nbytes, b->want, false);
-	free(b);
 	(void)pthread_mutex_lock(&rt->mu);
+	atomic_store(&rt->bg[b->ti], BG_DONE);
+	free(b);
 	rt->nbg--;
 	(void)pthread_cond_broadcast(&rt->cv);
 	(void)pthread_mutex_unlock(&rt->mu);
@@ -1113,9 +1118,10 @@ static bool bg_start(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor 
 	b = malloc(sizeof(*b));
 	if (!b)
 		return false;
-	*b = (bg_check){ .l = l, .s = s, .t = t, .want = want };
+	*b = (bg_check){ .l = l, .s = s, .t = t, .ti = ti, .want = want };
 	(void)pthread_mutex_lock(&rt->mu);
-	if (rt->nbg < BG_MAX && !atomic_load(&rt->stop) && !atomic_exchange(&rt->bg[ti], true)) {
+	if (rt->nbg < BG_MAX && !atomic_load(&rt->stop) && atomic_load(&rt->bg[ti]) == BG_NONE) {
+		atomic_store(&rt->bg[ti], BG_RUNNING);
 		rt->nbg++;
 		started = true;
 	}
@@ -1135,7 +1141,7 @@ static bool bg_start(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor 
 	free(b);
 	(void)pthread_mutex_lock(&rt->mu);
 	rt->nbg--;
-	atomic_store(&rt->bg[ti], false);
+	atomic_store(&rt->bg[ti], BG_NONE);
 	(void)pthread_cond_broadcast(&rt->cv);
 	(void)pthread_mutex_unlock(&rt->mu);
 	return false;
@@ -1179,6 +1185,18 @@ static gfs_err require_records(const gfs_layout *l, const gfs_srcset *s, const g
 		(void)check_records(l, s, t, gfs_piece_candidates(t, 0, t->nbytes), 0, t->nbytes,
 				    end - off, false);
 	return check_records(l, s, t, sp, off, end, end - off, true);
+}
+
+void gfs_tensor_check_ahead(const gfs_layout *l, const gfs_srcset *s, size_t cur, size_t next)
+{
+	const gfs_tensor *c = gfs_layout_target(l, cur), *t = gfs_layout_target(l, next);
+
+	assert(s->layout == l);
+	if (!s->verify || c == t || t->comp || t->npieces == 0 ||
+	    atomic_load(&s->rt->bg[c - l->tensors]) == BG_RUNNING ||
+	    atomic_load(&s->rt->bg[t - l->tensors]) != BG_NONE)
+		return;
+	(void)bg_start(l, s, t, t->nbytes);
 }
 
 /*

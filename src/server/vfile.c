@@ -359,6 +359,28 @@ static gfs_err read_seg(const gfs_vfile *vf, const gfs_seg *seg, uint64_t in,
 	return gfs_fail(GFS_ERR_FORMAT, "unknown segment kind %d", (int)seg->kind);
 }
 
+/*
+ * check_ahead(): segment i, a TENSOR, is being read: the entry of the next
+ * TENSOR segment (past headers between them) has its records checked
+ * meanwhile (gfs_tensor_check_ahead()).
+ */
+static void check_ahead(const gfs_vfile *vf, size_t i, const gfs_seg *seg)
+{
+	enum { LOOK = 4 }; /* segments: a zip's headers and CRC fields between records */
+	const size_t n = vf->comp.seg ? vf->comp.n : vf->nsegs;
+
+	for (size_t j = i + 1; j < n && j <= i + LOOK; j++) {
+		gfs_seg tmp;
+		const gfs_seg *next = seg_at(vf, j, &tmp);
+
+		if (next->kind == GFS_SEG_TENSOR) {
+			gfs_tensor_check_ahead(vf->ctx->layout, vf->ctx->src, seg->u.tensor.entry,
+					       next->u.tensor.entry);
+			return;
+		}
+	}
+}
+
 gfs_err gfs_vfile_read(const gfs_vfile *vf, uint64_t off, void *buf, size_t len,
 		       size_t *got)
 {
@@ -383,6 +405,8 @@ gfs_err gfs_vfile_read(const gfs_vfile *vf, uint64_t off, void *buf, size_t len,
 		err = read_seg(vf, seg, in, dst, n);
 		if (err)
 			return err;
+		if (seg->kind == GFS_SEG_TENSOR)
+			check_ahead(vf, i, seg);
 		dst += n;
 		off += n;
 		left -= n;
@@ -496,6 +520,8 @@ gfs_err gfs_vfile_map(const gfs_vfile *vf, uint64_t off, size_t len, gfs_vext *e
 			break;
 		case GFS_SEG_TENSOR:
 			err = map_tensor(vf, seg, in, k, ext, max, n);
+			if (!err)
+				check_ahead(vf, i, seg);
 			break;
 		case GFS_SEG_FD:
 			err = push_ext(ext, max, n, NULL, seg->u.fd.fd, seg->u.fd.off + in, k);

@@ -147,6 +147,18 @@ gfs_err gfs_tensor_read(const gfs_layout *l, const gfs_srcset *s, size_t i,
 			gfs_dtype want, uint64_t off, void *buf, size_t len);
 
 /*
+ * gfs_tensor_check_ahead(): a sequential reader of entry cur will read
+ * entry next after it.  Once no background check of cur's records runs
+ * (gfs_tensor_read() starts one at the first read that needs a check),
+ * start one of next's, so that next's records are checked while cur's
+ * bytes are served, and its first read waits for no check.  Nothing
+ * without verification, for a computed entry, or when next's check ran or
+ * no background slot is free (then next's first read checks as always).
+ * Serves nothing and never fails.
+ */
+void gfs_tensor_check_ahead(const gfs_layout *l, const gfs_srcset *s, size_t cur, size_t next);
+
+/*
  * gfs_tensor_read_raw(): bytes [off, off + len) of tensor t with pieces (an
  * entry of l or of its inputs table: its pieces name l's sources), in its
  * own dtype.  Same checks as gfs_tensor_read().
