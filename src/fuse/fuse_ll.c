@@ -274,6 +274,13 @@ static void gfs_ll_init(void *userdata, struct fuse_conn_info *conn)
 	 * -o readdirplus=auto|no still chooses otherwise.
 	 */
 	conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+	/*
+	 * No OPENDIR and RELEASEDIR: two of the four requests each directory
+	 * costs a fresh find (the universal view has one per param).
+	 */
+	m->no_opendir = conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT;
+	if (m->no_opendir)
+		conn->want |= FUSE_CAP_NO_OPENDIR_SUPPORT;
 	fuse_apply_conn_info_opts(m->conn_opts, conn);
 }
 
@@ -613,6 +620,10 @@ static void gfs_ll_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info
 		return;
 	if (n->type != GFS_NODE_DIR) {
 		fuse_reply_err(req, ENOTDIR);
+		return;
+	}
+	if (((const gfs_mount *)fuse_req_userdata(req))->no_opendir) {
+		fuse_reply_err(req, ENOSYS);
 		return;
 	}
 	fi->keep_cache = 1;
