@@ -6,7 +6,8 @@
  * so entries and attributes are cached by the kernel forever, every
  * listing is a readdirplus (see gfs_ll_init()), files are opened with
  * keep_cache (torch zip views with direct_io, see gfs_ll_open()) and
- * directories with cache_readdir.
+ * directories are not opened where the kernel allows (else opened with
+ * cache_readdir).
  */
 #include "config.h"
 
