@@ -35,6 +35,9 @@
 #define TENSORS_NAME "tensors"
 #define INDEX_NAME "INDEX"
 #define OPTIM_NAME "optim"
+/* gfs_node.entry of universal file i (gfs_uview index), and back: <= -2 */
+#define UNI_ENTRY(i) (-2 - (int64_t)(i))
+#define UNI_FILE(entry) ((size_t)(-2 - (entry)))
 #define ADAPTER_NAME "adapter"
 #define ADAPTER_ST "adapter_model.safetensors"
 #define ADAPTER_CFG "adapter_config.json"
@@ -1424,8 +1427,17 @@ static gfs_err build_universal(gfs_fs *fs)
 				   l->base_dir, fs->universal_absent);
 	if (!err && gfs_uview_note(fs->uview))
 		err = add_note(fs, "%s: %s", l->base_dir, gfs_uview_note(fs->uview));
-	for (size_t i = 0; !err && i < gfs_uview_nfiles(fs->uview); i++)
-		err = add_xfile(fs, gfs_uview_path(fs->uview, i), gfs_uview_vfile(fs->uview, i), -1);
+	/* no vfile: composed on first use (reg_size(), gfs_fs_vfile()) */
+	for (size_t i = 0; !err && i < gfs_uview_nfiles(fs->uview); i++) {
+		char path[1024];
+		const size_t len = gfs_uview_path(fs->uview, i, path, sizeof(path));
+
+		if (len >= sizeof(path))
+			err = gfs_fail(GFS_ERR_UNSUPPORTED, "universal view: a path longer than %zu bytes (%.64s...)",
+				       sizeof(path) - 1, path);
+		if (!err)
+			err = add_xfile(fs, path, NULL, UNI_ENTRY(i));
+	}
 	return err;
 }
 
@@ -2056,14 +2068,19 @@ static gfs_err json_read(const gfs_fs *fs, uint64_t off, uint8_t *buf, size_t le
 	return GFS_OK;
 }
 
-/* reg_size(): the size of regular file n. */
-static uint64_t reg_size(const gfs_fs *fs, const gfs_node *n)
+/* reg_size(): the size of regular file n (a universal file's: composed on first use). */
+static gfs_err reg_size(const gfs_fs *fs, const gfs_node *n, uint64_t *size)
 {
+	*size = 0;
 	if (n->vf)
-		return gfs_vfile_size(n->vf);
-	if (n->entry >= 0)
-		return gfs_tensor_out_nbytes(fs->ctx.layout, (size_t)n->entry, fs->ctx.want);
-	return json_size(fs);
+		*size = gfs_vfile_size(n->vf);
+	else if (n->entry >= 0)
+		*size = gfs_tensor_out_nbytes(fs->ctx.layout, (size_t)n->entry, fs->ctx.want);
+	else if (n->entry <= UNI_ENTRY(0))
+		return gfs_uview_size(fs->uview, UNI_FILE(n->entry), size);
+	else
+		*size = json_size(fs);
+	return GFS_OK;
 }
 
 const gfs_vfile *gfs_fs_vfile(const gfs_fs *fs, const gfs_node *n, gfs_vfile_buf *buf)
@@ -2071,16 +2088,23 @@ const gfs_vfile *gfs_fs_vfile(const gfs_fs *fs, const gfs_node *n, gfs_vfile_buf
 	const gfs_vfile *vf = NULL;
 
 	assert(n->type == GFS_NODE_REG);
+	if (n->entry <= UNI_ENTRY(0))
+		return gfs_uview_vfile(fs->uview, UNI_FILE(n->entry), &vf) ? NULL : vf;
 	if (n->vf || n->entry < 0)
 		return n->vf;
 	/* cannot fail: the build made the same vfile */
-	(void)gfs_vfile_one(&fs->ctx, (size_t)n->entry, reg_size(fs, n), buf, &vf);
+	(void)gfs_vfile_one(&fs->ctx, (size_t)n->entry,
+			    gfs_tensor_out_nbytes(fs->ctx.layout, (size_t)n->entry, fs->ctx.want),
+			    buf, &vf);
 	assert(vf);
 	return vf;
 }
 
-void gfs_fs_stat(const gfs_fs *fs, const gfs_node *n, struct stat *st)
+gfs_err gfs_fs_stat(const gfs_fs *fs, const gfs_node *n, struct stat *st)
 {
+	uint64_t size = 0;
+	gfs_err err = GFS_OK;
+
 	memset(st, 0, sizeof(*st));
 	st->st_ino = gfs_fs_ino(fs, n);
 	st->st_uid = n->uid;
@@ -2095,7 +2119,8 @@ void gfs_fs_stat(const gfs_fs *fs, const gfs_node *n, struct stat *st)
 	case GFS_NODE_REG:
 		st->st_mode = S_IFREG | n->perm;
 		st->st_nlink = 1;
-		st->st_size = (off_t)reg_size(fs, n);
+		err = reg_size(fs, n, &size);
+		st->st_size = (off_t)size;
 		break;
 	case GFS_NODE_LNK:
 		st->st_mode = S_IFLNK | n->perm;
@@ -2104,15 +2129,20 @@ void gfs_fs_stat(const gfs_fs *fs, const gfs_node *n, struct stat *st)
 		break;
 	}
 	st->st_blocks = (st->st_size + 511) / 512;
+	return err;
 }
 
 void gfs_fs_statfs(const gfs_fs *fs, struct statvfs *sv)
 {
 	uint64_t bytes = 0;
 
-	for (size_t i = 0; i < fs->nnodes; i++)
-		if (fs->nodes[i].type == GFS_NODE_REG)
-			bytes += reg_size(fs, &fs->nodes[i]);
+	for (size_t i = 0; i < fs->nnodes; i++) {
+		uint64_t size = 0;
+
+		/* a universal file that cannot be composed counts 0 (its stat says why) */
+		if (fs->nodes[i].type == GFS_NODE_REG && !reg_size(fs, &fs->nodes[i], &size))
+			bytes += size;
+	}
 	memset(sv, 0, sizeof(*sv));
 	sv->f_bsize = BLKSIZE;
 	sv->f_frsize = 4096;
@@ -2126,11 +2156,15 @@ gfs_err gfs_fs_read(const gfs_fs *fs, const gfs_node *n, uint64_t off,
 		    void *buf, size_t len, size_t *got)
 {
 	gfs_vfile_buf vb;
-	const gfs_vfile *vf = gfs_fs_vfile(fs, n, &vb);
+	const gfs_vfile *vf = NULL;
 	gfs_err err;
 
-	if (!vf)
-		return json_read(fs, off, buf, len, got);
+	if (n->entry <= UNI_ENTRY(0))
+		err = gfs_uview_vfile(fs->uview, UNI_FILE(n->entry), &vf); /* its error names the file */
+	else
+		err = (vf = gfs_fs_vfile(fs, n, &vb)) ? GFS_OK : json_read(fs, off, buf, len, got);
+	if (err || !vf)
+		return err;
 	err = gfs_vfile_read(vf, off, buf, len, got);
 	if (err && gfs_fs_ino(fs, n) > fs->xfirst)
 		return gfs_fail_prefix(err, "%s", fs->xnodes[gfs_fs_ino(fs, n) - 1 - fs->xfirst].path);

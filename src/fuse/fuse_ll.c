@@ -6,7 +6,8 @@
  * so entries and attributes are cached by the kernel forever, every
  * listing is a readdirplus (see gfs_ll_init()), files are opened with
  * keep_cache (torch zip views with direct_io, see gfs_ll_open()) and
- * directories with cache_readdir.
+ * directories are not opened where the kernel allows (else opened with
+ * cache_readdir).
  */
 #include "config.h"
 
@@ -274,6 +275,13 @@ static void gfs_ll_init(void *userdata, struct fuse_conn_info *conn)
 	 * -o readdirplus=auto|no still chooses otherwise.
 	 */
 	conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+	/*
+	 * No OPENDIR and RELEASEDIR: two of the four requests each directory
+	 * costs a fresh find (the universal view has one per param).
+	 */
+	m->no_opendir = conn->capable & FUSE_CAP_NO_OPENDIR_SUPPORT;
+	if (m->no_opendir)
+		conn->want |= FUSE_CAP_NO_OPENDIR_SUPPORT;
 	fuse_apply_conn_info_opts(m->conn_opts, conn);
 }
 
@@ -295,8 +303,13 @@ static void gfs_ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	e.entry_timeout = TIMEOUT; /* with ino 0: a cached negative entry */
 	n = gfs_fs_lookup(fs, dir, name);
 	if (n) {
+		const gfs_err err = gfs_fs_stat(fs, n, &e.attr);
+
+		if (err) {
+			fuse_reply_err(req, read_errno(err));
+			return;
+		}
 		e.ino = gfs_fs_ino(fs, n);
-		gfs_fs_stat(fs, n, &e.attr);
 	}
 	fuse_reply_entry(req, &e);
 }
@@ -305,12 +318,16 @@ static void gfs_ll_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info
 {
 	const gfs_node *n = node_of(req, ino);
 	struct stat st;
+	gfs_err err;
 
 	(void)fi;
 	if (!n)
 		return;
-	gfs_fs_stat(fs_of(req), n, &st);
-	fuse_reply_attr(req, &st, TIMEOUT);
+	err = gfs_fs_stat(fs_of(req), n, &st);
+	if (err)
+		fuse_reply_err(req, read_errno(err));
+	else
+		fuse_reply_attr(req, &st, TIMEOUT);
 }
 
 static void gfs_ll_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -606,6 +623,10 @@ static void gfs_ll_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info
 		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
+	if (((const gfs_mount *)fuse_req_userdata(req))->no_opendir) {
+		fuse_reply_err(req, ENOSYS);
+		return;
+	}
 	fi->keep_cache = 1;
 	fi->cache_readdir = 1;
 	fuse_reply_open(req, fi);
@@ -644,10 +665,17 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 				  : gfs_fs_dir_entry(fs, dir, i - 2);
 		const char *name = i == 0 ? "." : i == 1 ? ".." : c->name;
 		struct fuse_entry_param e;
+		gfs_err err;
 		size_t len;
 
 		memset(&e, 0, sizeof(e));
-		gfs_fs_stat(fs, c, &e.attr);
+		err = gfs_fs_stat(fs, c, &e.attr);
+		if (err && used == 0) { /* the next call starts at the entry */
+			fuse_reply_err(req, read_errno(err));
+			return;
+		}
+		if (err)
+			break;
 		if (plus) {
 			/* ino 0 for the dot entries: no lookup count, as the kernel expects */
 			e.ino = i < 2 ? 0 : gfs_fs_ino(fs, c);

@@ -65,6 +65,7 @@ typedef struct gfs_mount {
 	bool bin_cache;                        /* -o bin_cache: no direct_io for zip views */
 	bool tensors_direct;                   /* -o tensors_direct: direct_io for tensors/, optim/ files */
 	bool splice;                           /* set by init(): splice reads */
+	bool no_opendir;                       /* set by init(): opendir answers ENOSYS */
 	gfs_prefetch *prefetch;                /* read-ahead of direct-I/O files, or NULL */
 	/* the INIT exchange, as gfs_ll_custom_io()'s device wrappers see it */
 	_Atomic bool init_done;                /* its reply is written */

@@ -250,8 +250,26 @@ typedef struct pk_memos {
 	uint32_t untyped;                 /* torch.storage.UntypedStorage (FP8) */
 	uint32_t storage[GFS_DT_COUNT_];  /* torch.<X>Storage */
 	uint32_t dtg[GFS_DT_COUNT_];      /* torch.<dtype> (FP8, for _rebuild_tensor_v3) */
-	uint32_t *persid;                 /* per layout entry: its storage's persistent id */
+	uint32_t *persid;                 /* per layout entry: its storage's persistent id, */
+	uint32_t *key_persid;             /* or NULL (a gfs_pkw, of a few tensors): per key */
 } pk_memos;
+
+/*
+ * pk_persid(): where the persistent id of target ti's storage is memoised:
+ * m->persid[ti], or (no dense table) the slot of ti's key among
+ * keys[0..nkeys), else slot nkeys (room for it: the caller's), set to
+ * UINT32_MAX.  UINT32_MAX: not written yet.
+ */
+static uint32_t *pk_persid(pk_memos *m, const size_t *keys, size_t nkeys, size_t ti)
+{
+	if (m->persid)
+		return &m->persid[ti];
+	for (size_t k = 0; k < nkeys; k++)
+		if (keys[k] == ti)
+			return &m->key_persid[k];
+	m->key_persid[nkeys] = UINT32_MAX;
+	return &m->key_persid[nkeys];
+}
 
 /* pk_global_memo(): GLOBAL module.name, memoised in *memo. */
 static void pk_global_memo(pkbuf *b, uint32_t *memo, const char *module, const char *name)
@@ -283,6 +301,7 @@ static gfs_err pk_tensor_as(pkbuf *b, const gfs_vctx *ctx, pk_memos *m, size_t i
 	const bool v3 = gfs_dtype_storage_class(out)[0] == '\0';
 	uint64_t stride[GFS_MAX_DIMS];
 	uint64_t step = 1;
+	uint32_t *persid;
 
 	assert(ndim <= GFS_MAX_DIMS);
 	for (uint32_t d = ndim; d-- > 0;) {
@@ -302,8 +321,9 @@ static gfs_err pk_tensor_as(pkbuf *b, const gfs_vctx *ctx, pk_memos *m, size_t i
 	else
 		pk_global_memo(b, &m->rebuild, "torch._utils", "_rebuild_tensor_v2");
 	pk_op(b, '('); /* MARK: arguments of _rebuild_tensor_v2/v3 */
-	if (m->persid[ti] != UINT32_MAX) {
-		pk_memo_get(b, m->persid[ti]);
+	persid = pk_persid(m, keys, *nkeys, ti);
+	if (*persid != UINT32_MAX) {
+		pk_memo_get(b, *persid);
 	} else {
 		char key[24];
 
@@ -319,7 +339,7 @@ static gfs_err pk_tensor_as(pkbuf *b, const gfs_vctx *ctx, pk_memos *m, size_t i
 		pk_str(b, "cpu");
 		pk_int(b, t->numel);
 		pk_op(b, 't');
-		m->persid[ti] = pk_memo_put(b);
+		*persid = pk_memo_put(b);
 	}
 	pk_op(b, 'Q');  /* BINPERSID */
 	pk_int(b, 0);   /* storage_offset */
@@ -359,7 +379,7 @@ static gfs_err build_pickle(const gfs_vctx *ctx, const size_t *entries, size_t n
 			    pkbuf *b, size_t *keys, size_t *nkeys)
 {
 	const gfs_layout *l = ctx->layout;
-	pk_memos m;
+	pk_memos m = { .key_persid = NULL };
 	gfs_err err = GFS_OK;
 
 	m.persid = malloc((gfs_layout_nentries(l) + 1) * sizeof(*m.persid));
@@ -1525,22 +1545,18 @@ struct gfs_pkw {
 	size_t *keys; /* layout entry of each storage key */
 	size_t nkeys;
 	size_t cap_keys;
+	size_t cap_key_persid; /* of m.key_persid */
 };
 
 gfs_err gfs_pkw_new(const gfs_vctx *ctx, gfs_pkw **out)
 {
-	const size_t n = gfs_layout_nentries(ctx->layout);
 	gfs_pkw *w = calloc(1, sizeof(*w));
 
 	if (!w)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	w->ctx = ctx;
-	w->m.persid = malloc((n + 1) * sizeof(*w->m.persid));
-	if (!w->m.persid) {
-		free(w);
-		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	}
-	memset(w->m.persid, 0xff, n * sizeof(*w->m.persid));
+	/* memos per key, not per layout entry: O(1) to set up (the universal
+	 * view makes one writer per file) */
 	memset(w->m.storage, 0xff, sizeof(w->m.storage));
 	memset(w->m.dtg, 0xff, sizeof(w->m.dtg));
 	w->m.odict = w->m.rebuild = w->m.rebuild3 = w->m.untyped = UINT32_MAX;
@@ -1553,7 +1569,7 @@ void gfs_pkw_free(gfs_pkw *w)
 {
 	if (!w)
 		return;
-	free(w->m.persid);
+	free(w->m.key_persid);
 	free(w->keys);
 	free(w->b.buf.p);
 	free(w);
@@ -1601,7 +1617,9 @@ gfs_err gfs_pkw_tensor(gfs_pkw *w, size_t entry, uint32_t ndim, const uint64_t *
 		       bool requires_grad)
 {
 	assert(entry < gfs_layout_nentries(w->ctx->layout));
-	if (!gfs_grow((void **)&w->keys, &w->cap_keys, w->nkeys, sizeof(*w->keys), 4))
+	if (!gfs_grow((void **)&w->keys, &w->cap_keys, w->nkeys, sizeof(*w->keys), 4) ||
+	    !gfs_grow((void **)&w->m.key_persid, &w->cap_key_persid, w->nkeys,
+		      sizeof(*w->m.key_persid), 4))
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	return pk_tensor_as(&w->b, w->ctx, &w->m, entry, ndim, shape, requires_grad, w->keys,
 			    &w->nkeys);

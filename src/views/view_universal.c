@@ -7,6 +7,7 @@
 #include "config.h"
 
 #include <assert.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,21 +18,11 @@
 #define MAX_STATES 64
 #define STEP "step"
 
+/* A file composed at gfs_uview_new(): latest_universal, the model states, optimizer_state.pt. */
 typedef struct uv_file {
 	char *path;
 	const gfs_vfile *vf;
 } uv_file;
-
-struct gfs_uview {
-	gfs_vctx ctx;       /* as stored: the files are always fp32 */
-	uv_file *files;
-	size_t nfiles, cap_files;
-	gfs_tzview **zips;  /* they own their vfiles */
-	size_t nzips, cap_zips;
-	gfs_vfile **owned;  /* other vfiles */
-	size_t nowned, cap_owned;
-	char note[256];     /* gfs_uview_note(), "" for none */
-};
 
 /* The plan: trainable params (names of the states' entries) and states. */
 typedef struct uv_plan {
@@ -43,13 +34,38 @@ typedef struct uv_plan {
 	char dir[512];                  /* "<tag>_universal" */
 } uv_plan;
 
+/*
+ * A file zero/<param>/<stem>.pt, composed on first use: its size on the
+ * first gfs_uview_size() (composed, measured, freed), its torch zip on the
+ * first gfs_uview_vfile() (kept: the first to store it wins, a loser frees
+ * its copy).
+ */
+typedef struct uv_lazy {
+	_Atomic(gfs_tzview *) zip;
+	_Atomic uint64_t size;          /* 0: not known yet (a zip is never empty) */
+} uv_lazy;
+
+struct gfs_uview {
+	gfs_vctx ctx;       /* as stored: the files are always fp32 */
+	uv_plan plan;
+	size_t per_param;   /* files per param: fp32, the states, stage 1/2's step */
+	uv_file *files;     /* the files composed at gfs_uview_new(), listed first */
+	size_t nfiles, cap_files;
+	uv_lazy *lazy;      /* [plan.nparams * per_param], param-major */
+	gfs_tzview **zips;  /* they own their vfiles */
+	size_t nzips, cap_zips;
+	gfs_vfile **owned;  /* other vfiles */
+	size_t nowned, cap_owned;
+	char note[256];     /* gfs_uview_note(), "" for none */
+};
+
 /* ---------------------------------------------------------------- files */
 
 static gfs_err add_file(gfs_uview *u, const char *path, const gfs_vfile *vf)
 {
 	char *p = gfs_strdup(path);
 
-	if (!p || !gfs_grow((void **)&u->files, &u->cap_files, u->nfiles, sizeof(*u->files), 64)) {
+	if (!p || !gfs_grow((void **)&u->files, &u->cap_files, u->nfiles, sizeof(*u->files), 8)) {
 		free(p);
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	}
@@ -75,7 +91,7 @@ static gfs_err add_zip(gfs_uview *u, gfs_pkw *w, const char *path, const char *s
 	gfs_tzview *z = NULL;
 	gfs_err err = GFS_OK;
 
-	if (!gfs_grow((void **)&u->zips, &u->cap_zips, u->nzips, sizeof(*u->zips), 64))
+	if (!gfs_grow((void **)&u->zips, &u->cap_zips, u->nzips, sizeof(*u->zips), 4))
 		err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	if (!err)
 		err = gfs_tzview_new_pickle(w, stem, &z);
@@ -297,26 +313,44 @@ static gfs_err add_optimizer_state(gfs_uview *u, const uv_plan *p)
 	return add_zip(u, w, path, "optimizer_state");
 }
 
-/*
- * add_param_file(): zero/<param>/<stem>.pt holding entry i: stage 1/2 a
- * {'cat_dim': 0, 'param': T} dict in the param's shape (0-d as (1,)),
- * stage 3 the flat tensor; the step is the raw 0-d tensor.
- */
-static gfs_err add_param_file(gfs_uview *u, const uv_plan *p, const char *param,
-			      const char *stem, size_t i, bool requires_grad)
+/* lazy_stem(): the stem of lazy file k ("fp32", a state, "step"). */
+static const char *lazy_stem(const gfs_uview *u, size_t k)
+{
+	const size_t s = k % u->per_param;
+
+	return s == 0 ? "fp32" : s <= u->plan.nstates ? u->plan.states[s - 1] : STEP;
+}
+
+/* lazy_entry(): the layout entry lazy file k holds. */
+static size_t lazy_entry(const gfs_uview *u, size_t k)
 {
 	const gfs_layout *l = u->ctx.layout;
+	const char *param = u->plan.params[k / u->per_param];
+	const size_t s = k % u->per_param;
+	const int64_t i = s == 0 ? gfs_layout_find(l, param)
+				 : gfs_layout_find_state(l, lazy_stem(u, k), param);
+
+	assert(i >= 0); /* make_plan() checked */
+	return (size_t)i;
+}
+
+/*
+ * compose_lazy(): the torch zip of lazy file k, zero/<param>/<stem>.pt
+ * holding its entry: stage 1/2 a {'cat_dim': 0, 'param': T} dict in the
+ * param's shape (0-d as (1,)), stage 3 the flat tensor; the step is the
+ * raw 0-d tensor.  Errors name the file.
+ */
+static gfs_err compose_lazy(const gfs_uview *u, size_t k, gfs_tzview **out)
+{
+	const gfs_layout *l = u->ctx.layout;
+	const char *stem = lazy_stem(u, k);
+	const size_t i = lazy_entry(u, k);
 	const gfs_tensor *t = gfs_layout_target(l, i);
-	const size_t plen = strlen(p->dir) + strlen(param) + strlen(stem) + 16;
-	char *path = malloc(plen);
+	const bool requires_grad = k % u->per_param == 0;
 	const uint64_t one = 1;
 	gfs_pkw *w = NULL;
-	gfs_err err;
+	gfs_err err = gfs_pkw_new(&u->ctx, &w);
 
-	if (!path)
-		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	snprintf(path, plen, "%s/zero/%s/%s.pt", p->dir, param, stem);
-	err = gfs_pkw_new(&u->ctx, &w);
 	if (!err && strcmp(stem, STEP) == 0) {
 		err = gfs_pkw_tensor(w, i, 0, NULL, false);
 	} else if (!err && l->optim.zero_stage == 3) {
@@ -331,12 +365,16 @@ static gfs_err add_param_file(gfs_uview *u, const uv_plan *p, const char *param,
 			      : gfs_pkw_tensor(w, i, 1, &one, requires_grad);
 		gfs_pkw_op(w, 'u');
 	}
-	if (err)
-		gfs_pkw_free(w);
-	else
-		err = add_zip(u, w, path, stem);
-	free(path);
-	return err;
+	if (!err)
+		err = gfs_tzview_new_pickle(w, stem, out);
+	gfs_pkw_free(w);
+	if (err) {
+		char path[1024];
+
+		gfs_uview_path(u, u->nfiles + k, path, sizeof(path));
+		return gfs_fail_prefix(err, "%s", path);
+	}
+	return GFS_OK;
 }
 
 /* ------------------------------------------------------------- the view */
@@ -369,17 +407,11 @@ static gfs_err compose(gfs_uview *u, const uv_plan *p)
 	}
 	if (!err)
 		err = add_optimizer_state(u, p);
-	for (size_t k = 0; !err && k < p->nparams; k++) {
-		const char *name = p->params[k];
-
-		err = add_param_file(u, p, name, "fp32", (size_t)gfs_layout_find(l, name), true);
-		for (size_t s = 0; !err && s < p->nstates; s++)
-			err = add_param_file(u, p, name, p->states[s],
-					     (size_t)gfs_layout_find_state(l, p->states[s], name),
-					     false);
-		if (!err && l->optim.zero_stage < 3)
-			err = add_param_file(u, p, name, STEP,
-					     (size_t)gfs_layout_find_state(l, STEP, name), false);
+	if (!err && !(u->lazy = gfs_calloc(p->nparams * u->per_param + 1, sizeof(*u->lazy))))
+		err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	for (size_t k = 0; !err && k < p->nparams * u->per_param; k++) {
+		atomic_init(&u->lazy[k].zip, NULL);
+		atomic_init(&u->lazy[k].size, 0);
 	}
 	return err;
 }
@@ -404,12 +436,13 @@ gfs_err gfs_uview_new(const gfs_layout *l, const gfs_srcset *src, const gfs_crcc
 	}
 	u->ctx = (gfs_vctx){ .layout = l, .src = src, .want = GFS_DT_INVALID,
 			     .crc_cache = crc_cache };
+	u->plan = p;
+	u->per_param = 1 + p.nstates + (l->optim.zero_stage < 3 ? 1 : 0);
 	if (l->optim.zero_stage == 3 && (l->optim.ngroups > 1 || l->optim.nflat > 1))
 		snprintf(u->note, sizeof(u->note),
 			 "universal view of ZeRO-3 with %zu param groups in %u sub-groups: DeepSpeed >= 0.18 loads it (older releases read one group); call gatherfs_resume.restore_param_groups() after load_checkpoint (docs/universal.md)",
 			 l->optim.ngroups, l->optim.nflat);
-	err = compose(u, &p);
-	free(p.params);
+	err = compose(u, &u->plan);
 	if (err) {
 		gfs_uview_free(u);
 		return err;
@@ -426,11 +459,15 @@ void gfs_uview_free(gfs_uview *u)
 		free(u->files[i].path);
 	for (size_t i = 0; i < u->nzips; i++)
 		gfs_tzview_free(u->zips[i]);
+	for (size_t i = 0; u->lazy && i < u->plan.nparams * u->per_param; i++)
+		gfs_tzview_free(atomic_load(&u->lazy[i].zip));
 	for (size_t i = 0; i < u->nowned; i++)
 		gfs_vfile_free(u->owned[i]);
 	free(u->files);
+	free(u->lazy);
 	free(u->zips);
 	free(u->owned);
+	free(u->plan.params);
 	free(u);
 }
 
@@ -441,17 +478,80 @@ const char *gfs_uview_note(const gfs_uview *u)
 
 size_t gfs_uview_nfiles(const gfs_uview *u)
 {
-	return u->nfiles;
+	return u->nfiles + u->plan.nparams * u->per_param;
 }
 
-const char *gfs_uview_path(const gfs_uview *u, size_t i)
+size_t gfs_uview_path(const gfs_uview *u, size_t i, char *buf, size_t size)
 {
-	assert(i < u->nfiles);
-	return u->files[i].path;
+	const size_t k = i - u->nfiles;
+	int n;
+
+	assert(i < gfs_uview_nfiles(u));
+	if (i < u->nfiles)
+		n = snprintf(buf, size, "%s", u->files[i].path);
+	else
+		n = snprintf(buf, size, "%s/zero/%s/%s.pt", u->plan.dir,
+			     u->plan.params[k / u->per_param], lazy_stem(u, k));
+	assert(n >= 0);
+	return (size_t)n;
 }
 
-const gfs_vfile *gfs_uview_vfile(const gfs_uview *u, size_t i)
+gfs_err gfs_uview_size(const gfs_uview *u, size_t i, uint64_t *size)
 {
-	assert(i < u->nfiles);
-	return u->files[i].vf;
+	uv_lazy *z;
+	gfs_tzview *made = NULL;
+	gfs_err err;
+
+	assert(i < gfs_uview_nfiles(u));
+	if (i < u->nfiles) {
+		*size = gfs_vfile_size(u->files[i].vf);
+		return GFS_OK;
+	}
+	z = &u->lazy[i - u->nfiles];
+	*size = atomic_load_explicit(&z->size, memory_order_relaxed);
+	if (*size)
+		return GFS_OK;
+	made = atomic_load_explicit(&z->zip, memory_order_acquire);
+	if (made) {
+		*size = gfs_vfile_size(gfs_tzview_vfile(made));
+	} else {
+		/* measured and freed: a stat keeps no zip (find over the mount) */
+		err = compose_lazy(u, i - u->nfiles, &made);
+		if (err)
+			return err;
+		*size = gfs_vfile_size(gfs_tzview_vfile(made));
+		gfs_tzview_free(made);
+	}
+	assert(*size > 0);
+	atomic_store_explicit(&z->size, *size, memory_order_relaxed);
+	return GFS_OK;
+}
+
+gfs_err gfs_uview_vfile(const gfs_uview *u, size_t i, const gfs_vfile **out)
+{
+	uv_lazy *z;
+	gfs_tzview *made = NULL, *seen;
+	gfs_err err;
+
+	assert(i < gfs_uview_nfiles(u));
+	if (i < u->nfiles) {
+		*out = u->files[i].vf;
+		return GFS_OK;
+	}
+	z = &u->lazy[i - u->nfiles];
+	seen = atomic_load_explicit(&z->zip, memory_order_acquire);
+	if (!seen) {
+		err = compose_lazy(u, i - u->nfiles, &made);
+		if (err)
+			return err;
+		/* the first to store its zip wins; a loser frees its copy */
+		if (atomic_compare_exchange_strong_explicit(&z->zip, &seen, made,
+							    memory_order_acq_rel,
+							    memory_order_acquire))
+			seen = made;
+		else
+			gfs_tzview_free(made);
+	}
+	*out = gfs_tzview_vfile(seen);
+	return GFS_OK;
 }

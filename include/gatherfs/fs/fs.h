@@ -97,7 +97,8 @@ typedef struct gfs_node {
 		const gfs_vfile *vf; /* REG: the contents, or NULL: see gfs_fs_vfile() */
 		const char *link;    /* LNK: the target, relative to the parent */
 	};
-	int64_t entry;        /* a tensors/ or optim/ file, or a link: its layout entry; else -1 */
+	int64_t entry;        /* a tensors/ or optim/ file, or a link: its layout entry; a
+			       * universal view's file: <= -2 (composed on first use); else -1 */
 	struct timespec mtime;
 	gfs_node_type type;
 	mode_t perm;          /* permission bits */
@@ -197,8 +198,13 @@ const gfs_node *gfs_fs_lookup(const gfs_fs *fs, const gfs_node *dir,
 size_t gfs_fs_dir_count(const gfs_fs *fs, const gfs_node *dir);
 const gfs_node *gfs_fs_dir_entry(const gfs_fs *fs, const gfs_node *dir, size_t i);
 
-/* gfs_fs_stat(): the attributes of node n. */
-void gfs_fs_stat(const gfs_fs *fs, const gfs_node *n, struct stat *st);
+/*
+ * gfs_fs_stat(): the attributes of node n.  A universal view's file is
+ * composed on its first stat to know its size.  @return GFS_OK, or that
+ * composition's error naming the file (out of memory; *st then has size 0
+ * and is not to be replied).
+ */
+gfs_err gfs_fs_stat(const gfs_fs *fs, const gfs_node *n, struct stat *st);
 
 /* gfs_fs_statfs(): file system totals (read-only, nothing free). */
 void gfs_fs_statfs(const gfs_fs *fs, struct statvfs *sv);
@@ -206,8 +212,11 @@ void gfs_fs_statfs(const gfs_fs *fs, struct statvfs *sv);
 /*
  * gfs_fs_vfile(): the contents of regular file n: n->vf; for a file of one
  * tensor (n->vf NULL, n->entry set: tensors/ and optim/ files) a vfile
- * made in buf, valid while buf is; NULL for layout.json (written on demand,
- * read with gfs_fs_read()).  O(1), no allocation.
+ * made in buf, valid while buf is; a universal view's file's vfile
+ * (composed on first use, then kept); NULL for layout.json (written on
+ * demand) and for a universal file that cannot be composed: read those
+ * with gfs_fs_read(), which says why.  O(1) and no allocation but for a
+ * universal file's first use.
  */
 const gfs_vfile *gfs_fs_vfile(const gfs_fs *fs, const gfs_node *n, gfs_vfile_buf *buf);
 

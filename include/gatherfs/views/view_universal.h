@@ -33,7 +33,8 @@ typedef struct gfs_uview gfs_uview;
 /*
  * gfs_uview_new(): compose the universal checkpoint of the finished layout
  * l whose sources are open in src (both must outlive the view).  crc_cache
- * as in gfs_vctx (may be NULL).  Reads no tensor data.
+ * as in gfs_vctx (may be NULL).  Reads no tensor data; composes only the
+ * few files outside zero/<param>/ (the rest on first use).
  * @return GFS_OK and *out (freed with gfs_uview_free());
  * GFS_ERR_NOTFOUND if l holds no DeepSpeed optimizer state;
  * GFS_ERR_UNSUPPORTED, with one line saying why, for what DeepSpeed's
@@ -56,12 +57,35 @@ void gfs_uview_free(gfs_uview *u);
 const char *gfs_uview_note(const gfs_uview *u);
 
 /*
- * gfs_uview_nfiles(), gfs_uview_path(), gfs_uview_vfile(): the files, in
- * listing order, by path relative to the mount root ("latest_universal",
- * "global_step3_universal/zero/embed.weight/fp32.pt"...).
+ * gfs_uview_nfiles(): the number of files, indexed 0.. in listing order:
+ * latest_universal, the model states, zero/optimizer_state.pt (composed by
+ * gfs_uview_new()), then zero/<param>/<stem>.pt per param (composed on first
+ * use: gfs_uview_size(), gfs_uview_vfile()).
  */
 size_t gfs_uview_nfiles(const gfs_uview *u);
-const char *gfs_uview_path(const gfs_uview *u, size_t i);
-const gfs_vfile *gfs_uview_vfile(const gfs_uview *u, size_t i);
+
+/*
+ * gfs_uview_path(): file i's path relative to the mount root
+ * ("latest_universal", "global_step3_universal/zero/embed.weight/fp32.pt"...),
+ * derived from the plan, written to buf as snprintf() does.  @return its
+ * length (buf holds it all when that is below size).
+ */
+size_t gfs_uview_path(const gfs_uview *u, size_t i, char *buf, size_t size);
+
+/*
+ * gfs_uview_size(): file i's exact size, the size gfs_uview_vfile() serves.
+ * A zero/ file is composed, measured and freed on the first call (no zip
+ * kept), the size cached.  Thread-safe.  @return GFS_OK and *size, or the
+ * composition's error (out of memory) with the file's path.
+ */
+gfs_err gfs_uview_size(const gfs_uview *u, size_t i, uint64_t *size);
+
+/*
+ * gfs_uview_vfile(): file i's contents, owned by u.  A zero/ file's torch
+ * zip is composed on the first call and kept (threads racing compose their
+ * own, the first stored wins, the others are freed).  Thread-safe.
+ * @return GFS_OK and *out, or the composition's error with the file's path.
+ */
+gfs_err gfs_uview_vfile(const gfs_uview *u, size_t i, const gfs_vfile **out);
 
 #endif
