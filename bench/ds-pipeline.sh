@@ -20,6 +20,9 @@
 #   baseline          bench/preadall.py 8 over all the layer files (the bf16
 #                     module weights, no re-arrangement, no check); with GIB,
 #                     over as many of their first bytes as the first read read
+# BENCH_SHARD_SIZE=5G (say): the first read is of the Hugging Face shards of
+# that size instead (model.safetensors.index.json and its files, as vLLM and
+# transformers open them), shard after shard (bench/lib.sh).
 # The payloads are holes, read as zeros at memory speed, the files' pages
 # dropped from the page cache before each read (bench_drop), so this measures
 # gatherfs's own cost (index, partition mapping, CRC-32 of every record)
@@ -37,4 +40,4 @@ bench_workdir
 shards=$(find "$C/$(cat "$C/latest")" -name 'layer_*-model_states.pt' | sort)
 
 bench_first_read layer "${3:-}"
-echo "command: bench/ds-pipeline.sh ${1:-\"\"} ${2:-.} ${3:-}"
+echo "command: ${BENCH_SHARD_SIZE:+BENCH_SHARD_SIZE=$BENCH_SHARD_SIZE }bench/ds-pipeline.sh ${1:-\"\"} ${2:-.} ${3:-}"

@@ -59,29 +59,48 @@ bench_drop() { for _bd_f in "$@"; do dd if="$_bd_f" iflag=nocache count=0 status
 # MNT/model.safetensors read with dd bs=1M from a fresh mount, and
 # bench/preadall.py 8 over as many of the shards' first bytes (with GIB;
 # all of them without), both cold (bench_drop); then the ratio of the two.
+# With BENCH_SHARD_SIZE (e.g. 5G) the view is the Hugging Face shards
+# (-o shard_size=BENCH_SHARD_SIZE: model.safetensors.index.json and its
+# model-NNNNN-of-NNNNN.safetensors, what vLLM and transformers open), read
+# shard after shard in the index's order.
 # Needs B, C, here, shards and W (bench_workdir).
 bench_first_read() {
+	_bf_opts=${BENCH_SHARD_SIZE:+-o shard_size=$BENCH_SHARD_SIZE}
+	_bf_head=model.safetensors
+	[ -z "${BENCH_SHARD_SIZE:-}" ] || _bf_head=model.safetensors.index.json
 	mounts=""
 	for _bf_i in 1 2 3; do
 		s=$(bench_now)
-		"$B/gatherfs" "$C" "$W/m" 2>/dev/null
-		timeout 600 stat "$W/m/model.safetensors" >/dev/null
+		"$B/gatherfs" $_bf_opts "$C" "$W/m" 2>/dev/null
+		timeout 600 stat "$W/m/$_bf_head" >/dev/null
 		e=$(bench_now)
 		mounts="$mounts $(echo "$e - $s" | bc)"
 		timeout 10 fusermount3 -u "$W/m"
 	done
 	mt=$(echo $mounts | tr ' ' '\n' | sort -n | sed -n 2p)
-	"$B/gatherfs" -f "$C" "$W/m" 2>/dev/null &
+	"$B/gatherfs" -f $_bf_opts "$C" "$W/m" 2>/dev/null &
 	pid=$!
-	until timeout 10 stat "$W/m/model.safetensors" >/dev/null 2>&1; do sleep 0.01; done
+	until timeout 10 stat "$W/m/$_bf_head" >/dev/null 2>&1; do sleep 0.01; done
 	rss=$(awk '/VmRSS/ { print $2 }' /proc/"$pid"/status)
-	size=$(stat -c %s "$W/m/model.safetensors")
+	if [ -n "${BENCH_SHARD_SIZE:-}" ]; then
+		_bf_files=$(/usr/bin/python3 -c 'import json, sys
+m = json.load(open(sys.argv[1]))["weight_map"]
+print("\n".join(sorted(set(m.values()))))' "$W/m/$_bf_head")
+	else
+		_bf_files=model.safetensors
+	fi
+	size=$(cd "$W/m" && stat -c %s $_bf_files | awk '{ s += $1 } END { printf "%.0f", s }')
 	gib=${2:-}
 	count=$(( ${gib:-0} * 1024 ))
 	[ "$count" -gt 0 ] || count=$(( (size + 1048575) / 1048576 ))
 	bench_drop $shards
 	s=$(bench_now)
-	timeout 3600 dd if="$W/m/model.safetensors" of=/dev/null bs=1M count=$count status=none
+	_bf_left=$count
+	for _bf_f in $_bf_files; do
+		[ "$_bf_left" -gt 0 ] || break
+		timeout 3600 dd if="$W/m/$_bf_f" of=/dev/null bs=1M count=$_bf_left status=none
+		_bf_left=$(( _bf_left - ($(stat -c %s "$W/m/$_bf_f") + 1048575) / 1048576 ))
+	done
 	e=$(bench_now)
 	hwm=$(awk '/VmHWM/ { print $2 }' /proc/"$pid"/status)
 	timeout 10 fusermount3 -u "$W/m"
@@ -94,11 +113,12 @@ bench_first_read() {
 	e=$(bench_now)
 	base_s=$(echo "$e - $s" | bc)
 	echo "checkpoint $C ($(stat -c %s $shards | awk '{ s += $1 } END { printf "%.0f", s }') bytes in $(echo $shards | wc -w) $1 files)"
-	echo "model.safetensors: $size bytes"
+	echo "$(echo $_bf_files | wc -w) file(s) of ${_bf_head}: $size bytes${BENCH_SHARD_SIZE:+ (BENCH_SHARD_SIZE=$BENCH_SHARD_SIZE)}"
 	awk -v m="$mt" -v all="$mounts" 'BEGIN { printf "mount time (median of 3)   %8.3f s   (%s)\n", m, all }'
 	awk -v r="$rss" -v h="$hwm" 'BEGIN { printf "daemon RSS after mount     %8.1f MiB, peak %.1f MiB after the read\n", r / 1024, h / 1024 }'
-	awk -v b="$read_b" -v t="$read_s" -v bb="$base_b" -v bt="$base_s" -v k="$1" 'BEGIN {
-		printf "first read, model.safetensors  %8.2f GB in %7.2f s = %6.2f GB/s\n", b / 1e9, t, b / t / 1e9
+	awk -v b="$read_b" -v t="$read_s" -v bb="$base_b" -v bt="$base_s" -v k="$1" \
+		-v h="$([ -n "${BENCH_SHARD_SIZE:-}" ] && echo shards || echo model.safetensors)" 'BEGIN {
+		printf "first read, %-19s %8.2f GB in %7.2f s = %6.2f GB/s\n", h, b / 1e9, t, b / t / 1e9
 		printf "baseline, preadall.py 8 %-7s %7.2f GB in %7.2f s = %6.2f GB/s\n", k, bb / 1e9, bt, bb / bt / 1e9
 		printf "ratio (gatherfs / baseline)      %6.2fx\n", (b / t) / (bb / bt)
 	}'

@@ -26,6 +26,9 @@
 #                     and the rest of the archives, no re-arrangement, no
 #                     check); with GIB, over as many of their first bytes as
 #                     the first read read
+# BENCH_SHARD_SIZE=5G (say): the first read is of the Hugging Face shards of
+# that size instead (model.safetensors.index.json and its files, as vLLM and
+# transformers open them), shard after shard (bench/lib.sh).
 # The payloads are holes, read as zeros at memory speed, the shards' pages
 # dropped from the page cache before each read (bench_drop), so this
 # measures gatherfs's own cost (index, re-arrangement, CRC-32 of every
@@ -62,4 +65,4 @@ if [ -z "$shards" ]; then
 fi
 
 bench_first_read "$kind" "${3:-}"
-echo "command: bench/megatron.sh ${1:-\"\"} ${2:-.} ${3:-}"
+echo "command: ${BENCH_SHARD_SIZE:+BENCH_SHARD_SIZE=$BENCH_SHARD_SIZE }bench/megatron.sh ${1:-\"\"} ${2:-.} ${3:-}"

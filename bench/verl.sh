@@ -19,6 +19,9 @@
 #   baseline          bench/preadall.py 8 over all the rank files (the same
 #                     bytes, no re-arrangement, no check); with GIB, over as
 #                     many of their first bytes as the first read read
+# BENCH_SHARD_SIZE=5G (say): the first read is of the Hugging Face shards of
+# that size instead (model.safetensors.index.json and its files, as vLLM and
+# transformers open them), shard after shard (bench/lib.sh).
 # The payloads are holes, read as zeros at memory speed, the files' pages
 # dropped from the page cache before each read (bench_drop), so this measures
 # gatherfs's own cost (index, RANKS x 291 pickled DTensors, re-arrangement,
@@ -35,4 +38,4 @@ bench_workdir
 shards=$(find "$C" -name 'model_world_size_*_rank_*.pt' | sort)
 
 bench_first_read rank "${3:-}"
-echo "command: bench/verl.sh $ranks ${2:-.} ${3:-}"
+echo "command: ${BENCH_SHARD_SIZE:+BENCH_SHARD_SIZE=$BENCH_SHARD_SIZE }bench/verl.sh $ranks ${2:-.} ${3:-}"
