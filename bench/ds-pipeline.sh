@@ -11,7 +11,8 @@
 # /var/tmp/gatherfs-bench/benchdspipe-70b: 83 layer files, 8 mp_rank files,
 # 8 optimizer files, about 1 TB of holes).  Rows:
 #   mount time        gatherfs CKPT MNT until MNT/model.safetensors can be
-#                     stat'ed (median of 3 fresh mounts)
+#                     stat'ed (median of 3 fresh mounts); and once more
+#                     with the files' pages dropped first (cold)
 #   daemon RSS        VmRSS after mount, VmHWM after the read
 #   first read        the first GIB GiB (default: all) of MNT/model.safetensors
 #                     (the fp32 masters from the stages' optimizer partitions,

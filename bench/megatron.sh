@@ -14,7 +14,8 @@
 # /var/tmp/gatherfs-bench/benchlegacy-mg70b).  The iteration read is the one
 # latest_checkpointed_iteration.txt names (CKPT itself without it).  Rows:
 #   mount time        gatherfs CKPT MNT until MNT/model.safetensors can be
-#                     stat'ed (median of 3 fresh mounts)
+#                     stat'ed (median of 3 fresh mounts); and once more
+#                     with the files' pages dropped first (cold)
 #   daemon RSS        VmRSS after mount, VmHWM after the read
 #   first read        the first GIB GiB (default: all) of MNT/model.safetensors
 #                     (the HF view: QKV split per query group, gate/up split,

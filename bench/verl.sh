@@ -11,7 +11,8 @@
 # Shard(0)), written once by bench/gen_verl.py under
 # /var/tmp/gatherfs-bench/benchverl-RANKS: 13.5 GB of holes.  Rows:
 #   mount time        gatherfs CKPT MNT until MNT/model.safetensors can be
-#                     stat'ed (median of 3 fresh mounts)
+#                     stat'ed (median of 3 fresh mounts); and once more
+#                     with the files' pages dropped first (cold)
 #   daemon RSS        VmRSS after mount, VmHWM after the read
 #   first read        the first GIB GiB (default: all) of MNT/model.safetensors
 #                     (every record's CRC-32 checked first, the default
