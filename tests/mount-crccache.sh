@@ -123,10 +123,10 @@ gfs_umount "$T/mnt" || fail "unmount"
 # ra_kb: the read-ahead window of the mount at $T/mnt.
 ra_kb() { cat "/sys/class/bdi/$(mountpoint -d "$T/mnt")/read_ahead_kb"; }
 if [ "$(id -u)" = 0 ] && command -v mountpoint >/dev/null; then
-	for kb in default 4096 16384; do
+	for kb in default 1024 16384; do
 		if [ $kb = default ]; then
 			gfs_mount "$T/ck" "$T/mnt" -o nocrccache || fail "mount"
-			want=512
+			want=4096
 		else
 			gfs_mount "$T/ck" "$T/mnt" -o nocrccache -o readahead_kb=$kb || fail "mount"
 			want=$kb

@@ -23,10 +23,14 @@
 #define GFS_LL_MAX_READ 786432 /* 768 KiB */
 
 /*
- * Default read-ahead window of a mount (-o readahead_kb): the kernel
- * sends buffered reads in requests of at most this size, so 512 KiB.
+ * Default read-ahead window of a mount (-o readahead_kb): how many bytes of
+ * a buffered reader's file (model.safetensors, its shards, tensors/) the
+ * kernel asks for ahead of it, in requests of up to GFS_LL_MAX_READ, several
+ * in flight.  On storage where a request takes milliseconds, 4 MiB keeps
+ * enough of them in flight (a TP 4 x PP 2 Megatron view over 2 ms requests:
+ * 0.19 GB/s at 512 KiB, 0.41 at 4 MiB, 0.42 at 8 MiB; bench/RESULTS.md).
  */
-#define GFS_LL_READAHEAD_KB 512
+#define GFS_LL_READAHEAD_KB 4096
 
 /* Largest -o readahead_kb: init() offers the kernel a 64 MiB read-ahead at most. */
 #define GFS_LL_READAHEAD_KB_MAX 65536

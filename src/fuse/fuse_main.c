@@ -263,7 +263,7 @@ static void usage(const char *prog)
 	      "                             (default: the page cache; with it they cannot\n"
 	      "                             be mapped shared)\n"
 	      "    -o readahead_kb=N        kernel read-ahead window of the mount, at most\n"
-	      "                             65536 (root only; default 512, 0: leave as is)\n"
+	      "                             65536 (root only; default 4096, 0: leave as is)\n"
 	      "    -o prefetch=SIZE         memory for reading ahead of sequential readers of\n"
 	      "                             pytorch_model.bin on slow storage (default 64M,\n"
 	      "                             at most 1G; 0: no read-ahead)\n"
