@@ -15,6 +15,9 @@
 #   baseline     bench/preadall.py 16 over the .distcp files through the
 #                same latencyfs mount (16 reads in flight, no re-arrangement)
 # GATHERFS_OPTS: more gatherfs options (e.g. "-o readahead_kb=512").
+# LATENCYFS_OPTS: more latencyfs options ("-o cache": a caching client, as
+# NFS or Lustre: reads go through its page cache, read ahead by the kernel;
+# its pages are dropped before each read).
 # Needs a user allowed to mount FUSE and python3 with torch (the generator).
 set -eu
 us=${1:-2000}
@@ -35,11 +38,12 @@ mp_cleanup() {
 	bench_cleanup
 }
 trap mp_cleanup EXIT
-"$B/bench/latencyfs" -f -o "delay_us=$us" "$C" "$W/lat" &
+"$B/bench/latencyfs" -f -o "delay_us=$us" ${LATENCYFS_OPTS:-} "$C" "$W/lat" &
 lpid=$!
 until mountpoint -q "$W/lat"; do sleep 0.01; done
 best=
 for _r in $(seq "$rounds"); do
+	bench_drop $(find "$W/lat" -name '*.distcp')
 	"$B/gatherfs" -o nosplice ${GATHERFS_OPTS:-} "$W/lat" "$W/m" 2>/dev/null
 	s=$(bench_now)
 	timeout 900 dd if="$W/m/model.safetensors" of=/dev/null bs=1M status=none
@@ -49,6 +53,7 @@ for _r in $(seq "$rounds"); do
 	echo "first read, model.safetensors: $size bytes in $t s"
 	best=$(echo "${best:-$t} $t" | awk '{ print ($2 < $1 ? $2 : $1) }')
 done
+bench_drop $(find "$W/lat" -name '*.distcp')
 s=$(bench_now)
 bytes=$(/usr/bin/python3 "$here/preadall.py" 16 $(find "$W/lat" -name '*.distcp' | sort))
 bt=$(echo "$(bench_now) - $s" | bc)
@@ -58,4 +63,4 @@ awk -v b="$size" -v t="$best" -v bb="$bytes" -v bt="$bt" -v us="$us" 'BEGIN {
 	printf "baseline, preadall.py 16        %6.2f GB in %6.2f s = %5.2f GB/s\n", bb / 1e9, bt, bb / bt / 1e9
 	printf "ratio (gatherfs / baseline)      %5.2fx\n", (b / t) / (bb / bt)
 }'
-echo "command: ${GATHERFS_OPTS:+GATHERFS_OPTS=\"$GATHERFS_OPTS\" }bench/mp-latency.sh $us ${2:-.} $rounds"
+echo "command: ${GATHERFS_OPTS:+GATHERFS_OPTS=\"$GATHERFS_OPTS\" }${LATENCYFS_OPTS:+LATENCYFS_OPTS=\"$LATENCYFS_OPTS\" }bench/mp-latency.sh $us ${2:-.} $rounds"
