@@ -5,7 +5,6 @@
  */
 #include "config.h"
 
-#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -20,7 +19,6 @@
 #include "gatherfs/readers/pickle.h"
 #include "gatherfs/readers/torchfile.h"
 #include "gatherfs/util/json.h"
-#include "gatherfs/util/pfor.h"
 
 #define RD_MAX_PICKLE ((uint64_t)1 << 30)
 #define RD_MAX_CONFIG ((uint64_t)1 << 16)
@@ -709,70 +707,36 @@ static bool skipped(const char *key)
 	return n >= 12 && strcmp(key + n - 12, "_extra_state") == 0;
 }
 
-/*
- * A rank file opened by open_rank() (gfs_torch_open(): its zip checked,
- * its pickle loaded) for read_rank().  read_ranks() opens RD_OPEN_BLOCK
- * of them at a time on gfs_pfor() threads, then reads them in rank order:
- * a cold file's reads (end records, central directory, local headers,
- * pickle) and its pickle's parsing overlap other files', and at most
- * RD_OPEN_BLOCK files and pickles are open at once.
- */
-#define RD_OPEN_BLOCK 16
-
-typedef struct rd_open {
+/* read_rank(): rank r's file. */
+static gfs_err read_rank(rd_import *ri, uint32_t r, const char *name)
+{
 	char path[PATH_MAX];
-	int fd;
-	uint64_t size;
-	gfs_tzip *zip;
-	gfs_pickle *pk;
-	bool ok; /* open_rank() succeeded: fd, size, zip and pk are set */
-} rd_open;
-
-/* The gfs_pfor() context of open_rank(): ranks [first, first + n) into o[0, n). */
-typedef struct rd_open_block {
-	const rd_import *ri;
-	rd_open *o;
-	uint32_t first;
-} rd_open_block;
-
-/* open_rank(): open rank first + i's file into o[i] (a gfs_pfor() body). */
-static gfs_err open_rank(void *ctx, size_t i)
-{
-	const rd_open_block *b = ctx;
-	rd_open *o = &b->o[i];
-	const char *name = b->ri->names[b->first + i];
-	gfs_err err;
-
-	if ((size_t)snprintf(o->path, sizeof(o->path), "%s/%s", b->ri->dir, name) >=
-	    sizeof(o->path))
-		return gfs_fail(GFS_ERR_INVAL, "%s: path too long", b->ri->dir);
-	err = gfs_torch_open(o->path, RD_MAX_PICKLE, "a state dict", &o->fd, &o->size, &o->zip,
-			     &o->pk);
-	o->ok = err == GFS_OK;
-	return err;
-}
-
-/* read_rank(): rank r's file, opened (o->ok) as names[r]. */
-static gfs_err read_rank(rd_import *ri, uint32_t r, const rd_open *o)
-{
-	const char *const path = o->path;
-	const gfs_tzip *const zip = o->zip;
+	gfs_tzip *zip = NULL;
+	gfs_pickle *pk = NULL;
 	const gfs_pv *root;
+	uint64_t size = 0;
 	uint32_t src;
 	size_t nk = 0;
+	int fd = -1;
 	gfs_err err;
 
-	assert(o->ok);
-	err = gfs_layout_add_source(ri->l, ri->names[r], o->size, &src);
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", ri->dir, name) >= sizeof(path))
+		return gfs_fail(GFS_ERR_INVAL, "%s: path too long", ri->dir);
+	err = gfs_torch_open(path, RD_MAX_PICKLE, "a state dict", &fd,
+				&size, &zip, &pk);
+	if (!err)
+		err = gfs_layout_add_source(ri->l, name, size, &src);
 	if (!err)
 		err = gfs_layout_add_metafile(ri->l, path);
 	if (err)
-		return err;
-	root = gfs_pickle_root(o->pk);
+		goto out;
+	root = gfs_pickle_root(pk);
 	if (r == 0) {
 		ri->keys = gfs_calloc(root->u.dict.len ? root->u.dict.len : 1, sizeof(*ri->keys));
-		if (!ri->keys)
-			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		if (!ri->keys) {
+			err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
+			goto out;
+		}
 	}
 	for (size_t i = 0; i < root->u.dict.len && !err; i++) {
 		const gfs_pv_item *it = &root->u.dict.items[i];
@@ -819,42 +783,8 @@ static gfs_err read_rank(rd_import *ri, uint32_t r, const rd_open *o)
 			k->tied = -1;
 		}
 	}
-	return err;
-}
-
-/*
- * read_ranks(): read_rank() for every rank in rank order, the files opened
- * RD_OPEN_BLOCK at a time in parallel (rd_open).  The error is the one a
- * serial loop stopping at its first error returns.
- */
-static gfs_err read_ranks(rd_import *ri)
-{
-	rd_open *o = gfs_calloc(RD_OPEN_BLOCK, sizeof(*o));
-	char msg[GFS_ERRMSG_MAX];
-	gfs_err err = GFS_OK;
-	size_t n;
-
-	if (!o)
-		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	for (uint32_t first = 0; first < ri->world && !err; first += (uint32_t)n) {
-		gfs_err oerr;
-
-		n = ri->world - first < RD_OPEN_BLOCK ? ri->world - first : RD_OPEN_BLOCK;
-		for (size_t i = 0; i < n; i++)
-			o[i] = (rd_open){ .fd = -1 };
-		oerr = gfs_pfor(n, open_rank, &(rd_open_block){ .ri = ri, .o = o, .first = first });
-		if (oerr)
-			snprintf(msg, sizeof(msg), "%s", gfs_errmsg());
-		/* gfs_pfor(): every index below the lowest failing one succeeded */
-		for (size_t i = 0; i < n && !err; i++) {
-			assert(o[i].ok || oerr);
-			err = o[i].ok ? read_rank(ri, first + (uint32_t)i, &o[i])
-				      : gfs_fail(oerr, "%s", msg);
-		}
-		for (size_t i = 0; i < n; i++)
-			gfs_torch_close(o[i].fd, o[i].zip, o[i].pk);
-	}
-	free(o);
+out:
+	gfs_torch_close(fd, zip, pk);
 	return err;
 }
 
@@ -1348,8 +1278,8 @@ gfs_err gfs_import_rankdict(const char *dir, const char *tag, gfs_layout **out)
 	}
 	if (!err)
 		err = gfs_layout_new("rankdict", rdir, &ri.l);
-	if (!err)
-		err = read_ranks(&ri);
+	for (uint32_t r = 0; r < ri.world && !err; r++)
+		err = read_rank(&ri, r, names[r]);
 	if (!err)
 		err = build(&ri);
 	if (!err) {
