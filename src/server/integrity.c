@@ -677,11 +677,12 @@ static gfs_err confirm_one(void *ctx, size_t k)
 /*
  * confirm(): want[k] = the stored CRC-32 of record claimed[k], k < n:
  * lazy records (DCP chunks whose archive the import did not open) are
- * opened and confirmed first, in parallel; one that is not where the
- * layout places it is an error (GFS_ERR_IO naming its file).
+ * opened and confirmed first, on up to nthreads threads (small reads,
+ * each a wait on slow storage); one that is not where the layout places
+ * it is an error (GFS_ERR_IO naming its file).
  */
 static gfs_err confirm(const gfs_layout *l, const gfs_srcset *s, const uint32_t *claimed,
-		       size_t n, uint32_t *want)
+		       size_t n, unsigned nthreads, uint32_t *want)
 {
 	confirm_ctx cc = { .l = l, .s = s, .claimed = claimed, .want = want };
 	size_t nlazy = 0;
@@ -690,7 +691,7 @@ static gfs_err confirm(const gfs_layout *l, const gfs_srcset *s, const uint32_t 
 		want[k] = l->records[claimed[k]].crc32;
 		nlazy += l->records[claimed[k]].lazy;
 	}
-	return nlazy ? gfs_pfor(n, confirm_one, &cc) : GFS_OK;
+	return nlazy ? gfs_pfor_threads(n, nthreads, confirm_one, &cc) : GFS_OK;
 }
 
 /*
@@ -704,7 +705,7 @@ static gfs_err check_claimed(const gfs_layout *l, const gfs_srcset *s, const uin
 	chk_plan pl = { 0 };
 	uint32_t *want = gfs_calloc(n ? n : 1, sizeof(*want));
 	chk_job job = { .l = l, .s = s, .claimed = claimed, .want = want, .pl = &pl };
-	gfs_err err = want ? confirm(l, s, claimed, n, want)
+	gfs_err err = want ? confirm(l, s, claimed, n, nthreads, want)
 			   : gfs_fail(GFS_ERR_NOMEM, "out of memory");
 
 	if (!err && n)

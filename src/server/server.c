@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 #include <zstd.h>
 
@@ -21,6 +22,7 @@
 #include "gatherfs/server/declcheck.h"
 #include "gatherfs/server/integrity.h"
 #include "gatherfs/server/server.h"
+#include "gatherfs/util/pfor.h"
 
 /* What a source looked like when opened: any change makes reads fail. */
 typedef struct src_id {
@@ -46,10 +48,10 @@ struct gfs_srcset {
 	int fds[];
 };
 
-/* What the record checks found (gfs_rec_state), mutable behind a const srcset. */
 /* The background check of an entry (bg_start()): none yet, running, ended. */
 enum { BG_NONE, BG_RUNNING, BG_DONE };
 
+/* What the record checks found (gfs_rec_state), mutable behind a const srcset. */
 typedef struct rec_table {
 	pthread_mutex_t mu; /* with cv: waiting for a BUSY record */
 	pthread_cond_t cv;
@@ -60,6 +62,8 @@ typedef struct rec_table {
 	_Atomic unsigned char *bg; /* [entries]: BG_NONE, BG_RUNNING or BG_DONE */
 	unsigned nbg;        /* background checks running (under mu; cv signals the end of one) */
 	atomic_bool stop;    /* set by gfs_srcset_close(): background checks stop */
+	_Atomic(gfs_pool *) io; /* parallel piece reads (io_pool()), NULL until the first */
+	atomic_bool io_failed;  /* the pool could not start: reads stay serial */
 	pthread_mutex_t decl_mu; /* held while the declarations are checked */
 	_Atomic int decl_state;  /* DECL_* */
 	char *decl_why;          /* DECL_WRONG: the line (set before decl_state) */
@@ -77,6 +81,7 @@ static void rec_table_free(rec_table *rt)
 {
 	if (!rt)
 		return;
+	gfs_pool_free(atomic_load(&rt->io)); /* idle: no read is in flight any more */
 	pthread_cond_destroy(&rt->cv);
 	pthread_mutex_destroy(&rt->mu);
 	pthread_mutex_destroy(&rt->decl_mu);
@@ -116,6 +121,8 @@ static rec_table *rec_table_new(const gfs_layout *l)
 	atomic_init(&rt->decl_state, DECL_UNCHECKED);
 	atomic_init(&rt->nbad, 0);
 	atomic_init(&rt->stop, false);
+	atomic_init(&rt->io, NULL);
+	atomic_init(&rt->io_failed, false);
 	rt->state = gfs_calloc(l->nrecords ? l->nrecords : 1, sizeof(*rt->state));
 	rt->piece_base = gfs_calloc(nent ? nent : 1, sizeof(*rt->piece_base));
 	rt->bg = gfs_calloc(nent ? nent : 1, sizeof(*rt->bg));
@@ -1199,58 +1206,157 @@ void gfs_tensor_check_ahead(const gfs_layout *l, const gfs_srcset *s, size_t cur
 	(void)bg_start(l, s, t, t->nbytes);
 }
 
+/* One read_span(): piece p of its candidates copies its runs in [off, end) to buf. */
+typedef struct span_read {
+	const gfs_layout *l;
+	const gfs_srcset *s;
+	const gfs_tensor *t;
+	size_t first; /* the first candidate piece */
+	uint64_t off, end;
+	uint8_t *buf; /* tensor byte off at buf[0] */
+} span_read;
+
+/*
+ * read_piece(): candidate piece first + i of a span_read copies its runs
+ * that hold bytes of [off, end): a strided piece of short runs in covering
+ * ranges (read_gather(), this thread's buffer), else run by run; a FILE
+ * piece's source is then checked for changes once.  Pieces write disjoint
+ * bytes of buf: several threads may read pieces of one span at once.
+ */
+static gfs_err read_piece(void *ctx, size_t i)
+{
+	const span_read *x = ctx;
+	const gfs_piece pcv = gfs_tensor_piece(x->t, x->first + i), *pc = &pcv;
+	uint8_t *tmp;
+	uint64_t k, kend;
+	gfs_err err = GFS_OK;
+
+	piece_rows(pc, x->off, x->end, &k, &kend);
+	if (k < kend && pc->rec != GFS_NO_RECORD &&
+	    atomic_load(&x->s->rt->state[pc->rec]) == GFS_REC_BAD)
+		return bad_record(x->l, pc->rec);
+	if (gathered(pc, k, kend) && (tmp = gather_buf()) != NULL) {
+		err = read_gather(x->l, x->s, pc, k, kend, x->off, x->end, x->buf, tmp);
+	} else {
+		for (uint64_t r = k; r < kend && !err; r++) {
+			const uint64_t rs = pc->toff + r * pc->dst_stride;
+			const uint64_t a = rs > x->off ? rs : x->off;
+			const uint64_t b = rs + pc->len < x->end ? rs + pc->len : x->end;
+
+			if (a < b)
+				err = read_run(x->l, x->s, pc, r, a - rs, x->buf + (a - x->off),
+					       (size_t)(b - a));
+		}
+	}
+	if (!err && k < kend && pc->kind == GFS_PIECE_FILE)
+		err = check_unchanged(x->l, x->s, pc->src);
+	return err;
+}
+
+/*
+ * Reads of the pieces of one span in parallel, on storage where a read
+ * waits (network file systems, a cold disk): IO_POOL threads kept for the
+ * srcset's life, started at the first such span.  A span goes there when
+ * two or more of its FILE pieces hold bytes of it and a byte of one of
+ * them is not in the page cache (a one-byte RWF_NOWAIT probe each, up to
+ * the first miss): each of its FILE pieces is then a read in flight, where
+ * one after the other a span of n pieces costs n waits.  Spans from the
+ * page cache stay in the calling thread (a copy is no faster elsewhere).
+ */
+enum { IO_POOL = 16 };
+
+/* io_pool(): s's pool of IO_POOL threads, started now if need be; NULL if none could. */
+static gfs_pool *io_pool(const gfs_srcset *s)
+{
+	rec_table *rt = s->rt;
+	gfs_pool *p = atomic_load(&rt->io);
+
+	if (p || atomic_load(&rt->io_failed))
+		return p;
+	(void)pthread_mutex_lock(&rt->mu);
+	p = atomic_load(&rt->io);
+	if (!p && !atomic_load(&rt->io_failed)) {
+		if (gfs_pool_new_threads(IO_POOL, &p) == GFS_OK)
+			atomic_store(&rt->io, p);
+		else
+			atomic_store(&rt->io_failed, true);
+	}
+	(void)pthread_mutex_unlock(&rt->mu);
+	return p;
+}
+
+/* uncached(): is byte src_off of source src not in the page cache (or not known to be)? */
+static bool uncached(const gfs_srcset *s, uint32_t src, uint64_t src_off)
+{
+	char b;
+	struct iovec v = { .iov_base = &b, .iov_len = 1 };
+
+	return preadv2(s->fds[src], &v, 1, (off_t)src_off, RWF_NOWAIT) != 1;
+}
+
+/* span_parallel(): are the candidate pieces sp of x read in parallel (see IO_POOL)? */
+static bool span_parallel(const span_read *x, gfs_piece_span sp)
+{
+	size_t nfile = 0;
+	bool miss = false;
+
+	for (size_t p = sp.first; p < sp.last; p++) {
+		const gfs_piece pc = gfs_tensor_piece(x->t, p);
+		uint64_t k, kend, rs = 0, a;
+
+		if (pc.kind != GFS_PIECE_FILE)
+			continue;
+		piece_rows(&pc, x->off, x->end, &k, &kend);
+		for (; k < kend; k++) { /* its first run with bytes of [off, end) */
+			rs = pc.toff + k * pc.dst_stride;
+			if (rs + pc.len > x->off && rs < x->end)
+				break;
+		}
+		if (k == kend)
+			continue;
+		nfile++;
+		a = rs > x->off ? rs : x->off;
+		if (!miss)
+			miss = uncached(x->s, pc.src, pc.src_off + k * pc.src_stride + (a - rs));
+		if (nfile >= 2 && miss)
+			return true;
+	}
+	return false;
+}
+
 /*
  * read_span(): bytes [off, off+len) of tensor t in its own dtype.  The
  * candidate pieces (O(log n) to find) are those that may intersect the
- * range; each copies its runs that do.  The pieces tile the tensor, so every
- * byte is written exactly once; a strided piece of short runs is read in
- * covering ranges (read_gather()).  A FILE piece's source is checked for
- * changes once after its bytes are read.
+ * range; each copies its runs that do (read_piece()), in this thread or,
+ * off the page cache, in parallel (span_parallel()).  The pieces tile the
+ * tensor, so every byte is written exactly once; the error is the first
+ * piece's in order, as one after the other.
  */
 static gfs_err read_span(const gfs_layout *l, const gfs_srcset *s, const gfs_tensor *t,
 			 uint64_t off, uint8_t *buf, size_t len)
 {
 	const uint64_t end = off + len;
 	const gfs_piece_span sp = gfs_piece_candidates(t, off, end);
-	uint8_t *tmp = NULL;
+	const span_read x = { .l = l, .s = s, .t = t, .first = sp.first, .off = off, .end = end,
+			      .buf = buf };
+	gfs_pool *pool;
+	gfs_err err = GFS_OK;
 
 	assert(end <= t->nbytes);
 	if (len == 0)
 		return GFS_OK;
 	if (s->verify || l->lazy_records) {
-		const gfs_err err = require_records(l, s, t, sp, off, end);
-
+		err = require_records(l, s, t, sp, off, end);
 		if (err)
 			return gfs_fail_prefix(err, "tensor %s", t->name);
 	}
-	for (size_t p = sp.first; p < sp.last; p++) {
-		const gfs_piece pcv = gfs_tensor_piece(t, p), *pc = &pcv;
-		uint64_t k, kend;
-		gfs_err err = GFS_OK;
-
-		piece_rows(pc, off, end, &k, &kend);
-		if (k < kend && pc->rec != GFS_NO_RECORD &&
-		    atomic_load(&s->rt->state[pc->rec]) == GFS_REC_BAD)
-			return bad_record(l, pc->rec);
-		if (gathered(pc, k, kend) && (tmp || (tmp = gather_buf()))) {
-			err = read_gather(l, s, pc, k, kend, off, end, buf, tmp);
-		} else {
-			for (uint64_t r = k; r < kend && !err; r++) {
-				const uint64_t rs = pc->toff + r * pc->dst_stride;
-				const uint64_t a = rs > off ? rs : off;
-				const uint64_t b = rs + pc->len < end ? rs + pc->len : end;
-
-				if (a < b)
-					err = read_run(l, s, pc, r, a - rs, buf + (a - off),
-						       (size_t)(b - a));
-			}
-		}
-		if (!err && k < kend && pc->kind == GFS_PIECE_FILE)
-			err = check_unchanged(l, s, pc->src);
-		if (err)
-			return gfs_fail_prefix(err, "tensor %s", t->name);
+	if (sp.last - sp.first >= 2 && span_parallel(&x, sp) && (pool = io_pool(s)) != NULL) {
+		err = gfs_pool_for(pool, sp.last - sp.first, read_piece, (void *)&x);
+	} else {
+		for (size_t i = 0; i < sp.last - sp.first && !err; i++)
+			err = read_piece((void *)&x, i);
 	}
-	return GFS_OK;
+	return err ? gfs_fail_prefix(err, "tensor %s", t->name) : GFS_OK;
 }
 
 /*

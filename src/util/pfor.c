@@ -67,12 +67,19 @@ gfs_err gfs_pfor(size_t n, gfs_err (*fn)(void *ctx, size_t i), void *ctx)
 {
 	const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	size_t nthreads = cpus > 1 ? (size_t)cpus : 1;
-	pthread_t tids[GFS_PFOR_MAX_THREADS];
-	size_t started = 0;
-	pfor p = { .fn = fn, .ctx = ctx, .n = n, .failed = n };
 
 	if (nthreads > GFS_PFOR_MAX_THREADS)
 		nthreads = GFS_PFOR_MAX_THREADS;
+	return gfs_pfor_threads(n, nthreads, fn, ctx);
+}
+
+gfs_err gfs_pfor_threads(size_t n, size_t nthreads, gfs_err (*fn)(void *ctx, size_t i), void *ctx)
+{
+	pthread_t tids[GFS_POOL_MAX_THREADS];
+	size_t started = 0;
+	pfor p = { .fn = fn, .ctx = ctx, .n = n, .failed = n };
+
+	assert(nthreads <= GFS_POOL_MAX_THREADS);
 	if (nthreads > n)
 		nthreads = n;
 	if (nthreads < 2) {
@@ -110,7 +117,7 @@ struct gfs_pool {
 	job *jobs;
 	bool stop;
 	size_t nthreads;
-	pthread_t tids[GFS_PFOR_MAX_THREADS];
+	pthread_t *tids;
 };
 
 /* open_job(): with pool->mu held, the first posted job with indices left, or NULL. */
@@ -155,12 +162,23 @@ gfs_err gfs_pool_new(gfs_pool **out)
 {
 	const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	size_t want = cpus > 1 ? (size_t)cpus - 1 : 0;
-	gfs_pool *pool = calloc(1, sizeof(*pool));
 
-	if (!pool)
-		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	if (want > GFS_PFOR_MAX_THREADS - 1)
 		want = GFS_PFOR_MAX_THREADS - 1;
+	return gfs_pool_new_threads(want, out);
+}
+
+gfs_err gfs_pool_new_threads(size_t want, gfs_pool **out)
+{
+	gfs_pool *pool = calloc(1, sizeof(*pool));
+
+	assert(want <= GFS_POOL_MAX_THREADS);
+	if (pool && want)
+		pool->tids = calloc(want, sizeof(*pool->tids));
+	if (!pool || (want && !pool->tids)) {
+		free(pool);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
 	(void)pthread_mutex_init(&pool->mu, NULL);
 	(void)pthread_cond_init(&pool->work, NULL);
 	(void)pthread_cond_init(&pool->left, NULL);
@@ -185,6 +203,7 @@ void gfs_pool_free(gfs_pool *p)
 	(void)pthread_cond_destroy(&p->left);
 	(void)pthread_cond_destroy(&p->work);
 	(void)pthread_mutex_destroy(&p->mu);
+	free(p->tids);
 	free(p);
 }
 

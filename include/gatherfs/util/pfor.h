@@ -22,6 +22,17 @@
  */
 gfs_err gfs_pfor(size_t n, gfs_err (*fn)(void *ctx, size_t i), void *ctx);
 
+/* The most threads gfs_pfor_threads() and gfs_pool_new_threads() start. */
+#define GFS_POOL_MAX_THREADS 64
+
+/*
+ * gfs_pfor_threads(): gfs_pfor() on up to nthreads threads (at most
+ * GFS_POOL_MAX_THREADS), whatever the CPUs: for loops whose iterations
+ * mostly wait (small reads on slow storage).
+ */
+gfs_err gfs_pfor_threads(size_t n, size_t nthreads, gfs_err (*fn)(void *ctx, size_t i),
+			 void *ctx);
+
 typedef struct gfs_pool gfs_pool;
 
 /*
@@ -31,6 +42,14 @@ typedef struct gfs_pool gfs_pool;
  * without threads is still returned, *out is set either way on GFS_OK).
  */
 gfs_err gfs_pool_new(gfs_pool **out);
+
+/*
+ * gfs_pool_new_threads(): a pool of n idle threads (n <= GFS_POOL_MAX_THREADS;
+ * 0: gfs_pool_for() is a serial loop), for loops whose iterations mostly
+ * wait (reads in flight on slow storage) rather than compute.  As
+ * gfs_pool_new() otherwise.
+ */
+gfs_err gfs_pool_new_threads(size_t n, gfs_pool **out);
 
 /* gfs_pool_free(): stops and joins the threads; p idle, or NULL. */
 void gfs_pool_free(gfs_pool *p);
