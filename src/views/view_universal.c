@@ -7,6 +7,7 @@
 #include "config.h"
 
 #include <assert.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +33,7 @@ typedef struct uv_plan {
 	const char **params;            /* in layout order */
 	size_t nparams;
 	char dir[512];                  /* "<tag>_universal" */
+	char zero[512 + 5];             /* "<tag>_universal/zero" */
 } uv_plan;
 
 /*
@@ -45,10 +47,25 @@ typedef struct uv_lazy {
 	_Atomic uint64_t size;          /* 0: not known yet (a zip is never empty) */
 } uv_lazy;
 
+/*
+ * The sizes of the zero/ files measured so far, by what a size depends on
+ * (same_size()): one composition per distinct shape, not per file.  Open
+ * addressing over lazy file indices + 1 (0: empty), at most half full.
+ */
+typedef struct uv_sizes {
+	pthread_mutex_t mu;
+	uint32_t *slot;
+	size_t cap;         /* 0 or a power of two */
+	size_t n;
+} uv_sizes;
+
 struct gfs_uview {
 	gfs_vctx ctx;       /* as stored: the files are always fp32 */
 	uv_plan plan;
 	size_t per_param;   /* files per param: fp32, the states, stage 1/2's step */
+	char *stems[MAX_STATES + 2]; /* [per_param]: the file names, "fp32.pt"... */
+	uint32_t *by_name;  /* [plan.nparams]: the params sorted by name */
+	uv_sizes *sizes;    /* (a pointer: filled by const calls) */
 	uv_file *files;     /* the files composed at gfs_uview_new(), listed first */
 	size_t nfiles, cap_files;
 	uv_lazy *lazy;      /* [plan.nparams * per_param], param-major */
@@ -158,6 +175,7 @@ static gfs_err make_plan(const gfs_layout *l, uv_plan *p)
 	if (!*tag || strlen(tag) + sizeof("_universal") > sizeof(p->dir))
 		return gfs_fail(GFS_ERR_UNSUPPORTED, "no usable tag name in %s", l->base_dir);
 	snprintf(p->dir, sizeof(p->dir), "%s_universal", tag);
+	snprintf(p->zero, sizeof(p->zero), "%s/zero", p->dir);
 	p->params = gfs_calloc(l->noptim, sizeof(*p->params));
 	if (!p->params)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
@@ -335,34 +353,52 @@ static size_t lazy_entry(const gfs_uview *u, size_t k)
 }
 
 /*
+ * lazy_shape(): the shape lazy file k presents its entry in: the step 0-d,
+ * stage 3 the flat [numel], stage 1/2 the param's shape (0-d as (1,)).
+ * shape has room for GFS_MAX_DIMS; @return ndim.
+ */
+static uint32_t lazy_shape(const gfs_uview *u, size_t k, uint64_t *shape)
+{
+	const gfs_layout *l = u->ctx.layout;
+	const gfs_tensor *t = gfs_layout_target(l, lazy_entry(u, k));
+
+	if (strcmp(lazy_stem(u, k), STEP) == 0)
+		return 0;
+	if (l->optim.zero_stage == 3 || t->ndim == 0) {
+		shape[0] = l->optim.zero_stage == 3 ? t->numel : 1;
+		return 1;
+	}
+	memcpy(shape, t->shape, t->ndim * sizeof(*shape));
+	return t->ndim;
+}
+
+/*
  * compose_lazy(): the torch zip of lazy file k, zero/<param>/<stem>.pt
- * holding its entry: stage 1/2 a {'cat_dim': 0, 'param': T} dict in the
- * param's shape (0-d as (1,)), stage 3 the flat tensor; the step is the
- * raw 0-d tensor.  Errors name the file.
+ * holding its entry in lazy_shape(): stage 1/2 a {'cat_dim': 0, 'param': T}
+ * dict, stage 3 the flat tensor; the step is the raw 0-d tensor.  Nothing
+ * else of the entry but its element count (fp32: make_plan()) goes into
+ * the file (same_size() counts on it).  Errors name the file.
  */
 static gfs_err compose_lazy(const gfs_uview *u, size_t k, gfs_tzview **out)
 {
 	const gfs_layout *l = u->ctx.layout;
 	const char *stem = lazy_stem(u, k);
 	const size_t i = lazy_entry(u, k);
-	const gfs_tensor *t = gfs_layout_target(l, i);
 	const bool requires_grad = k % u->per_param == 0;
-	const uint64_t one = 1;
+	uint64_t shape[GFS_MAX_DIMS];
+	const uint32_t ndim = lazy_shape(u, k, shape);
 	gfs_pkw *w = NULL;
 	gfs_err err = gfs_pkw_new(&u->ctx, &w);
 
-	if (!err && strcmp(stem, STEP) == 0) {
-		err = gfs_pkw_tensor(w, i, 0, NULL, false);
-	} else if (!err && l->optim.zero_stage == 3) {
-		err = gfs_pkw_tensor(w, i, 1, &t->numel, requires_grad);
+	if (!err && (strcmp(stem, STEP) == 0 || l->optim.zero_stage == 3)) {
+		err = gfs_pkw_tensor(w, i, ndim, shape, requires_grad);
 	} else if (!err) {
 		gfs_pkw_op(w, '}');
 		gfs_pkw_op(w, '(');
 		gfs_pkw_str(w, "cat_dim");
 		gfs_pkw_int(w, 0);
 		gfs_pkw_str(w, "param");
-		err = t->ndim ? gfs_pkw_tensor(w, i, t->ndim, t->shape, requires_grad)
-			      : gfs_pkw_tensor(w, i, 1, &one, requires_grad);
+		err = gfs_pkw_tensor(w, i, ndim, shape, requires_grad);
 		gfs_pkw_op(w, 'u');
 	}
 	if (!err)
@@ -375,6 +411,89 @@ static gfs_err compose_lazy(const gfs_uview *u, size_t k, gfs_tzview **out)
 		return gfs_fail_prefix(err, "%s", path);
 	}
 	return GFS_OK;
+}
+
+/* ---------------------------------------------------------------- sizes */
+
+/*
+ * same_size(): lazy files a and b are the same bytes but for their tensors'
+ * (compose_lazy()): the same stem, element count and presented shape, so
+ * the same size.
+ */
+static bool same_size(const gfs_uview *u, size_t a, size_t b)
+{
+	const gfs_layout *l = u->ctx.layout;
+	uint64_t sa[GFS_MAX_DIMS], sb[GFS_MAX_DIMS];
+	const uint32_t na = lazy_shape(u, a, sa), nb = lazy_shape(u, b, sb);
+
+	return a % u->per_param == b % u->per_param && na == nb &&
+	       memcmp(sa, sb, na * sizeof(*sa)) == 0 &&
+	       gfs_layout_target(l, lazy_entry(u, a))->numel ==
+		       gfs_layout_target(l, lazy_entry(u, b))->numel;
+}
+
+/* size_hash(): a hash of what same_size() compares. */
+static uint64_t size_hash(const gfs_uview *u, size_t k)
+{
+	uint64_t shape[GFS_MAX_DIMS];
+	const uint32_t ndim = lazy_shape(u, k, shape);
+	uint64_t h = 0xcbf29ce484222325ull ^ (k % u->per_param);
+
+	h = (h ^ gfs_layout_target(u->ctx.layout, lazy_entry(u, k))->numel) * 0x100000001b3ull;
+	for (uint32_t d = 0; d < ndim; d++)
+		h = (h ^ shape[d]) * 0x100000001b3ull;
+	return (h ^ ndim) * 0x100000001b3ull;
+}
+
+/* size_slot(): the slot of k's size class in table slot[0..cap): its file, or an empty one. */
+static uint32_t *size_slot(const gfs_uview *u, uint32_t *slot, size_t cap, size_t k)
+{
+	size_t j = (size_t)size_hash(u, k) & (cap - 1);
+
+	while (slot[j] && !same_size(u, slot[j] - 1, k))
+		j = (j + 1) & (cap - 1);
+	return &slot[j];
+}
+
+/*
+ * size_known(): the size of a measured lazy file of k's size class, or 0.
+ * Caller holds u->sizes.mu.
+ */
+static uint64_t size_known(const gfs_uview *u, size_t k)
+{
+	const uv_sizes *t = u->sizes;
+	const uint32_t *s = t->cap ? size_slot(u, t->slot, t->cap, k) : NULL;
+
+	return s && *s ? atomic_load_explicit(&u->lazy[*s - 1].size, memory_order_relaxed) : 0;
+}
+
+/*
+ * size_put(): remember measured lazy file k (its size stored) for its size
+ * class.  Out of memory only loses the shortcut.  Caller holds u->sizes.mu.
+ */
+static void size_put(const gfs_uview *u, size_t k)
+{
+	uv_sizes *t = u->sizes;
+	uint32_t *s;
+
+	if (2 * (t->n + 1) > t->cap) {
+		const size_t cap = t->cap ? 2 * t->cap : 64;
+		uint32_t *g = gfs_calloc(cap, sizeof(*g));
+
+		if (!g)
+			return;
+		for (size_t j = 0; j < t->cap; j++)
+			if (t->slot[j])
+				*size_slot(u, g, cap, t->slot[j] - 1) = t->slot[j];
+		free(t->slot);
+		t->slot = g;
+		t->cap = cap;
+	}
+	s = size_slot(u, t->slot, t->cap, k);
+	if (!*s) {
+		*s = (uint32_t)(k + 1);
+		t->n++;
+	}
 }
 
 /* ------------------------------------------------------------- the view */
@@ -416,6 +535,45 @@ static gfs_err compose(gfs_uview *u, const uv_plan *p)
 	return err;
 }
 
+/* A param's name and index while the params are sorted (index_names()). */
+struct uv_name {
+	const char *name;
+	uint32_t p;
+};
+
+static int cmp_uv_name(const void *a, const void *b)
+{
+	return strcmp(((const struct uv_name *)a)->name, ((const struct uv_name *)b)->name);
+}
+
+/* index_names(): u->stems and u->by_name, for gfs_uview_find(). */
+static gfs_err index_names(gfs_uview *u)
+{
+	const uv_plan *p = &u->plan;
+	struct uv_name *by = gfs_calloc(p->nparams + 1, sizeof(*by));
+
+	u->by_name = gfs_calloc(p->nparams + 1, sizeof(*u->by_name));
+	if (!by || !u->by_name) {
+		free(by);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	for (size_t k = 0; k < p->nparams; k++)
+		by[k] = (struct uv_name){ p->params[k], (uint32_t)k };
+	qsort(by, p->nparams, sizeof(*by), cmp_uv_name);
+	for (size_t k = 0; k < p->nparams; k++)
+		u->by_name[k] = by[k].p;
+	free(by);
+	for (size_t s = 0; s < u->per_param; s++) {
+		const char *stem = lazy_stem(u, s);
+
+		u->stems[s] = malloc(strlen(stem) + sizeof(".pt"));
+		if (!u->stems[s])
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		sprintf(u->stems[s], "%s.pt", stem);
+	}
+	return GFS_OK;
+}
+
 gfs_err gfs_uview_new(const gfs_layout *l, const gfs_srcset *src, const gfs_crccache *crc_cache,
 		      gfs_uview **out)
 {
@@ -438,11 +596,24 @@ gfs_err gfs_uview_new(const gfs_layout *l, const gfs_srcset *src, const gfs_crcc
 			     .crc_cache = crc_cache };
 	u->plan = p;
 	u->per_param = 1 + p.nstates + (l->optim.zero_stage < 3 ? 1 : 0);
+	u->sizes = calloc(1, sizeof(*u->sizes));
+	if (!u->sizes || pthread_mutex_init(&u->sizes->mu, NULL) != 0) {
+		free(u->sizes);
+		u->sizes = NULL;
+		gfs_uview_free(u);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	if (p.nparams >= (UINT32_MAX - 1) / u->per_param) {
+		gfs_uview_free(u);
+		return gfs_fail(GFS_ERR_LIMIT, "universal view: more than 2^32 files");
+	}
 	if (l->optim.zero_stage == 3 && (l->optim.ngroups > 1 || l->optim.nflat > 1))
 		snprintf(u->note, sizeof(u->note),
 			 "universal view of ZeRO-3 with %zu param groups in %u sub-groups: DeepSpeed >= 0.18 loads it (older releases read one group); call gatherfs_resume.restore_param_groups() after load_checkpoint (docs/universal.md)",
 			 l->optim.ngroups, l->optim.nflat);
 	err = compose(u, &u->plan);
+	if (!err)
+		err = index_names(u);
 	if (err) {
 		gfs_uview_free(u);
 		return err;
@@ -468,6 +639,14 @@ void gfs_uview_free(gfs_uview *u)
 	free(u->zips);
 	free(u->owned);
 	free(u->plan.params);
+	for (size_t s = 0; s < u->per_param; s++)
+		free(u->stems[s]);
+	free(u->by_name);
+	if (u->sizes) {
+		(void)pthread_mutex_destroy(&u->sizes->mu);
+		free(u->sizes->slot);
+		free(u->sizes);
+	}
 	free(u);
 }
 
@@ -479,6 +658,64 @@ const char *gfs_uview_note(const gfs_uview *u)
 size_t gfs_uview_nfiles(const gfs_uview *u)
 {
 	return u->nfiles + u->plan.nparams * u->per_param;
+}
+
+size_t gfs_uview_nfixed(const gfs_uview *u)
+{
+	return u->nfiles;
+}
+
+size_t gfs_uview_nparams(const gfs_uview *u)
+{
+	return u->plan.nparams;
+}
+
+size_t gfs_uview_per_param(const gfs_uview *u)
+{
+	return u->per_param;
+}
+
+const char *gfs_uview_zero_dir(const gfs_uview *u)
+{
+	return u->plan.zero;
+}
+
+const char *gfs_uview_param(const gfs_uview *u, size_t p)
+{
+	assert(p < u->plan.nparams);
+	return u->plan.params[p];
+}
+
+const char *gfs_uview_stem(const gfs_uview *u, size_t s)
+{
+	assert(s < u->per_param);
+	return u->stems[s];
+}
+
+int64_t gfs_uview_find_param(const gfs_uview *u, const char *name)
+{
+	size_t lo = 0, hi = u->plan.nparams;
+
+	while (lo < hi) {
+		const size_t mid = lo + (hi - lo) / 2;
+		const int c = strcmp(name, u->plan.params[u->by_name[mid]]);
+
+		if (c == 0)
+			return u->by_name[mid];
+		if (c < 0)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return -1;
+}
+
+int64_t gfs_uview_find_stem(const gfs_uview *u, const char *name)
+{
+	for (size_t s = 0; s < u->per_param; s++)
+		if (strcmp(name, u->stems[s]) == 0)
+			return (int64_t)s;
+	return -1;
 }
 
 size_t gfs_uview_path(const gfs_uview *u, size_t i, char *buf, size_t size)
@@ -514,16 +751,27 @@ gfs_err gfs_uview_size(const gfs_uview *u, size_t i, uint64_t *size)
 	made = atomic_load_explicit(&z->zip, memory_order_acquire);
 	if (made) {
 		*size = gfs_vfile_size(gfs_tzview_vfile(made));
-	} else {
-		/* measured and freed: a stat keeps no zip (find over the mount) */
-		err = compose_lazy(u, i - u->nfiles, &made);
-		if (err)
-			return err;
-		*size = gfs_vfile_size(gfs_tzview_vfile(made));
-		gfs_tzview_free(made);
+		atomic_store_explicit(&z->size, *size, memory_order_relaxed);
+		return GFS_OK;
 	}
+	(void)pthread_mutex_lock(&u->sizes->mu);
+	*size = size_known(u, i - u->nfiles);
+	(void)pthread_mutex_unlock(&u->sizes->mu);
+	if (*size) {
+		atomic_store_explicit(&z->size, *size, memory_order_relaxed);
+		return GFS_OK;
+	}
+	/* measured and freed: a stat keeps no zip (find over the mount) */
+	err = compose_lazy(u, i - u->nfiles, &made);
+	if (err)
+		return err;
+	*size = gfs_vfile_size(gfs_tzview_vfile(made));
+	gfs_tzview_free(made);
 	assert(*size > 0);
 	atomic_store_explicit(&z->size, *size, memory_order_relaxed);
+	(void)pthread_mutex_lock(&u->sizes->mu);
+	size_put(u, i - u->nfiles);
+	(void)pthread_mutex_unlock(&u->sizes->mu);
 	return GFS_OK;
 }
 
