@@ -38,23 +38,28 @@ typedef struct uv_plan {
 
 /*
  * A file zero/<param>/<stem>.pt, composed on first use: its size on the
- * first gfs_uview_size() (composed, measured, freed), its torch zip on the
- * first gfs_uview_vfile() (kept: the first to store it wins, a loser frees
- * its copy).
+ * first gfs_uview_size() of its size class (composed, measured, freed:
+ * uv_sizes), its torch zip on the first gfs_uview_vfile() (kept: the first
+ * to store it wins, a loser frees its copy).
  */
 typedef struct uv_lazy {
 	_Atomic(gfs_tzview *) zip;
-	_Atomic uint64_t size;          /* 0: not known yet (a zip is never empty) */
 } uv_lazy;
+
+/* A measured size class: a file of it (lazy index + 1; 0: an empty slot) and the size. */
+typedef struct uv_size {
+	uint32_t file;
+	uint64_t size;
+} uv_size;
 
 /*
  * The sizes of the zero/ files measured so far, by what a size depends on
  * (same_size()): one composition per distinct shape, not per file.  Open
- * addressing over lazy file indices + 1 (0: empty), at most half full.
+ * addressing, at most half full.
  */
 typedef struct uv_sizes {
 	pthread_mutex_t mu;
-	uint32_t *slot;
+	uv_size *slot;
 	size_t cap;         /* 0 or a power of two */
 	size_t n;
 } uv_sizes;
@@ -445,53 +450,53 @@ static uint64_t size_hash(const gfs_uview *u, size_t k)
 	return (h ^ ndim) * 0x100000001b3ull;
 }
 
-/* size_slot(): the slot of k's size class in table slot[0..cap): its file, or an empty one. */
-static uint32_t *size_slot(const gfs_uview *u, uint32_t *slot, size_t cap, size_t k)
+/* size_slot(): the slot of k's size class in table slot[0..cap), or an empty one. */
+static uv_size *size_slot(const gfs_uview *u, uv_size *slot, size_t cap, size_t k)
 {
 	size_t j = (size_t)size_hash(u, k) & (cap - 1);
 
-	while (slot[j] && !same_size(u, slot[j] - 1, k))
+	while (slot[j].file && !same_size(u, slot[j].file - 1, k))
 		j = (j + 1) & (cap - 1);
 	return &slot[j];
 }
 
 /*
- * size_known(): the size of a measured lazy file of k's size class, or 0.
- * Caller holds u->sizes.mu.
+ * size_known(): the size of lazy file k's size class if measured, else 0.
+ * Caller holds u->sizes->mu.
  */
 static uint64_t size_known(const gfs_uview *u, size_t k)
 {
 	const uv_sizes *t = u->sizes;
-	const uint32_t *s = t->cap ? size_slot(u, t->slot, t->cap, k) : NULL;
 
-	return s && *s ? atomic_load_explicit(&u->lazy[*s - 1].size, memory_order_relaxed) : 0;
+	return t->cap ? size_slot(u, t->slot, t->cap, k)->size : 0;
 }
 
 /*
- * size_put(): remember measured lazy file k (its size stored) for its size
- * class.  Out of memory only loses the shortcut.  Caller holds u->sizes.mu.
+ * size_put(): the size of lazy file k's size class is size (> 0).  Out of
+ * memory only loses the shortcut.  Caller holds u->sizes->mu.
  */
-static void size_put(const gfs_uview *u, size_t k)
+static void size_put(const gfs_uview *u, size_t k, uint64_t size)
 {
 	uv_sizes *t = u->sizes;
-	uint32_t *s;
+	uv_size *s;
 
+	assert(size > 0);
 	if (2 * (t->n + 1) > t->cap) {
 		const size_t cap = t->cap ? 2 * t->cap : 64;
-		uint32_t *g = gfs_calloc(cap, sizeof(*g));
+		uv_size *g = gfs_calloc(cap, sizeof(*g));
 
 		if (!g)
 			return;
 		for (size_t j = 0; j < t->cap; j++)
-			if (t->slot[j])
-				*size_slot(u, g, cap, t->slot[j] - 1) = t->slot[j];
+			if (t->slot[j].file)
+				*size_slot(u, g, cap, t->slot[j].file - 1) = t->slot[j];
 		free(t->slot);
 		t->slot = g;
 		t->cap = cap;
 	}
 	s = size_slot(u, t->slot, t->cap, k);
-	if (!*s) {
-		*s = (uint32_t)(k + 1);
+	if (!s->file) {
+		*s = (uv_size){ .file = (uint32_t)(k + 1), .size = size };
 		t->n++;
 	}
 }
@@ -530,7 +535,6 @@ static gfs_err compose(gfs_uview *u, const uv_plan *p)
 		err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	for (size_t k = 0; !err && k < p->nparams * u->per_param; k++) {
 		atomic_init(&u->lazy[k].zip, NULL);
-		atomic_init(&u->lazy[k].size, 0);
 	}
 	return err;
 }
@@ -745,32 +749,24 @@ gfs_err gfs_uview_size(const gfs_uview *u, size_t i, uint64_t *size)
 		return GFS_OK;
 	}
 	z = &u->lazy[i - u->nfiles];
-	*size = atomic_load_explicit(&z->size, memory_order_relaxed);
-	if (*size)
-		return GFS_OK;
 	made = atomic_load_explicit(&z->zip, memory_order_acquire);
 	if (made) {
 		*size = gfs_vfile_size(gfs_tzview_vfile(made));
-		atomic_store_explicit(&z->size, *size, memory_order_relaxed);
 		return GFS_OK;
 	}
 	(void)pthread_mutex_lock(&u->sizes->mu);
 	*size = size_known(u, i - u->nfiles);
 	(void)pthread_mutex_unlock(&u->sizes->mu);
-	if (*size) {
-		atomic_store_explicit(&z->size, *size, memory_order_relaxed);
+	if (*size)
 		return GFS_OK;
-	}
 	/* measured and freed: a stat keeps no zip (find over the mount) */
 	err = compose_lazy(u, i - u->nfiles, &made);
 	if (err)
 		return err;
 	*size = gfs_vfile_size(gfs_tzview_vfile(made));
 	gfs_tzview_free(made);
-	assert(*size > 0);
-	atomic_store_explicit(&z->size, *size, memory_order_relaxed);
 	(void)pthread_mutex_lock(&u->sizes->mu);
-	size_put(u, i - u->nfiles);
+	size_put(u, i - u->nfiles, *size);
 	(void)pthread_mutex_unlock(&u->sizes->mu);
 	return GFS_OK;
 }

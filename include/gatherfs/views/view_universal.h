@@ -103,7 +103,7 @@ size_t gfs_uview_path(const gfs_uview *u, size_t i, char *buf, size_t size);
  * gfs_uview_size(): file i's exact size, the size gfs_uview_vfile() serves.
  * A zero/ file's size is that of a measured file of the same stem and
  * shape, else it is composed, measured and freed (no zip kept), the size
- * cached.  Thread-safe.  @return GFS_OK and *size, or the
+ * cached per size class.  Thread-safe.  @return GFS_OK and *size, or the
  * composition's error (out of memory) with the file's path.
  */
 gfs_err gfs_uview_size(const gfs_uview *u, size_t i, uint64_t *size);
