@@ -46,15 +46,23 @@ typedef struct uv_lazy {
 	_Atomic(gfs_tzview *) zip;
 } uv_lazy;
 
-/* A measured size class: a file of it (lazy index + 1; 0: an empty slot) and the size. */
+/* What a zero/ file's size depends on (size_key()). */
+typedef struct uv_key {
+	uint64_t numel;
+	uint64_t shape[GFS_MAX_DIMS];
+	uint32_t ndim;
+	uint32_t stem;
+} uv_key;
+
+/* A measured size class (size 0: an empty slot). */
 typedef struct uv_size {
-	uint32_t file;
+	uv_key key;
 	uint64_t size;
 } uv_size;
 
 /*
  * The sizes of the zero/ files measured so far, by what a size depends on
- * (same_size()): one composition per distinct shape, not per file.  Open
+ * (uv_key): one composition per distinct shape, not per file.  Open
  * addressing, at most half full.
  */
 typedef struct uv_sizes {
@@ -358,14 +366,13 @@ static size_t lazy_entry(const gfs_uview *u, size_t k)
 }
 
 /*
- * lazy_shape(): the shape lazy file k presents its entry in: the step 0-d,
- * stage 3 the flat [numel], stage 1/2 the param's shape (0-d as (1,)).
- * shape has room for GFS_MAX_DIMS; @return ndim.
+ * lazy_shape(): the shape lazy file k presents its entry's target t in:
+ * the step 0-d, stage 3 the flat [numel], stage 1/2 the param's shape (0-d
+ * as (1,)).  shape has room for GFS_MAX_DIMS; @return ndim.
  */
-static uint32_t lazy_shape(const gfs_uview *u, size_t k, uint64_t *shape)
+static uint32_t lazy_shape(const gfs_uview *u, size_t k, const gfs_tensor *t, uint64_t *shape)
 {
 	const gfs_layout *l = u->ctx.layout;
-	const gfs_tensor *t = gfs_layout_target(l, lazy_entry(u, k));
 
 	if (strcmp(lazy_stem(u, k), STEP) == 0)
 		return 0;
@@ -382,7 +389,7 @@ static uint32_t lazy_shape(const gfs_uview *u, size_t k, uint64_t *shape)
  * holding its entry in lazy_shape(): stage 1/2 a {'cat_dim': 0, 'param': T}
  * dict, stage 3 the flat tensor; the step is the raw 0-d tensor.  Nothing
  * else of the entry but its element count (fp32: make_plan()) goes into
- * the file (same_size() counts on it).  Errors name the file.
+ * the file (size_key() counts on it).  Errors name the file.
  */
 static gfs_err compose_lazy(const gfs_uview *u, size_t k, gfs_tzview **out)
 {
@@ -391,7 +398,7 @@ static gfs_err compose_lazy(const gfs_uview *u, size_t k, gfs_tzview **out)
 	const size_t i = lazy_entry(u, k);
 	const bool requires_grad = k % u->per_param == 0;
 	uint64_t shape[GFS_MAX_DIMS];
-	const uint32_t ndim = lazy_shape(u, k, shape);
+	const uint32_t ndim = lazy_shape(u, k, gfs_layout_target(l, i), shape);
 	gfs_pkw *w = NULL;
 	gfs_err err = gfs_pkw_new(&u->ctx, &w);
 
@@ -421,82 +428,75 @@ static gfs_err compose_lazy(const gfs_uview *u, size_t k, gfs_tzview **out)
 /* ---------------------------------------------------------------- sizes */
 
 /*
- * same_size(): lazy files a and b are the same bytes but for their tensors'
- * (compose_lazy()): the same stem, element count and presented shape, so
- * the same size.
+ * size_key(): what lazy file k's size depends on (compose_lazy()): its
+ * stem, its entry's element count and the shape presented, zero-filled so
+ * that equal keys are equal bytes.
  */
-static bool same_size(const gfs_uview *u, size_t a, size_t b)
+static void size_key(const gfs_uview *u, size_t k, uv_key *key)
 {
-	const gfs_layout *l = u->ctx.layout;
-	uint64_t sa[GFS_MAX_DIMS], sb[GFS_MAX_DIMS];
-	const uint32_t na = lazy_shape(u, a, sa), nb = lazy_shape(u, b, sb);
+	const gfs_tensor *t = gfs_layout_target(u->ctx.layout, lazy_entry(u, k));
 
-	return a % u->per_param == b % u->per_param && na == nb &&
-	       memcmp(sa, sb, na * sizeof(*sa)) == 0 &&
-	       gfs_layout_target(l, lazy_entry(u, a))->numel ==
-		       gfs_layout_target(l, lazy_entry(u, b))->numel;
+	memset(key, 0, sizeof(*key));
+	key->stem = (uint32_t)(k % u->per_param);
+	key->numel = t->numel;
+	key->ndim = lazy_shape(u, k, t, key->shape);
 }
 
-/* size_hash(): a hash of what same_size() compares. */
-static uint64_t size_hash(const gfs_uview *u, size_t k)
+/* key_hash(): FNV-1a of key's bytes. */
+static uint64_t key_hash(const uv_key *key)
 {
-	uint64_t shape[GFS_MAX_DIMS];
-	const uint32_t ndim = lazy_shape(u, k, shape);
-	uint64_t h = 0xcbf29ce484222325ull ^ (k % u->per_param);
+	const unsigned char *b = (const unsigned char *)key;
+	uint64_t h = 0xcbf29ce484222325ull;
 
-	h = (h ^ gfs_layout_target(u->ctx.layout, lazy_entry(u, k))->numel) * 0x100000001b3ull;
-	for (uint32_t d = 0; d < ndim; d++)
-		h = (h ^ shape[d]) * 0x100000001b3ull;
-	return (h ^ ndim) * 0x100000001b3ull;
+	for (size_t i = 0; i < sizeof(*key); i++)
+		h = (h ^ b[i]) * 0x100000001b3ull;
+	return h;
 }
 
-/* size_slot(): the slot of k's size class in table slot[0..cap), or an empty one. */
-static uv_size *size_slot(const gfs_uview *u, uv_size *slot, size_t cap, size_t k)
+/* size_slot(): the slot of size class key in table slot[0..cap), or an empty one. */
+static uv_size *size_slot(uv_size *slot, size_t cap, const uv_key *key)
 {
-	size_t j = (size_t)size_hash(u, k) & (cap - 1);
+	size_t j = (size_t)key_hash(key) & (cap - 1);
 
-	while (slot[j].file && !same_size(u, slot[j].file - 1, k))
+	while (slot[j].size && memcmp(&slot[j].key, key, sizeof(*key)) != 0)
 		j = (j + 1) & (cap - 1);
 	return &slot[j];
 }
 
-/*
- * size_known(): the size of lazy file k's size class if measured, else 0.
- * Caller holds u->sizes->mu.
- */
-static uint64_t size_known(const gfs_uview *u, size_t k)
+/* size_known(): the size of size class key if measured, else 0.  Caller holds u->sizes->mu. */
+static uint64_t size_known(const gfs_uview *u, const uv_key *key)
 {
 	const uv_sizes *t = u->sizes;
 
-	return t->cap ? size_slot(u, t->slot, t->cap, k)->size : 0;
+	return t->cap ? size_slot(t->slot, t->cap, key)->size : 0;
 }
 
 /*
- * size_put(): the size of lazy file k's size class is size (> 0).  Out of
- * memory only loses the shortcut.  Caller holds u->sizes->mu.
+ * size_put(): the size of size class key is size (> 0).  Out of memory
+ * only loses the shortcut.  Caller holds u->sizes->mu.
  */
-static void size_put(const gfs_uview *u, size_t k, uint64_t size)
+static void size_put(const gfs_uview *u, const uv_key *key, uint64_t size)
 {
 	uv_sizes *t = u->sizes;
 	uv_size *s;
 
 	assert(size > 0);
 	if (2 * (t->n + 1) > t->cap) {
-		const size_t cap = t->cap ? 2 * t->cap : 64;
+		const size_t cap = t->cap ? 2 * t->cap : 16;
 		uv_size *g = gfs_calloc(cap, sizeof(*g));
 
 		if (!g)
 			return;
 		for (size_t j = 0; j < t->cap; j++)
-			if (t->slot[j].file)
-				*size_slot(u, g, cap, t->slot[j].file - 1) = t->slot[j];
+			if (t->slot[j].size)
+				*size_slot(g, cap, &t->slot[j].key) = t->slot[j];
 		free(t->slot);
 		t->slot = g;
 		t->cap = cap;
 	}
-	s = size_slot(u, t->slot, t->cap, k);
-	if (!s->file) {
-		*s = (uv_size){ .file = (uint32_t)(k + 1), .size = size };
+	s = size_slot(t->slot, t->cap, key);
+	if (!s->size) {
+		*s = (uv_size){ .key = *key, .size = size };
 		t->n++;
 	}
 }
@@ -739,6 +739,7 @@ size_t gfs_uview_path(const gfs_uview *u, size_t i, char *buf, size_t size)
 
 gfs_err gfs_uview_size(const gfs_uview *u, size_t i, uint64_t *size)
 {
+	uv_key key;
 	uv_lazy *z;
 	gfs_tzview *made = NULL;
 	gfs_err err;
@@ -755,7 +756,8 @@ gfs_err gfs_uview_size(const gfs_uview *u, size_t i, uint64_t *size)
 		return GFS_OK;
 	}
 	(void)pthread_mutex_lock(&u->sizes->mu);
-	*size = size_known(u, i - u->nfiles);
+	size_key(u, i - u->nfiles, &key);
+	*size = size_known(u, &key);
 	(void)pthread_mutex_unlock(&u->sizes->mu);
 	if (*size)
 		return GFS_OK;
@@ -766,7 +768,7 @@ gfs_err gfs_uview_size(const gfs_uview *u, size_t i, uint64_t *size)
 	*size = gfs_vfile_size(gfs_tzview_vfile(made));
 	gfs_tzview_free(made);
 	(void)pthread_mutex_lock(&u->sizes->mu);
-	size_put(u, i - u->nfiles, *size);
+	size_put(u, &key, *size);
 	(void)pthread_mutex_unlock(&u->sizes->mu);
 	return GFS_OK;
 }
