@@ -1261,7 +1261,8 @@ static gfs_err build_adapter(gfs_fs *fs, const struct stat *cfg_st)
 				     .uid = fs->xdir_attr.uid, .gid = fs->xdir_attr.gid,
 				     .mtime = fs->mtime };
 	fs->nodes[dir + 1] = (gfs_node){ .parent = (uint32_t)(dir + 1), .name = ADAPTER_ST,
-					 .type = GFS_NODE_REG, .vf = st, .entry = -1, .perm = fs->xfile_attr.perm,
+					 .type = GFS_NODE_REG, .vf = st, .entry = -1,
+					 .perm = fs->xfile_attr.perm,
 					 .uid = fs->xfile_attr.uid, .gid = fs->xfile_attr.gid,
 					 .mtime = fs->mtime };
 	if (cfg)
