@@ -57,6 +57,7 @@ enum {
 	NAME_MAX_BYTES = 255,                     /* what statfs() promises */
 	CUT_SUFFIX = 18,                          /* "%~" and 16 hex digits */
 	CUT_PREFIX = NAME_MAX_BYTES - CUT_SUFFIX, /* bytes kept of a long name */
+	PATH_BYTES = 1024,                        /* a universal file's path, its NUL included */
 };
 
 /* A directory: children (node indices) in listing order, and sorted by name for lookup. */
@@ -175,7 +176,9 @@ struct gfs_fs {
 	gfs_vctx actx;     /* the adapter/ view's tensors */
 	gfs_fs_opts opts;
 	gfs_node *nodes;
-	size_t nnodes;
+	size_t nnodes;     /* stored; the made ones (vnode()) follow */
+	size_t nvnodes;    /* the universal param folders and their files: (1 + per_param) each */
+	size_t uzero;      /* with nvnodes: node index of their parent, <tag>_universal/zero */
 	fs_dir root;
 	fs_dir tensors;
 	fs_dir adapter;    /* adapter/ (n == 0: none) */
@@ -1257,12 +1260,13 @@ static gfs_err build_adapter(gfs_fs *fs, const struct stat *cfg_st)
 				     .type = GFS_NODE_DIR, .entry = -1, .perm = fs->xdir_attr.perm,
 				     .uid = fs->xdir_attr.uid, .gid = fs->xdir_attr.gid,
 				     .mtime = fs->mtime };
-	fs->nodes[dir + 1] = (gfs_node){ .parent = dir + 1, .name = ADAPTER_ST, .type = GFS_NODE_REG,
-					 .vf = st, .entry = -1, .perm = fs->xfile_attr.perm,
+	fs->nodes[dir + 1] = (gfs_node){ .parent = (uint32_t)(dir + 1), .name = ADAPTER_ST,
+					 .type = GFS_NODE_REG, .vf = st, .entry = -1,
+					 .perm = fs->xfile_attr.perm,
 					 .uid = fs->xfile_attr.uid, .gid = fs->xfile_attr.gid,
 					 .mtime = fs->mtime };
 	if (cfg)
-		fs->nodes[dir + 2] = (gfs_node){ .parent = dir + 1, .name = ADAPTER_CFG,
+		fs->nodes[dir + 2] = (gfs_node){ .parent = (uint32_t)(dir + 1), .name = ADAPTER_CFG,
 						 .type = GFS_NODE_REG, .vf = cfg, .entry = -1,
 						 .perm = cfg_st->st_mode & fs->xfile_attr.perm,
 						 .uid = fs->xfile_attr.uid, .gid = fs->xfile_attr.gid,
@@ -1427,9 +1431,10 @@ static gfs_err build_universal(gfs_fs *fs)
 				   l->base_dir, fs->universal_absent);
 	if (!err && gfs_uview_note(fs->uview))
 		err = add_note(fs, "%s: %s", l->base_dir, gfs_uview_note(fs->uview));
-	/* no vfile: composed on first use (reg_size(), gfs_fs_vfile()) */
-	for (size_t i = 0; !err && i < gfs_uview_nfiles(fs->uview); i++) {
-		char path[1024];
+	/* no vfile: composed on first use (reg_size(), gfs_fs_vfile()); the
+	 * param folders and their files are not stored (vnode()) */
+	for (size_t i = 0; !err && i < gfs_uview_nfixed(fs->uview); i++) {
+		char path[PATH_BYTES];
 		const size_t len = gfs_uview_path(fs->uview, i, path, sizeof(path));
 
 		if (len >= sizeof(path))
@@ -1672,6 +1677,42 @@ static gfs_err build_xnodes(gfs_fs *fs)
 	return GFS_OK;
 }
 
+/*
+ * plan_vnodes(): the universal param folders and their files, made on
+ * request past the stored nodes (vnode()), under the stored zero/ folder
+ * (it holds optimizer_state.pt), whose stored names they must not take.
+ */
+static gfs_err plan_vnodes(gfs_fs *fs)
+{
+	const gfs_uview *u = fs->uview;
+	const char *zero = gfs_uview_zero_dir(u);
+	const size_t per = 1 + gfs_uview_per_param(u);
+	const fs_dir *d;
+	size_t x = 0, stem = 0;
+
+	while (x < fs->nxnodes && strcmp(fs->xnodes[x].path, zero) != 0)
+		x++;
+	if (x == fs->nxnodes || fs->xnodes[x].file >= 0)
+		return gfs_fail(GFS_ERR_UNSUPPORTED, "universal view: no folder %s", zero);
+	if (gfs_uview_nparams(u) >= (UINT32_MAX - fs->nnodes) / per)
+		return gfs_fail(GFS_ERR_LIMIT, "more than 2^32 - 2 files and directories");
+	for (size_t s = 0; s < per - 1; s++)
+		stem = strlen(gfs_uview_stem(u, s)) > stem ? strlen(gfs_uview_stem(u, s)) : stem;
+	for (size_t p = 0; p < gfs_uview_nparams(u); p++)
+		if (strlen(zero) + strlen(gfs_uview_param(u, p)) + stem + 2 >= PATH_BYTES)
+			return gfs_fail(GFS_ERR_UNSUPPORTED,
+					"universal view: a path longer than %d bytes (%s/%.64s...)",
+					PATH_BYTES - 1, zero, gfs_uview_param(u, p));
+	d = xdir(fs, x);
+	for (size_t i = 0; i < d->n; i++)
+		if (gfs_uview_find_param(u, fs->nodes[d->kids[i]].name) >= 0)
+			return gfs_fail(GFS_ERR_UNSUPPORTED, "%s: two entries are both named %s",
+					zero, fs->nodes[d->kids[i]].name);
+	fs->uzero = fs->xfirst + x;
+	fs->nvnodes = gfs_uview_nparams(u) * per;
+	return GFS_OK;
+}
+
 /* build_dir(): directory d holding nodes first..first+n-1 after `fixed`. */
 static gfs_err build_dir(gfs_fs *fs, fs_dir *d, const uint32_t *fixed, size_t nfixed,
 			 size_t first, size_t n)
@@ -1787,6 +1828,8 @@ static gfs_err build(gfs_fs *fs)
 	fs->xfirst = N_FIXED + fs->nvirt + fs->npass + l->ntensors + fs->nadapter;
 	if (!err)
 		err = plan_xnodes(fs);
+	if (!err && fs->xfirst + fs->nxnodes >= UINT32_MAX)
+		err = gfs_fail(GFS_ERR_LIMIT, "more than 2^32 - 2 files and directories");
 	if (err)
 		return err;
 	fs->nnodes = fs->xfirst + fs->nxnodes;
@@ -1815,6 +1858,10 @@ static gfs_err build(gfs_fs *fs)
 		err = build_pass(fs);
 	if (!err)
 		err = build_fixed(fs);
+	for (size_t i = 0; i < fs->nnodes; i++)
+		fs->nodes[i].ino = (uint32_t)(i + 1);
+	if (!err && fs->uview)
+		err = plan_vnodes(fs);
 	if (!err)
 		err = build_dir(fs, &fs->root, root_fixed, nroot, N_FIXED + fs->nvirt, fs->npass);
 	if (!err)
@@ -1905,21 +1952,68 @@ gfs_err gfs_fs_new(const gfs_layout *l, const gfs_srcset *src, const gfs_fs_opts
 
 /* ----------------------------------------------------------------- access */
 
-const gfs_node *gfs_fs_node(const gfs_fs *fs, uint64_t ino)
+/*
+ * vnode(): made node v (< fs->nvnodes) in buf: v = p * (1 + per_param) is
+ * param p's folder, v + 1 + s its file of stem s, universal file
+ * gfs_uview_nfixed() + p * per_param + s.  Inode number nnodes + v + 1.
+ */
+static const gfs_node *vnode(const gfs_fs *fs, size_t v, gfs_node *buf)
 {
-	return ino >= 1 && ino <= fs->nnodes ? &fs->nodes[ino - 1] : NULL;
+	const size_t per = gfs_uview_per_param(fs->uview);
+	const size_t p = v / (1 + per), r = v % (1 + per);
+
+	assert(v < fs->nvnodes);
+	*buf = (gfs_node){ .ino = (uint32_t)(fs->nnodes + v + 1), .entry = -1, .mtime = fs->mtime };
+	if (r == 0) {
+		buf->parent = (uint32_t)(fs->uzero + 1);
+		buf->name = gfs_uview_param(fs->uview, p);
+		buf->type = GFS_NODE_DIR;
+		buf->perm = fs->xdir_attr.perm;
+		buf->uid = fs->xdir_attr.uid;
+		buf->gid = fs->xdir_attr.gid;
+	} else {
+		buf->parent = (uint32_t)(fs->nnodes + v - r + 1);
+		buf->name = gfs_uview_stem(fs->uview, r - 1);
+		buf->entry = UNI_ENTRY(gfs_uview_nfixed(fs->uview) + p * per + r - 1);
+		buf->type = GFS_NODE_REG;
+		buf->perm = fs->xfile_attr.perm;
+		buf->uid = fs->xfile_attr.uid;
+		buf->gid = fs->xfile_attr.gid;
+	}
+	return buf;
+}
+
+/* is_vnode(): n was made by vnode(). */
+static bool is_vnode(const gfs_fs *fs, const gfs_node *n)
+{
+	return n->ino > fs->nnodes;
+}
+
+const gfs_node *gfs_fs_node(const gfs_fs *fs, uint64_t ino, gfs_node *buf)
+{
+	if (ino >= 1 && ino <= fs->nnodes)
+		return &fs->nodes[ino - 1];
+	if (ino > fs->nnodes && ino - fs->nnodes - 1 < fs->nvnodes)
+		return vnode(fs, (size_t)(ino - fs->nnodes - 1), buf);
+	return NULL;
 }
 
 uint64_t gfs_fs_ino(const gfs_fs *fs, const gfs_node *n)
 {
-	assert(n >= fs->nodes && n < fs->nodes + fs->nnodes);
-	return (uint64_t)(n - fs->nodes) + 1;
+	assert(n->ino >= 1 && n->ino <= fs->nnodes + fs->nvnodes);
+	return n->ino;
 }
 
-/* dir_of(): the fs_dir of directory node dir. */
+/* is_uzero(): dir is zero/ of the universal view, the param folders' parent. */
+static bool is_uzero(const gfs_fs *fs, const gfs_node *dir)
+{
+	return fs->nvnodes && dir->ino == fs->uzero + 1;
+}
+
+/* dir_of(): the fs_dir of stored directory node dir. */
 static const fs_dir *dir_of(const gfs_fs *fs, const gfs_node *dir)
 {
-	assert(dir->type == GFS_NODE_DIR);
+	assert(dir->type == GFS_NODE_DIR && !is_vnode(fs, dir));
 	if (fs->nadapter && gfs_fs_ino(fs, dir) == adapter_node(fs, 0) + 1)
 		return &fs->adapter;
 	if (gfs_fs_ino(fs, dir) > fs->xfirst)
@@ -1945,10 +2039,18 @@ const char *gfs_fs_view_absent(const gfs_fs *fs, unsigned view)
 }
 
 const gfs_node *gfs_fs_lookup(const gfs_fs *fs, const gfs_node *dir,
-			      const char *name)
+			      const char *name, gfs_node *buf)
 {
-	const fs_dir *d = dir_of(fs, dir);
-	size_t lo = 0, hi = d->n;
+	const fs_dir *d;
+	size_t lo = 0, hi;
+	int64_t k;
+
+	if (is_vnode(fs, dir)) {
+		k = gfs_uview_find_stem(fs->uview, name);
+		return k < 0 ? NULL : vnode(fs, dir->ino - fs->nnodes + (size_t)k, buf);
+	}
+	d = dir_of(fs, dir);
+	hi = d->n;
 
 	while (lo < hi) {
 		const size_t mid = lo + (hi - lo) / 2;
@@ -1962,20 +2064,30 @@ const gfs_node *gfs_fs_lookup(const gfs_fs *fs, const gfs_node *dir,
 		else
 			lo = mid + 1;
 	}
-	return NULL;
+	k = is_uzero(fs, dir) ? gfs_uview_find_param(fs->uview, name) : -1;
+	return k < 0 ? NULL : vnode(fs, (size_t)k * (1 + gfs_uview_per_param(fs->uview)), buf);
 }
 
 size_t gfs_fs_dir_count(const gfs_fs *fs, const gfs_node *dir)
 {
-	return dir_of(fs, dir)->n;
+	if (is_vnode(fs, dir))
+		return gfs_uview_per_param(fs->uview);
+	return dir_of(fs, dir)->n + (is_uzero(fs, dir) ? gfs_uview_nparams(fs->uview) : 0);
 }
 
-const gfs_node *gfs_fs_dir_entry(const gfs_fs *fs, const gfs_node *dir, size_t i)
+const gfs_node *gfs_fs_dir_entry(const gfs_fs *fs, const gfs_node *dir, size_t i,
+				 gfs_node *buf)
 {
-	const fs_dir *d = dir_of(fs, dir);
+	const fs_dir *d;
 
-	assert(i < d->n);
-	return &fs->nodes[d->kids[i]];
+	assert(i < gfs_fs_dir_count(fs, dir));
+	if (is_vnode(fs, dir))
+		return vnode(fs, dir->ino - fs->nnodes + i, buf);
+	d = dir_of(fs, dir);
+	if (i < d->n)
+		return &fs->nodes[d->kids[i]];
+	/* zero/: the param folders after the stored entries */
+	return vnode(fs, (i - d->n) * (1 + gfs_uview_per_param(fs->uview)), buf);
 }
 
 /* json_unit(): unit u of layout.json: the layout's JSON units, then a newline. */
@@ -2136,18 +2248,20 @@ void gfs_fs_statfs(const gfs_fs *fs, struct statvfs *sv)
 {
 	uint64_t bytes = 0;
 
-	for (size_t i = 0; i < fs->nnodes; i++) {
+	for (size_t i = 0; i < fs->nnodes + fs->nvnodes; i++) {
+		gfs_node buf;
+		const gfs_node *n = gfs_fs_node(fs, i + 1, &buf);
 		uint64_t size = 0;
 
 		/* a universal file that cannot be composed counts 0 (its stat says why) */
-		if (fs->nodes[i].type == GFS_NODE_REG && !reg_size(fs, &fs->nodes[i], &size))
+		if (n->type == GFS_NODE_REG && !reg_size(fs, n, &size))
 			bytes += size;
 	}
 	memset(sv, 0, sizeof(*sv));
 	sv->f_bsize = BLKSIZE;
 	sv->f_frsize = 4096;
 	sv->f_blocks = (fsblkcnt_t)((bytes + 4095) / 4096);
-	sv->f_files = (fsfilcnt_t)fs->nnodes;
+	sv->f_files = (fsfilcnt_t)(fs->nnodes + fs->nvnodes);
 	sv->f_namemax = 255;
 	sv->f_flag = ST_RDONLY;
 }
@@ -2166,6 +2280,12 @@ gfs_err gfs_fs_read(const gfs_fs *fs, const gfs_node *n, uint64_t off,
 	if (err || !vf)
 		return err;
 	err = gfs_vfile_read(vf, off, buf, len, got);
+	if (err && n->entry <= UNI_ENTRY(0)) {
+		char path[PATH_BYTES];
+
+		(void)gfs_uview_path(fs->uview, UNI_FILE(n->entry), path, sizeof(path));
+		return gfs_fail_prefix(err, "%s", path);
+	}
 	if (err && gfs_fs_ino(fs, n) > fs->xfirst)
 		return gfs_fail_prefix(err, "%s", fs->xnodes[gfs_fs_ino(fs, n) - 1 - fs->xfirst].path);
 	if (err)

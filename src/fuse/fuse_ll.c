@@ -41,10 +41,10 @@ static const gfs_fs *fs_of(fuse_req_t req)
 	return ((const gfs_mount *)fuse_req_userdata(req))->fs;
 }
 
-/* node_of(): the node of ino, or NULL after replying ENOENT. */
-static const gfs_node *node_of(fuse_req_t req, fuse_ino_t ino)
+/* node_of(): the node of ino (maybe made in buf), or NULL after replying ENOENT. */
+static const gfs_node *node_of(fuse_req_t req, fuse_ino_t ino, gfs_node *buf)
 {
-	const gfs_node *n = gfs_fs_node(fs_of(req), ino);
+	const gfs_node *n = gfs_fs_node(fs_of(req), ino, buf);
 
 	if (!n)
 		fuse_reply_err(req, ENOENT);
@@ -288,8 +288,10 @@ static void gfs_ll_init(void *userdata, struct fuse_conn_info *conn)
 static void gfs_ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	const gfs_fs *fs = fs_of(req);
-	const gfs_node *dir = node_of(req, parent);
+	gfs_node nbuf;
+	const gfs_node *dir = node_of(req, parent, &nbuf);
 	const gfs_node *n;
+	gfs_node ebuf;
 	struct fuse_entry_param e;
 
 	if (!dir)
@@ -301,7 +303,7 @@ static void gfs_ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	memset(&e, 0, sizeof(e));
 	e.attr_timeout = TIMEOUT;
 	e.entry_timeout = TIMEOUT; /* with ino 0: a cached negative entry */
-	n = gfs_fs_lookup(fs, dir, name);
+	n = gfs_fs_lookup(fs, dir, name, &ebuf);
 	if (n) {
 		const gfs_err err = gfs_fs_stat(fs, n, &e.attr);
 
@@ -316,7 +318,8 @@ static void gfs_ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 static void gfs_ll_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	const gfs_node *n = node_of(req, ino);
+	gfs_node nbuf;
+	const gfs_node *n = node_of(req, ino, &nbuf);
 	struct stat st;
 	gfs_err err;
 
@@ -332,7 +335,8 @@ static void gfs_ll_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info
 
 static void gfs_ll_readlink(fuse_req_t req, fuse_ino_t ino)
 {
-	const gfs_node *n = node_of(req, ino);
+	gfs_node nbuf;
+	const gfs_node *n = node_of(req, ino, &nbuf);
 
 	if (!n)
 		return;
@@ -345,7 +349,8 @@ static void gfs_ll_readlink(fuse_req_t req, fuse_ino_t ino)
 static void gfs_ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	const gfs_mount *m = fuse_req_userdata(req);
-	const gfs_node *n = node_of(req, ino);
+	gfs_node nbuf;
+	const gfs_node *n = node_of(req, ino, &nbuf);
 
 	if (!n)
 		return;
@@ -598,7 +603,8 @@ static void gfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			struct fuse_file_info *fi)
 {
 	const gfs_mount *m = fuse_req_userdata(req);
-	const gfs_node *n = node_of(req, ino);
+	gfs_node nbuf;
+	const gfs_node *n = node_of(req, ino, &nbuf);
 	gfs_pfstream *s = fi ? (gfs_pfstream *)(uintptr_t)fi->fh : NULL;
 
 	if (!n)
@@ -615,7 +621,8 @@ static void gfs_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 static void gfs_ll_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	const gfs_node *n = node_of(req, ino);
+	gfs_node nbuf;
+	const gfs_node *n = node_of(req, ino, &nbuf);
 
 	if (!n)
 		return;
@@ -640,7 +647,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       bool plus)
 {
 	const gfs_fs *fs = fs_of(req);
-	const gfs_node *dir = node_of(req, ino);
+	gfs_node nbuf;
+	const gfs_node *dir = node_of(req, ino, &nbuf);
 	size_t used = 0;
 	size_t count;
 	rstate *r;
@@ -660,9 +668,10 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	count = gfs_fs_dir_count(fs, dir) + 2;
 	for (size_t i = off > 0 ? (size_t)off : 0; i < count; i++) {
+		gfs_node cbuf;
 		const gfs_node *c = i == 0 ? dir
-				  : i == 1 ? gfs_fs_node(fs, dir->parent)
-				  : gfs_fs_dir_entry(fs, dir, i - 2);
+				  : i == 1 ? gfs_fs_node(fs, dir->parent, &cbuf)
+				  : gfs_fs_dir_entry(fs, dir, i - 2, &cbuf);
 		const char *name = i == 0 ? "." : i == 1 ? ".." : c->name;
 		struct fuse_entry_param e;
 		gfs_err err;
@@ -723,7 +732,8 @@ static void gfs_ll_statfs(fuse_req_t req, fuse_ino_t ino)
  */
 static void do_xattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
-	const gfs_node *n = node_of(req, ino);
+	gfs_node nbuf;
+	const gfs_node *n = node_of(req, ino, &nbuf);
 	char *buf;
 	size_t len = 0;
 	gfs_err err;

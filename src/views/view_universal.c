@@ -7,6 +7,7 @@
 #include "config.h"
 
 #include <assert.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,23 +33,52 @@ typedef struct uv_plan {
 	const char **params;            /* in layout order */
 	size_t nparams;
 	char dir[512];                  /* "<tag>_universal" */
+	char zero[512 + 5];             /* "<tag>_universal/zero" */
 } uv_plan;
 
 /*
  * A file zero/<param>/<stem>.pt, composed on first use: its size on the
- * first gfs_uview_size() (composed, measured, freed), its torch zip on the
- * first gfs_uview_vfile() (kept: the first to store it wins, a loser frees
- * its copy).
+ * first gfs_uview_size() of its size class (composed, measured, freed:
+ * uv_sizes), its torch zip on the first gfs_uview_vfile() (kept: the first
+ * to store it wins, a loser frees its copy).
  */
 typedef struct uv_lazy {
 	_Atomic(gfs_tzview *) zip;
-	_Atomic uint64_t size;          /* 0: not known yet (a zip is never empty) */
 } uv_lazy;
+
+/* What a zero/ file's size depends on (size_key()). */
+typedef struct uv_key {
+	uint64_t numel;
+	uint64_t shape[GFS_MAX_DIMS];
+	uint32_t ndim;
+	uint32_t stem;
+} uv_key;
+
+/* A measured size class (size 0: an empty slot). */
+typedef struct uv_size {
+	uv_key key;
+	uint64_t size;
+} uv_size;
+
+/*
+ * The sizes of the zero/ files measured so far, by what a size depends on
+ * (uv_key): one composition per distinct shape, not per file.  Open
+ * addressing, at most half full.
+ */
+typedef struct uv_sizes {
+	pthread_mutex_t mu;
+	uv_size *slot;
+	size_t cap;         /* 0 or a power of two */
+	size_t n;
+} uv_sizes;
 
 struct gfs_uview {
 	gfs_vctx ctx;       /* as stored: the files are always fp32 */
 	uv_plan plan;
 	size_t per_param;   /* files per param: fp32, the states, stage 1/2's step */
+	char *stems[MAX_STATES + 2]; /* [per_param]: the file names, "fp32.pt"... */
+	uint32_t *by_name;  /* [plan.nparams]: the params sorted by name */
+	uv_sizes *sizes;    /* (a pointer: filled by const calls) */
 	uv_file *files;     /* the files composed at gfs_uview_new(), listed first */
 	size_t nfiles, cap_files;
 	uv_lazy *lazy;      /* [plan.nparams * per_param], param-major */
@@ -158,6 +188,7 @@ static gfs_err make_plan(const gfs_layout *l, uv_plan *p)
 	if (!*tag || strlen(tag) + sizeof("_universal") > sizeof(p->dir))
 		return gfs_fail(GFS_ERR_UNSUPPORTED, "no usable tag name in %s", l->base_dir);
 	snprintf(p->dir, sizeof(p->dir), "%s_universal", tag);
+	snprintf(p->zero, sizeof(p->zero), "%s/zero", p->dir);
 	p->params = gfs_calloc(l->noptim, sizeof(*p->params));
 	if (!p->params)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
@@ -335,34 +366,51 @@ static size_t lazy_entry(const gfs_uview *u, size_t k)
 }
 
 /*
+ * lazy_shape(): the shape lazy file k presents its entry's target t in:
+ * the step 0-d, stage 3 the flat [numel], stage 1/2 the param's shape (0-d
+ * as (1,)).  shape has room for GFS_MAX_DIMS; @return ndim.
+ */
+static uint32_t lazy_shape(const gfs_uview *u, size_t k, const gfs_tensor *t, uint64_t *shape)
+{
+	const gfs_layout *l = u->ctx.layout;
+
+	if (strcmp(lazy_stem(u, k), STEP) == 0)
+		return 0;
+	if (l->optim.zero_stage == 3 || t->ndim == 0) {
+		shape[0] = l->optim.zero_stage == 3 ? t->numel : 1;
+		return 1;
+	}
+	memcpy(shape, t->shape, t->ndim * sizeof(*shape));
+	return t->ndim;
+}
+
+/*
  * compose_lazy(): the torch zip of lazy file k, zero/<param>/<stem>.pt
- * holding its entry: stage 1/2 a {'cat_dim': 0, 'param': T} dict in the
- * param's shape (0-d as (1,)), stage 3 the flat tensor; the step is the
- * raw 0-d tensor.  Errors name the file.
+ * holding its entry in lazy_shape(): stage 1/2 a {'cat_dim': 0, 'param': T}
+ * dict, stage 3 the flat tensor; the step is the raw 0-d tensor.  Nothing
+ * else of the entry but its element count (fp32: make_plan()) goes into
+ * the file (size_key() counts on it).  Errors name the file.
  */
 static gfs_err compose_lazy(const gfs_uview *u, size_t k, gfs_tzview **out)
 {
 	const gfs_layout *l = u->ctx.layout;
 	const char *stem = lazy_stem(u, k);
 	const size_t i = lazy_entry(u, k);
-	const gfs_tensor *t = gfs_layout_target(l, i);
 	const bool requires_grad = k % u->per_param == 0;
-	const uint64_t one = 1;
+	uint64_t shape[GFS_MAX_DIMS];
+	const uint32_t ndim = lazy_shape(u, k, gfs_layout_target(l, i), shape);
 	gfs_pkw *w = NULL;
 	gfs_err err = gfs_pkw_new(&u->ctx, &w);
 
-	if (!err && strcmp(stem, STEP) == 0) {
-		err = gfs_pkw_tensor(w, i, 0, NULL, false);
-	} else if (!err && l->optim.zero_stage == 3) {
-		err = gfs_pkw_tensor(w, i, 1, &t->numel, requires_grad);
+	if (!err && (strcmp(stem, STEP) == 0 || l->optim.zero_stage == 3)) {
+		err = gfs_pkw_tensor(w, i, ndim, shape, requires_grad);
 	} else if (!err) {
 		gfs_pkw_op(w, '}');
 		gfs_pkw_op(w, '(');
 		gfs_pkw_str(w, "cat_dim");
 		gfs_pkw_int(w, 0);
 		gfs_pkw_str(w, "param");
-		err = t->ndim ? gfs_pkw_tensor(w, i, t->ndim, t->shape, requires_grad)
-			      : gfs_pkw_tensor(w, i, 1, &one, requires_grad);
+		err = gfs_pkw_tensor(w, i, ndim, shape, requires_grad);
 		gfs_pkw_op(w, 'u');
 	}
 	if (!err)
@@ -375,6 +423,82 @@ static gfs_err compose_lazy(const gfs_uview *u, size_t k, gfs_tzview **out)
 		return gfs_fail_prefix(err, "%s", path);
 	}
 	return GFS_OK;
+}
+
+/* ---------------------------------------------------------------- sizes */
+
+/*
+ * size_key(): what lazy file k's size depends on (compose_lazy()): its
+ * stem, its entry's element count and the shape presented, zero-filled so
+ * that equal keys are equal bytes.
+ */
+static void size_key(const gfs_uview *u, size_t k, uv_key *key)
+{
+	const gfs_tensor *t = gfs_layout_target(u->ctx.layout, lazy_entry(u, k));
+
+	memset(key, 0, sizeof(*key));
+	key->stem = (uint32_t)(k % u->per_param);
+	key->numel = t->numel;
+	key->ndim = lazy_shape(u, k, t, key->shape);
+}
+
+/* key_hash(): FNV-1a of key's bytes. */
+static uint64_t key_hash(const uv_key *key)
+{
+	const unsigned char *b = (const unsigned char *)key;
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (size_t i = 0; i < sizeof(*key); i++)
+		h = (h ^ b[i]) * 0x100000001b3ull;
+	return h;
+}
+
+/* size_slot(): the slot of size class key in table slot[0..cap), or an empty one. */
+static uv_size *size_slot(uv_size *slot, size_t cap, const uv_key *key)
+{
+	size_t j = (size_t)key_hash(key) & (cap - 1);
+
+	while (slot[j].size && memcmp(&slot[j].key, key, sizeof(*key)) != 0)
+		j = (j + 1) & (cap - 1);
+	return &slot[j];
+}
+
+/* size_known(): the size of size class key if measured, else 0.  Caller holds u->sizes->mu. */
+static uint64_t size_known(const gfs_uview *u, const uv_key *key)
+{
+	const uv_sizes *t = u->sizes;
+
+	return t->cap ? size_slot(t->slot, t->cap, key)->size : 0;
+}
+
+/*
+ * size_put(): the size of size class key is size (> 0).  Out of memory
+ * only loses the shortcut.  Caller holds u->sizes->mu.
+ */
+static void size_put(const gfs_uview *u, const uv_key *key, uint64_t size)
+{
+	uv_sizes *t = u->sizes;
+	uv_size *s;
+
+	assert(size > 0);
+	if (2 * (t->n + 1) > t->cap) {
+		const size_t cap = t->cap ? 2 * t->cap : 16;
+		uv_size *g = gfs_calloc(cap, sizeof(*g));
+
+		if (!g)
+			return;
+		for (size_t j = 0; j < t->cap; j++)
+			if (t->slot[j].size)
+				*size_slot(g, cap, &t->slot[j].key) = t->slot[j];
+		free(t->slot);
+		t->slot = g;
+		t->cap = cap;
+	}
+	s = size_slot(t->slot, t->cap, key);
+	if (!s->size) {
+		*s = (uv_size){ .key = *key, .size = size };
+		t->n++;
+	}
 }
 
 /* ------------------------------------------------------------- the view */
@@ -411,9 +535,47 @@ static gfs_err compose(gfs_uview *u, const uv_plan *p)
 		err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	for (size_t k = 0; !err && k < p->nparams * u->per_param; k++) {
 		atomic_init(&u->lazy[k].zip, NULL);
-		atomic_init(&u->lazy[k].size, 0);
 	}
 	return err;
+}
+
+/* A param's name and index while the params are sorted (index_names()). */
+struct uv_name {
+	const char *name;
+	uint32_t p;
+};
+
+static int cmp_uv_name(const void *a, const void *b)
+{
+	return strcmp(((const struct uv_name *)a)->name, ((const struct uv_name *)b)->name);
+}
+
+/* index_names(): u->stems and u->by_name, for gfs_uview_find(). */
+static gfs_err index_names(gfs_uview *u)
+{
+	const uv_plan *p = &u->plan;
+	struct uv_name *by = gfs_calloc(p->nparams + 1, sizeof(*by));
+
+	u->by_name = gfs_calloc(p->nparams + 1, sizeof(*u->by_name));
+	if (!by || !u->by_name) {
+		free(by);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	for (size_t k = 0; k < p->nparams; k++)
+		by[k] = (struct uv_name){ p->params[k], (uint32_t)k };
+	qsort(by, p->nparams, sizeof(*by), cmp_uv_name);
+	for (size_t k = 0; k < p->nparams; k++)
+		u->by_name[k] = by[k].p;
+	free(by);
+	for (size_t s = 0; s < u->per_param; s++) {
+		const char *stem = lazy_stem(u, s);
+
+		u->stems[s] = malloc(strlen(stem) + sizeof(".pt"));
+		if (!u->stems[s])
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		sprintf(u->stems[s], "%s.pt", stem);
+	}
+	return GFS_OK;
 }
 
 gfs_err gfs_uview_new(const gfs_layout *l, const gfs_srcset *src, const gfs_crccache *crc_cache,
@@ -438,11 +600,24 @@ gfs_err gfs_uview_new(const gfs_layout *l, const gfs_srcset *src, const gfs_crcc
 			     .crc_cache = crc_cache };
 	u->plan = p;
 	u->per_param = 1 + p.nstates + (l->optim.zero_stage < 3 ? 1 : 0);
+	u->sizes = calloc(1, sizeof(*u->sizes));
+	if (!u->sizes || pthread_mutex_init(&u->sizes->mu, NULL) != 0) {
+		free(u->sizes);
+		u->sizes = NULL;
+		gfs_uview_free(u);
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	}
+	if (p.nparams >= (UINT32_MAX - 1) / u->per_param) {
+		gfs_uview_free(u);
+		return gfs_fail(GFS_ERR_LIMIT, "universal view: more than 2^32 files");
+	}
 	if (l->optim.zero_stage == 3 && (l->optim.ngroups > 1 || l->optim.nflat > 1))
 		snprintf(u->note, sizeof(u->note),
 			 "universal view of ZeRO-3 with %zu param groups in %u sub-groups: DeepSpeed >= 0.18 loads it (older releases read one group); call gatherfs_resume.restore_param_groups() after load_checkpoint (docs/universal.md)",
 			 l->optim.ngroups, l->optim.nflat);
 	err = compose(u, &u->plan);
+	if (!err)
+		err = index_names(u);
 	if (err) {
 		gfs_uview_free(u);
 		return err;
@@ -468,6 +643,14 @@ void gfs_uview_free(gfs_uview *u)
 	free(u->zips);
 	free(u->owned);
 	free(u->plan.params);
+	for (size_t s = 0; s < u->per_param; s++)
+		free(u->stems[s]);
+	free(u->by_name);
+	if (u->sizes) {
+		(void)pthread_mutex_destroy(&u->sizes->mu);
+		free(u->sizes->slot);
+		free(u->sizes);
+	}
 	free(u);
 }
 
@@ -479,6 +662,64 @@ const char *gfs_uview_note(const gfs_uview *u)
 size_t gfs_uview_nfiles(const gfs_uview *u)
 {
 	return u->nfiles + u->plan.nparams * u->per_param;
+}
+
+size_t gfs_uview_nfixed(const gfs_uview *u)
+{
+	return u->nfiles;
+}
+
+size_t gfs_uview_nparams(const gfs_uview *u)
+{
+	return u->plan.nparams;
+}
+
+size_t gfs_uview_per_param(const gfs_uview *u)
+{
+	return u->per_param;
+}
+
+const char *gfs_uview_zero_dir(const gfs_uview *u)
+{
+	return u->plan.zero;
+}
+
+const char *gfs_uview_param(const gfs_uview *u, size_t p)
+{
+	assert(p < u->plan.nparams);
+	return u->plan.params[p];
+}
+
+const char *gfs_uview_stem(const gfs_uview *u, size_t s)
+{
+	assert(s < u->per_param);
+	return u->stems[s];
+}
+
+int64_t gfs_uview_find_param(const gfs_uview *u, const char *name)
+{
+	size_t lo = 0, hi = u->plan.nparams;
+
+	while (lo < hi) {
+		const size_t mid = lo + (hi - lo) / 2;
+		const int c = strcmp(name, u->plan.params[u->by_name[mid]]);
+
+		if (c == 0)
+			return u->by_name[mid];
+		if (c < 0)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return -1;
+}
+
+int64_t gfs_uview_find_stem(const gfs_uview *u, const char *name)
+{
+	for (size_t s = 0; s < u->per_param; s++)
+		if (strcmp(name, u->stems[s]) == 0)
+			return (int64_t)s;
+	return -1;
 }
 
 size_t gfs_uview_path(const gfs_uview *u, size_t i, char *buf, size_t size)
@@ -498,6 +739,7 @@ size_t gfs_uview_path(const gfs_uview *u, size_t i, char *buf, size_t size)
 
 gfs_err gfs_uview_size(const gfs_uview *u, size_t i, uint64_t *size)
 {
+	uv_key key;
 	uv_lazy *z;
 	gfs_tzview *made = NULL;
 	gfs_err err;
@@ -508,22 +750,26 @@ gfs_err gfs_uview_size(const gfs_uview *u, size_t i, uint64_t *size)
 		return GFS_OK;
 	}
 	z = &u->lazy[i - u->nfiles];
-	*size = atomic_load_explicit(&z->size, memory_order_relaxed);
-	if (*size)
-		return GFS_OK;
 	made = atomic_load_explicit(&z->zip, memory_order_acquire);
 	if (made) {
 		*size = gfs_vfile_size(gfs_tzview_vfile(made));
-	} else {
-		/* measured and freed: a stat keeps no zip (find over the mount) */
-		err = compose_lazy(u, i - u->nfiles, &made);
-		if (err)
-			return err;
-		*size = gfs_vfile_size(gfs_tzview_vfile(made));
-		gfs_tzview_free(made);
+		return GFS_OK;
 	}
-	assert(*size > 0);
-	atomic_store_explicit(&z->size, *size, memory_order_relaxed);
+	(void)pthread_mutex_lock(&u->sizes->mu);
+	size_key(u, i - u->nfiles, &key);
+	*size = size_known(u, &key);
+	(void)pthread_mutex_unlock(&u->sizes->mu);
+	if (*size)
+		return GFS_OK;
+	/* measured and freed: a stat keeps no zip (find over the mount) */
+	err = compose_lazy(u, i - u->nfiles, &made);
+	if (err)
+		return err;
+	*size = gfs_vfile_size(gfs_tzview_vfile(made));
+	gfs_tzview_free(made);
+	(void)pthread_mutex_lock(&u->sizes->mu);
+	size_put(u, &key, *size);
+	(void)pthread_mutex_unlock(&u->sizes->mu);
 	return GFS_OK;
 }
 

@@ -90,8 +90,13 @@ typedef enum gfs_node_type {
 	GFS_NODE_LNK,
 } gfs_node_type;
 
+/*
+ * A node: most are stored by the gfs_fs; the universal view's param folders
+ * and their files are made on request in a caller's buffer (gfs_fs_node()).
+ */
 typedef struct gfs_node {
-	uint64_t parent;      /* ino of the parent directory (the root's is its own) */
+	uint32_t ino;         /* its inode number (gfs_fs_new() refuses 2^32 - 1 nodes) */
+	uint32_t parent;      /* ino of the parent directory (the root's is its own) */
 	const char *name;     /* name in the parent ("" for the root) */
 	union {
 		const gfs_vfile *vf; /* REG: the contents, or NULL: see gfs_fs_vfile() */
@@ -180,15 +185,20 @@ const char *gfs_fs_note(const gfs_fs *fs, size_t i);
  */
 const char *gfs_fs_view_absent(const gfs_fs *fs, unsigned view);
 
-/* gfs_fs_node(): the node with inode number ino, or NULL. */
-const gfs_node *gfs_fs_node(const gfs_fs *fs, uint64_t ino);
+/*
+ * gfs_fs_node(): the node with inode number ino, or NULL: a stored node, or
+ * one made in buf (a universal param folder or its file: no memory per
+ * file), valid while buf is.  The same for gfs_fs_lookup() and
+ * gfs_fs_dir_entry().
+ */
+const gfs_node *gfs_fs_node(const gfs_fs *fs, uint64_t ino, gfs_node *buf);
 
 /* gfs_fs_ino(): the inode number of node n, one of fs's (gfs_fs_node() finds n by it). */
 uint64_t gfs_fs_ino(const gfs_fs *fs, const gfs_node *n);
 
 /* gfs_fs_lookup(): the entry `name` of directory dir, or NULL.  O(log n). */
 const gfs_node *gfs_fs_lookup(const gfs_fs *fs, const gfs_node *dir,
-			      const char *name);
+			      const char *name, gfs_node *buf);
 
 /*
  * gfs_fs_dir_count()/gfs_fs_dir_entry(): the entries of directory dir
@@ -196,7 +206,8 @@ const gfs_node *gfs_fs_lookup(const gfs_fs *fs, const gfs_node *dir,
  * tensors/INDEX first then the tensors in model order.
  */
 size_t gfs_fs_dir_count(const gfs_fs *fs, const gfs_node *dir);
-const gfs_node *gfs_fs_dir_entry(const gfs_fs *fs, const gfs_node *dir, size_t i);
+const gfs_node *gfs_fs_dir_entry(const gfs_fs *fs, const gfs_node *dir, size_t i,
+				 gfs_node *buf);
 
 /*
  * gfs_fs_stat(): the attributes of node n.  A universal view's file is

@@ -65,6 +65,33 @@ const char *gfs_uview_note(const gfs_uview *u);
 size_t gfs_uview_nfiles(const gfs_uview *u);
 
 /*
+ * The zero/<param>/<stem>.pt files by (param p, stem s): file
+ * gfs_uview_nfixed() + p * gfs_uview_per_param() + s.  gfs_uview_nfixed():
+ * the files composed by gfs_uview_new(), listed first;
+ * gfs_uview_nparams(): the params, in listing order; gfs_uview_per_param():
+ * the files in each param's folder.
+ */
+size_t gfs_uview_nfixed(const gfs_uview *u);
+size_t gfs_uview_nparams(const gfs_uview *u);
+size_t gfs_uview_per_param(const gfs_uview *u);
+
+/* gfs_uview_zero_dir(): "<tag>_universal/zero", the folder of the param folders.  Owned by u. */
+const char *gfs_uview_zero_dir(const gfs_uview *u);
+
+/* gfs_uview_param(): the folder name of param p (< gfs_uview_nparams()).  Owned by u. */
+const char *gfs_uview_param(const gfs_uview *u, size_t p);
+
+/* gfs_uview_stem(): the file name of stem s (< gfs_uview_per_param()): "fp32.pt"...  Owned by u. */
+const char *gfs_uview_stem(const gfs_uview *u, size_t s);
+
+/*
+ * gfs_uview_find_param()/gfs_uview_find_stem(): the param whose folder, the
+ * stem whose file is called name, or -1.  O(log params), O(stems).
+ */
+int64_t gfs_uview_find_param(const gfs_uview *u, const char *name);
+int64_t gfs_uview_find_stem(const gfs_uview *u, const char *name);
+
+/*
  * gfs_uview_path(): file i's path relative to the mount root
  * ("latest_universal", "global_step3_universal/zero/embed.weight/fp32.pt"...),
  * derived from the plan, written to buf as snprintf() does.  @return its
@@ -74,8 +101,9 @@ size_t gfs_uview_path(const gfs_uview *u, size_t i, char *buf, size_t size);
 
 /*
  * gfs_uview_size(): file i's exact size, the size gfs_uview_vfile() serves.
- * A zero/ file is composed, measured and freed on the first call (no zip
- * kept), the size cached.  Thread-safe.  @return GFS_OK and *size, or the
+ * A zero/ file's size is that of a measured file of the same stem and
+ * shape, else it is composed, measured and freed (no zip kept), the size
+ * cached per size class.  Thread-safe.  @return GFS_OK and *size, or the
  * composition's error (out of memory) with the file's path.
  */
 gfs_err gfs_uview_size(const gfs_uview *u, size_t i, uint64_t *size);
