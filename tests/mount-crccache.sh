@@ -126,7 +126,7 @@ if [ "$(id -u)" = 0 ] && command -v mountpoint >/dev/null; then
 	for kb in default 1024 16384; do
 		if [ $kb = default ]; then
 			gfs_mount "$T/ck" "$T/mnt" -o nocrccache || fail "mount"
-			want=4096
+			want=512
 		else
 			gfs_mount "$T/ck" "$T/mnt" -o nocrccache -o readahead_kb=$kb || fail "mount"
 			want=$kb

@@ -11,7 +11,9 @@
 #   - four concurrent sequential readers, and a random-access reader next to
 #     a sequential one, get the reference bytes;
 #   - a checkpoint with one flipped byte fails with EIO on a read, the
-#     corrupt bytes never served (read_corrupt.py), read-ahead on.
+#     corrupt bytes never served (read_corrupt.py), read-ahead on;
+#   - (root) the mount over latencyfs has a 4 MiB read-ahead window, the
+#     local one 512 KiB.
 . "${top_srcdir:-.}/tests/lib.sh"
 . "$top_srcdir/tests/mount-lib.sh"
 mount_setup
@@ -50,6 +52,16 @@ gfs_mount "$T/ck" "$T/ref" -o prefetch=0 -o crc_cache="$T/crc-ref" || fail "moun
 REF=$T/ref/pytorch_model.bin
 gfs_mount_fg "$T/lat" "$T/mnt" -o crc_cache="$T/crc" 2>"$T/gfs.err" || fail "mount over latencyfs"
 BIN=$T/mnt/pytorch_model.bin
+# sources on a FUSE file system: the read-ahead window is 4 MiB (root sets it)
+if [ "$(id -u)" = 0 ] && command -v mountpoint >/dev/null; then
+	for m in ref mnt; do
+		got=$(cat "/sys/class/bdi/$(mountpoint -d "$T/$m")/read_ahead_kb") ||
+			fail "no bdi read_ahead_kb for the $m mount"
+		want=512
+		[ $m = ref ] || want=4096
+		[ "$got" = "$want" ] || fail "$m mount: read-ahead window $got KiB, not $want"
+	done
+fi
 size=$(stat -c %s "$REF")
 [ "$size" -gt 8000000 ] || fail "pytorch_model.bin of $size bytes: too small to prefetch"
 

@@ -26,11 +26,15 @@
  * Default read-ahead window of a mount (-o readahead_kb): how many bytes of
  * a buffered reader's file (model.safetensors, its shards, tensors/) the
  * kernel asks for ahead of it, in requests of up to GFS_LL_MAX_READ, several
- * in flight.  On storage where a request takes milliseconds, 4 MiB keeps
- * enough of them in flight (a TP 4 x PP 2 Megatron view over 2 ms requests:
- * 0.19 GB/s at 512 KiB, 0.41 at 4 MiB, 0.42 at 8 MiB; bench/RESULTS.md).
+ * in flight.  Sources on local disks: 512 KiB (larger windows made
+ * safetensors' mmap loading slower: 0.51 s at 512 KiB, 0.63 s at 4 MiB).
+ * Sources on a network or FUSE file system (gfs_srcset_remote()), where a
+ * request takes milliseconds: 4 MiB keeps enough of them in flight (a TP 4
+ * x PP 2 Megatron view over 2 ms requests: 0.31 GB/s at 512 KiB, 0.60 at
+ * 4 MiB).  bench/RESULTS.md, stop 52.
  */
-#define GFS_LL_READAHEAD_KB 4096
+#define GFS_LL_READAHEAD_KB 512
+#define GFS_LL_READAHEAD_KB_REMOTE 4096
 
 /* Largest -o readahead_kb: init() offers the kernel a 64 MiB read-ahead at most. */
 #define GFS_LL_READAHEAD_KB_MAX 65536

@@ -263,7 +263,7 @@ static void usage(const char *prog)
 	      "                             (default: the page cache; with it they cannot\n"
 	      "                             be mapped shared)\n"
 	      "    -o readahead_kb=N        kernel read-ahead window of the mount, at most\n"
-	      "                             65536 (root only; default 4096, 0: leave as is)\n"
+	      "                             65536 (root only; default 512, 4096 for network sources; 0: leave as is)\n"
 	      "    -o prefetch=SIZE         memory for reading ahead of sequential readers of\n"
 	      "                             pytorch_model.bin on slow storage (default 64M,\n"
 	      "                             at most 1G; 0: no read-ahead)\n"
@@ -746,6 +746,7 @@ int main(int argc, char *argv[])
 	gfs_import_opts iopts = { 0 };
 	gfs_layout *layout = NULL;
 	gfs_srcset *src = NULL;
+	unsigned ra_kb;
 	gfs_fs *fs = NULL;
 	struct fuse_session *se;
 	struct fuse_loop_config *cfg;
@@ -917,8 +918,10 @@ int main(int argc, char *argv[])
 		goto out_signals;
 	if (gfs_ll_custom_io(se, &m) != 0)
 		goto out_unmount;
-	if (!gfs_ll_set_readahead(opts.mountpoint, cli.readahead_kb == READAHEAD_UNSET
-							   ? GFS_LL_READAHEAD_KB : cli.readahead_kb) &&
+	ra_kb = cli.readahead_kb;
+	if (ra_kb == READAHEAD_UNSET)
+		ra_kb = gfs_srcset_remote(src) ? GFS_LL_READAHEAD_KB_REMOTE : GFS_LL_READAHEAD_KB;
+	if (!gfs_ll_set_readahead(opts.mountpoint, ra_kb) &&
 	    cli.readahead_kb != READAHEAD_UNSET)
 		fprintf(stderr, "gatherfs: -o readahead_kb=%u: cannot set the read-ahead window (only root may): the kernel's 128 KiB stays\n",
 			cli.readahead_kb);

@@ -200,31 +200,13 @@ static void chk_bus_install(void)
  */
 static bool map_source(int fd)
 {
-	static const unsigned long remote[] = {
-		0x6969,     /* NFS */
-		0x65735546, /* FUSE */
-		0xff534d42, /* CIFS */
-		0xfe534d42, /* SMB2 */
-		0x517b,     /* SMB */
-		0x0bd00bd0, /* Lustre */
-		0x00c36400, /* Ceph */
-		0x47504653, /* GPFS */
-		0x01021997, /* 9P */
-		0x6b414653, /* AFS */
-		0x19830326, /* BeeGFS */
-		0x013111a8, /* IBRIX */
-		0x73757245, /* Coda */
-	};
 	const char *env = getenv("GATHERFS_CHECK_MMAP");
 	struct statfs sf;
 
 	if (env && strcmp(env, "0") == 0)
 		return false;
-	if (fstatfs(fd, &sf) != 0)
+	if (fstatfs(fd, &sf) != 0 || gfs_fd_remote(fd))
 		return false;
-	for (size_t i = 0; i < sizeof(remote) / sizeof(remote[0]); i++)
-		if ((unsigned long)sf.f_type == remote[i])
-			return false;
 	(void)pthread_once(&chk_bus_once, chk_bus_install);
 	return chk_bus_ok;
 }

@@ -412,6 +412,14 @@ static gfs_err bad_record(const gfs_layout *l, uint32_t r)
 			gfs_record_describe(l, r, 8, desc, sizeof(desc)));
 }
 
+bool gfs_srcset_remote(const gfs_srcset *s)
+{
+	for (size_t i = 0; i < s->n; i++)
+		if (gfs_fd_remote(s->fds[i]))
+			return true;
+	return false;
+}
+
 int gfs_srcset_fd(const gfs_srcset *s, uint32_t i)
 {
 	assert(i < s->n);

@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "gatherfs/util/common.h"
@@ -219,6 +220,33 @@ void gfs_buf_put(gfs_buf *b, const void *data, size_t n)
 	memcpy(b->p + b->len, data, n);
 	b->len += n;
 	b->p[b->len] = '\0';
+}
+
+bool gfs_fd_remote(int fd)
+{
+	static const unsigned long remote[] = {
+		0x6969,     /* NFS */
+		0x65735546, /* FUSE */
+		0xff534d42, /* CIFS */
+		0xfe534d42, /* SMB2 */
+		0x517b,     /* SMB */
+		0x0bd00bd0, /* Lustre */
+		0x00c36400, /* Ceph */
+		0x47504653, /* GPFS */
+		0x01021997, /* 9P */
+		0x6b414653, /* AFS */
+		0x19830326, /* BeeGFS */
+		0x013111a8, /* IBRIX */
+		0x73757245, /* Coda */
+	};
+	struct statfs sf;
+
+	if (fstatfs(fd, &sf) != 0)
+		return false;
+	for (size_t i = 0; i < sizeof(remote) / sizeof(remote[0]); i++)
+		if ((unsigned long)sf.f_type == remote[i])
+			return true;
+	return false;
 }
 
 gfs_err gfs_pread_full(int fd, void *buf, size_t len, uint64_t off,

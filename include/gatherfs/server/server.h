@@ -33,6 +33,12 @@ gfs_err gfs_zstd_cache_check(void);
 /* gfs_srcset_close(): close all descriptors and free; NULL allowed. */
 void gfs_srcset_close(gfs_srcset *s);
 
+/*
+ * gfs_srcset_remote(): is a source of s on a network or FUSE file system
+ * (gfs_fd_remote())?
+ */
+bool gfs_srcset_remote(const gfs_srcset *s);
+
 /* gfs_srcset_fd(): the descriptor of source i. */
 int gfs_srcset_fd(const gfs_srcset *s, uint32_t i);
 

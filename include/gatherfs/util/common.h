@@ -133,6 +133,13 @@ bool gfs_grow(void **arr, size_t *cap, size_t len, size_t elem, size_t first);
 gfs_err gfs_pread_full(int fd, void *buf, size_t len, uint64_t off,
 		       const char *label);
 
+/*
+ * gfs_fd_remote(): is fd on a network or FUSE file system (NFS, CIFS/SMB,
+ * Lustre, Ceph, GPFS, 9P, AFS, BeeGFS, IBRIX, Coda, any FUSE mount), where
+ * one read may take milliseconds?  false when fstatfs() fails.
+ */
+bool gfs_fd_remote(int fd);
+
 /* gfs_open_regular() flags */
 #define GFS_OPEN_NOFOLLOW 1u /* refuse a symbolic link as the last component */
 
