@@ -958,6 +958,11 @@ int main(int argc, char *argv[])
 				 " bytes prefetched, %" PRIu64 " bytes served from them\n",
 				 st.streams, st.filled, st.served);
 	}
+	if (gfs_srcset_parallel_spans(src) > 0)
+		fuse_log(FUSE_LOG_INFO,
+			 "gatherfs: parallel reads: %" PRIu64
+			 " reads of tensor bytes had their pieces read in parallel (sources off the page cache)\n",
+			 gfs_srcset_parallel_spans(src));
 	/* The loop returns the signal that ended it: that is a clean stop. */
 	ret = ret != 0 && ret != SIGTERM && ret != SIGINT && ret != SIGHUP;
 out_unmount:

@@ -64,6 +64,7 @@ typedef struct rec_table {
 	atomic_bool stop;    /* set by gfs_srcset_close(): background checks stop */
 	_Atomic(gfs_pool *) io; /* parallel piece reads (io_pool()), NULL until the first */
 	atomic_bool io_failed;  /* the pool could not start: reads stay serial */
+	atomic_uint_fast64_t nparallel; /* spans read on it */
 	pthread_mutex_t decl_mu; /* held while the declarations are checked */
 	_Atomic int decl_state;  /* DECL_* */
 	char *decl_why;          /* DECL_WRONG: the line (set before decl_state) */
@@ -123,6 +124,7 @@ static rec_table *rec_table_new(const gfs_layout *l)
 	atomic_init(&rt->stop, false);
 	atomic_init(&rt->io, NULL);
 	atomic_init(&rt->io_failed, false);
+	atomic_init(&rt->nparallel, 0);
 	rt->state = gfs_calloc(l->nrecords ? l->nrecords : 1, sizeof(*rt->state));
 	rt->piece_base = gfs_calloc(nent ? nent : 1, sizeof(*rt->piece_base));
 	rt->bg = gfs_calloc(nent ? nent : 1, sizeof(*rt->bg));
@@ -410,6 +412,11 @@ static gfs_err bad_record(const gfs_layout *l, uint32_t r)
 	return gfs_fail(GFS_ERR_IO,
 			"%s does not match its stored CRC-32: refusing to serve its bytes",
 			gfs_record_describe(l, r, 8, desc, sizeof(desc)));
+}
+
+uint64_t gfs_srcset_parallel_spans(const gfs_srcset *s)
+{
+	return (uint64_t)atomic_load(&s->rt->nparallel);
 }
 
 bool gfs_srcset_remote(const gfs_srcset *s)
@@ -1359,6 +1366,7 @@ static gfs_err read_span(const gfs_layout *l, const gfs_srcset *s, const gfs_ten
 			return gfs_fail_prefix(err, "tensor %s", t->name);
 	}
 	if (sp.last - sp.first >= 2 && span_parallel(&x, sp) && (pool = io_pool(s)) != NULL) {
+		atomic_fetch_add(&s->rt->nparallel, 1);
 		err = gfs_pool_for(pool, sp.last - sp.first, read_piece, (void *)&x);
 	} else {
 		for (size_t i = 0; i < sp.last - sp.first && !err; i++)

@@ -39,6 +39,12 @@ void gfs_srcset_close(gfs_srcset *s);
  */
 bool gfs_srcset_remote(const gfs_srcset *s);
 
+/*
+ * gfs_srcset_parallel_spans(): how many reads of a tensor's bytes had their
+ * pieces read in parallel, off the page cache (reads on slow storage).
+ */
+uint64_t gfs_srcset_parallel_spans(const gfs_srcset *s);
+
 /* gfs_srcset_fd(): the descriptor of source i. */
 int gfs_srcset_fd(const gfs_srcset *s, uint32_t i);
 
