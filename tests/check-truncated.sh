@@ -2,12 +2,12 @@
 # SPDX-License-Identifier: Apache-2.0
 # A shard truncated under a live mount before its records are checked (a
 # copy of a ZeRO-3 world size 3 fixture, -o nocrccache so that the first
-# read of pytorch_model.bin checks every source record): the check, which
-# reads the shard through mappings on a local file system and so touches
-# pages the truncation took away (SIGBUS: the file is cut to its first
-# page), fails; the read gives EIO, the daemon logs the shard, survives,
-# still serves and unmounts cleanly.  The same with the pread() path
-# (GATHERFS_CHECK_MMAP=0).
+# read of pytorch_model.bin checks every source record): the check fails;
+# the read gives EIO, the daemon logs the shard, survives, still serves and
+# unmounts cleanly.  Both ways of checking: pread() (the default,
+# GATHERFS_CHECK_MMAP=0) and mappings of the shard (GATHERFS_CHECK_MMAP=1,
+# which touch pages the truncation took away: SIGBUS, the file is cut to
+# its first page).
 . "${top_srcdir:-.}/tests/lib.sh"
 . "$top_srcdir/tests/mount-lib.sh"
 mount_setup

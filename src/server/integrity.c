@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/vfs.h>
 #include <unistd.h>
 #include <zstd.h>
 
@@ -142,11 +141,16 @@ static void seg_feed(seg_cursor *c, const uint8_t *p, size_t n)
 }
 
 /*
- * Checking from mappings of the sources.  On local storage the CRC-32 is
- * computed straight from the page cache, each MAP_WINDOW of an item mapped
- * (MAP_SHARED, read-only, populated) and unmapped after use: no copy into a
- * buffer (a quarter of the daemon's CPU on the first read), and at most
- * MAP_WINDOW mapped per thread.  Sources on network or FUSE file systems
+ * Checking from mappings of the sources (GATHERFS_CHECK_MMAP=1, local file
+ * systems only): the CRC-32 is computed straight from the page cache, each
+ * MAP_WINDOW of an item mapped (MAP_SHARED, read-only, populated) and
+ * unmapped after use: no copy into a buffer, at most MAP_WINDOW mapped per
+ * thread.  Not the default: it saves about 5% of a first read whose
+ * sources are in the page cache, but where they are not, faulting them in
+ * through populated mappings fills 4 KiB pages where pread()'s read-ahead
+ * fills large folios, and 16 threads mapping and unmapping contend on the
+ * process's memory map (cold first reads 1.1x-6x slower: a 256-rank verl
+ * view 0.30-0.47 GB/s mapped, 1.75 read; bench/RESULTS.md, stop 52).  Sources on network or FUSE file systems
  * (map_source()) are read with pread() as before: there every read can
  * take milliseconds and the threads' reads in flight are what keeps the
  * storage busy, which faulting pages in one by one would not.
@@ -195,17 +199,13 @@ static void chk_bus_install(void)
 
 /*
  * map_source(): whether source fd is checked from mappings: it is on a
- * local file system, and GATHERFS_CHECK_MMAP is not 0 (to measure, or test,
- * the pread() path).
+ * local file system and GATHERFS_CHECK_MMAP is 1.
  */
 static bool map_source(int fd)
 {
 	const char *env = getenv("GATHERFS_CHECK_MMAP");
-	struct statfs sf;
 
-	if (env && strcmp(env, "0") == 0)
-		return false;
-	if (fstatfs(fd, &sf) != 0 || gfs_fd_remote(fd))
+	if (!env || strcmp(env, "1") != 0 || gfs_fd_remote(fd))
 		return false;
 	(void)pthread_once(&chk_bus_once, chk_bus_install);
 	return chk_bus_ok;
