@@ -737,22 +737,30 @@ size_t gfs_uview_path(const gfs_uview *u, size_t i, char *buf, size_t size)
 	return (size_t)n;
 }
 
+/*
+ * made_vfile(): file i's vfile if it exists already (a file made at mount,
+ * or a zero/ file composed by an earlier gfs_uview_vfile()), else NULL.
+ */
+static const gfs_vfile *made_vfile(const gfs_uview *u, size_t i)
+{
+	const gfs_tzview *z;
+
+	assert(i < gfs_uview_nfiles(u));
+	if (i < u->nfiles)
+		return u->files[i].vf;
+	z = atomic_load_explicit(&u->lazy[i - u->nfiles].zip, memory_order_acquire);
+	return z ? gfs_tzview_vfile(z) : NULL;
+}
+
 gfs_err gfs_uview_size(const gfs_uview *u, size_t i, uint64_t *size)
 {
+	const gfs_vfile *vf = made_vfile(u, i);
 	uv_key key;
-	uv_lazy *z;
 	gfs_tzview *made = NULL;
 	gfs_err err;
 
-	assert(i < gfs_uview_nfiles(u));
-	if (i < u->nfiles) {
-		*size = gfs_vfile_size(u->files[i].vf);
-		return GFS_OK;
-	}
-	z = &u->lazy[i - u->nfiles];
-	made = atomic_load_explicit(&z->zip, memory_order_acquire);
-	if (made) {
-		*size = gfs_vfile_size(gfs_tzview_vfile(made));
+	if (vf) {
+		*size = gfs_vfile_size(vf);
 		return GFS_OK;
 	}
 	(void)pthread_mutex_lock(&u->sizes->mu);
@@ -775,29 +783,21 @@ gfs_err gfs_uview_size(const gfs_uview *u, size_t i, uint64_t *size)
 
 gfs_err gfs_uview_vfile(const gfs_uview *u, size_t i, const gfs_vfile **out)
 {
-	uv_lazy *z;
-	gfs_tzview *made = NULL, *seen;
+	gfs_tzview *made = NULL, *seen = NULL;
 	gfs_err err;
 
-	assert(i < gfs_uview_nfiles(u));
-	if (i < u->nfiles) {
-		*out = u->files[i].vf;
+	*out = made_vfile(u, i);
+	if (*out)
 		return GFS_OK;
-	}
-	z = &u->lazy[i - u->nfiles];
-	seen = atomic_load_explicit(&z->zip, memory_order_acquire);
-	if (!seen) {
-		err = compose_lazy(u, i - u->nfiles, &made);
-		if (err)
-			return err;
-		/* the first to store its zip wins; a loser frees its copy */
-		if (atomic_compare_exchange_strong_explicit(&z->zip, &seen, made,
-							    memory_order_acq_rel,
-							    memory_order_acquire))
-			seen = made;
-		else
-			gfs_tzview_free(made);
-	}
+	err = compose_lazy(u, i - u->nfiles, &made);
+	if (err)
+		return err;
+	/* the first to store its zip wins; a loser frees its copy */
+	if (atomic_compare_exchange_strong_explicit(&u->lazy[i - u->nfiles].zip, &seen, made,
+						    memory_order_acq_rel, memory_order_acquire))
+		seen = made;
+	else
+		gfs_tzview_free(made);
 	*out = gfs_tzview_vfile(seen);
 	return GFS_OK;
 }
