@@ -150,10 +150,11 @@ static void seg_feed(seg_cursor *c, const uint8_t *p, size_t n)
  * through populated mappings fills 4 KiB pages where pread()'s read-ahead
  * fills large folios, and 16 threads mapping and unmapping contend on the
  * process's memory map (cold first reads 1.1x-6x slower: a 256-rank verl
- * view 0.30-0.47 GB/s mapped, 1.75 read; bench/RESULTS.md, stop 52).  Sources on network or FUSE file systems
- * (map_source()) are read with pread() as before: there every read can
- * take milliseconds and the threads' reads in flight are what keeps the
- * storage busy, which faulting pages in one by one would not.
+ * view 0.30-0.47 GB/s mapped, 1.75 read; bench/RESULTS.md, stop 52).
+ * Sources on network or FUSE file systems are always read with pread()
+ * (map_source()): there every read can take milliseconds and the threads'
+ * reads in flight are what keeps the storage busy, which faulting pages in
+ * one by one would not.
  *
  * A source truncated under a mapping makes touching the lost pages SIGBUS.
  * The sources are only checked for changes (gfs_srcset_check()) after the
@@ -495,7 +496,6 @@ static int cpiece_cmp(const void *a, const void *b)
 		return x->k < y->k ? -1 : 1;
 	return x->off < y->off ? -1 : x->off > y->off;
 }
-
 
 static void plan_free(chk_plan *pl, chk_job *job)
 {

@@ -14,7 +14,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 #include <zstd.h>
 
@@ -1273,7 +1272,7 @@ static gfs_err read_piece(void *ctx, size_t i)
  * waits (network file systems, a cold disk): IO_POOL threads kept for the
  * srcset's life, started at the first such span.  A span goes there when
  * two or more of its FILE pieces hold bytes of it and a byte of one of
- * them is not in the page cache (a one-byte RWF_NOWAIT probe each, up to
+ * them is not in the page cache (gfs_fd_cached() of each, up to
  * the first miss): each of its FILE pieces is then a read in flight, where
  * one after the other a span of n pieces costs n waits.  Spans from the
  * page cache stay in the calling thread (a copy is no faster elsewhere).
@@ -1300,15 +1299,6 @@ static gfs_pool *io_pool(const gfs_srcset *s)
 	return p;
 }
 
-/* uncached(): is byte src_off of source src not in the page cache (or not known to be)? */
-static bool uncached(const gfs_srcset *s, uint32_t src, uint64_t src_off)
-{
-	char b;
-	struct iovec v = { .iov_base = &b, .iov_len = 1 };
-
-	return preadv2(s->fds[src], &v, 1, (off_t)src_off, RWF_NOWAIT) != 1;
-}
-
 /* span_parallel(): are the candidate pieces sp of x read in parallel (see IO_POOL)? */
 static bool span_parallel(const span_read *x, gfs_piece_span sp)
 {
@@ -1332,7 +1322,8 @@ static bool span_parallel(const span_read *x, gfs_piece_span sp)
 		nfile++;
 		a = rs > x->off ? rs : x->off;
 		if (!miss)
-			miss = uncached(x->s, pc.src, pc.src_off + k * pc.src_stride + (a - rs));
+			miss = !gfs_fd_cached(x->s->fds[pc.src],
+					      pc.src_off + k * pc.src_stride + (a - rs));
 		if (nfile >= 2 && miss)
 			return true;
 	}

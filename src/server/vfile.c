@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/uio.h>
 
 #include "gatherfs/server/declcheck.h"
 #include "gatherfs/server/vfile.h"
@@ -553,14 +552,12 @@ bool gfs_vfile_cached(const gfs_vfile *vf, uint64_t off, size_t len)
 	gfs_vext ext[64];
 	uint8_t scratch[4096]; /* zip headers between records, CRC fields */
 	size_t n = 0, got = 0;
-	char b;
-	struct iovec v = { .iov_base = &b, .iov_len = 1 };
 
 	if (gfs_vfile_map(vf, off, len, ext, sizeof(ext) / sizeof(ext[0]), scratch,
 			  sizeof(scratch), &n, &got) != GFS_OK)
 		return false;
 	for (size_t i = 0; i < n; i++)
 		if (!ext[i].mem)
-			return preadv2(ext[i].fd, &v, 1, (off_t)ext[i].off, RWF_NOWAIT) == 1;
+			return gfs_fd_cached(ext[i].fd, ext[i].off);
 	return true;
 }

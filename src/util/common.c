@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
@@ -247,6 +248,14 @@ bool gfs_fd_remote(int fd)
 		if ((unsigned long)sf.f_type == remote[i])
 			return true;
 	return false;
+}
+
+bool gfs_fd_cached(int fd, uint64_t off)
+{
+	char b;
+	struct iovec v = { .iov_base = &b, .iov_len = 1 };
+
+	return preadv2(fd, &v, 1, (off_t)off, RWF_NOWAIT) == 1;
 }
 
 gfs_err gfs_pread_full(int fd, void *buf, size_t len, uint64_t off,

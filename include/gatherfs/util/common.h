@@ -140,6 +140,14 @@ gfs_err gfs_pread_full(int fd, void *buf, size_t len, uint64_t off,
  */
 bool gfs_fd_remote(int fd);
 
+/*
+ * gfs_fd_cached(): is the byte at off of fd in the page cache?  A one-byte
+ * pread() with RWF_NOWAIT, nothing else read; false too where that cannot
+ * tell (a file system without page cache or without RWF_NOWAIT, off past
+ * the end).
+ */
+bool gfs_fd_cached(int fd, uint64_t off);
+
 /* gfs_open_regular() flags */
 #define GFS_OPEN_NOFOLLOW 1u /* refuse a symbolic link as the last component */
 
