@@ -241,6 +241,11 @@ fresh fsdp2_ws2; edit "$A/model_world_size_2_rank_1.pt" "b'_coordinate_on_dim'" 
 expect_refused "model_world_size_2_rank_1.pt: model.embed_tokens.weight: a DeviceMesh without its rank's coordinate" "$T/bad"
 fresh fsdp2_ws2; edit "$A/model_world_size_2_rank_1.pt" "b'torch.distributed.tensor\nDTensor\n'" "b'torch.distributed.tensor\nEvilTensor\n'"
 expect_refused "model_world_size_2_rank_1.pt: model.embed_tokens.weight: EvilTensor, not a tensor, DTensor or ShardedTensor" "$T/bad"
+# rank files are opened ahead, several at once: still the first rank's error
+fresh fsdp2_ws3_untied; edit "$A/model_world_size_3_rank_1.pt" "b'torch.distributed.tensor\nDTensor\n'" "b'torch.distributed.tensor\nEvilTensor\n'"
+f="$A/model_world_size_3_rank_2.pt"
+head -c $(($(wc -c <"$f") / 2)) "$f" >"$T/half" && mv "$T/half" "$f"
+expect_refused "model_world_size_3_rank_1.pt: .*EvilTensor, not a tensor, DTensor or ShardedTensor" "$T/bad"
 fresh fsdp2_ws2; echo 7 >"$T/bad/latest_checkpointed_iteration.txt"
 expect_refused "bad: no directory global_step_7 (the step latest_checkpointed_iteration.txt names)" "$T/bad"
 expect_mount_fail "holds the rank files itself: a tag picks a role directory" \

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #include "gatherfs/readers/pickle.h"
 #include "gatherfs/readers/torchfile.h"
 #include "gatherfs/util/json.h"
+#include "gatherfs/util/pfor.h"
 
 #define RD_MAX_PICKLE ((uint64_t)1 << 30)
 #define RD_MAX_CONFIG ((uint64_t)1 << 16)
@@ -707,36 +709,146 @@ static bool skipped(const char *key)
 	return n >= 12 && strcmp(key + n - 12, "_extra_state") == 0;
 }
 
-/* read_rank(): rank r's file. */
-static gfs_err read_rank(rd_import *ri, uint32_t r, const char *name)
+/*
+ * Rank files are opened and their pickles parsed RD_AHEAD at a time on up to
+ * RD_OPEN_THREADS threads (gfs_torch_open() does all of a file's reads:
+ * its directory, every local header, data.pkl), the next batch while the
+ * calling thread reads the current one's values into the layout: a cold
+ * checkpoint of 1,024 rank files has their reads in flight together
+ * instead of one file's at a time.  The layout is built in rank order, so
+ * errors are the ones a serial read would report.
+ */
+enum { RD_AHEAD = 32, RD_OPEN_THREADS = 16 };
+
+/* A rank file as gfs_torch_open() left it, and its error's message. */
+typedef struct rd_file {
+	int fd;
+	uint64_t size;
+	gfs_tzip *zip;
+	gfs_pickle *pk;
+	gfs_err err;
+	char msg[GFS_ERRMSG_MAX];
+} rd_file;
+
+/* Rank files [first, first + n): model files, or optimizer files (names NULL). */
+typedef struct rd_batch {
+	const char *dir;
+	char *const *names; /* the model files' names, all ranks'; NULL: optimizer files */
+	uint32_t first, n;
+	char onames[RD_AHEAD][96];
+	rd_file files[RD_AHEAD];
+	pthread_t tid;
+	bool threaded;
+} rd_batch;
+
+/* batch_name(): the name of file i of b. */
+static const char *batch_name(const rd_batch *b, uint32_t i)
+{
+	return b->names ? b->names[b->first + i] : b->onames[i];
+}
+
+/* open_one(): file i of b opened and parsed (a gfs_pfor() body; errors kept in the file). */
+static gfs_err open_one(void *ctx, size_t i)
+{
+	rd_batch *b = ctx;
+	rd_file *f = &b->files[i];
+	char path[PATH_MAX];
+
+	*f = (rd_file){ .fd = -1 };
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", b->dir, batch_name(b, (uint32_t)i)) >=
+	    sizeof(path))
+		f->err = gfs_fail(GFS_ERR_INVAL, "%s: path too long", b->dir);
+	else
+		f->err = gfs_torch_open(path, RD_MAX_PICKLE, "a state dict", &f->fd, &f->size,
+					&f->zip, &f->pk);
+	if (f->err)
+		snprintf(f->msg, sizeof(f->msg), "%s", gfs_errmsg());
+	return GFS_OK;
+}
+
+static void *open_batch(void *arg)
+{
+	rd_batch *b = arg;
+
+	(void)gfs_pfor_threads(b->n, RD_OPEN_THREADS, open_one, b);
+	return NULL;
+}
+
+/* batch_start(): start opening b's files from first on (on a thread of its own if one starts). */
+static void batch_start(rd_batch *b, const rd_import *ri, bool optim, uint32_t first)
+{
+	b->dir = ri->dir;
+	b->names = optim ? NULL : ri->names;
+	b->first = first;
+	b->n = ri->world - first < RD_AHEAD ? ri->world - first : RD_AHEAD;
+	for (uint32_t i = 0; optim && i < b->n; i++)
+		snprintf(b->onames[i], sizeof(b->onames[i]), "optim_world_size_%u_rank_%u.pt",
+			 ri->world, first + i);
+	b->threaded = pthread_create(&b->tid, NULL, open_batch, b) == 0;
+	if (!b->threaded)
+		(void)open_batch(b);
+}
+
+/*
+ * each_rank(): fn(ri, r, name, file) for every rank r in order, of the
+ * model files (optim: the optimizer files), until one fails; every file
+ * opened is closed.  Returns the first error.
+ */
+static gfs_err each_rank(rd_import *ri, bool optim,
+			 gfs_err (*fn)(rd_import *ri, uint32_t r, const char *name, const rd_file *f))
+{
+	rd_batch *b = gfs_calloc(2, sizeof(*b));
+	gfs_err err = GFS_OK;
+	size_t k = 0;
+
+	if (!b)
+		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+	if (ri->world > 0)
+		batch_start(&b[0], ri, optim, 0);
+	while (b[k].n > 0) {
+		rd_batch *cur = &b[k], *next = &b[k ^ 1];
+
+		if (cur->threaded)
+			(void)pthread_join(cur->tid, NULL);
+		next->n = 0;
+		if (!err && cur->first + cur->n < ri->world)
+			batch_start(next, ri, optim, cur->first + cur->n);
+		for (uint32_t i = 0; i < cur->n; i++) {
+			rd_file *f = &cur->files[i];
+
+			if (!err)
+				err = fn(ri, cur->first + i, batch_name(cur, i), f);
+			gfs_torch_close(f->fd, f->zip, f->pk);
+		}
+		cur->n = 0;
+		k ^= 1;
+	}
+	free(b);
+	return err;
+}
+
+/* read_rank(): rank r's file f, opened by each_rank() (name: its name). */
+static gfs_err read_rank(rd_import *ri, uint32_t r, const char *name, const rd_file *f)
 {
 	char path[PATH_MAX];
-	gfs_tzip *zip = NULL;
-	gfs_pickle *pk = NULL;
 	const gfs_pv *root;
-	uint64_t size = 0;
 	uint32_t src;
 	size_t nk = 0;
-	int fd = -1;
 	gfs_err err;
 
-	if ((size_t)snprintf(path, sizeof(path), "%s/%s", ri->dir, name) >= sizeof(path))
-		return gfs_fail(GFS_ERR_INVAL, "%s: path too long", ri->dir);
-	err = gfs_torch_open(path, RD_MAX_PICKLE, "a state dict", &fd,
-				&size, &zip, &pk);
-	if (!err)
-		err = gfs_layout_add_source(ri->l, name, size, &src);
+	if (f->err)
+		return gfs_fail(f->err, "%s", f->msg);
+	snprintf(path, sizeof(path), "%s/%s", ri->dir, name); /* each_rank() checked its length */
+	err = gfs_layout_add_source(ri->l, name, f->size, &src);
 	if (!err)
 		err = gfs_layout_add_metafile(ri->l, path);
 	if (err)
-		goto out;
-	root = gfs_pickle_root(pk);
+		return err;
+	root = gfs_pickle_root(f->pk);
 	if (r == 0) {
 		ri->keys = gfs_calloc(root->u.dict.len ? root->u.dict.len : 1, sizeof(*ri->keys));
-		if (!ri->keys) {
-			err = gfs_fail(GFS_ERR_NOMEM, "out of memory");
-			goto out;
-		}
+		if (!ri->keys)
+			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	}
 	for (size_t i = 0; i < root->u.dict.len && !err; i++) {
 		const gfs_pv_item *it = &root->u.dict.items[i];
@@ -766,7 +878,7 @@ static gfs_err read_rank(rd_import *ri, uint32_t r, const char *name)
 			k = &ri->keys[nk];
 		}
 		nk++;
-		err = read_value(ri, r, zip, src, path, k, it->value);
+		err = read_value(ri, r, f->zip, src, path, k, it->value);
 	}
 	if (!err && nk != ri->nkeys)
 		err = gfs_fail(GFS_ERR_FORMAT, "%s: %zu keys, rank 0's file %zu", path, nk, ri->nkeys);
@@ -783,8 +895,6 @@ static gfs_err read_rank(rd_import *ri, uint32_t r, const char *name)
 			k->tied = -1;
 		}
 	}
-out:
-	gfs_torch_close(fd, zip, pk);
 	return err;
 }
 
@@ -1105,31 +1215,25 @@ static rd_key *find_okey(rd_import *ri, size_t hint, const char *name, const cha
 	return NULL;
 }
 
-/* read_optim_rank(): rank r's optimizer file: its states placed as model keys are. */
-static gfs_err read_optim_rank(rd_import *ri, uint32_t r, const char *name)
+/* read_optim_rank(): rank r's optimizer file f (name): its states placed as model keys are. */
+static gfs_err read_optim_rank(rd_import *ri, uint32_t r, const char *name, const rd_file *f)
 {
 	char path[PATH_MAX];
-	gfs_tzip *zip = NULL;
-	gfs_pickle *pk = NULL;
 	const gfs_pv *root, *state;
 	const char **names = NULL;
-	uint64_t size = 0;
 	uint32_t src;
 	size_t n = 0;
-	int fd = -1;
 	gfs_err err;
 
-	if ((size_t)snprintf(path, sizeof(path), "%s/%s", ri->dir, name) >= sizeof(path))
-		return gfs_fail(GFS_ERR_INVAL, "%s: path too long", ri->dir);
-	err = gfs_torch_open(path, RD_MAX_PICKLE, "a state dict", &fd,
-				&size, &zip, &pk);
-	if (err == GFS_ERR_NOTFOUND)
-		err = gfs_fail(GFS_ERR_FORMAT, "%s: missing (rank %u of %u)", path, r, ri->world);
-	if (!err)
-		err = gfs_layout_add_source(ri->l, name, size, &src);
+	snprintf(path, sizeof(path), "%s/%s", ri->dir, name); /* each_rank() checked its length */
+	if (f->err == GFS_ERR_NOTFOUND)
+		return gfs_fail(GFS_ERR_FORMAT, "%s: missing (rank %u of %u)", path, r, ri->world);
+	if (f->err)
+		return gfs_fail(f->err, "%s", f->msg);
+	err = gfs_layout_add_source(ri->l, name, f->size, &src);
 	if (err)
-		goto out;
-	root = gfs_pickle_root(pk);
+		return err;
+	root = gfs_pickle_root(f->pk);
 	state = gfs_pv_dict_get(root, "state");
 	err = optim_groups(ri, path, gfs_pv_dict_get(root, "param_groups"), &names);
 	if (!err && (!state || state->kind != GFS_PV_DICT))
@@ -1177,15 +1281,13 @@ static gfs_err read_optim_rank(rd_import *ri, uint32_t r, const char *name)
 				break;
 			}
 			n++;
-			err = read_value(ri, r, zip, src, path, k, sd->u.dict.items[j].value);
+			err = read_value(ri, r, f->zip, src, path, k, sd->u.dict.items[j].value);
 		}
 	}
 	if (!err && n != ri->nokeys)
 		err = gfs_fail(GFS_ERR_FORMAT, "%s: %zu optimizer states, rank 0's file %zu", path, n,
 			       ri->nokeys);
-out:
 	free(names);
-	gfs_torch_close(fd, zip, pk);
 	return err;
 }
 
@@ -1197,9 +1299,9 @@ out:
  */
 static gfs_err read_optim(rd_import *ri)
 {
-	char name[96], path[PATH_MAX];
+	char path[PATH_MAX];
 	size_t np = 0;
-	gfs_err err = GFS_OK;
+	gfs_err err;
 
 	if ((size_t)snprintf(path, sizeof(path), "%s/optim_world_size_%u_rank_0.pt", ri->dir,
 			     ri->world) >= sizeof(path))
@@ -1217,10 +1319,7 @@ static gfs_err read_optim(rd_import *ri)
 		if (ri->keys[i].tied < 0)
 			ri->params[np++] = ri->keys[i].name;
 	ri->nparams = np;
-	for (uint32_t r = 0; r < ri->world && !err; r++) {
-		snprintf(name, sizeof(name), "optim_world_size_%u_rank_%u.pt", ri->world, r);
-		err = read_optim_rank(ri, r, name);
-	}
+	err = each_rank(ri, true, read_optim_rank);
 	for (size_t i = 0; !err && i < ri->nokeys; i++) {
 		const rd_key *k = &ri->okeys[i];
 		const rd_key *t = NULL;
@@ -1278,8 +1377,8 @@ gfs_err gfs_import_rankdict(const char *dir, const char *tag, gfs_layout **out)
 	}
 	if (!err)
 		err = gfs_layout_new("rankdict", rdir, &ri.l);
-	for (uint32_t r = 0; r < ri.world && !err; r++)
-		err = read_rank(&ri, r, names[r]);
+	if (!err)
+		err = each_rank(&ri, false, read_rank);
 	if (!err)
 		err = build(&ri);
 	if (!err) {
