@@ -9,6 +9,8 @@
 #     pieces a row) and every tensors/ file are the same bytes through both;
 #   - the daemon over latencyfs says at exit that it read pieces in
 #     parallel (else the parallel path went untested);
+#   - 16 threads reading a fresh mount over latencyfs at random from its
+#     first read get the same bytes (tests/mount/stress.py);
 #   - (root) the mount over latencyfs has a 4 MiB read-ahead window.
 . "${top_srcdir:-.}/tests/lib.sh"
 . "$top_srcdir/tests/mount-lib.sh"
@@ -47,4 +49,17 @@ wait_child "$GFS_PID" 30
 k=$(sed -n 's/.*parallel reads: \([0-9]*\) reads of tensor bytes.*/\1/p' "$T/gfs.err")
 [ -n "$k" ] && [ "$k" -gt 0 ] || fail "no read had its pieces read in parallel: $(cat "$T/gfs.err")"
 echo "ok: $k reads had their pieces read in parallel"
+
+# A fresh mount read by 16 threads from its first read: records checked
+# concurrently (background checks, check-ahead, each reader's own), spans
+# of several FUSE threads on the one I/O pool at once.
+gfs_mount_fg "$T/lat" "$T/mnt2" -o nosplice 2>"$T/gfs2.err" || fail "mount over latencyfs: $(cat "$T/gfs2.err")"
+timeout 120 "$PYTHON3" "$MOUNT_TOOLS/stress.py" 4 "$T/mnt2/model.safetensors=$T/ref/model.safetensors" \
+	"$T/mnt2/pytorch_model.bin=$T/ref/pytorch_model.bin" || fail "concurrent first reads over latencyfs"
+gfs_umount "$T/mnt2" || fail "unmount"
+wait_child "$GFS_PID" 30
+[ "$CHILD_RC" = 0 ] || fail "the daemon over latencyfs: exit status $CHILD_RC"
+k=$(sed -n 's/.*parallel reads: \([0-9]*\) reads of tensor bytes.*/\1/p' "$T/gfs2.err")
+[ -n "$k" ] && [ "$k" -gt 0 ] || fail "no concurrent read had its pieces read in parallel: $(cat "$T/gfs2.err")"
+echo "ok: concurrent first reads, the same bytes; $k reads had their pieces read in parallel"
 echo "PASS: parallel piece reads"

@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
-"""stress.py SECONDS FILE...: 16 threads read random ranges of the files,
+"""stress.py SECONDS FILE[=REF]...: 16 threads read random ranges of the files,
 dropping the page cache (POSIX_FADV_DONTNEED) as they go so that reads reach
-the daemon, and compare every byte with one sequential read done first.
-Exits 1 on the first mismatch or error."""
+the daemon, and compare every byte with one sequential read done first: of
+FILE, or of REF when given (FILE is then not read before the threads start:
+its first reads are concurrent).  Exits 1 on the first mismatch or error."""
 import os
 import random
 import sys
@@ -12,7 +13,8 @@ import time
 
 THREADS = 16
 secs = float(sys.argv[1])
-files = sys.argv[2:]
+files = [a.split("=", 1)[0] for a in sys.argv[2:]]
+refpath = {a.split("=", 1)[0]: a.split("=", 1)[-1] for a in sys.argv[2:]}
 
 
 def drop(fd):
@@ -21,7 +23,7 @@ def drop(fd):
 
 ref = {}
 for f in files:
-    fd = os.open(f, os.O_RDONLY)
+    fd = os.open(refpath[f], os.O_RDONLY)
     drop(fd)
     chunks = []
     while True:
