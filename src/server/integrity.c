@@ -741,12 +741,16 @@ gfs_err gfs_integrity_check(const gfs_layout *l, const gfs_srcset *s, const uint
 	claimed = gfs_calloc(n ? n : 1, sizeof(*claimed));
 	if (!claimed)
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-	/* Claim what nobody checks yet (a duplicate is BUSY by then: skipped). */
+	/*
+	 * Claim what nobody checks yet (a duplicate is BUSY by then: skipped),
+	 * without waiting: a thread holding claims that waited for a record
+	 * another thread claimed meanwhile could wait for one waiting on it.
+	 */
 	for (size_t k = 0; k < n; k++) {
 		const uint32_t r = recs ? recs[k] : (uint32_t)k;
 
 		assert(r < l->nrecords);
-		if (gfs_srcset_rec_state(s, r) == GFS_REC_UNCHECKED && gfs_srcset_rec_claim(s, r))
+		if (gfs_srcset_rec_try_claim(s, r))
 			claimed[nclaimed++] = r;
 	}
 	err = check_claimed(l, s, claimed, nclaimed, nthreads, st);

@@ -278,14 +278,19 @@ gfs_rec_state gfs_srcset_rec_state(const gfs_srcset *s, uint32_t r)
 	return (gfs_rec_state)atomic_load(&s->rt->state[r]);
 }
 
-bool gfs_srcset_rec_claim(const gfs_srcset *s, uint32_t r)
+bool gfs_srcset_rec_try_claim(const gfs_srcset *s, uint32_t r)
 {
 	int state = GFS_REC_UNCHECKED;
 
 	assert(r < s->layout->nrecords);
-	if (atomic_compare_exchange_strong(&s->rt->state[r], &state, GFS_REC_BUSY))
+	return atomic_compare_exchange_strong(&s->rt->state[r], &state, GFS_REC_BUSY);
+}
+
+bool gfs_srcset_rec_claim(const gfs_srcset *s, uint32_t r)
+{
+	if (gfs_srcset_rec_try_claim(s, r))
 		return true;
-	if (state == GFS_REC_BUSY) {
+	if (atomic_load(&s->rt->state[r]) == GFS_REC_BUSY) {
 		(void)pthread_mutex_lock(&s->rt->mu);
 		while (atomic_load(&s->rt->state[r]) == GFS_REC_BUSY)
 			(void)pthread_cond_wait(&s->rt->cv, &s->rt->mu);

@@ -83,6 +83,14 @@ gfs_rec_state gfs_srcset_rec_state(const gfs_srcset *s, uint32_t r);
 bool gfs_srcset_rec_claim(const gfs_srcset *s, uint32_t r);
 
 /*
+ * gfs_srcset_rec_try_claim(): gfs_srcset_rec_claim() that never waits:
+ * false at once if record r is not UNCHECKED.  For a caller that already
+ * holds other claims (waiting then could wait on a thread that waits on
+ * one of them).
+ */
+bool gfs_srcset_rec_try_claim(const gfs_srcset *s, uint32_t r);
+
+/*
  * gfs_srcset_rec_settle(): end a claim: state OK, BAD, or UNCHECKED when
  * the check could not be made (an I/O error); wakes the waiters.
  */
