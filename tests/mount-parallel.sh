@@ -43,12 +43,17 @@ for f in model.safetensors $(cd "$T/ref" && ls tensors | grep -v '^INDEX$' | sed
 done
 [ "$n" -gt 10 ] || fail "only $n files compared"
 echo "ok: model.safetensors and $((n - 1)) tensors/ files: the same bytes over latencyfs"
-gfs_umount "$T/mnt" || fail "unmount"
-wait_child "$GFS_PID" 30
-[ "$CHILD_RC" = 0 ] || fail "the daemon over latencyfs: exit status $CHILD_RC"
-k=$(sed -n 's/.*parallel reads: \([0-9]*\) reads of tensor bytes.*/\1/p' "$T/gfs.err")
-[ -n "$k" ] && [ "$k" -gt 0 ] || fail "no read had its pieces read in parallel: $(cat "$T/gfs.err")"
-echo "ok: $k reads had their pieces read in parallel"
+# ended_parallel MNT LOG: the daemon over latencyfs at MNT unmounted, its
+# exit status 0 and its exit line (in LOG) counting K > 0 parallel reads.
+ended_parallel() {
+	gfs_umount "$1" || fail "unmount"
+	wait_child "$GFS_PID" 30
+	[ "$CHILD_RC" = 0 ] || fail "the daemon over latencyfs: exit status $CHILD_RC"
+	K=$(sed -n 's/.*parallel reads: \([0-9]*\) reads of tensor bytes.*/\1/p' "$2")
+	[ -n "$K" ] && [ "$K" -gt 0 ] || fail "no read had its pieces read in parallel: $(cat "$2")"
+}
+ended_parallel "$T/mnt" "$T/gfs.err"
+echo "ok: $K reads had their pieces read in parallel"
 
 # A fresh mount read by 16 threads from its first read: records checked
 # concurrently (background checks, check-ahead, each reader's own), spans
@@ -56,10 +61,6 @@ echo "ok: $k reads had their pieces read in parallel"
 gfs_mount_fg "$T/lat" "$T/mnt2" -o nosplice 2>"$T/gfs2.err" || fail "mount over latencyfs: $(cat "$T/gfs2.err")"
 timeout 120 "$PYTHON3" "$MOUNT_TOOLS/stress.py" 4 "$T/mnt2/model.safetensors=$T/ref/model.safetensors" \
 	"$T/mnt2/pytorch_model.bin=$T/ref/pytorch_model.bin" || fail "concurrent first reads over latencyfs"
-gfs_umount "$T/mnt2" || fail "unmount"
-wait_child "$GFS_PID" 30
-[ "$CHILD_RC" = 0 ] || fail "the daemon over latencyfs: exit status $CHILD_RC"
-k=$(sed -n 's/.*parallel reads: \([0-9]*\) reads of tensor bytes.*/\1/p' "$T/gfs2.err")
-[ -n "$k" ] && [ "$k" -gt 0 ] || fail "no concurrent read had its pieces read in parallel: $(cat "$T/gfs2.err")"
-echo "ok: concurrent first reads, the same bytes; $k reads had their pieces read in parallel"
+ended_parallel "$T/mnt2" "$T/gfs2.err"
+echo "ok: concurrent first reads, the same bytes; $K reads had their pieces read in parallel"
 echo "PASS: parallel piece reads"
