@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include <assert.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -24,6 +25,10 @@
 
 enum {
 	READ_BUF = 1 << 20,     /* bytes per pread of a FILE record */
+	/* A record below this is read through the check's own descriptor, only
+	 * its own bytes (gfs_srcset_check_fd()); larger ones with the kernel's
+	 * read-ahead, whose window is then a small part of the record. */
+	SMALL_RECORD = 4 << 20,
 	CHUNK = 16 << 20,       /* unit of work: a FILE record is cut into chunks */
 	MAX_THREADS = 32,
 	/* Threads by default, CPUs permitting more: enough reads in flight
@@ -268,17 +273,20 @@ static uint8_t *read_buf(chk_bufs *b)
 
 /*
  * check_file(): the CRC-32 of every segment of a FILE item, from mappings
- * of the source (map_source()) or read into b's buffer.
+ * of the source (map_source()) or read into b's buffer (a small record's
+ * through the check's own descriptor, gfs_srcset_check_fd()).
  */
 static gfs_err check_file(const chk_job *job, const chk_item *it, chk_bufs *b)
 {
 	const gfs_record *r = &job->l->records[it->rec];
 	const char *path = job->l->sources[r->src].abspath;
 	const int fd = gfs_srcset_fd(job->s, r->src);
+	const bool small = r->len < SMALL_RECORD;
+	const int rfd = small ? gfs_srcset_check_fd(job->s, r->src) : fd;
 	const chk_seg *last = &job->segs[it->seg1 - 1];
 	const uint64_t end = last->off + last->len;
 	seg_cursor c = { .segs = job->segs, .sg = it->seg0, .pos = job->segs[it->seg0].off };
-	bool mapped = map_source(fd);
+	bool mapped = map_source(fd), asked = !small;
 
 	while (c.pos < end) {
 		size_t n;
@@ -297,8 +305,14 @@ static gfs_err check_file(const chk_job *job, const chk_item *it, chk_bufs *b)
 		}
 		if (!read_buf(b))
 			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
+		/* a small record's descriptor reads no further than asked: its
+		 * item's bytes asked for at once */
+		if (!asked)
+			(void)posix_fadvise(rfd, (off_t)(r->off + c.pos), (off_t)(end - c.pos),
+					    POSIX_FADV_WILLNEED);
+		asked = true;
 		n = end - c.pos < READ_BUF ? (size_t)(end - c.pos) : READ_BUF;
-		err = gfs_pread_full(fd, b->buf, n, r->off + c.pos, path);
+		err = gfs_pread_full(rfd, b->buf, n, r->off + c.pos, path);
 		if (err)
 			return err;
 		seg_feed(&c, b->buf, n);

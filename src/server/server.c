@@ -44,6 +44,7 @@ struct gfs_srcset {
 	bool verify;    /* reads check the records they touch (gfs_srcset_set_verify()) */
 	gfs_notice_fn notice;
 	atomic_bool noticed; /* the notice of a large first check was given */
+	int *cfds;      /* [n]: the record check's descriptors (gfs_srcset_check_fd()) */
 	int fds[];
 };
 
@@ -182,6 +183,48 @@ static void raise_nofile(size_t need)
 	}
 }
 
+/*
+ * check_fd(): a second open file of fd's file (id: its identity), with the
+ * kernel's read-ahead off, for the record check (gfs_srcset_check_fd());
+ * fd itself if none can be had.  Reopened through /proc/self/fd: the same
+ * inode, whatever became of its name.
+ */
+static int check_fd(int fd, const src_id *id)
+{
+	char path[64];
+	struct stat st;
+	int cfd;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	cfd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (cfd < 0)
+		return fd;
+	if (fstat(cfd, &st) != 0 || st.st_dev != id->dev || st.st_ino != id->ino ||
+	    fcntl(cfd, F_SETFL, fcntl(cfd, F_GETFL) & ~O_NONBLOCK) != 0) {
+		close(cfd);
+		return fd;
+	}
+	(void)posix_fadvise(cfd, 0, 0, POSIX_FADV_RANDOM);
+	return cfd;
+}
+
+/*
+ * open_check_fds(): the check's descriptors of every source of s, if the
+ * open file limit leaves room for them all next to the sources' own and
+ * the daemon's (descriptors are numbered lowest first: the last source's
+ * tells how many are open); else the sources' own, shared.
+ */
+static void open_check_fds(gfs_srcset *s)
+{
+	struct rlimit rl;
+	const bool room = s->n == 0 || getrlimit(RLIMIT_NOFILE, &rl) != 0 ||
+			  rl.rlim_cur == RLIM_INFINITY ||
+			  (rlim_t)s->fds[s->n - 1] + s->n + 64 < rl.rlim_cur;
+
+	for (size_t i = 0; i < s->n; i++)
+		s->cfds[i] = room ? check_fd(s->fds[i], &s->ids[i]) : s->fds[i];
+}
+
 gfs_err gfs_srcset_open(const gfs_layout *l, gfs_srcset **out)
 {
 	gfs_srcset *s;
@@ -199,14 +242,18 @@ gfs_err gfs_srcset_open(const gfs_layout *l, gfs_srcset **out)
 	s->notice = NULL;
 	atomic_init(&s->noticed, false);
 	s->ids = gfs_calloc(l->nsources, sizeof(*s->ids));
+	s->cfds = gfs_calloc(l->nsources, sizeof(*s->cfds));
 	s->rt = rec_table_new(l);
-	if (!s->ids || !s->rt) {
+	if (!s->ids || !s->cfds || !s->rt) {
 		free(s->ids);
+		free(s->cfds);
 		rec_table_free(s->rt);
 		free(s);
 		return gfs_fail(GFS_ERR_NOMEM, "out of memory");
 	}
-	raise_nofile(l->nsources);
+	for (size_t i = 0; i < l->nsources; i++)
+		s->cfds[i] = -1;
+	raise_nofile(2 * l->nsources);
 	for (size_t i = 0; i < l->nsources; i++) {
 		const gfs_source *src = &l->sources[i];
 		struct stat st;
@@ -243,6 +290,8 @@ gfs_err gfs_srcset_open(const gfs_layout *l, gfs_srcset **out)
 		}
 		s->ids[i] = id_of(&st);
 	}
+	if (!err)
+		open_check_fds(s);
 	if (!err && l->inputs)
 		err = gfs_ccache_new(l, &s->cc);
 	if (err) {
@@ -264,8 +313,12 @@ void gfs_srcset_close(gfs_srcset *s)
 			(void)pthread_cond_wait(&s->rt->cv, &s->rt->mu);
 		(void)pthread_mutex_unlock(&s->rt->mu);
 	}
-	for (size_t i = 0; i < s->n; i++)
+	for (size_t i = 0; i < s->n; i++) {
+		if (s->cfds[i] >= 0 && s->cfds[i] != s->fds[i])
+			close(s->cfds[i]);
 		close(s->fds[i]);
+	}
+	free(s->cfds);
 	rec_table_free(s->rt);
 	gfs_ccache_free(s->cc);
 	free(s->ids);
@@ -435,6 +488,12 @@ int gfs_srcset_fd(const gfs_srcset *s, uint32_t i)
 {
 	assert(i < s->n);
 	return s->fds[i];
+}
+
+int gfs_srcset_check_fd(const gfs_srcset *s, uint32_t i)
+{
+	assert(i < s->n);
+	return s->cfds[i];
 }
 
 uint64_t gfs_tensor_out_nbytes(const gfs_layout *l, size_t i, gfs_dtype want)

@@ -49,6 +49,16 @@ uint64_t gfs_srcset_parallel_spans(const gfs_srcset *s);
 int gfs_srcset_fd(const gfs_srcset *s, uint32_t i);
 
 /*
+ * gfs_srcset_check_fd(): the descriptor the record check reads source i
+ * through: an open file of its own with the kernel's read-ahead off
+ * (POSIX_FADV_RANDOM), so that the check reads the ranges it asks for
+ * (POSIX_FADV_WILLNEED) and not the device's read-ahead window beyond
+ * them in every file at once; gfs_srcset_fd(s, i) where the file could
+ * not be opened twice.
+ */
+int gfs_srcset_check_fd(const gfs_srcset *s, uint32_t i);
+
+/*
  * gfs_srcset_check(): GFS_OK if source i is as gfs_srcset_open() found it,
  * else GFS_ERR_IO naming the file (the check gfs_tensor_read() makes).  A
  * reader that bypasses gfs_tensor_read() (splicing gfs_srcset_fd()) must
