@@ -49,12 +49,12 @@ uint64_t gfs_srcset_parallel_spans(const gfs_srcset *s);
 int gfs_srcset_fd(const gfs_srcset *s, uint32_t i);
 
 /*
- * gfs_srcset_check_fd(): the descriptor the record check reads source i
- * through: an open file of its own with the kernel's read-ahead off
- * (POSIX_FADV_RANDOM), so that the check reads the ranges it asks for
- * (POSIX_FADV_WILLNEED) and not the device's read-ahead window beyond
- * them in every file at once; gfs_srcset_fd(s, i) where the file could
- * not be opened twice.
+ * gfs_srcset_check_fd(): the descriptor the record check reads small
+ * records of source i through: an open file of its own with the kernel's
+ * read-ahead off (POSIX_FADV_RANDOM), so that the check reads the ranges
+ * it asks for (POSIX_FADV_WILLNEED) and not the device's read-ahead window
+ * beyond them in every file at once; gfs_srcset_fd(s, i) where the file
+ * could not be opened twice (or the open file limit left no room).
  */
 int gfs_srcset_check_fd(const gfs_srcset *s, uint32_t i);
 
