@@ -286,8 +286,11 @@ static gfs_err check_file(const chk_job *job, const chk_item *it, chk_bufs *b)
 	const chk_seg *last = &job->segs[it->seg1 - 1];
 	const uint64_t end = last->off + last->len;
 	seg_cursor c = { .segs = job->segs, .sg = it->seg0, .pos = job->segs[it->seg0].off };
-	bool mapped = map_source(fd), asked = !small;
+	bool mapped = map_source(fd);
 
+	if (small) /* its descriptor reads no further than asked: the item's bytes, at once */
+		(void)posix_fadvise(rfd, (off_t)(r->off + c.pos), (off_t)(end - c.pos),
+				    POSIX_FADV_WILLNEED);
 	while (c.pos < end) {
 		size_t n;
 		gfs_err err = GFS_OK;
@@ -305,12 +308,6 @@ static gfs_err check_file(const chk_job *job, const chk_item *it, chk_bufs *b)
 		}
 		if (!read_buf(b))
 			return gfs_fail(GFS_ERR_NOMEM, "out of memory");
-		/* a small record's descriptor reads no further than asked: its
-		 * item's bytes asked for at once */
-		if (!asked)
-			(void)posix_fadvise(rfd, (off_t)(r->off + c.pos), (off_t)(end - c.pos),
-					    POSIX_FADV_WILLNEED);
-		asked = true;
 		n = end - c.pos < READ_BUF ? (size_t)(end - c.pos) : READ_BUF;
 		err = gfs_pread_full(rfd, b->buf, n, r->off + c.pos, path);
 		if (err)

@@ -196,11 +196,10 @@ static int check_fd(int fd, const src_id *id)
 	int cfd;
 
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	cfd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	cfd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY); /* a regular file: no FIFO to hang on */
 	if (cfd < 0)
 		return fd;
-	if (fstat(cfd, &st) != 0 || st.st_dev != id->dev || st.st_ino != id->ino ||
-	    fcntl(cfd, F_SETFL, fcntl(cfd, F_GETFL) & ~O_NONBLOCK) != 0) {
+	if (fstat(cfd, &st) != 0 || st.st_dev != id->dev || st.st_ino != id->ino) {
 		close(cfd);
 		return fd;
 	}
